@@ -1,0 +1,37 @@
+# Cross-compiles for aarch64 Linux with clang-22 and lld against Debian's cross sysroot.
+# Programs run through QEMU (CMAKE_CROSSCOMPILING_EMULATOR), so ctest and gtest discovery work.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+
+set(CQ4P_LLVM_BIN /usr/lib/llvm-22/bin)
+set(CMAKE_C_COMPILER ${CQ4P_LLVM_BIN}/clang)
+set(CMAKE_CXX_COMPILER ${CQ4P_LLVM_BIN}/clang++)
+set(CMAKE_ASM_COMPILER ${CQ4P_LLVM_BIN}/clang)
+set(CMAKE_C_COMPILER_TARGET aarch64-linux-gnu)
+set(CMAKE_CXX_COMPILER_TARGET aarch64-linux-gnu)
+set(CMAKE_ASM_COMPILER_TARGET aarch64-linux-gnu)
+set(CMAKE_AR ${CQ4P_LLVM_BIN}/llvm-ar)
+set(CMAKE_RANLIB ${CQ4P_LLVM_BIN}/llvm-ranlib)
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-fuse-ld=lld")
+set(CMAKE_SHARED_LINKER_FLAGS_INIT "-fuse-ld=lld")
+set(CMAKE_MODULE_LINKER_FLAGS_INIT "-fuse-ld=lld")
+
+set(CMAKE_SYSROOT_COMPILE "")
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
+
+# QEMU 11.1 with a 512-bit streaming vector length: the length cq4p's SME2 kernels assume.
+if(NOT CQ4P_QEMU)
+  if(DEFINED ENV{CQ4P_QEMU})
+    set(CQ4P_QEMU $ENV{CQ4P_QEMU})
+  endif()
+endif()
+if(NOT CQ4P_QEMU_CPU)
+  set(CQ4P_QEMU_CPU "max,sme-default-vector-length=64")
+endif()
+if(CQ4P_QEMU)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CQ4P_QEMU};-L;/usr/aarch64-linux-gnu;-cpu;${CQ4P_QEMU_CPU})
+endif()

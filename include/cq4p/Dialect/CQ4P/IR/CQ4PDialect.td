@@ -1,0 +1,39 @@
+//===- CQ4PDialect.td - the cq4p dialect -------------------*- tablegen -*-===//
+//
+// The dialect of CQ4 packed-panel matmuls: 4-bit rotated-codebook weights
+// stored as 64-channel panels (FORMAT.md), and the ops that consume them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_DIALECT_CQ4P_IR_CQ4PDIALECT_TD
+#define CQ4P_DIALECT_CQ4P_IR_CQ4PDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def CQ4P_Dialect : Dialect {
+  let name = "cq4p";
+  let cppNamespace = "::mlir::cq4p";
+  let summary = "CQ4 packed-panel weights and the matmuls over them";
+  let description = [{
+    CQ4 weights are 4-bit indices into a 16-level codebook, in a rotated basis
+    (per-group Hadamard for linear layers, a dense orthogonal rotation for the
+    token embedding and lm_head), with one norm per (row, group). On disk
+    they are stored as 64-channel panels whose bytes are at once the NEON SDOT
+    micro-tile and the SME2 LUTI4 streaming layout; the kernels cq4p
+    generates read those bytes straight from the mapped file.
+
+    Graph-level ops (`cq4p.linear`) work on tensors and carry the weight as
+    a value of type `!cq4p.weight`, whose parameters fix everything a
+    kernel needs to know about the file: N, K, the group size, the rotation
+    family and the data layout.
+  }];
+  let useDefaultTypePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerTypes();
+  }];
+}
+
+class CQ4P_Op<string mnemonic, list<Trait> traits = []>
+    : Op<CQ4P_Dialect, mnemonic, traits>;
+
+#endif // CQ4P_DIALECT_CQ4P_IR_CQ4PDIALECT_TD
