@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Runs every cq4p test suite and prints one summary line.
+
+Suites: lit (pass output, diagnostics), GoogleTest on the host, GoogleTest
+cross-built for aarch64 and run under QEMU 11.1, and pytest for python/. Each
+writes a JUnit XML report; the test cases in them are counted together and
+the last line printed is `N passed, N failed`. The exit status is non-zero
+when any test fails or any suite cannot run.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent.parent
+LLVM_BIN = Path("/usr/lib/llvm-22/bin")
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-numpy and python3-pytest
+
+
+def count_junit(path):
+    """(passed, failed, skipped) over the test cases of a JUnit report."""
+    passed = failed = skipped = 0
+    for case in ET.parse(path).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        if "failure" in tags or "error" in tags or case.get("status") == "fail":
+            failed += 1
+        elif "skipped" in tags or case.get("status") in ("notrun", "disabled"):
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", type=Path, required=True, help="host build directory")
+    parser.add_argument("--suite", action="append", help="run only these suites")
+    args = parser.parse_args()
+
+    build = args.build.resolve()
+    results = build / "test-results"
+    results.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["CQ4P_OPT"] = str(build / "bin" / "cq4p-opt")
+    env["PYTHONPATH"] = str(SOURCE / "python")
+
+    suites = [
+        ("lit", [str(LLVM_BIN / "lit"), "-sv", str(build / "test"),
+                 "--xunit-xml-output", str(results / "lit.xml")], results / "lit.xml"),
+        ("host-gtest", ["ctest", "--test-dir", str(build), "--output-on-failure",
+                        "--output-junit", str(results / "host-gtest.xml")],
+         results / "host-gtest.xml"),
+        ("aarch64-gtest", ["ctest", "--test-dir", str(build / "aarch64"), "--output-on-failure",
+                           "--output-junit", str(results / "aarch64-gtest.xml")],
+         results / "aarch64-gtest.xml"),
+        ("pytest", [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                    str(SOURCE / "python" / "tests"),
+                    "--junitxml", str(results / "pytest.xml")], results / "pytest.xml"),
+    ]
+    if args.suite:
+        unknown = set(args.suite) - {name for name, _, _ in suites}
+        if unknown:
+            parser.error(f"unknown suite(s): {', '.join(sorted(unknown))}")
+        suites = [s for s in suites if s[0] in args.suite]
+
+    total_passed = total_failed = 0
+    lines = []
+    for name, command, report in suites:
+        if report.exists():
+            report.unlink()
+        print(f"==> {name}: {' '.join(command)}", flush=True)
+        code = subprocess.run(command, env=env, cwd=build).returncode
+        if not report.exists():
+            # The runner died before reporting: count the suite as one failure.
+            lines.append(f"{name}: no report (exit status {code}), counted as 1 failure")
+            total_failed += 1
+            continue
+        passed, failed, skipped = count_junit(report)
+        if code != 0 and failed == 0:
+            lines.append(f"{name}: runner exited with {code} but reported no failure; "
+                         "counted as 1 failure")
+            failed = 1
+        if passed + failed == 0:
+            lines.append(f"{name}: ran no test, counted as 1 failure")
+            failed = 1
+        lines.append(f"{name}: {passed} passed, {failed} failed, {skipped} skipped")
+        total_passed += passed
+        total_failed += failed
+
+    print()
+    for line in lines:
+        print(line)
+    print(f"{total_passed} passed, {total_failed} failed")
+    return 1 if total_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
