@@ -1,0 +1,130 @@
+/*===- cq4p/cq4p.h - the runtime's C API -----------------------------------===*
+ *
+ * The C ABI of the cq4p runtime: opening and validating CQ4 tensor files
+ * (zero-copy views of every region), and the reference panel encoder.
+ * Used from C, from other languages, and from Python through ctypes
+ * (python/cq4p/native.py). Errors are values: every call that can fail
+ * returns a cq4p_code and writes a message naming the file, the field, what
+ * was expected and what was found into the caller's buffer.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef CQ4P_CQ4P_H
+#define CQ4P_CQ4P_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cq4p/format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define CQ4P_API __declspec(dllexport)
+#else
+#define CQ4P_API __attribute__((visibility("default")))
+#endif
+
+/* Status codes. */
+typedef enum cq4p_code {
+  CQ4P_OK = 0,
+  CQ4P_ERROR_IO = 1,          /* cannot open, stat or map the file */
+  CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow FORMAT.md */
+  CQ4P_ERROR_ARGUMENT = 3,    /* a caller's argument is invalid */
+  CQ4P_ERROR_UNSUPPORTED = 4, /* valid, but not a layout this call handles */
+  CQ4P_ERROR_NOT_FOUND = 5    /* a bundle's tensor or file is missing */
+} cq4p_code;
+
+/* Data layouts of a CQ4 tensor file. */
+typedef enum cq4p_layout {
+  CQ4P_LAYOUT_ROW_MAJOR = 0,       /* legacy: [N][num_groups][gs/2] nibbles */
+  CQ4P_LAYOUT_INTERLEAVED_4ROW = 1, /* legacy: [N/4][num_groups][gs/8][4][4] */
+  CQ4P_LAYOUT_PANELS = 2,          /* [SB][num_groups][gs/4][128] */
+  CQ4P_LAYOUT_DENSE = 3            /* not CQ: INT8/FP16/FP32 elements */
+} cq4p_layout;
+
+/* The regions of a tensor file (FORMAT.md section 4). */
+typedef enum cq4p_region {
+  CQ4P_REGION_DATA = 0,              /* panels, legacy indices or dense elements */
+  CQ4P_REGION_CODEBOOK = 1,          /* fp16[16] */
+  CQ4P_REGION_INPUT_SCALE = 2,       /* fp16[K] */
+  CQ4P_REGION_INPUT_SCALE_RECIP = 3, /* fp16[K] */
+  CQ4P_REGION_NORMS = 4,             /* fp16, unfolded (layout as stored) */
+  CQ4P_REGION_NORM_PANELS = 5,       /* fp32[SB][num_groups][64] (panels only) */
+  CQ4P_REGION_LEFT_SIGNS = 6,        /* int8[gs] (Hadamard) */
+  CQ4P_REGION_RIGHT_SIGNS = 7,       /* int8[gs] (Hadamard) */
+  CQ4P_REGION_PERMUTATION = 8,       /* u32[gs] (Hadamard) */
+  CQ4P_REGION_ROTATION = 9,          /* fp16[K][K] (orthogonal) */
+  CQ4P_REGION_ROTATION_T = 10,       /* fp16[K][K] (orthogonal panels) */
+  CQ4P_REGION_COUNT = 11
+} cq4p_region;
+
+/* What a validated header says. */
+typedef struct cq4p_tensor_info {
+  uint32_t flags;
+  uint32_t alignment;
+  uint32_t precision; /* enum cq4p_precision */
+  uint32_t ndim;
+  uint64_t dims[8];
+  uint32_t group_size;
+  uint32_t num_groups;
+  uint32_t layout;    /* enum cq4p_layout */
+  uint32_t orthogonal;
+  uint64_t header_bytes;
+  uint64_t scales_offset;
+  uint64_t scales_bytes;
+  uint64_t data_offset;
+  uint64_t data_bytes;
+  uint64_t file_bytes;
+} cq4p_tensor_info;
+
+typedef struct cq4p_tensor cq4p_tensor;
+
+/* Maps and validates a tensor file read-only. On success *out owns the
+ * mapping until cq4p_tensor_close. */
+CQ4P_API int cq4p_tensor_open(const char *path, cq4p_tensor **out, char *error,
+                              size_t error_size);
+CQ4P_API void cq4p_tensor_close(cq4p_tensor *tensor);
+CQ4P_API void cq4p_tensor_get_info(const cq4p_tensor *tensor,
+                                   cq4p_tensor_info *info);
+/* The bytes of a region inside the mapping (NULL and 0 when the file has
+ * no such region). */
+CQ4P_API const void *cq4p_tensor_region(const cq4p_tensor *tensor,
+                                        int region, uint64_t *bytes);
+
+/* The reference panel encoder (FORMAT.md section 3).
+ *
+ * source: the indices in `source_layout` (CQ4P_LAYOUT_ROW_MAJOR or
+ *   CQ4P_LAYOUT_INTERLEAVED_4ROW) with `source_group_size`, exactly as the
+ *   data region of a legacy file holds them.
+ * norms_f16: the stored fp16 norms, [N][K / source_group_size] row-major
+ *   (already de-interleaved for an interleaved source).
+ * codebook_f16: the 16 stored fp16 levels.
+ * panel_group_size: the panel file's group size; source_group_size must be a
+ *   multiple of it (orthogonal tensors: source K, panels 128), the norm of
+ *   each source group repeated over its panel groups.
+ * panels_out: ceil64(N) * K / 2 bytes. norm_panels_out: ceil(N/64) *
+ *   (K / panel_group_size) * 64 floats.
+ * Indices are canonicalised (lowest index with the same int8 level), channels
+ * past N are zero. */
+CQ4P_API int cq4p_encode_panels(int source_layout, const uint8_t *source,
+                                uint64_t n, uint64_t k,
+                                uint32_t source_group_size,
+                                const uint16_t *norms_f16,
+                                const uint16_t *codebook_f16,
+                                uint32_t panel_group_size, uint8_t *panels_out,
+                                float *norm_panels_out, char *error,
+                                size_t error_size);
+
+/* cb_scale and cb_i8 of a stored codebook (FORMAT.md sections 4 and 6). */
+CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
+                                float *cb_scale, char *error,
+                                size_t error_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CQ4P_CQ4P_H */

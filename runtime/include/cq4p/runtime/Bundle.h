@@ -1,0 +1,59 @@
+//===- Bundle.h - a converted model: manifest.json + tensor files -*- C++ -*-===//
+//
+// A bundle is a directory with manifest.json and one file per tensor. The
+// manifest names each tensor's logical file `<stem>.weights`; the loader
+// resolves it as the format says: `<stem>.cq4p.weights` (packed panels),
+// then `<stem>.cq4.weights` (legacy CQ4), then the plain name. Opening a
+// bundle maps and validates every tensor and refuses, by name, a tensor that
+// is missing or whose file disagrees with the manifest.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_BUNDLE_H
+#define CQ4P_RUNTIME_BUNDLE_H
+
+#include "cq4p/runtime/Status.h"
+#include "cq4p/runtime/TensorFile.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cq4p::runtime {
+
+struct BundleTensor {
+  std::string name;
+  std::string logicalFile;  ///< as the manifest names it
+  std::string resolvedPath; ///< the file actually mapped
+  std::vector<uint64_t> shape;
+  std::string dtype; ///< "CQ4", "FP16" or "FP32"
+  std::unique_ptr<TensorFile> file;
+};
+
+class Bundle {
+public:
+  static constexpr int kManifestVersion = 1;
+
+  /// Reads `directory`/manifest.json and maps every tensor.
+  static Status open(const std::string &directory, std::unique_ptr<Bundle> &out);
+
+  /// The file a logical `<stem>.weights` name resolves to in `directory`,
+  /// or an empty string when none of the candidates exists.
+  static std::string resolveWeightFile(const std::string &directory,
+                                       const std::string &logicalFile);
+
+  const std::string &directory() const { return directory_; }
+  const std::vector<BundleTensor> &tensors() const { return tensors_; }
+  /// The tensor named `name`, or null.
+  const BundleTensor *find(const std::string &name) const;
+
+private:
+  Bundle() = default;
+  std::string directory_;
+  std::vector<BundleTensor> tensors_;
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_BUNDLE_H

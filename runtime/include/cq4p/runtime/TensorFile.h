@@ -1,0 +1,74 @@
+//===- TensorFile.h - one CQ4 tensor file, mapped and validated -*- C++ -*-===//
+//
+// A tensor file (FORMAT.md) mapped read-only: the bytes kernels use are the
+// file's own pages, never copied. Every header field, size and offset is
+// validated before any region is exposed, in a fixed order shared with the
+// Python reader (python/cq4p/files.py), so that both name the same field
+// for the same defect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_TENSORFILE_H
+#define CQ4P_RUNTIME_TENSORFILE_H
+
+#include "cq4p/cq4p.h"
+#include "cq4p/runtime/Status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace cq4p::runtime {
+
+/// A read-only byte range inside a mapping.
+struct ByteSpan {
+  const uint8_t *data = nullptr;
+  uint64_t size = 0;
+  bool empty() const { return size == 0; }
+};
+
+/// Where each region lies: offsets from the start of the file.
+struct RegionTable {
+  uint64_t offset[CQ4P_REGION_COUNT] = {};
+  uint64_t size[CQ4P_REGION_COUNT] = {};
+};
+
+/// Validates the bytes of a whole tensor file held in memory; `path` only
+/// names the file in messages. On success fills `info` and `regions`.
+Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
+                           uint64_t size, cq4p_tensor_info &info,
+                           RegionTable &regions);
+
+class TensorFile {
+public:
+  /// Maps `path` read-only and validates it.
+  static Status open(const std::string &path, std::unique_ptr<TensorFile> &out);
+
+  TensorFile(const TensorFile &) = delete;
+  TensorFile &operator=(const TensorFile &) = delete;
+  ~TensorFile();
+
+  const std::string &path() const { return path_; }
+  const cq4p_tensor_info &info() const { return info_; }
+  cq4p_layout layout() const { return static_cast<cq4p_layout>(info_.layout); }
+  bool isOrthogonal() const { return info_.orthogonal != 0; }
+  uint64_t n() const { return info_.dims[0]; }
+  uint64_t k() const { return info_.dims[1]; }
+
+  /// The bytes of a region (empty when the file has none).
+  ByteSpan region(cq4p_region region) const;
+
+private:
+  TensorFile() = default;
+
+  std::string path_;
+  const uint8_t *base_ = nullptr;
+  uint64_t size_ = 0;
+  cq4p_tensor_info info_ = {};
+  RegionTable regions_;
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_TENSORFILE_H

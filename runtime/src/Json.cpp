@@ -1,0 +1,306 @@
+//===- Json.cpp - a small strict JSON reader ------------------------------===//
+
+#include "Json.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace cq4p::runtime::json {
+
+const Value *Value::get(const std::string &key) const {
+  if (kind != Kind::Object)
+    return nullptr;
+  for (const auto &member : object)
+    if (member.first == key)
+      return &member.second;
+  return nullptr;
+}
+
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+class Parser {
+public:
+  Parser(const std::string &what, const std::string &text)
+      : what_(what), text_(text) {}
+
+  Status document(Value &out) {
+    if (Status status = value(out, 0); !status)
+      return status;
+    skipSpace();
+    if (pos_ != text_.size())
+      return error("unexpected text after the document");
+    return Status::ok();
+  }
+
+private:
+  Status error(const std::string &message) const {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
+      if (text_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    return Status(CQ4P_ERROR_FORMAT, what_ + ":" + std::to_string(line) + ":" +
+                                         std::to_string(column) +
+                                         ": invalid JSON: " + message);
+  }
+
+  void skipSpace() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
+  }
+
+  bool consume(const char *literal) {
+    size_t length = std::char_traits<char>::length(literal);
+    if (text_.compare(pos_, length, literal) != 0)
+      return false;
+    pos_ += length;
+    return true;
+  }
+
+  Status value(Value &out, int depth) {
+    if (depth > kMaxDepth)
+      return error("nesting deeper than " + std::to_string(kMaxDepth));
+    skipSpace();
+    if (pos_ >= text_.size())
+      return error("unexpected end of input");
+    char c = text_[pos_];
+    if (c == '{')
+      return objectValue(out, depth);
+    if (c == '[')
+      return arrayValue(out, depth);
+    if (c == '"') {
+      out.kind = Value::Kind::String;
+      return stringValue(out.string);
+    }
+    if (consume("true")) {
+      out.kind = Value::Kind::Bool;
+      out.boolean = true;
+      return Status::ok();
+    }
+    if (consume("false")) {
+      out.kind = Value::Kind::Bool;
+      return Status::ok();
+    }
+    if (consume("null")) {
+      out.kind = Value::Kind::Null;
+      return Status::ok();
+    }
+    if (c == '-' || (c >= '0' && c <= '9'))
+      return numberValue(out);
+    return error(std::string("unexpected character '") + c + "'");
+  }
+
+  Status objectValue(Value &out, int depth) {
+    out.kind = Value::Kind::Object;
+    ++pos_;
+    skipSpace();
+    if (pos_ < text_.size() && text_[pos_] == '}') {
+      ++pos_;
+      return Status::ok();
+    }
+    while (true) {
+      skipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != '"')
+        return error("expected a member name");
+      std::string key;
+      if (Status status = stringValue(key); !status)
+        return status;
+      skipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != ':')
+        return error("expected ':'");
+      ++pos_;
+      Value member;
+      if (Status status = value(member, depth + 1); !status)
+        return status;
+      out.object.emplace_back(std::move(key), std::move(member));
+      skipSpace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size() && text_[pos_] == '}') {
+        ++pos_;
+        return Status::ok();
+      }
+      return error("expected ',' or '}'");
+    }
+  }
+
+  Status arrayValue(Value &out, int depth) {
+    out.kind = Value::Kind::Array;
+    ++pos_;
+    skipSpace();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      return Status::ok();
+    }
+    while (true) {
+      Value element;
+      if (Status status = value(element, depth + 1); !status)
+        return status;
+      out.array.push_back(std::move(element));
+      skipSpace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size() && text_[pos_] == ']') {
+        ++pos_;
+        return Status::ok();
+      }
+      return error("expected ',' or ']'");
+    }
+  }
+
+  static void appendUtf8(std::string &out, uint32_t code) {
+    if (code < 0x80) {
+      out += char(code);
+    } else if (code < 0x800) {
+      out += char(0xC0 | (code >> 6));
+      out += char(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += char(0xE0 | (code >> 12));
+      out += char(0x80 | ((code >> 6) & 0x3F));
+      out += char(0x80 | (code & 0x3F));
+    } else {
+      out += char(0xF0 | (code >> 18));
+      out += char(0x80 | ((code >> 12) & 0x3F));
+      out += char(0x80 | ((code >> 6) & 0x3F));
+      out += char(0x80 | (code & 0x3F));
+    }
+  }
+
+  bool hex4(uint32_t &code) {
+    if (pos_ + 4 > text_.size())
+      return false;
+    code = 0;
+    for (int i = 0; i < 4; ++i) {
+      char h = text_[pos_++];
+      code <<= 4;
+      if (h >= '0' && h <= '9')
+        code |= uint32_t(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        code |= uint32_t(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        code |= uint32_t(h - 'A' + 10);
+      else
+        return false;
+    }
+    return true;
+  }
+
+  Status stringValue(std::string &out) {
+    ++pos_; // opening quote
+    while (pos_ < text_.size()) {
+      unsigned char c = static_cast<unsigned char>(text_[pos_++]);
+      if (c == '"')
+        return Status::ok();
+      if (c < 0x20)
+        return error("control character in a string");
+      if (c != '\\') {
+        out += char(c);
+        continue;
+      }
+      if (pos_ >= text_.size())
+        break;
+      char escape = text_[pos_++];
+      switch (escape) {
+      case '"': out += '"'; break;
+      case '\\': out += '\\'; break;
+      case '/': out += '/'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'u': {
+        uint32_t code;
+        if (!hex4(code))
+          return error("bad \\u escape");
+        if (code >= 0xD800 && code < 0xDC00) {
+          uint32_t low;
+          if (!consume("\\u") || !hex4(low) || low < 0xDC00 || low >= 0xE000)
+            return error("unpaired surrogate in \\u escape");
+          code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+        } else if (code >= 0xDC00 && code < 0xE000) {
+          return error("unpaired surrogate in \\u escape");
+        }
+        appendUtf8(out, code);
+        break;
+      }
+      default:
+        return error(std::string("bad escape '\\") + escape + "'");
+      }
+    }
+    return error("unterminated string");
+  }
+
+  Status numberValue(Value &out) {
+    size_t start = pos_;
+    bool integral = true;
+    if (text_[pos_] == '-')
+      ++pos_;
+    if (pos_ >= text_.size())
+      return error("bad number");
+    if (text_[pos_] == '0') {
+      ++pos_;
+    } else if (text_[pos_] >= '1' && text_[pos_] <= '9') {
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+        ++pos_;
+    } else {
+      return error("bad number");
+    }
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      integral = false;
+      ++pos_;
+      size_t digits = pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+        ++pos_;
+      if (pos_ == digits)
+        return error("bad number");
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      integral = false;
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-'))
+        ++pos_;
+      size_t digits = pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
+        ++pos_;
+      if (pos_ == digits)
+        return error("bad number");
+    }
+    std::string literal = text_.substr(start, pos_ - start);
+    out.kind = Value::Kind::Number;
+    out.number = std::strtod(literal.c_str(), nullptr);
+    if (integral) {
+      errno = 0;
+      long long parsed = std::strtoll(literal.c_str(), nullptr, 10);
+      if (errno == 0) {
+        out.isInteger = true;
+        out.integer = parsed;
+      }
+    }
+    return Status::ok();
+  }
+
+  const std::string &what_;
+  const std::string &text_;
+  size_t pos_ = 0;
+};
+
+} // namespace
+
+Status parse(const std::string &what, const std::string &text, Value &out) {
+  out = Value();
+  return Parser(what, text).document(out);
+}
+
+} // namespace cq4p::runtime::json

@@ -1,0 +1,42 @@
+//===- Json.h - a small strict JSON reader for manifest.json ----*- C++ -*-===//
+//
+// Enough JSON for a bundle manifest, strictly: RFC 8259 syntax, a nesting
+// limit, integers kept exact up to 2^63. Errors are Status values naming the
+// line and column.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_SRC_JSON_H
+#define CQ4P_RUNTIME_SRC_JSON_H
+
+#include "cq4p/runtime/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cq4p::runtime::json {
+
+struct Value {
+  enum class Kind { Null, Bool, Number, String, Array, Object };
+  Kind kind = Kind::Null;
+  bool boolean = false;
+  double number = 0;
+  bool isInteger = false; // an integral literal that fits int64
+  int64_t integer = 0;
+  std::string string;
+  std::vector<Value> array;
+  std::vector<std::pair<std::string, Value>> object;
+
+  /// The member named `key` of an object, or null.
+  const Value *get(const std::string &key) const;
+};
+
+/// Parses `text`; `what` names the document in messages.
+Status parse(const std::string &what, const std::string &text, Value &out);
+
+} // namespace cq4p::runtime::json
+
+#endif // CQ4P_RUNTIME_SRC_JSON_H

@@ -1,0 +1,455 @@
+//===- TensorFile.cpp - mapping and validating a tensor file --------------===//
+//
+// Validation runs in a fixed order and stops at the first defect; the
+// Python reader follows the same order with the same field names:
+//
+//   header, magic, alignment, precision, flags, header (extended), ndim,
+//   dims, original_n, group_size, num_groups, scales_bytes, data_bytes,
+//   file size, then content: codebook, left_signs, right_signs,
+//   permutation, norms.
+//
+// Every size is computed in checked 64-bit arithmetic; a size that does not
+// fit is refused at the field it belongs to. No region pointer exists
+// before the whole header and the exact file size have been checked.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/runtime/TensorFile.h"
+
+#include "fp16.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace cq4p::runtime {
+namespace {
+
+uint32_t readU32(const uint8_t *p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+         uint32_t(p[3]) << 24;
+}
+
+uint64_t readU64(const uint8_t *p) {
+  return uint64_t(readU32(p)) | uint64_t(readU32(p + 4)) << 32;
+}
+
+uint16_t readU16(const uint8_t *p) { return uint16_t(p[0] | p[1] << 8); }
+
+std::string hex(uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof(buffer), "0x%llx",
+                static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+std::string str(uint64_t value) { return std::to_string(value); }
+
+bool isPowerOfTwo(uint64_t value) {
+  return value != 0 && (value & (value - 1)) == 0;
+}
+
+/// Checked 64-bit arithmetic: once any step overflows, the result is
+/// unusable and `overflowed` stays set.
+struct CheckedSize {
+  uint64_t value = 0;
+  bool overflowed = false;
+
+  CheckedSize &add(uint64_t term) {
+    overflowed |= __builtin_add_overflow(value, term, &value);
+    return *this;
+  }
+  CheckedSize &addProduct(uint64_t a, uint64_t b, uint64_t c = 1) {
+    uint64_t product;
+    bool bad = __builtin_mul_overflow(a, b, &product);
+    bad |= __builtin_mul_overflow(product, c, &product);
+    overflowed |= bad;
+    if (!bad)
+      add(product);
+    return *this;
+  }
+  CheckedSize &alignUp(uint64_t alignment) {
+    uint64_t rest = value % alignment;
+    if (rest != 0)
+      add(alignment - rest);
+    return *this;
+  }
+};
+
+constexpr const char *kTooLarge = "a size that fits in 64 bits";
+
+/// Region sizes of a CQ4 file's scales region, in order, with the
+/// offsets within it.
+struct ScalesLayout {
+  uint64_t offset[CQ4P_REGION_COUNT] = {};
+  uint64_t size[CQ4P_REGION_COUNT] = {};
+  CheckedSize end;
+
+  void place(cq4p_region region, uint64_t a, uint64_t b = 1, uint64_t c = 1) {
+    offset[region] = end.value;
+    uint64_t bytes = 0;
+    bool bad = __builtin_mul_overflow(a, b, &bytes) ||
+               __builtin_mul_overflow(bytes, c, &bytes);
+    end.overflowed |= bad;
+    size[region] = bad ? 0 : bytes;
+    end.add(size[region]);
+  }
+};
+
+ScalesLayout cq4ScalesLayout(cq4p_layout layout, bool orthogonal, uint64_t n,
+                             uint64_t k, uint64_t groupSize,
+                             uint64_t numGroups) {
+  ScalesLayout scales;
+  scales.place(CQ4P_REGION_CODEBOOK, CQ4P_CODEBOOK_LEVELS, 2);
+  scales.place(CQ4P_REGION_INPUT_SCALE, k, 2);
+  scales.place(CQ4P_REGION_INPUT_SCALE_RECIP, k, 2);
+  bool panels = layout == CQ4P_LAYOUT_PANELS;
+  // Legacy orthogonal files hold one norm per row; every other CQ4 file one
+  // per (row, group), which for an orthogonal panel file are the row's
+  // virtual groups.
+  scales.place(CQ4P_REGION_NORMS, n, (orthogonal && !panels) ? 1 : numGroups,
+               2);
+  if (panels) {
+    scales.end.alignUp(4);
+    scales.place(CQ4P_REGION_NORM_PANELS, cq4p_num_super_blocks(n),
+                 numGroups * CQ4P_PANEL_CHANNELS, 4);
+  }
+  if (orthogonal) {
+    scales.place(CQ4P_REGION_ROTATION, k, k, 2);
+    if (panels)
+      scales.place(CQ4P_REGION_ROTATION_T, k, k, 2);
+  } else {
+    scales.place(CQ4P_REGION_LEFT_SIGNS, groupSize);
+    scales.place(CQ4P_REGION_RIGHT_SIGNS, groupSize);
+    scales.place(CQ4P_REGION_PERMUTATION, groupSize, 4);
+  }
+  return scales;
+}
+
+Status checkGroupSize(const std::string &path, cq4p_layout layout,
+                      bool orthogonal, uint64_t k, uint32_t groupSize) {
+  auto refuse = [&](const std::string &expected) {
+    return formatError(path, "group_size", expected, str(groupSize));
+  };
+  bool panelCompatible = isPowerOfTwo(groupSize) &&
+                         groupSize % CQ4P_PANEL_GROUP_MULTIPLE == 0 &&
+                         groupSize <= CQ4P_PANEL_MAX_GROUP_SIZE;
+  if (layout == CQ4P_LAYOUT_PANELS && orthogonal) {
+    if (groupSize != CQ4P_ORTHOGONAL_VIRTUAL_GROUP)
+      return refuse("128 (the virtual group of an orthogonal panel file)");
+  } else if (orthogonal) {
+    if (groupSize != k)
+      return refuse(str(k) + " (K: a legacy orthogonal group spans the row)");
+  } else if (layout == CQ4P_LAYOUT_ROW_MAJOR) {
+    if (!isPowerOfTwo(groupSize) || groupSize < 8)
+      return refuse("a power of two of at least 8");
+  } else if (!panelCompatible) {
+    return refuse("a power of two, a multiple of 32, at most 256");
+  }
+  return Status::ok();
+}
+
+Status checkContent(const std::string &path, const uint8_t *bytes,
+                    const cq4p_tensor_info &info, const RegionTable &regions) {
+  const uint8_t *codebook = bytes + regions.offset[CQ4P_REGION_CODEBOOK];
+  float maxAbs = 0.0f;
+  for (int i = 0; i < CQ4P_CODEBOOK_LEVELS; ++i) {
+    uint16_t level = readU16(codebook + 2 * i);
+    if (!cq4p_half_is_finite(level))
+      return formatError(path, "codebook", "16 finite levels",
+                         "level " + str(i) + " = " + hex(level));
+    float magnitude = cq4p_half_to_float(level);
+    magnitude = magnitude < 0 ? -magnitude : magnitude;
+    maxAbs = magnitude > maxAbs ? magnitude : maxAbs;
+  }
+  if (maxAbs == 0.0f)
+    return formatError(path, "codebook", "a level other than zero",
+                       "all 16 levels zero");
+
+  uint64_t groupSize = info.group_size;
+  if (!info.orthogonal) {
+    for (cq4p_region region : {CQ4P_REGION_LEFT_SIGNS, CQ4P_REGION_RIGHT_SIGNS}) {
+      const char *field =
+          region == CQ4P_REGION_LEFT_SIGNS ? "left_signs" : "right_signs";
+      const int8_t *signs =
+          reinterpret_cast<const int8_t *>(bytes + regions.offset[region]);
+      for (uint64_t i = 0; i < groupSize; ++i)
+        if (signs[i] != 1 && signs[i] != -1)
+          return formatError(path, field, "+1 or -1",
+                             std::string(field) + "[" + str(i) +
+                                 "] = " + std::to_string(signs[i]));
+    }
+    const uint8_t *permutation =
+        bytes + regions.offset[CQ4P_REGION_PERMUTATION];
+    std::vector<bool> seen(groupSize, false);
+    for (uint64_t i = 0; i < groupSize; ++i) {
+      uint32_t target = readU32(permutation + 4 * i);
+      if (target >= groupSize)
+        return formatError(path, "permutation",
+                           "a permutation of 0.." + str(groupSize - 1),
+                           "permutation[" + str(i) + "] = " + str(target));
+      if (seen[target])
+        return formatError(path, "permutation",
+                           "a permutation of 0.." + str(groupSize - 1),
+                           str(target) + " twice (again at " + str(i) + ")");
+      seen[target] = true;
+    }
+  }
+
+  if (info.orthogonal && info.layout == CQ4P_LAYOUT_PANELS) {
+    const uint8_t *norms = bytes + regions.offset[CQ4P_REGION_NORMS];
+    uint64_t numGroups = info.num_groups;
+    for (uint64_t row = 0; row < info.dims[0]; ++row) {
+      const uint8_t *rowNorms = norms + 2 * row * numGroups;
+      uint16_t first = readU16(rowNorms);
+      for (uint64_t g = 1; g < numGroups; ++g) {
+        uint16_t norm = readU16(rowNorms + 2 * g);
+        if (norm != first)
+          return formatError(
+              path, "norms",
+              "row " + str(row) + "'s norm repeated over its " +
+                  str(numGroups) + " virtual groups",
+              "group " + str(g) + " = " + hex(norm) + ", group 0 = " +
+                  hex(first));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
+                           uint64_t size, cq4p_tensor_info &info,
+                           RegionTable &regions) {
+  info = {};
+  regions = {};
+  if (size < CQ4P_HEADER_BYTES)
+    return formatError(path, "header", "at least 84 bytes",
+                       str(size) + " bytes");
+  uint32_t magic = readU32(bytes + CQ4P_OFFSET_MAGIC);
+  if (magic != CQ4P_MAGIC)
+    return formatError(path, "magic", "0x54434143 (\"CACT\")", hex(magic));
+
+  uint32_t alignment = readU32(bytes + CQ4P_OFFSET_ALIGNMENT);
+  if (!isPowerOfTwo(alignment) || alignment > CQ4P_MAX_READER_ALIGNMENT)
+    return formatError(path, "alignment", "a power of two in [1, 4096]",
+                       str(alignment));
+
+  uint32_t precision = readU32(bytes + CQ4P_OFFSET_PRECISION);
+  bool cq4 = precision == CQ4P_PRECISION_CQ4;
+  if (!cq4 && precision != CQ4P_PRECISION_FP16 &&
+      precision != CQ4P_PRECISION_FP32)
+    return formatError(path, "precision", "1 (FP16), 2 (FP32) or 6 (CQ4)",
+                       str(precision));
+
+  uint32_t flags = readU32(bytes + CQ4P_OFFSET_FLAGS);
+  uint32_t allowed =
+      cq4 ? (CQ4P_FLAG_ORTHOGONAL_ROTATION | CQ4P_FLAG_INTERLEAVED_4ROW |
+             CQ4P_FLAG_EXTENDED_SHAPE | CQ4P_FLAG_PACKED_PANELS)
+          : CQ4P_FLAG_EXTENDED_SHAPE;
+  if (flags & ~allowed)
+    return formatError(path, "flags",
+                       "no bits outside " + hex(allowed) + " for precision " +
+                           str(precision),
+                       hex(flags));
+  if ((flags & CQ4P_FLAG_PACKED_PANELS) && (flags & CQ4P_FLAG_INTERLEAVED_4ROW))
+    return formatError(path, "flags",
+                       "PACKED_PANELS and INTERLEAVED_4ROW not both set",
+                       hex(flags));
+
+  bool extended = flags & CQ4P_FLAG_EXTENDED_SHAPE;
+  uint64_t headerBytes =
+      extended ? CQ4P_EXTENDED_HEADER_BYTES : CQ4P_HEADER_BYTES;
+  if (size < headerBytes)
+    return formatError(path, "header",
+                       "at least 116 bytes (extended shape)",
+                       str(size) + " bytes");
+
+  uint32_t ndim = readU32(bytes + CQ4P_OFFSET_NDIM);
+  uint32_t maxDims = extended ? 8 : 4;
+  if (cq4 ? ndim != 2 : (ndim < 1 || ndim > maxDims))
+    return formatError(path, "ndim", cq4 ? "2" : "1.." + str(maxDims),
+                       str(ndim));
+
+  uint64_t dims[8] = {};
+  for (int i = 0; i < 4; ++i)
+    dims[i] = readU64(bytes + CQ4P_OFFSET_DIMS + 8 * i);
+  if (extended)
+    for (int i = 0; i < 4; ++i)
+      dims[4 + i] = readU64(bytes + CQ4P_OFFSET_EXTENDED_DIMS + 8 * i);
+  for (uint32_t i = 0; i < 8; ++i) {
+    std::string name = "dims[" + str(i) + "]";
+    if (i < ndim && dims[i] == 0)
+      return formatError(path, "dims", name + " > 0", "0");
+    if (i >= ndim && dims[i] != 0)
+      return formatError(path, "dims", name + " = 0 (unused)", str(dims[i]));
+  }
+
+  cq4p_layout layout = CQ4P_LAYOUT_DENSE;
+  bool orthogonal = flags & CQ4P_FLAG_ORTHOGONAL_ROTATION;
+  uint64_t n = dims[0], k = dims[1];
+  uint32_t groupSize = readU32(bytes + CQ4P_OFFSET_GROUP_SIZE);
+  uint32_t numGroups = readU32(bytes + CQ4P_OFFSET_NUM_GROUPS);
+  if (cq4) {
+    layout = (flags & CQ4P_FLAG_PACKED_PANELS) ? CQ4P_LAYOUT_PANELS
+             : (flags & CQ4P_FLAG_INTERLEAVED_4ROW)
+                 ? CQ4P_LAYOUT_INTERLEAVED_4ROW
+                 : CQ4P_LAYOUT_ROW_MAJOR;
+    constexpr uint64_t kMaxDim = uint64_t(1) << 32;
+    if (n >= kMaxDim)
+      return formatError(path, "dims", "N < 2^32", str(n));
+    if (k >= kMaxDim)
+      return formatError(path, "dims", "K < 2^32", str(k));
+    if (layout == CQ4P_LAYOUT_INTERLEAVED_4ROW && n % 4 != 0)
+      return formatError(path, "dims",
+                         "N a multiple of 4 (INTERLEAVED_4ROW)", str(n));
+    uint64_t originalN = readU64(bytes + CQ4P_OFFSET_ORIGINAL_N);
+    if (originalN != n)
+      return formatError(path, "original_n", str(n) + " (N)", str(originalN));
+    if (Status status = checkGroupSize(path, layout, orthogonal, k, groupSize);
+        !status)
+      return status;
+    if (uint64_t(numGroups) * groupSize != k)
+      return formatError(path, "num_groups",
+                         "num_groups * group_size (" + str(groupSize) +
+                             ") = K (" + str(k) + ")",
+                         str(numGroups));
+  }
+
+  // The sizes the layout needs.
+  ScalesLayout scales;
+  CheckedSize dataBytes;
+  if (cq4) {
+    scales = cq4ScalesLayout(layout, orthogonal, n, k, groupSize, numGroups);
+    uint64_t rows = layout == CQ4P_LAYOUT_PANELS
+                        ? cq4p_num_super_blocks(n) * CQ4P_PANEL_CHANNELS
+                        : n;
+    dataBytes.addProduct(rows, k);
+    dataBytes.value /= 2;
+  } else {
+    dataBytes.value = precision == CQ4P_PRECISION_FP16 ? 2 : 4;
+    for (uint32_t i = 0; i < ndim; ++i)
+      dataBytes.overflowed |=
+          __builtin_mul_overflow(dataBytes.value, dims[i], &dataBytes.value);
+  }
+
+  uint64_t storedScales = readU64(bytes + CQ4P_OFFSET_SCALES_BYTES);
+  uint64_t storedData = readU64(bytes + CQ4P_OFFSET_DATA_BYTES);
+  if (scales.end.overflowed)
+    return formatError(path, "scales_bytes", kTooLarge, str(storedScales));
+  if (storedScales != scales.end.value)
+    return formatError(path, "scales_bytes", str(scales.end.value),
+                       str(storedScales));
+  if (dataBytes.overflowed)
+    return formatError(path, "data_bytes", kTooLarge, str(storedData));
+  if (storedData != dataBytes.value)
+    return formatError(path, "data_bytes", str(dataBytes.value),
+                       str(storedData));
+
+  CheckedSize end;
+  end.add(headerBytes).alignUp(alignment);
+  uint64_t scalesOffset = end.value;
+  end.add(storedScales).alignUp(alignment);
+  uint64_t dataOffset = end.value;
+  end.add(storedData);
+  if (end.overflowed)
+    return formatError(path, "file size", kTooLarge, str(size) + " bytes");
+  if (end.value != size)
+    return formatError(path, "file size", str(end.value) + " bytes",
+                       str(size) + " bytes");
+
+  info.flags = flags;
+  info.alignment = alignment;
+  info.precision = precision;
+  info.ndim = ndim;
+  std::memcpy(info.dims, dims, sizeof(dims));
+  info.group_size = groupSize;
+  info.num_groups = numGroups;
+  info.layout = layout;
+  info.orthogonal = orthogonal;
+  info.header_bytes = headerBytes;
+  info.scales_offset = scalesOffset;
+  info.scales_bytes = storedScales;
+  info.data_offset = dataOffset;
+  info.data_bytes = storedData;
+  info.file_bytes = size;
+
+  for (int r = 0; r < CQ4P_REGION_COUNT; ++r) {
+    if (scales.size[r] == 0)
+      continue;
+    regions.offset[r] = scalesOffset + scales.offset[r];
+    regions.size[r] = scales.size[r];
+  }
+  regions.offset[CQ4P_REGION_DATA] = dataOffset;
+  regions.size[CQ4P_REGION_DATA] = storedData;
+
+  if (cq4)
+    if (Status status = checkContent(path, bytes, info, regions); !status) {
+      info = {};
+      regions = {};
+      return status;
+    }
+  return Status::ok();
+}
+
+Status TensorFile::open(const std::string &path,
+                        std::unique_ptr<TensorFile> &out) {
+  out.reset();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status(CQ4P_ERROR_IO,
+                  path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int error = errno;
+    ::close(fd);
+    return Status(CQ4P_ERROR_IO, path + ": cannot stat: " + std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status(CQ4P_ERROR_IO, path + ": not a regular file");
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint8_t *base = nullptr;
+  if (size > 0) {
+    void *mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) {
+      int error = errno;
+      ::close(fd);
+      return Status(CQ4P_ERROR_IO, path + ": cannot map " + str(size) +
+                                       " bytes: " + std::strerror(error));
+    }
+    base = static_cast<const uint8_t *>(mapping);
+  }
+  ::close(fd); // the mapping keeps the file's pages
+
+  std::unique_ptr<TensorFile> file(new TensorFile());
+  file->path_ = path;
+  file->base_ = base;
+  file->size_ = size;
+  static const uint8_t kEmpty[1] = {0};
+  if (Status status = validateTensorBytes(path, base ? base : kEmpty, size,
+                                          file->info_, file->regions_);
+      !status)
+    return status;
+  out = std::move(file);
+  return Status::ok();
+}
+
+TensorFile::~TensorFile() {
+  if (base_ != nullptr)
+    ::munmap(const_cast<uint8_t *>(base_), size_);
+}
+
+ByteSpan TensorFile::region(cq4p_region region) const {
+  if (region < 0 || region >= CQ4P_REGION_COUNT || regions_.size[region] == 0)
+    return {};
+  return {base_ + regions_.offset[region], regions_.size[region]};
+}
+
+} // namespace cq4p::runtime
