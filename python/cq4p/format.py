@@ -1,17 +1,21 @@
 """The CQ4 format's constants, read from their one definition.
 
 runtime/include/cq4p/format.h is the single source of the format's numbers;
-this module parses its `#define NAME value` lines and its precision enum
-rather than restating them.
+this module parses its `#define NAME value` lines and its enumerators
+rather than restating them (`load(API_HEADER)` does the same for the C API's
+enumerations).
 """
 
 import re
 from pathlib import Path
 
-HEADER = Path(__file__).resolve().parent.parent.parent / "runtime" / "include" / "cq4p" / "format.h"
+_INCLUDE = Path(__file__).resolve().parent.parent.parent / "runtime" / "include" / "cq4p"
+HEADER = _INCLUDE / "format.h"
+# The runtime's C API: its enumerations (status codes, layouts, regions).
+API_HEADER = _INCLUDE / "cq4p.h"
 
 _DEFINE = re.compile(r"^#define\s+(CQ4P_[A-Z0-9_]+)\s+(.+?)\s*(?:/\*.*)?$")
-_ENUMERATOR = re.compile(r"^\s*(CQ4P_PRECISION_[A-Z0-9]+)\s*=\s*(\d+)")
+_ENUMERATOR = re.compile(r"^\s*(CQ4P_[A-Z0-9_]+)\s*=\s*(\d+)")
 _SHIFT = re.compile(r"^\(1u\s*<<\s*(\d+)\)$")
 _NUMBER = re.compile(r"^(0x[0-9a-fA-F]+|\d+)u?$")
 

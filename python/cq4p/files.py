@@ -1,0 +1,691 @@
+"""CQ4 tensor files (FORMAT.md sections 1, 3, 4): writers, a validating
+reader and dequantization.
+
+A file is an 84-byte header (116 with the extended shape), a scales region
+at align_up(header, alignment) and a data region at align_up(scales end,
+alignment), zero padding in between. `region_layout` is the one description
+of which regions a layout has, in which order and of which size; the writers
+fill it and the reader checks and maps it. The reader refuses a file at the
+first field that does not follow the format, naming that field exactly as the
+runtime's C++ reader does, so the two can be compared on malformed files.
+"""
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from cq4p import format as fmt
+from cq4p import panels as pn
+from cq4p import quantize as qz
+
+PANEL_SUFFIX = ".cq4p.weights"
+LEGACY_SUFFIX = ".cq4.weights"
+PLAIN_SUFFIX = ".weights"
+
+PANELS = "panels"
+ROW_MAJOR = "row_major"
+INTERLEAVED = "interleaved4row"
+DENSE = "dense"
+
+FP16 = fmt.CQ4P_PRECISION_FP16
+FP32 = fmt.CQ4P_PRECISION_FP32
+CQ4 = fmt.CQ4P_PRECISION_CQ4
+DENSE_DTYPES = {FP16: np.dtype("<f2"), FP32: np.dtype("<f4")}
+PRECISION_NAMES = {FP16: "FP16", FP32: "FP32", CQ4: "CQ4"}
+
+FLAG_NAMES = {
+    fmt.CQ4P_FLAG_ORTHOGONAL_ROTATION: "ORTHOGONAL_ROTATION",
+    fmt.CQ4P_FLAG_INTERLEAVED_4ROW: "INTERLEAVED_4ROW",
+    fmt.CQ4P_FLAG_EXTENDED_SHAPE: "EXTENDED_SHAPE",
+    fmt.CQ4P_FLAG_PACKED_PANELS: "PACKED_PANELS",
+}
+CQ4_FLAGS = (fmt.CQ4P_FLAG_ORTHOGONAL_ROTATION | fmt.CQ4P_FLAG_INTERLEAVED_4ROW
+             | fmt.CQ4P_FLAG_EXTENDED_SHAPE | fmt.CQ4P_FLAG_PACKED_PANELS)
+DENSE_FLAGS = fmt.CQ4P_FLAG_EXTENDED_SHAPE
+
+HEADER_DIMS = 4
+EXTENDED_DIMS = 4
+MAX_DIMS = HEADER_DIMS + EXTENDED_DIMS
+DIM_LIMIT = 1 << 32
+NORM_PANEL_ALIGNMENT = 4
+CODEBOOK_DTYPE = np.dtype("<f2")
+
+# Byte order of the header's fields: (name, offset, struct code).
+HEADER_FIELDS = (
+    ("magic", fmt.CQ4P_OFFSET_MAGIC, "<I"),
+    ("flags", fmt.CQ4P_OFFSET_FLAGS, "<I"),
+    ("alignment", fmt.CQ4P_OFFSET_ALIGNMENT, "<I"),
+    ("ndim", fmt.CQ4P_OFFSET_NDIM, "<I"),
+    ("dims", fmt.CQ4P_OFFSET_DIMS, f"<{HEADER_DIMS}Q"),
+    ("precision", fmt.CQ4P_OFFSET_PRECISION, "<I"),
+    ("data_bytes", fmt.CQ4P_OFFSET_DATA_BYTES, "<Q"),
+    ("scales_bytes", fmt.CQ4P_OFFSET_SCALES_BYTES, "<Q"),
+    ("group_size", fmt.CQ4P_OFFSET_GROUP_SIZE, "<I"),
+    ("num_groups", fmt.CQ4P_OFFSET_NUM_GROUPS, "<I"),
+    ("original_n", fmt.CQ4P_OFFSET_ORIGINAL_N, "<Q"),
+)
+EXTENDED_DIMS_CODE = f"<{EXTENDED_DIMS}Q"
+
+
+class FormatError(ValueError):
+    """A file that does not follow FORMAT.md; `field` names the first
+    field found wrong, as the C++ reader names it."""
+
+    def __init__(self, path, field, expected, found):
+        self.path = str(path)
+        self.field = field
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{path}: {field}: expected {expected}, found {found}")
+
+
+def align_up(value, alignment):
+    return -(-value // alignment) * alignment
+
+
+def layout_of(precision, flags):
+    if precision != CQ4:
+        return DENSE
+    if flags & fmt.CQ4P_FLAG_PACKED_PANELS:
+        return PANELS
+    if flags & fmt.CQ4P_FLAG_INTERLEAVED_4ROW:
+        return INTERLEAVED
+    return ROW_MAJOR
+
+
+def flag_names(flags):
+    names = [name for bit, name in FLAG_NAMES.items() if flags & bit]
+    unknown = flags & ~sum(FLAG_NAMES)
+    if unknown:
+        names.append(f"0x{unknown:x}")
+    return names
+
+
+# --- region layout (one definition for writers and reader) -------------------
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    offset: int  # from the start of its region (scales or data)
+    dtype: np.dtype
+    shape: tuple
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=object)) * self.dtype.itemsize
+
+
+def _stack(entries):
+    """Regions placed one after another; None entries align to 4 bytes."""
+    regions, offset = [], 0
+    for entry in entries:
+        if entry is None:
+            offset = align_up(offset, NORM_PANEL_ALIGNMENT)
+            continue
+        name, dtype, shape = entry
+        region = Region(name, offset, np.dtype(dtype), tuple(shape))
+        regions.append(region)
+        offset += region.nbytes
+    return regions, offset
+
+
+def scales_layout(layout, orthogonal, n, k, gs, ng):
+    """The scales regions of a CQ4 file, in order, and the region's size."""
+    entries = [("codebook", CODEBOOK_DTYPE, (fmt.CQ4P_CODEBOOK_LEVELS,)),
+               ("input_scale", "<f2", (k,)),
+               ("input_scale_recip", "<f2", (k,))]
+    if layout == PANELS:
+        entries += [("norms", "<f2", (n, ng)), None,
+                    ("norm_panels", "<f4", (pn.num_super_blocks(n), ng, pn.CHANNELS))]
+    elif layout == INTERLEAVED:
+        entries.append(("norms", "<f2", (n // 4, ng, 4)))
+    else:
+        entries.append(("norms", "<f2", (n, ng)))
+    if orthogonal:
+        entries.append(("rotation", "<f2", (k, k)))
+        if layout == PANELS:
+            entries.append(("rotation_t", "<f2", (k, k)))
+    else:
+        entries += [("left_signs", "i1", (gs,)), ("right_signs", "i1", (gs,)),
+                    ("permutation", "<u4", (gs,))]
+    return _stack(entries)
+
+
+def data_layout(layout, n, k, gs, ng, dims=None, precision=None):
+    """The data region of a file as one Region.
+
+    A CQ4 region holds N * K / 2 bytes (panels: ceil64(N) * K / 2). A legacy
+    orthogonal group spans the row (gs = K), and the format does not
+    require K to be even (row-major) or a multiple of 8 (interleaved); such
+    a region is exposed as flat bytes and has no defined index layout.
+    """
+    if layout == DENSE:
+        return Region("data", 0, DENSE_DTYPES[precision], tuple(dims))
+    if layout == PANELS:
+        shape = (pn.num_super_blocks(n), ng, gs // pn.KG_K, pn.KG_BYTES)
+    elif layout == INTERLEAVED and gs % 8 == 0:
+        shape = (n // 4, ng, gs // 8, 4, 4)
+    elif layout == ROW_MAJOR and gs % 2 == 0:
+        shape = (n, ng, gs // 2)
+    else:
+        shape = (n * k // 2,)
+    return Region("data", 0, np.dtype("u1"), shape)
+
+
+# --- layouts of the indices --------------------------------------------------
+
+def pack_row_major(indices):
+    """[N, K] -> [N][K/2] bytes, k even in the low nibble."""
+    indices = np.asarray(indices, dtype=np.uint8)
+    return (indices[:, 0::2] | (indices[:, 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_row_major(data, n, k):
+    packed = np.asarray(data, dtype=np.uint8).reshape(n, k // 2)
+    indices = np.empty((n, k), dtype=np.uint8)
+    indices[:, 0::2] = packed & 0x0F
+    indices[:, 1::2] = packed >> 4
+    return indices
+
+
+def pack_interleaved(indices, gs):
+    """[N, K] -> [N/4][ng][gs/8][4 rows][4 bytes]; byte (r, j) of chunk c
+    holds idx[r][c*8 + j] low and idx[r][c*8 + 4 + j] high."""
+    indices = np.asarray(indices, dtype=np.uint8)
+    n, k = indices.shape
+    # [q, r, g, c, half, j] -> [q, g, c, r, half, j]
+    split = indices.reshape(n // 4, 4, k // gs, gs // 8, 2, 4).transpose(0, 2, 3, 1, 4, 5)
+    return (split[..., 0, :] | (split[..., 1, :] << 4)).astype(np.uint8)
+
+
+def unpack_interleaved(data, n, k, gs):
+    packed = np.asarray(data, dtype=np.uint8).reshape(n // 4, k // gs, gs // 8, 4, 4)
+    split = np.stack([packed & 0x0F, packed >> 4], axis=-2)  # [q, g, c, r, half, j]
+    return np.ascontiguousarray(split.transpose(0, 3, 1, 2, 4, 5).reshape(n, k))
+
+
+def interleave_norms(norms):
+    """[N][ng] -> [N/4][ng][4]."""
+    n, ng = norms.shape
+    return np.ascontiguousarray(norms.reshape(n // 4, 4, ng).transpose(0, 2, 1))
+
+
+def deinterleave_norms(norms):
+    """[N/4][ng][4] -> [N][ng]."""
+    q, ng, _ = norms.shape
+    return np.ascontiguousarray(np.asarray(norms).transpose(0, 2, 1).reshape(4 * q, ng))
+
+
+# --- writers -----------------------------------------------------------------
+
+def _header(flags, dims, precision, data_bytes, scales_bytes, gs, ng, original_n):
+    extended = len(dims) > HEADER_DIMS
+    if extended:
+        flags |= fmt.CQ4P_FLAG_EXTENDED_SHAPE
+    size = fmt.CQ4P_EXTENDED_HEADER_BYTES if extended else fmt.CQ4P_HEADER_BYTES
+    slots = list(dims) + [0] * ((MAX_DIMS if extended else HEADER_DIMS) - len(dims))
+    values = {"magic": fmt.CQ4P_MAGIC, "flags": flags, "alignment": fmt.CQ4P_WRITER_ALIGNMENT,
+              "ndim": len(dims), "dims": slots[:HEADER_DIMS], "precision": precision,
+              "data_bytes": data_bytes, "scales_bytes": scales_bytes, "group_size": gs,
+              "num_groups": ng, "original_n": original_n}
+    header = bytearray(size)
+    for name, offset, code in HEADER_FIELDS:
+        value = values[name]
+        struct.pack_into(code, header, offset, *(value if isinstance(value, list) else [value]))
+    if extended:
+        struct.pack_into(EXTENDED_DIMS_CODE, header, fmt.CQ4P_OFFSET_EXTENDED_DIMS,
+                         *slots[HEADER_DIMS:])
+    return bytes(header)
+
+
+def _write(path, header, regions, arrays, data_region, data):
+    """Header, zero padding, scales regions, zero padding, data: exactly
+    data_offset + data_bytes bytes."""
+    scales_offset = align_up(len(header), fmt.CQ4P_WRITER_ALIGNMENT)
+    scales_bytes = regions[-1].offset + regions[-1].nbytes if regions else 0
+    data_offset = align_up(scales_offset + scales_bytes, fmt.CQ4P_WRITER_ALIGNMENT)
+    with open(path, "wb") as out:
+        out.write(header)
+        for region in regions:
+            array = np.ascontiguousarray(arrays[region.name], dtype=region.dtype)
+            if array.shape != region.shape:
+                raise ValueError(f"{region.name} has shape {array.shape}, expected {region.shape}")
+            out.write(bytes(scales_offset + region.offset - out.tell()))
+            out.write(array.tobytes())
+        out.write(bytes(data_offset - out.tell()))
+        block = np.ascontiguousarray(data, dtype=data_region.dtype)
+        if block.size * block.itemsize != data_region.nbytes:
+            raise ValueError(f"data has {block.nbytes} bytes, expected {data_region.nbytes}")
+        out.write(block.tobytes())
+
+
+def _cq_header_and_write(path, layout, qw, gs, ng, regions_arrays, data):
+    orthogonal = qw.orthogonal
+    flags = fmt.CQ4P_FLAG_ORTHOGONAL_ROTATION if orthogonal else 0
+    if layout == PANELS:
+        flags |= fmt.CQ4P_FLAG_PACKED_PANELS
+    elif layout == INTERLEAVED:
+        flags |= fmt.CQ4P_FLAG_INTERLEAVED_4ROW
+    n, k = qw.n, qw.k
+    regions, scales_bytes = scales_layout(layout, orthogonal, n, k, gs, ng)
+    data_region = data_layout(layout, n, k, gs, ng)
+    header = _header(flags, (n, k), CQ4, data_region.nbytes, scales_bytes, gs, ng, n)
+    _write(path, header, regions, regions_arrays, data_region, data)
+
+
+def _common_arrays(qw):
+    arrays = {"codebook": qw.codebook, "input_scale": qw.input_scale,
+              "input_scale_recip": qw.input_scale_recip}
+    if qw.orthogonal:
+        arrays["rotation"] = qw.rotation_matrix
+        arrays["rotation_t"] = np.ascontiguousarray(np.asarray(qw.rotation_matrix).T)
+    else:
+        arrays.update(left_signs=qw.left_signs, right_signs=qw.right_signs,
+                      permutation=qw.permutation)
+    return arrays
+
+
+def panel_refusal(qw_rotation, k, gs):
+    """Why a tensor cannot be a panel file (None when it can)."""
+    if qw_rotation == qz.ORTHOGONAL:
+        if k % fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP:
+            return f"orthogonal K ({k}) is not a multiple of {fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP}"
+        return None
+    if not pn.is_panel_group_size(gs):
+        return (f"group size ({gs}) is not a power of two, multiple of "
+                f"{fmt.CQ4P_PANEL_GROUP_MULTIPLE}, at most {fmt.CQ4P_PANEL_MAX_GROUP_SIZE}")
+    return None
+
+
+def interleaved_refusal(qw_rotation, n, k, gs):
+    """Why a tensor cannot be a legacy interleaved file (None when it can)."""
+    if n % 4:
+        return f"N ({n}) is not a multiple of 4"
+    if qw_rotation == qz.ORTHOGONAL:
+        return None if k % 32 == 0 else f"orthogonal K ({k}) is not a multiple of 32"
+    if not pn.is_panel_group_size(gs):
+        return f"group size ({gs}) is not a power of two, multiple of 32, at most 256"
+    return None
+
+
+def write_panel_file(path, qw):
+    """A packed-panel file (flag PACKED_PANELS) of the stored values `qw`."""
+    refusal = panel_refusal(qw.rotation, qw.k, qw.group_size)
+    if refusal:
+        raise ValueError(f"{path}: cannot write panels: {refusal}")
+    gs = fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if qw.orthogonal else qw.group_size
+    panels, norm_panels, norms = pn.encode_panels(qw.indices, qw.norms, qw.codebook,
+                                                  qw.group_size, gs)
+    arrays = _common_arrays(qw)
+    arrays.update(norms=norms, norm_panels=norm_panels)
+    _cq_header_and_write(path, PANELS, qw, gs, qw.k // gs, arrays, panels)
+
+
+def write_row_major_file(path, qw):
+    """A legacy row-major CQ4 file: [N][ng][gs/2] nibbles."""
+    arrays = _common_arrays(qw)
+    arrays["norms"] = qw.norms
+    _cq_header_and_write(path, ROW_MAJOR, qw, qw.group_size, qw.num_groups, arrays,
+                         pack_row_major(qw.indices))
+
+
+def write_interleaved_file(path, qw):
+    """A legacy 4-row interleaved CQ4 file (flag INTERLEAVED_4ROW)."""
+    refusal = interleaved_refusal(qw.rotation, qw.n, qw.k, qw.group_size)
+    if refusal:
+        raise ValueError(f"{path}: cannot write an interleaved file: {refusal}")
+    arrays = _common_arrays(qw)
+    arrays["norms"] = interleave_norms(np.asarray(qw.norms))
+    _cq_header_and_write(path, INTERLEAVED, qw, qw.group_size, qw.num_groups, arrays,
+                         pack_interleaved(qw.indices, qw.group_size))
+
+
+WRITERS = {PANELS: write_panel_file, ROW_MAJOR: write_row_major_file,
+           INTERLEAVED: write_interleaved_file}
+
+
+def write_dense_file(path, array, precision):
+    """An FP16 or FP32 file of `array` (rank 1..8; rank 0 is stored as [1])."""
+    array = np.asarray(array)
+    dims = array.shape or (1,)
+    if not 1 <= len(dims) <= MAX_DIMS or min(dims) == 0:
+        raise ValueError(f"{path}: cannot store shape {array.shape}")
+    region = data_layout(DENSE, 0, 0, 0, 0, dims, precision)
+    header = _header(0, dims, precision, region.nbytes, 0, 0, 0, dims[0])
+    _write(path, header, [], {}, region, array.reshape(dims))
+
+
+# --- reader ------------------------------------------------------------------
+
+@dataclass
+class Header:
+    magic: int
+    flags: int
+    alignment: int
+    ndim: int
+    dims: tuple
+    precision: int
+    data_bytes: int
+    scales_bytes: int
+    group_size: int
+    num_groups: int
+    original_n: int
+    header_bytes: int
+
+
+def _unpack_header(raw):
+    values = {name: struct.unpack_from(code, raw, offset) for name, offset, code in HEADER_FIELDS}
+    values = {name: (value if name == "dims" else value[0]) for name, value in values.items()}
+    return values
+
+
+def _power_of_two(value):
+    return value > 0 and value & (value - 1) == 0
+
+
+class _Checker:
+    def __init__(self, path):
+        self.path = path
+
+    def require(self, ok, field, expected, found):
+        if not ok:
+            raise FormatError(self.path, field, expected, found)
+
+
+def _expected_group_size(layout, orthogonal, k, gs):
+    """(ok, expected text) for the group_size field of a CQ4 file."""
+    if orthogonal and layout == PANELS:
+        return gs == fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP, str(fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP)
+    if orthogonal:
+        return gs == k, f"K ({k})"
+    if layout == ROW_MAJOR:
+        return _power_of_two(gs) and gs >= 8, "a power of two of at least 8"
+    return pn.is_panel_group_size(gs), (f"a power of two, multiple of {fmt.CQ4P_PANEL_GROUP_MULTIPLE}, "
+                                        f"at most {fmt.CQ4P_PANEL_MAX_GROUP_SIZE}")
+
+
+def validate_header(path, raw, file_bytes):
+    """Checks every header field and size of a file whose first bytes are
+    `raw`, in the C++ reader's order. Returns the Header."""
+    check = _Checker(path)
+    check.require(file_bytes >= fmt.CQ4P_HEADER_BYTES, "header",
+                  f"at least {fmt.CQ4P_HEADER_BYTES} bytes", f"{file_bytes} bytes")
+    v = _unpack_header(raw)
+    check.require(v["magic"] == fmt.CQ4P_MAGIC, "magic", f"0x{fmt.CQ4P_MAGIC:08x}",
+                  f"0x{v['magic']:08x}")
+    alignment = v["alignment"]
+    check.require(_power_of_two(alignment) and alignment <= fmt.CQ4P_MAX_READER_ALIGNMENT,
+                  "alignment", f"a power of two from 1 to {fmt.CQ4P_MAX_READER_ALIGNMENT}",
+                  alignment)
+    precision = v["precision"]
+    check.require(precision in (FP16, FP32, CQ4), "precision",
+                  f"{FP16} (FP16), {FP32} (FP32) or {CQ4} (CQ4)", precision)
+
+    flags = v["flags"]
+    allowed = CQ4_FLAGS if precision == CQ4 else DENSE_FLAGS
+    check.require(flags & ~allowed == 0, "flags", f"only bits 0x{allowed:x}", f"0x{flags:x}")
+    both = fmt.CQ4P_FLAG_PACKED_PANELS | fmt.CQ4P_FLAG_INTERLEAVED_4ROW
+    check.require(flags & both != both, "flags",
+                  "PACKED_PANELS and INTERLEAVED_4ROW not both set", f"0x{flags:x}")
+    extended = bool(flags & fmt.CQ4P_FLAG_EXTENDED_SHAPE)
+    header_bytes = fmt.CQ4P_EXTENDED_HEADER_BYTES if extended else fmt.CQ4P_HEADER_BYTES
+    check.require(file_bytes >= header_bytes, "header", f"at least {header_bytes} bytes",
+                  f"{file_bytes} bytes")
+
+    ndim = v["ndim"]
+    if precision == CQ4:
+        check.require(ndim == 2, "ndim", 2, ndim)
+    else:
+        most = MAX_DIMS if extended else HEADER_DIMS
+        check.require(1 <= ndim <= most, "ndim", f"1 to {most}", ndim)
+
+    slots = list(v["dims"])
+    if extended:
+        slots += struct.unpack_from(EXTENDED_DIMS_CODE, raw, fmt.CQ4P_OFFSET_EXTENDED_DIMS)
+    for i, dim in enumerate(slots):
+        if i < ndim:
+            check.require(dim > 0, "dims", f"dims[{i}] > 0", dim)
+        else:
+            check.require(dim == 0, "dims", f"dims[{i}] = 0 (unused)", dim)
+    dims = tuple(slots[:ndim])
+    layout = layout_of(precision, flags)
+    orthogonal = bool(flags & fmt.CQ4P_FLAG_ORTHOGONAL_ROTATION)
+
+    if layout == DENSE:
+        # Sizes are exact integers here; one that does not fit in 64 bits
+        # cannot equal the stored u64 and is refused at data_bytes.
+        scales_bytes = 0
+        data_region = data_layout(DENSE, 0, 0, 0, 0, dims, precision)
+    else:
+        n, k = dims
+        check.require(n < DIM_LIMIT, "dims", "N < 2^32", n)
+        check.require(k < DIM_LIMIT, "dims", "K < 2^32", k)
+        if layout == INTERLEAVED:
+            check.require(n % 4 == 0, "dims", "N a multiple of 4", n)
+        check.require(v["original_n"] == n, "original_n", n, v["original_n"])
+        gs = v["group_size"]
+        ok, expected = _expected_group_size(layout, orthogonal, k, gs)
+        check.require(ok, "group_size", expected, gs)
+        ng = v["num_groups"]
+        check.require(ng * gs == k, "num_groups", f"K / group_size ({k // gs})", ng)
+        _, scales_bytes = scales_layout(layout, orthogonal, n, k, gs, ng)
+        data_region = data_layout(layout, n, k, gs, ng)
+    check.require(v["scales_bytes"] == scales_bytes, "scales_bytes", scales_bytes,
+                  v["scales_bytes"])
+    check.require(v["data_bytes"] == data_region.nbytes, "data_bytes", data_region.nbytes,
+                  v["data_bytes"])
+    scales_offset = align_up(header_bytes, alignment)
+    data_offset = align_up(scales_offset + scales_bytes, alignment)
+    expected_size = data_offset + data_region.nbytes
+    check.require(file_bytes == expected_size, "file size", f"{expected_size} bytes",
+                  f"{file_bytes} bytes")
+    return Header(v["magic"], flags, alignment, ndim, dims, precision, v["data_bytes"],
+                  scales_bytes, v["group_size"], v["num_groups"], v["original_n"], header_bytes)
+
+
+class TensorFile:
+    """A validated tensor file, mapped read-only, with zero-copy numpy views
+    of its regions (None where the layout has no such region)."""
+
+    REGION_NAMES = ("data", "codebook", "input_scale", "input_scale_recip", "norms",
+                    "norm_panels", "left_signs", "right_signs", "permutation", "rotation",
+                    "rotation_t")
+
+    def __init__(self, path, header, mapping, file_bytes):
+        self.path = str(path)
+        self.header = header
+        self.file_bytes = file_bytes
+        self._mapping = mapping
+        for name, value in vars(header).items():
+            setattr(self, name, value)
+        self.layout = layout_of(header.precision, header.flags)
+        self.orthogonal = bool(header.flags & fmt.CQ4P_FLAG_ORTHOGONAL_ROTATION)
+        self.scales_offset = align_up(header.header_bytes, header.alignment)
+        self.data_offset = align_up(self.scales_offset + header.scales_bytes, header.alignment)
+        self.regions = {}  # name -> (absolute offset, bytes)
+        for name in self.REGION_NAMES:
+            setattr(self, name, None)
+        if self.layout == DENSE:
+            scales, data_region = [], data_layout(DENSE, 0, 0, 0, 0, header.dims,
+                                                  header.precision)
+        else:
+            n, k = header.dims
+            scales, _ = scales_layout(self.layout, self.orthogonal, n, k, header.group_size,
+                                      header.num_groups)
+            data_region = data_layout(self.layout, n, k, header.group_size, header.num_groups)
+        for region in scales:
+            self._map(region, self.scales_offset)
+        self._map(data_region, self.data_offset)
+
+    def _map(self, region, base):
+        offset = base + region.offset
+        count = region.nbytes // region.dtype.itemsize
+        view = np.frombuffer(self._mapping, dtype=region.dtype, count=count, offset=offset)
+        setattr(self, region.name, view.reshape(region.shape))
+        self.regions[region.name] = (offset, region.nbytes)
+
+    # -- meaning of the stored values --
+
+    @property
+    def precision_name(self):
+        return PRECISION_NAMES[self.precision]
+
+    @property
+    def n(self):
+        return self.dims[0]
+
+    @property
+    def k(self):
+        return self.dims[1]
+
+    def indices(self):
+        """uint8 [N, K] codebook indices (panels: as stored, canonical)."""
+        n, k, gs = self.n, self.k, self.group_size
+        if self.layout != DENSE and self.data.ndim == 1:
+            raise ValueError(f"{self.path}: a {self.layout} region with K = {k} has no "
+                             f"defined index layout")
+        if self.layout == PANELS:
+            return pn.unpack_panels(self.data, n, k, gs)
+        if self.layout == INTERLEAVED:
+            return unpack_interleaved(self.data, n, k, gs)
+        if self.layout == ROW_MAJOR:
+            return unpack_row_major(self.data, n, k)
+        raise ValueError(f"{self.path}: a {self.precision_name} file has no indices")
+
+    def group_norms(self):
+        """fp16 [N, K / source gs]: the stored norms per quantization group
+        (orthogonal: one per row)."""
+        if self.layout == INTERLEAVED:
+            norms = deinterleave_norms(self.norms)
+        else:
+            norms = np.array(self.norms)
+        return norms[:, :1].copy() if self.orthogonal else norms
+
+    def stored(self):
+        """The file's stored values as a QuantizedWeight."""
+        if self.layout == DENSE:
+            raise ValueError(f"{self.path}: a {self.precision_name} file is not CQ4")
+        common = dict(indices=self.indices(), norms=self.group_norms(),
+                      codebook=np.array(self.codebook), input_scale=np.array(self.input_scale),
+                      input_scale_recip=np.array(self.input_scale_recip))
+        if self.orthogonal:
+            return qz.QuantizedWeight(qz.ORTHOGONAL, self.k,
+                                      rotation_matrix=np.array(self.rotation), **common)
+        return qz.QuantizedWeight(qz.HADAMARD, self.group_size,
+                                  left_signs=np.array(self.left_signs),
+                                  right_signs=np.array(self.right_signs),
+                                  permutation=np.array(self.permutation), **common)
+
+    def dequantize(self):
+        """float32: the dense tensor (CQ4: FORMAT.md section 2's meaning)."""
+        if self.layout == DENSE:
+            return self.data.astype(np.float32)
+        return dequantize(self.stored())
+
+    def close(self):
+        for name in self.REGION_NAMES:
+            setattr(self, name, None)
+        mapping, self._mapping = self._mapping, None
+        try:
+            mapping.close()
+        except BufferError:
+            pass  # views handed out still use it; it closes when they go
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _check_contents(tensor):
+    check = _Checker(tensor.path)
+    if tensor.layout == DENSE:
+        return
+    codebook = tensor.codebook.astype(np.float32)
+    check.require(bool(np.all(np.isfinite(codebook))) and float(np.max(np.abs(codebook))) > 0,
+                  "codebook", "16 finite levels, not all zero",
+                  " ".join(f"{x:g}" for x in codebook))
+    if not tensor.orthogonal:
+        for name in ("left_signs", "right_signs"):
+            signs = getattr(tensor, name)
+            bad = np.flatnonzero((signs != 1) & (signs != -1))
+            check.require(bad.size == 0, name, "+1 or -1",
+                          f"{int(signs[bad[0]])} at {int(bad[0])}" if bad.size else "")
+        permutation = tensor.permutation
+        gs = tensor.group_size
+        seen = np.zeros(gs, dtype=bool)
+        in_range = permutation < gs
+        seen[permutation[in_range].astype(np.intp)] = True
+        check.require(bool(np.all(in_range)) and bool(np.all(seen)), "permutation",
+                      f"a permutation of 0..{gs - 1}",
+                      f"value {int(permutation[~in_range][0])}" if not np.all(in_range)
+                      else f"{int(np.count_nonzero(~seen))} missing values")
+    elif tensor.layout == PANELS:
+        bits = tensor.norms.view(np.uint16)
+        unequal = np.flatnonzero(np.any(bits != bits[:, :1], axis=1))
+        check.require(unequal.size == 0, "norms", "each row's norm repeated over its groups",
+                      f"row {int(unequal[0])} differs" if unequal.size else "")
+
+
+def read_tensor(path):
+    """Maps and validates a tensor file read-only; raises FormatError at the
+    first field that does not follow the format."""
+    with open(path, "rb") as handle:
+        file_bytes = os.fstat(handle.fileno()).st_size
+        raw = handle.read(fmt.CQ4P_EXTENDED_HEADER_BYTES)
+        raw = raw + bytes(fmt.CQ4P_EXTENDED_HEADER_BYTES - len(raw))
+        header = validate_header(path, raw, file_bytes)
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    tensor = TensorFile(path, header, mapping, file_bytes)
+    try:
+        _check_contents(tensor)
+    except FormatError:
+        tensor.close()
+        raise
+    return tensor
+
+
+# --- dequantization ----------------------------------------------------------
+
+def rotation_matrix(qw):
+    """The [gs, gs] float32 matrix each group is rotated with."""
+    if qw.orthogonal:
+        return np.asarray(qw.rotation_matrix, dtype=np.float16).astype(np.float32)
+    return qz.hadamard_rotation(np.asarray(qw.left_signs), np.asarray(qw.right_signs),
+                                np.asarray(qw.permutation), np.float32)
+
+
+def dequantize(qw):
+    """W[n, group g] = norm[n, g] * (cb[idx] @ rot^T) / s, in float32, the
+    same operations in the same order for every layout."""
+    n, k, gs = qw.n, qw.k, qw.group_size
+    ng = k // gs
+    levels = np.asarray(qw.codebook, dtype=np.float16).astype(np.float32)
+    values = levels[np.asarray(qw.indices, dtype=np.uint8)].reshape(n * ng, gs)
+    rotated = (values @ rotation_matrix(qw).T).reshape(n, ng, gs)
+    norms = np.asarray(qw.norms, dtype=np.float16).astype(np.float32).reshape(n, ng, 1)
+    scale = np.asarray(qw.input_scale, dtype=np.float16).astype(np.float32)
+    return (rotated * norms).reshape(n, k) / scale
+
+
+# --- bundles -----------------------------------------------------------------
+
+def file_stem(logical_name):
+    if not logical_name.endswith(PLAIN_SUFFIX):
+        raise ValueError(f"logical file name {logical_name!r} does not end in {PLAIN_SUFFIX}")
+    return logical_name[:-len(PLAIN_SUFFIX)]
+
+
+def resolve(directory, logical_name):
+    """The file a loader opens for `<stem>.weights`: `<stem>.cq4p.weights`,
+    then `<stem>.cq4.weights`, then the plain name (None if none exists)."""
+    stem = file_stem(logical_name)
+    for name in (stem + PANEL_SUFFIX, stem + LEGACY_SUFFIX, logical_name):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None

@@ -1,0 +1,206 @@
+"""ctypes binding of the runtime's C API (runtime/include/cq4p/cq4p.h).
+
+Used to check the Python side against the runtime: the C++ reader
+(`open_tensor`) and the reference panel encoder (`encode_panels`,
+`codebook_int8`). The library is $CQ4P_RUNTIME_LIB, else the source tree's
+build/lib/libcq4p_runtime.so; the enumerations come from the C header.
+"""
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cq4p import format as fmt
+from cq4p import panels as pn
+
+LIBRARY_VARIABLE = "CQ4P_RUNTIME_LIB"
+DEFAULT_LIBRARY = (Path(__file__).resolve().parent.parent.parent / "build" / "lib"
+                   / "libcq4p_runtime.so")
+API = fmt.load(fmt.API_HEADER)
+ERROR_BUFFER_BYTES = 4096
+
+LAYOUT_NAMES = {
+    API["CQ4P_LAYOUT_ROW_MAJOR"]: "row_major",
+    API["CQ4P_LAYOUT_INTERLEAVED_4ROW"]: "interleaved4row",
+    API["CQ4P_LAYOUT_PANELS"]: "panels",
+    API["CQ4P_LAYOUT_DENSE"]: "dense",
+}
+LAYOUT_CODES = {name: code for code, name in LAYOUT_NAMES.items()}
+REGION_NAMES = ("data", "codebook", "input_scale", "input_scale_recip", "norms",
+                "norm_panels", "left_signs", "right_signs", "permutation", "rotation",
+                "rotation_t")
+
+
+class LibraryNotFoundError(RuntimeError):
+    """The runtime's shared library is not built (or not where it was said to be)."""
+
+
+class NativeError(RuntimeError):
+    """A failing call into the runtime: its status code and message.
+
+    `field` is the field a format error names ("path: field: expected ...").
+    """
+
+    def __init__(self, code, message, path=None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        rest = message
+        if path is not None and message.startswith(f"{path}: "):
+            rest = message[len(path) + 2:]
+        self.field = rest.split(": ", 1)[0] if ": " in rest else None
+
+
+class TensorInfo(ctypes.Structure):
+    """struct cq4p_tensor_info."""
+
+    _fields_ = [
+        ("flags", ctypes.c_uint32),
+        ("alignment", ctypes.c_uint32),
+        ("precision", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("dims", ctypes.c_uint64 * 8),
+        ("group_size", ctypes.c_uint32),
+        ("num_groups", ctypes.c_uint32),
+        ("layout", ctypes.c_uint32),
+        ("orthogonal", ctypes.c_uint32),
+        ("header_bytes", ctypes.c_uint64),
+        ("scales_offset", ctypes.c_uint64),
+        ("scales_bytes", ctypes.c_uint64),
+        ("data_offset", ctypes.c_uint64),
+        ("data_bytes", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+    ]
+
+
+def library_path():
+    return Path(os.environ.get(LIBRARY_VARIABLE) or DEFAULT_LIBRARY)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path):
+    if not os.path.isfile(path):
+        raise LibraryNotFoundError(
+            f"cq4p runtime library not found at {path}: build it with "
+            f"`scripts/build cq4p_runtime` or set {LIBRARY_VARIABLE}")
+    lib = ctypes.CDLL(path)
+    u8p, u16p = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_uint16)
+    lib.cq4p_tensor_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                     ctypes.c_char_p, ctypes.c_size_t]
+    lib.cq4p_tensor_open.restype = ctypes.c_int
+    lib.cq4p_tensor_close.argtypes = [ctypes.c_void_p]
+    lib.cq4p_tensor_close.restype = None
+    lib.cq4p_tensor_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(TensorInfo)]
+    lib.cq4p_tensor_get_info.restype = None
+    lib.cq4p_tensor_region.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.POINTER(ctypes.c_uint64)]
+    lib.cq4p_tensor_region.restype = ctypes.c_void_p
+    lib.cq4p_encode_panels.argtypes = [
+        ctypes.c_int, u8p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32, u16p, u16p,
+        ctypes.c_uint32, u8p, ctypes.POINTER(ctypes.c_float), ctypes.c_char_p, ctypes.c_size_t]
+    lib.cq4p_encode_panels.restype = ctypes.c_int
+    lib.cq4p_codebook_int8.argtypes = [u16p, ctypes.POINTER(ctypes.c_int8),
+                                       ctypes.POINTER(ctypes.c_float), ctypes.c_char_p,
+                                       ctypes.c_size_t]
+    lib.cq4p_codebook_int8.restype = ctypes.c_int
+    return lib
+
+
+def library():
+    """The loaded runtime library; LibraryNotFoundError when it is missing."""
+    return _load(str(library_path()))
+
+
+def _pointer(array, ctype):
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def _check(code, error, path=None):
+    if code != API["CQ4P_OK"]:
+        raise NativeError(code, error.value.decode("utf-8", "replace"), path)
+
+
+class NativeTensor:
+    """A tensor file opened by the C++ reader (cq4p_tensor_open)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self._lib = library()
+        handle = ctypes.c_void_p()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_tensor_open(os.fsencode(self.path), ctypes.byref(handle), error,
+                                          ERROR_BUFFER_BYTES)
+        _check(code, error, self.path)
+        self._handle = handle
+        info = TensorInfo()
+        self._lib.cq4p_tensor_get_info(handle, ctypes.byref(info))
+        self.info = {name: getattr(info, name) for name, _ in TensorInfo._fields_}
+        self.info["dims"] = tuple(info.dims)
+        self.layout = LAYOUT_NAMES[info.layout]
+
+    def region(self, name):
+        """The bytes of a region (b"" when the file has none)."""
+        size = ctypes.c_uint64()
+        address = self._lib.cq4p_tensor_region(self._handle, API["CQ4P_REGION_" + name.upper()],
+                                               ctypes.byref(size))
+        return ctypes.string_at(address, size.value) if address else b""
+
+    def close(self):
+        if self._handle:
+            self._lib.cq4p_tensor_close(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def open_tensor(path):
+    """Opens and validates a file with the C++ reader; NativeError (with
+    .field for a format error) when it refuses the file."""
+    return NativeTensor(path)
+
+
+def codebook_int8(codebook_f16):
+    """(cb_i8 int8 [16], cb_scale float32) from the runtime."""
+    codebook = np.ascontiguousarray(codebook_f16, dtype=np.float16).view(np.uint16)
+    cb_i8 = np.zeros(fmt.CQ4P_CODEBOOK_LEVELS, dtype=np.int8)
+    cb_scale = ctypes.c_float()
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    code = library().cq4p_codebook_int8(_pointer(codebook, ctypes.c_uint16),
+                                        _pointer(cb_i8, ctypes.c_int8), ctypes.byref(cb_scale),
+                                        error, ERROR_BUFFER_BYTES)
+    _check(code, error)
+    return cb_i8, np.float32(cb_scale.value)
+
+
+def encode_panels(source_layout, source, n, k, source_gs, norms_f16, codebook_f16, panel_gs):
+    """The runtime's reference encoder: legacy data bytes (`source_layout`
+    'row_major' or 'interleaved4row'), norms fp16 [N][K/source_gs] and the
+    stored codebook -> (panels uint8 [SB][ng][gs/4][128], norm_panels
+    float32 [SB][ng][64])."""
+    source = np.ascontiguousarray(source, dtype=np.uint8).reshape(-1)
+    norms = np.ascontiguousarray(norms_f16, dtype=np.float16).view(np.uint16).reshape(-1)
+    codebook = np.ascontiguousarray(codebook_f16, dtype=np.float16).view(np.uint16)
+    if source.size < n * k // 2 or norms.size != n * (k // source_gs):
+        raise ValueError(f"encode_panels: {source.size} source bytes and {norms.size} norms "
+                         f"do not fit N = {n}, K = {k}, source gs = {source_gs}")
+    sb, ng = pn.num_super_blocks(n), k // panel_gs
+    panels = np.zeros((sb, ng, panel_gs // pn.KG_K, pn.KG_BYTES), dtype=np.uint8)
+    norm_panels = np.zeros((sb, ng, pn.CHANNELS), dtype=np.float32)
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    code = library().cq4p_encode_panels(
+        LAYOUT_CODES[source_layout], _pointer(source, ctypes.c_uint8), n, k, source_gs,
+        _pointer(norms, ctypes.c_uint16), _pointer(codebook, ctypes.c_uint16), panel_gs,
+        _pointer(panels, ctypes.c_uint8), _pointer(norm_panels, ctypes.c_float), error,
+        ERROR_BUFFER_BYTES)
+    _check(code, error)
+    return panels, norm_panels
