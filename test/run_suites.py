@@ -46,6 +46,7 @@ def main():
     env = dict(os.environ)
     env["CQ4P_OPT"] = str(build / "bin" / "cq4p-opt")
     env["PYTHONPATH"] = str(SOURCE / "python")
+    env["CQ4P_RUNTIME_LIB"] = str(build / "lib" / "libcq4p_runtime.so")
 
     suites = [
         ("lit", [str(LLVM_BIN / "lit"), "-sv", str(build / "test"),

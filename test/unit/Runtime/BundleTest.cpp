@@ -1,0 +1,168 @@
+//===- BundleTest.cpp - manifests, name resolution, refusals by name ------===//
+
+#include "TempDir.h"
+#include "TestFiles.h"
+
+#include "cq4p/runtime/Bundle.h"
+
+#include "fp16.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+float toFloat(uint16_t half) { return cq4p_half_to_float(half); }
+
+void writeText(const std::string &path, const std::string &text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string manifest(const std::string &tensors) {
+  return R"({"format": "cq4p-bundle", "version": 1, "model_type": "llama", "tensors": [)" +
+         tensors + "]}";
+}
+
+const char *kQProj = R"({"name": "layers.0.q_proj", "file": "layers.0.q_proj.weights",
+  "shape": [100, 256], "dtype": "CQ4", "rotation": "hadamard", "layout": "panels",
+  "group_size": 128})";
+const char *kNorm = R"({"name": "layers.0.norm", "file": "layers.0.norm.weights",
+  "shape": [3, 5], "dtype": "FP16"})";
+
+class BundleTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_TRUE(writeBytes(dir.file("layers.0.q_proj.cq4p.weights"),
+                           panelFile(randomTensor(100, 256, 128, false, 1), toFloat)));
+    ASSERT_TRUE(writeBytes(dir.file("layers.0.norm.weights"), fp16File({3, 5})));
+  }
+  Status open(std::unique_ptr<Bundle> &bundle) { return Bundle::open(dir.path(), bundle); }
+  TempDir dir;
+};
+
+TEST_F(BundleTest, OpensEveryTensor) {
+  writeText(dir.file("manifest.json"), manifest(std::string(kQProj) + "," + kNorm));
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  ASSERT_TRUE(status) << status.message();
+  ASSERT_EQ(bundle->tensors().size(), 2u);
+  const BundleTensor *q = bundle->find("layers.0.q_proj");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->resolvedPath, dir.file("layers.0.q_proj.cq4p.weights"));
+  EXPECT_EQ(q->file->layout(), CQ4P_LAYOUT_PANELS);
+  EXPECT_EQ(bundle->find("layers.0.norm")->file->info().dims[1], 5u);
+  EXPECT_EQ(bundle->find("missing"), nullptr);
+}
+
+TEST_F(BundleTest, ResolvesPanelsThenLegacyThenPlain) {
+  std::string d = dir.path();
+  EXPECT_EQ(Bundle::resolveWeightFile(d, "layers.0.q_proj.weights"),
+            dir.file("layers.0.q_proj.cq4p.weights"));
+  ASSERT_TRUE(writeBytes(dir.file("w.cq4.weights"), fp16File({2})));
+  ASSERT_TRUE(writeBytes(dir.file("w.weights"), fp16File({2})));
+  EXPECT_EQ(Bundle::resolveWeightFile(d, "w.weights"), dir.file("w.cq4.weights"));
+  ASSERT_TRUE(writeBytes(dir.file("w.cq4p.weights"), fp16File({2})));
+  EXPECT_EQ(Bundle::resolveWeightFile(d, "w.weights"), dir.file("w.cq4p.weights"));
+  EXPECT_EQ(Bundle::resolveWeightFile(d, "v.weights"), "");
+}
+
+TEST_F(BundleTest, MissingTensorIsRefusedByName) {
+  writeText(dir.file("manifest.json"),
+            manifest(R"({"name": "layers.1.k_proj", "file": "layers.1.k_proj.weights",
+                         "shape": [8, 8], "dtype": "FP16"})"));
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_NOT_FOUND);
+  EXPECT_NE(status.message().find("tensor 'layers.1.k_proj': no file for "
+                                  "'layers.1.k_proj.weights'"),
+            std::string::npos)
+      << status.message();
+  EXPECT_FALSE(bundle);
+}
+
+TEST_F(BundleTest, ShapeDisagreementIsRefusedByName) {
+  std::string wrong = kQProj;
+  wrong.replace(wrong.find("[100, 256]"), 10, "[128, 256]");
+  writeText(dir.file("manifest.json"), manifest(wrong));
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(status.message().find("tensor 'layers.0.q_proj': shape [128, 256] in "
+                                  "manifest.json, but [100, 256] in"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST_F(BundleTest, DtypeAndLayoutDisagreementsAreRefused) {
+  std::string wrongDtype = kNorm;
+  wrongDtype.replace(wrongDtype.find("FP16"), 4, "FP32");
+  writeText(dir.file("manifest.json"), manifest(wrongDtype));
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_NE(status.message().find("tensor 'layers.0.norm': dtype FP32 in manifest.json, "
+                                  "but FP16 in"),
+            std::string::npos)
+      << status.message();
+  std::string wrongLayout = kQProj;
+  wrongLayout.replace(wrongLayout.find("\"panels\""), 8, "\"row_major\"");
+  writeText(dir.file("manifest.json"), manifest(wrongLayout));
+  status = open(bundle);
+  EXPECT_NE(status.message().find("layout 'row_major' in manifest.json, but panels"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST_F(BundleTest, CorruptTensorFileIsRefusedWithItsName) {
+  std::vector<uint8_t> bytes = fp16File({3, 5});
+  bytes.resize(bytes.size() - 2);
+  ASSERT_TRUE(writeBytes(dir.file("layers.0.norm.weights"), bytes));
+  writeText(dir.file("manifest.json"), manifest(kNorm));
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_EQ(status.message().rfind("tensor 'layers.0.norm': ", 0), 0u) << status.message();
+  EXPECT_NE(status.message().find("file size: expected 126 bytes, found 124 bytes"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST_F(BundleTest, ManifestErrorsSayWhere) {
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_NOT_FOUND);
+  EXPECT_NE(status.message().find("manifest.json: cannot open"), std::string::npos);
+
+  writeText(dir.file("manifest.json"), "{\"format\": \"cq4p-bundle\",\n  \"version\": 1,,}");
+  status = open(bundle);
+  EXPECT_NE(status.message().find("manifest.json:2:16: invalid JSON: expected a member name"),
+            std::string::npos)
+      << status.message();
+
+  writeText(dir.file("manifest.json"), R"({"format": "cq4p-bundle", "version": 2, "tensors": []})");
+  status = open(bundle);
+  EXPECT_NE(status.message().find("version: expected 1, found 2"), std::string::npos)
+      << status.message();
+
+  writeText(dir.file("manifest.json"),
+            manifest(R"({"name": "x", "file": "../x.weights", "shape": [2], "dtype": "FP16"})"));
+  status = open(bundle);
+  EXPECT_NE(status.message().find("tensor 'x': expected \"file\" to be a file name inside the bundle"),
+            std::string::npos)
+      << status.message();
+
+  writeText(dir.file("manifest.json"), manifest(std::string(kNorm) + "," + kNorm));
+  status = open(bundle);
+  EXPECT_NE(status.message().find("tensor 'layers.0.norm': listed twice"), std::string::npos)
+      << status.message();
+
+  writeText(dir.file("manifest.json"), std::string(100, '[') );
+  status = open(bundle);
+  EXPECT_NE(status.message().find("nesting deeper than 64"), std::string::npos)
+      << status.message();
+}
+
+} // namespace
