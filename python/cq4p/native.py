@@ -128,6 +128,7 @@ class NativeTensor:
 
     def __init__(self, path):
         self.path = str(path)
+        self._handle = None
         self._lib = library()
         handle = ctypes.c_void_p()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
