@@ -1,0 +1,247 @@
+"""`python -m cq4p convert`: a safetensors checkpoint -> a cq4p bundle.
+
+Tensor policy:
+- token embeddings (names containing 'embed_tokens') and lm_head: orthogonal
+  CQ4; panels when K % 128 == 0, else legacy 4-row interleaved when
+  N % 4 == 0 and K % 32 == 0, else legacy row-major;
+- every other 2-D '.weight': Hadamard CQ4, gs 128, panels (K zero-padded to
+  a multiple of 128, the original shape recorded);
+- everything else: FP16, or FP32 when a value is outside fp16's finite
+  range (as is a CQ4 candidate whose stored norms would overflow fp16).
+
+The bundle is written into a temporary directory next to the output and
+renamed into place once complete; on any error or interrupt the temporary
+directory is removed, and an existing bundle (--force) is replaced only by a
+complete new one.
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from cq4p import bundle as bd
+from cq4p import files as fl
+from cq4p import format as fmt
+from cq4p import quantize as qz
+from cq4p import safetensors as st
+
+HADAMARD_GROUP_SIZE = 128
+LEGACY_LAYOUTS = (fl.INTERLEAVED, fl.ROW_MAJOR)
+
+
+class ConvertError(ValueError):
+    """Input the converter cannot use; the message is one line."""
+
+
+def is_orthogonal_tensor(name):
+    return "embed_tokens" in name or name == "lm_head.weight" or name.endswith(".lm_head.weight")
+
+
+def is_hadamard_tensor(name, shape):
+    return len(shape) == 2 and name.endswith(".weight")
+
+
+def orthogonal_layout(n, k, legacy=None):
+    """Panels when K % 128 == 0 (unless legacy files are asked for), else
+    interleaved when the shape allows, else row-major."""
+    if legacy is None and fl.panel_refusal(qz.ORTHOGONAL, k, k) is None:
+        return fl.PANELS
+    if legacy != fl.ROW_MAJOR and fl.interleaved_refusal(qz.ORTHOGONAL, n, k, k) is None:
+        return fl.INTERLEAVED
+    return fl.ROW_MAJOR
+
+
+def hadamard_layout(n, legacy=None):
+    if legacy is None:
+        return fl.PANELS
+    if legacy == fl.INTERLEAVED and n % 4 == 0:
+        return fl.INTERLEAVED
+    return fl.ROW_MAJOR
+
+
+def _file_name(stem, layout):
+    if layout == fl.PANELS:
+        return stem + fl.PANEL_SUFFIX
+    return stem + fl.LEGACY_SUFFIX
+
+
+# --- inputs ------------------------------------------------------------------
+
+def read_config(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ConvertError(f"{model_dir}: missing config.json")
+    try:
+        with open(path) as handle:
+            config = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConvertError(f"{path}: cannot read: {error}") from error
+    if not isinstance(config, dict):
+        raise ConvertError(f"{path}: expected a JSON object")
+    return config
+
+
+def checkpoint_tensors(model_dir):
+    """Every tensor of every *.safetensors file (files in name order)."""
+    shards = sorted(glob.glob(os.path.join(glob.escape(model_dir), "*.safetensors")))
+    if not shards:
+        raise ConvertError(f"{model_dir}: no *.safetensors files")
+    entries, seen = [], {}
+    for shard in shards:
+        try:
+            shard_entries = st.read_header(shard)
+        except st.CheckpointError as error:
+            raise ConvertError(str(error)) from error
+        for entry in shard_entries:
+            if entry.name in seen:
+                raise ConvertError(f"{shard}: tensor {entry.name} is also in {seen[entry.name]}")
+            seen[entry.name] = shard
+            entries.append(entry)
+    return entries
+
+
+def read_calibration(path):
+    """{tensor name: per-input-channel mean |activation|} from an .npz."""
+    if path is None:
+        return {}
+    try:
+        with np.load(path) as archive:
+            return {name: np.asarray(archive[name], dtype=np.float64) for name in archive.files}
+    except (OSError, ValueError) as error:
+        raise ConvertError(f"{path}: cannot read calibration statistics: {error}") from error
+
+
+def _input_scale(name, k, calibration):
+    if name not in calibration:
+        return None
+    stat = calibration[name]
+    if stat.shape != (k,):
+        raise ConvertError(f"calibration statistics for {name} have shape {stat.shape}, "
+                           f"expected ({k},)")
+    try:
+        return qz.input_scale_from_statistics(stat)
+    except ValueError as error:
+        raise ConvertError(f"calibration statistics for {name}: {error}") from error
+
+
+# --- one tensor --------------------------------------------------------------
+
+def _dense_entry(directory, name, values, original_shape, reason=None):
+    with np.errstate(over="ignore"):
+        fp16 = values.astype(np.float16)
+    overflow = bool(np.any(np.isinf(fp16) & np.isfinite(values)))
+    precision = fl.FP32 if overflow else fl.FP16
+    stored = values if overflow else fp16
+    stem = bd.logical_file(name)
+    fl.write_dense_file(os.path.join(directory, stem), stored.reshape(original_shape or (1,)),
+                        precision)
+    dtype = fl.PRECISION_NAMES[precision]
+    shape = list(original_shape or (1,))
+    note = reason or ("values outside the fp16 range" if overflow else None)
+    line = f"{dtype} {'x'.join(map(str, shape))}" + (f" ({note})" if note else "")
+    return {"name": name, "file": stem, "shape": shape, "original_shape": list(original_shape),
+            "dtype": dtype}, line
+
+
+def _quantized(name, values, rotation, seed, input_scale, layout):
+    if not np.all(np.isfinite(values)):
+        raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~np.isfinite(values)))} "
+                           f"non-finite values in a weight to quantize")
+    if rotation == qz.ORTHOGONAL:
+        return qz.quantize_orthogonal(values, seed, input_scale)
+    # Panel and interleaved Hadamard files store the pre-scaled codebook.
+    prescale = layout in (fl.PANELS, fl.INTERLEAVED)
+    return qz.quantize_hadamard(values, HADAMARD_GROUP_SIZE, seed, input_scale, prescale)
+
+
+def convert_tensor(directory, entry, seed, calibration, legacy=None):
+    """Writes one tensor's file; returns (manifest entry, progress text)."""
+    name, shape = entry.name, entry.shape
+    stem = bd.logical_file(name)
+    if 0 in shape:
+        raise ConvertError(f"{entry.path}: tensor {name} has no elements (shape {list(shape)})")
+    if len(shape) > fl.MAX_DIMS:
+        raise ConvertError(f"{entry.path}: tensor {name} has {len(shape)} dims, at most "
+                           f"{fl.MAX_DIMS} can be stored")
+    values = st.load(entry)
+    if len(shape) == 2 and is_orthogonal_tensor(name):
+        rotation, layout = qz.ORTHOGONAL, orthogonal_layout(*shape, legacy)
+    elif is_hadamard_tensor(name, shape):
+        rotation, layout = qz.HADAMARD, hadamard_layout(shape[0], legacy)
+    else:
+        return _dense_entry(directory, name, values, shape)
+
+    input_scale = _input_scale(name, shape[1], calibration)
+    try:
+        weight = _quantized(name, values, rotation, seed, input_scale, layout)
+    except qz.NormOverflowError as error:
+        return _dense_entry(directory, name, values, shape,
+                            f"not CQ4: {str(error).split(': ', 1)[1]}")
+    fl.WRITERS[layout](os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout)),
+                       weight)
+    gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
+          else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
+    stored = [weight.n, weight.k]
+    line = f"CQ4 {rotation} {layout} {weight.n}x{weight.k}"
+    if weight.k != shape[1]:
+        line += f" (K padded from {shape[1]})"
+    return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
+            "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
+
+
+# --- the bundle --------------------------------------------------------------
+
+def _replace(temporary, out):
+    """Moves the complete bundle into place; an old one goes only after."""
+    if not os.path.lexists(out):
+        os.rename(temporary, out)
+        return
+    parent = os.path.dirname(out)
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old.", dir=parent)
+    os.rmdir(old)
+    os.rename(out, old)
+    try:
+        os.rename(temporary, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old)
+    else:
+        os.remove(old)
+
+
+def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
+            progress=sys.stderr):
+    """Converts the checkpoint in model_dir into a bundle at out."""
+    if legacy is not None and legacy not in LEGACY_LAYOUTS:
+        raise ValueError(f"legacy layout must be one of {LEGACY_LAYOUTS}, got {legacy!r}")
+    out = os.path.abspath(out)
+    if os.path.lexists(out) and not force:
+        raise ConvertError(f"{out}: already exists (use --force to replace it)")
+    config = read_config(model_dir)
+    entries = checkpoint_tensors(model_dir)
+    statistics = read_calibration(calibration)
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
+    try:
+        tensors = []
+        for number, entry in enumerate(entries, 1):
+            try:
+                record, line = convert_tensor(temporary, entry, seed, statistics, legacy)
+            except bd.BundleError as error:
+                raise ConvertError(f"{entry.path}: {error}") from error
+            tensors.append(record)
+            print(f"[{number}/{len(entries)}] {entry.name}: {line}", file=progress, flush=True)
+        bd.write_manifest(temporary, bd.manifest(config, tensors))
+        _replace(temporary, out)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return out

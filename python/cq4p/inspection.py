@@ -1,0 +1,116 @@
+"""`python -m cq4p inspect PATH`: what a tensor file or a bundle holds.
+
+For a file: the header, flags by name, layout, every region (offset, bytes,
+type, shape), norm statistics and the codebook (with its int8 form). For a
+bundle: one line per manifest tensor. A file that does not validate gets the
+verdict line "INVALID: <message>" and the command exits with status 1.
+"""
+
+import os
+
+import numpy as np
+
+from cq4p import bundle as bd
+from cq4p import files as fl
+from cq4p import panels as pn
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+
+
+def _stats(values):
+    values = np.asarray(values, dtype=np.float64)
+    return (f"min {values.min():.6g} max {values.max():.6g} mean {values.mean():.6g}"
+            if values.size else "empty")
+
+
+def _precision(tensor):
+    return f"{tensor.precision_name} ({tensor.precision})"
+
+
+def describe(tensor):
+    """The lines `inspect` prints for a validated file."""
+    flags = " | ".join(fl.flag_names(tensor.flags)) or "none"
+    lines = [f"file: {tensor.path}",
+             f"header: magic CACT, {tensor.header_bytes} bytes, alignment {tensor.alignment}, "
+             f"file {tensor.file_bytes} bytes",
+             f"precision: {_precision(tensor)}",
+             f"flags: 0x{tensor.flags:x} ({flags})"]
+    if tensor.layout == fl.DENSE:
+        lines.append(f"layout: dense, shape {' x '.join(map(str, tensor.dims))}")
+    else:
+        rotation = "orthogonal" if tensor.orthogonal else "hadamard"
+        lines += [f"layout: {tensor.layout}, rotation {rotation}",
+                  f"shape: N {tensor.n} x K {tensor.k}, original_n {tensor.original_n}, "
+                  f"group_size {tensor.group_size}, num_groups {tensor.num_groups}"]
+    lines.append(f"scales: offset {tensor.scales_offset}, {tensor.scales_bytes} bytes; "
+                 f"data: offset {tensor.data_offset}, {tensor.data_bytes} bytes")
+    lines.append("regions:")
+    for name, (offset, size) in tensor.regions.items():
+        view = getattr(tensor, name)
+        shape = "x".join(map(str, view.shape))
+        lines.append(f"  {name:<18} offset {offset:>10}  bytes {size:>10}  {view.dtype.str} [{shape}]")
+    if tensor.layout == fl.DENSE:
+        lines.append(f"values: {_stats(tensor.data)}")
+        return lines
+    lines.append(f"norms (stored fp16): {_stats(tensor.norms)}")
+    if tensor.norm_panels is not None:
+        lines.append(f"norm_panels (folded fp32): {_stats(tensor.norm_panels)}")
+    codebook = tensor.codebook.astype(np.float32)
+    lines.append("codebook: " + " ".join(f"{x:.6g}" for x in codebook))
+    cb_i8, cb_scale = pn.codebook_int8(tensor.codebook)
+    lines.append(f"cb_i8: {' '.join(map(str, cb_i8))} (cb_scale {cb_scale:.9g})")
+    return lines
+
+
+def inspect_file(path, out):
+    try:
+        tensor = fl.read_tensor(path)
+    except fl.FormatError as error:
+        print(f"INVALID: {error}", file=out)
+        return EXIT_INVALID
+    with tensor:
+        for line in describe(tensor):
+            print(line, file=out)
+    print("verdict: OK", file=out)
+    return EXIT_OK
+
+
+def _bundle_line(directory, record):
+    name, logical = record.get("name"), record.get("file", "")
+    try:
+        path = fl.resolve(directory, logical)
+    except ValueError as error:
+        return False, f"{name}: INVALID: {error}"
+    if path is None:
+        return False, f"{name}: MISSING: no file for {logical}"
+    try:
+        with fl.read_tensor(path) as tensor:
+            shape = "x".join(map(str, tensor.dims))
+            kind = tensor.precision_name
+            if tensor.layout != fl.DENSE:
+                rotation = "orthogonal" if tensor.orthogonal else "hadamard"
+                kind += f" {rotation} {tensor.layout} gs {tensor.group_size}"
+            return True, f"{name}: {os.path.basename(path)} {kind} {shape}"
+    except fl.FormatError as error:
+        return False, f"{name}: INVALID: {error}"
+
+
+def inspect_bundle(directory, out):
+    manifest = bd.read_manifest(directory)
+    print(f"bundle: {directory} ({manifest.get('model_type')}, "
+          f"{len(manifest['tensors'])} tensors)", file=out)
+    failures = 0
+    for record in manifest["tensors"]:
+        ok, line = _bundle_line(directory, record)
+        failures += not ok
+        print(line, file=out)
+    print(f"verdict: {'OK' if not failures else f'INVALID: {failures} tensors'}", file=out)
+    return EXIT_OK if not failures else EXIT_INVALID
+
+
+def inspect(path, out):
+    """Prints what PATH holds; returns the exit status."""
+    if os.path.isdir(path):
+        return inspect_bundle(path, out)
+    return inspect_file(path, out)

@@ -1,0 +1,85 @@
+"""`python -m cq4p upgrade BUNDLE`: legacy CQ4 files -> packed-panel files.
+
+Each legacy file (row-major or 4-row interleaved, `<stem>.cq4.weights`) is
+rewritten as `<stem>.cq4p.weights` from its stored values: the same fp16
+codebook and norms (a legacy row-major Hadamard file is not pre-scaled and
+stays so; cb_scale absorbs it), the same input scales and rotation, so the
+dequantized weight is unchanged. The panel file is written under a
+temporary name and renamed into place, the manifest is updated atomically,
+and only then is the legacy file removed. Tensors that cannot be panels
+(orthogonal K % 128 != 0, a Hadamard group size panels do not allow) stay
+as they are and are reported.
+"""
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from cq4p import bundle as bd
+from cq4p import files as fl
+from cq4p import format as fmt
+
+
+@dataclass
+class Outcome:
+    name: str
+    action: str  # "upgraded", "kept" or "already panels"
+    detail: str = ""
+
+    def __str__(self):
+        return f"{self.action}: {self.name}" + (f" ({self.detail})" if self.detail else "")
+
+
+def _write_panels(directory, stem, tensor):
+    final = os.path.join(directory, stem + fl.PANEL_SUFFIX)
+    handle, temporary = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=directory)
+    os.close(handle)
+    try:
+        fl.write_panel_file(temporary, tensor.stored())
+        fl.read_tensor(temporary).close()
+        os.replace(temporary, final)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    return final
+
+
+def upgrade_tensor(directory, manifest, record):
+    """Upgrades one manifest entry in place; returns its Outcome."""
+    name = record["name"]
+    path = fl.resolve(directory, record["file"])
+    if path is None:
+        raise bd.BundleError(f"{directory}: no file for tensor {name} ({record['file']})")
+    with fl.read_tensor(path) as tensor:
+        if tensor.layout == fl.DENSE:
+            return None
+        if tensor.layout == fl.PANELS:
+            record["layout"], record["group_size"] = fl.PANELS, tensor.group_size
+            return Outcome(name, "already panels")
+        rotation = "orthogonal" if tensor.orthogonal else "hadamard"
+        refusal = fl.panel_refusal(rotation, tensor.k, tensor.group_size)
+        if refusal:
+            return Outcome(name, "kept", f"{tensor.layout}: {refusal}")
+        legacy_layout = tensor.layout
+        group_size = (fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if tensor.orthogonal
+                      else tensor.group_size)
+        _write_panels(directory, fl.file_stem(record["file"]), tensor)
+    record["layout"], record["group_size"] = fl.PANELS, group_size
+    bd.write_manifest(directory, manifest)
+    os.remove(path)
+    return Outcome(name, "upgraded", f"{legacy_layout} -> panels")
+
+
+def upgrade(directory):
+    """Upgrades every legacy CQ4 file of a bundle; returns the Outcomes."""
+    manifest = bd.read_manifest(directory)
+    outcomes = []
+    for record in manifest["tensors"]:
+        if record.get("dtype") != "CQ4":
+            continue
+        outcome = upgrade_tensor(directory, manifest, record)
+        if outcome is not None:
+            outcomes.append(outcome)
+    bd.write_manifest(directory, manifest)
+    return outcomes
