@@ -1,0 +1,116 @@
+/*===- cq4p/kernel_abi.h - the ABI of compiled kernel libraries -----------===*
+ *
+ * A kernel library (cq4p-compile's output) exports one symbol,
+ * `cq4p_kernel_table`, describing every kernel in it. Kernels are plain
+ * C-ABI functions over bare pointers and sizes: reentrant, no global state,
+ * no allocation. The runtime checks the table (ABI version, op, shapes,
+ * target features) against the bundle and the CPU before calling anything.
+ *
+ * A linear layer y[M, N] = x[M, K] * W^T runs as two kernels:
+ *   1. quantize: the activation transform and per-group int8 quantization
+ *      (FORMAT.md section 5, steps 1-2) of rows x groups [group_begin,
+ *      group_end); shared by every backend, so all backends see the same
+ *      int8 activations;
+ *   2. matmul: int32 partials over the panels, then the fp32 rescale
+ *      (steps 3-4), for super-blocks [sb_begin, sb_end) of 64 channels.
+ * The runtime's threads split the groups of (1), then the super-blocks of
+ * (2); results do not depend on how the ranges are split.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef CQ4P_KERNEL_ABI_H
+#define CQ4P_KERNEL_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CQ4P_KERNEL_ABI_VERSION 1u
+
+typedef enum cq4p_kernel_op {
+  CQ4P_KERNEL_QUANTIZE_HADAMARD = 1,   /* cq4p_quantize_fn */
+  CQ4P_KERNEL_QUANTIZE_ORTHOGONAL = 2, /* cq4p_quantize_fn (via rotation_t) */
+  CQ4P_KERNEL_MATMUL = 3,              /* cq4p_matmul_fn */
+  CQ4P_KERNEL_EMBEDDING = 4            /* cq4p_embedding_fn */
+} cq4p_kernel_op;
+
+typedef enum cq4p_target {
+  CQ4P_TARGET_HOST = 1,
+  CQ4P_TARGET_AARCH64_NEON = 2,
+  CQ4P_TARGET_AARCH64_SME2 = 3
+} cq4p_target;
+
+/* CPU features a kernel needs (cq4p_kernel_desc.features). */
+#define CQ4P_FEATURE_AARCH64_DOTPROD (1ull << 0)
+#define CQ4P_FEATURE_AARCH64_I8MM (1ull << 1)
+#define CQ4P_FEATURE_AARCH64_SME2 (1ull << 2)
+#define CQ4P_FEATURE_X86_SSSE3 (1ull << 8)
+#define CQ4P_FEATURE_X86_AVX2 (1ull << 9)
+#define CQ4P_FEATURE_X86_AVX512BW (1ull << 10)
+#define CQ4P_FEATURE_X86_AVX512VNNI (1ull << 11)
+#define CQ4P_FEATURE_X86_AVX512VBMI (1ull << 12)
+
+/* The regions of one tensor file a kernel reads, filled by the runtime from
+ * the mapping (zero-copy). cb_i8 is the int8 codebook the runtime derives
+ * once from the stored fp16 codebook (FORMAT.md section 4): 16 bytes. */
+typedef struct cq4p_weight_view {
+  const uint8_t *panels;             /* [SB][ng][gs/4][128] */
+  const float *norm_panels;          /* [SB][ng][64] */
+  const int8_t *cb_i8;               /* [16] */
+  const uint16_t *codebook;          /* fp16 [16] */
+  const uint16_t *input_scale_recip; /* fp16 [K] */
+  const int8_t *left_signs;          /* [gs] (Hadamard) */
+  const int8_t *right_signs;         /* [gs] (Hadamard) */
+  const uint32_t *permutation;       /* [gs] (Hadamard) */
+  const uint16_t *rotation;          /* fp16 [K][K] (orthogonal) */
+  const uint16_t *rotation_t;        /* fp16 [K][K] (orthogonal) */
+  const uint16_t *norms;             /* fp16 [N][ng], unfolded */
+} cq4p_weight_view;
+
+/* x: [rows][K] fp32; act: [rows][K] int8; act_scales: [rows][ng] fp32. */
+typedef void (*cq4p_quantize_fn)(const cq4p_weight_view *weight,
+                                 const float *x, int8_t *act,
+                                 float *act_scales, int64_t rows,
+                                 int64_t group_begin, int64_t group_end);
+
+/* act, act_scales as above; y: [rows][N] fp32 (channels of the given
+ * super-blocks written, others untouched). */
+typedef void (*cq4p_matmul_fn)(const cq4p_weight_view *weight,
+                               const int8_t *act, const float *act_scales,
+                               float *y, int64_t rows, int64_t sb_begin,
+                               int64_t sb_end);
+
+/* Decodes embedding rows `ids[i]` (orthogonal panels) into out[i][K]. */
+typedef void (*cq4p_embedding_fn)(const cq4p_weight_view *weight,
+                                  const int64_t *ids, float *out,
+                                  int64_t count);
+
+typedef struct cq4p_kernel_desc {
+  const char *name;
+  uint32_t op;        /* cq4p_kernel_op */
+  uint32_t target;    /* cq4p_target */
+  uint64_t features;  /* CQ4P_FEATURE_* the code needs */
+  uint64_t n;         /* output channels (N) */
+  uint64_t k;         /* input features (K) */
+  uint32_t group_size;
+  uint32_t orthogonal;
+  uint32_t min_rows;  /* rows the kernel accepts: [min_rows, max_rows] */
+  uint32_t max_rows;  /* 0: no upper bound */
+  const void *entry;  /* the function, of the op's type */
+} cq4p_kernel_desc;
+
+typedef struct cq4p_kernel_table {
+  uint32_t abi_version; /* CQ4P_KERNEL_ABI_VERSION */
+  uint32_t count;
+  const cq4p_kernel_desc *kernels;
+} cq4p_kernel_table;
+
+#define CQ4P_KERNEL_TABLE_SYMBOL "cq4p_kernel_table"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CQ4P_KERNEL_ABI_H */
