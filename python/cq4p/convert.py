@@ -217,8 +217,10 @@ def _replace(temporary, out):
 
 
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
-            progress=sys.stderr):
-    """Converts the checkpoint in model_dir into a bundle at out."""
+            progress=None):
+    """Converts the checkpoint in model_dir into a bundle at out; progress
+    lines go to `progress` (default stderr)."""
+    progress = progress or sys.stderr
     if legacy is not None and legacy not in LEGACY_LAYOUTS:
         raise ValueError(f"legacy layout must be one of {LEGACY_LAYOUTS}, got {legacy!r}")
     out = os.path.abspath(out)

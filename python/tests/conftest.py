@@ -1,0 +1,35 @@
+"""Shared fixtures, and a summary of the measured quantization errors that
+is printed whether or not pytest captures output."""
+
+import numpy as np
+import pytest
+
+from cq4p import quantize as qz
+
+# name -> relative Frobenius error of a dequantized weight, filled by tests.
+RELATIVE_ERRORS = {}
+
+
+def relative_error(approximation, original):
+    original = np.asarray(original, dtype=np.float64)
+    difference = np.asarray(approximation, dtype=np.float64) - original
+    return float(np.linalg.norm(difference) / np.linalg.norm(original))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if RELATIVE_ERRORS:
+        terminalreporter.section("CQ4 relative Frobenius errors (dequantized vs original)")
+        for name, error in sorted(RELATIVE_ERRORS.items()):
+            terminalreporter.write_line(f"{name:<56} {error:.4f}")
+
+
+def gaussian_weight(n, k, seed):
+    return np.random.default_rng(seed).standard_normal((n, k))
+
+
+@pytest.fixture(scope="session")
+def orthogonal_weight():
+    """A 68 x 1536 weight and its orthogonal quantization (the K x K
+    rotation is the slow part, so it is made once)."""
+    w = gaussian_weight(68, 1536, 11)
+    return w, qz.quantize_orthogonal(w, seed=5)
