@@ -39,7 +39,8 @@ def parser():
     commands = main_parser.add_subparsers(dest="command", required=True)
 
     convert = commands.add_parser("convert", help="a safetensors checkpoint -> a cq4p bundle")
-    convert.add_argument("--model", required=True, help="directory with config.json and *.safetensors")
+    convert.add_argument("--model", required=True,
+                         help="directory with config.json and *.safetensors")
     convert.add_argument("--out", required=True, help="bundle directory to create")
     convert.add_argument("--force", action="store_true", help="replace an existing --out")
     convert.add_argument("--seed", type=int, default=0, help="rotation seed (default 0)")

@@ -50,7 +50,8 @@ def _weight(rotation, n, k, gs, seed=_SEED):
 
 
 def _bases(directory):
-    """Valid files of every layout: {kind: bytes}."""
+    """Valid files of every layout: {kind: bytes} and {kind: (regions,
+    data offset)} as the reader maps them."""
     specs = {
         "hpanel": (fl.write_panel_file, _weight(qz.HADAMARD, 8, 128, 128)),
         "opanel": (fl.write_panel_file, _weight(qz.ORTHOGONAL, 4, 256, 256)),
@@ -59,27 +60,28 @@ def _bases(directory):
         "orow": (fl.write_row_major_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
         "oint": (fl.write_interleaved_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
     }
+    rng = np.random.default_rng(_SEED)
+    dense = {
+        "fp16": (rng.standard_normal((3, 5)).astype(np.float16), fl.FP16),
+        "fp32ext": (rng.standard_normal((2, 1, 3, 1, 2)).astype(np.float32), fl.FP32),
+    }
     scratch = os.path.join(directory, ".base.weights")
-    bases = {}
+    bases, layouts = {}, {}
     try:
-        for kind, (writer, weight) in specs.items():
-            writer(scratch, weight)
-            bases[kind] = _read(scratch)
-        rng = np.random.default_rng(_SEED)
-        fl.write_dense_file(scratch, rng.standard_normal((3, 5)).astype(np.float16), fl.FP16)
-        bases["fp16"] = _read(scratch)
-        fl.write_dense_file(scratch, rng.standard_normal((2, 1, 3, 1, 2)).astype(np.float32),
-                            fl.FP32)
-        bases["fp32ext"] = _read(scratch)
+        for kind in list(specs) + list(dense):
+            if kind in specs:
+                writer, weight = specs[kind]
+                writer(scratch, weight)
+            else:
+                fl.write_dense_file(scratch, *dense[kind])
+            with open(scratch, "rb") as handle:
+                bases[kind] = handle.read()
+            with fl.read_tensor(scratch) as tensor:
+                layouts[kind] = (dict(tensor.regions), tensor.data_offset)
     finally:
         if os.path.exists(scratch):
             os.remove(scratch)
-    return bases
-
-
-def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read()
+    return bases, layouts
 
 
 def _get(data, offset, code):
@@ -92,17 +94,7 @@ def _set(data, offset, code, value):
     return bytes(patched)
 
 
-def _regions(data):
-    """{name: (offset, bytes)} of a valid file, from the Python reader."""
-    scratch = bytearray(data)
-    tensor = fl.TensorFile.__new__(fl.TensorFile)
-    header = fl.validate_header("<corpus>", scratch[:fmt.CQ4P_EXTENDED_HEADER_BYTES]
-                                + bytes(fmt.CQ4P_EXTENDED_HEADER_BYTES), len(data))
-    fl.TensorFile.__init__(tensor, "<corpus>", header, scratch, len(data))
-    return tensor.regions, tensor.data_offset
-
-
-def _cases(bases):
+def _cases(bases, layouts):
     """(name, bytes, expected field) for every malformed file."""
     cases = []
 
@@ -123,7 +115,7 @@ def _cases(bases):
         "file size")
     for kind in ("hpanel", "opanel", "hrow", "hint", "orow", "oint", "fp16", "fp32ext"):
         data = bases[kind]
-        regions, data_offset = _regions(data)
+        regions, data_offset = layouts[kind]
         cuts = {offset for offset, _ in regions.values()}
         cuts |= {offset + size for offset, size in regions.values()}
         cuts |= {data_offset + 1, len(data) - 1}
@@ -248,7 +240,7 @@ def _cases(bases):
     # contents
     for kind in ("hpanel", "opanel", "hrow", "hint", "orow", "oint"):
         data = bases[kind]
-        regions, _ = _regions(data)
+        regions, _ = layouts[kind]
         codebook, _ = regions["codebook"]
         add(f"{kind}_codebook_zero", data[:codebook] + bytes(32) + data[codebook + 32:],
             "codebook")
@@ -271,7 +263,7 @@ def _cases(bases):
                 add(f"{kind}_permutation_{value}", _set(data, offset + 4 * (gs - 1), U32, value),
                     "permutation")
     opanel = bases["opanel"]
-    regions, _ = _regions(opanel)
+    regions, _ = layouts["opanel"]
     norms, _ = regions["norms"]
     ng = _get(opanel, fmt.CQ4P_OFFSET_NUM_GROUPS, U32)
     last_row_last_group = norms + 2 * (4 * ng - 1)
@@ -288,7 +280,7 @@ def write_malformed_corpus(directory):
     os.makedirs(directory, exist_ok=True)
     listing = []
     names = set()
-    for name, data, field in _cases(_bases(directory)):
+    for name, data, field in _cases(*_bases(directory)):
         file_name = f"{name}.weights"
         if file_name in names:
             raise AssertionError(f"corpus name {file_name} used twice")

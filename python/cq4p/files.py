@@ -324,8 +324,22 @@ def write_panel_file(path, qw):
     _cq_header_and_write(path, PANELS, qw, gs, qw.k // gs, arrays, panels)
 
 
+def row_major_refusal(qw_rotation, k, gs):
+    """Why a tensor cannot be a legacy row-major file (None when it can)."""
+    if qw_rotation == qz.ORTHOGONAL:
+        if gs == k and k % 2 == 0:
+            return None
+        return f"orthogonal group size ({gs}) is not an even K ({k})"
+    if gs < 8 or gs & (gs - 1):
+        return f"group size ({gs}) is not a power of two of at least 8"
+    return None
+
+
 def write_row_major_file(path, qw):
     """A legacy row-major CQ4 file: [N][ng][gs/2] nibbles."""
+    refusal = row_major_refusal(qw.rotation, qw.k, qw.group_size)
+    if refusal:
+        raise ValueError(f"{path}: cannot write a row-major file: {refusal}")
     arrays = _common_arrays(qw)
     arrays["norms"] = qw.norms
     _cq_header_and_write(path, ROW_MAJOR, qw, qw.group_size, qw.num_groups, arrays,
@@ -403,8 +417,9 @@ def _expected_group_size(layout, orthogonal, k, gs):
         return gs == k, f"K ({k})"
     if layout == ROW_MAJOR:
         return _power_of_two(gs) and gs >= 8, "a power of two of at least 8"
-    return pn.is_panel_group_size(gs), (f"a power of two, multiple of {fmt.CQ4P_PANEL_GROUP_MULTIPLE}, "
-                                        f"at most {fmt.CQ4P_PANEL_MAX_GROUP_SIZE}")
+    return pn.is_panel_group_size(gs), (f"a power of two, multiple of "
+                                        f"{fmt.CQ4P_PANEL_GROUP_MULTIPLE}, at most "
+                                        f"{fmt.CQ4P_PANEL_MAX_GROUP_SIZE}")
 
 
 def validate_header(path, raw, file_bytes):

@@ -49,7 +49,8 @@ def describe(tensor):
     for name, (offset, size) in tensor.regions.items():
         view = getattr(tensor, name)
         shape = "x".join(map(str, view.shape))
-        lines.append(f"  {name:<18} offset {offset:>10}  bytes {size:>10}  {view.dtype.str} [{shape}]")
+        lines.append(f"  {name:<18} offset {offset:>10}  bytes {size:>10}  "
+                     f"{view.dtype.str} [{shape}]")
     if tensor.layout == fl.DENSE:
         lines.append(f"values: {_stats(tensor.data)}")
         return lines

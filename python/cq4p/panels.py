@@ -70,7 +70,8 @@ def pack_panels(indices, gs):
     indices = np.asarray(indices, dtype=np.uint8)
     n, k = indices.shape
     if k % gs or gs % KG_K:
-        raise ValueError(f"K ({k}) must be a multiple of the group size ({gs}), itself a multiple of {KG_K}")
+        raise ValueError(f"K ({k}) must be a multiple of the group size ({gs}), itself a "
+                         f"multiple of {KG_K}")
     sb = num_super_blocks(n)
     ng = k // gs
     padded = np.zeros((sb * CHANNELS, k), dtype=np.uint8)

@@ -334,7 +334,8 @@ def test_inspect_verdicts(spiked_model, tmp_path, capsys):
     assert run(capsys, "convert", "--model", root / "model", "--out", out)[0] == 0
     status, text, _ = run(capsys, "inspect", out)
     assert status == 0 and text.rstrip().endswith("verdict: OK")
-    assert "lm_head.weight: lm_head.weight.cq4p.weights CQ4 orthogonal panels gs 128 256x128" in text
+    assert ("lm_head.weight: lm_head.weight.cq4p.weights CQ4 orthogonal panels gs 128 256x128"
+            in text)
 
     path = out / "model.layers.0.mlp.up_proj.weight.cq4p.weights"
     status, text, _ = run(capsys, "inspect", path)
