@@ -4,4 +4,11 @@ It describes model graphs in the cq4p dialect (`cq4p.ir`), drives the
 compiler's command-line tools (`cq4p.tools`; MLIR has no packaged Python
 bindings here) and reads the format's constants from their one definition
 in the runtime's C header (`cq4p.format`).
+
+The format side: quantization (`cq4p.quantize`), the packed-panel layout
+(`cq4p.panels`), tensor files and their validating reader (`cq4p.files`),
+checkpoints to bundles (`cq4p.safetensors`, `cq4p.bundle`, `cq4p.convert`,
+`cq4p.upgrade`, `cq4p.inspection`; `python -m cq4p`), malformed files for the
+readers' tests (`cq4p.corpus`) and the runtime's C API through ctypes
+(`cq4p.native`).
 """

@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -326,6 +328,16 @@ def test_upgrade_leaves_tensors_panels_cannot_hold(tmp_path, capsys):
     assert "kept: embed (interleaved4row: orthogonal K (96) is not a multiple of 128)" in text
     assert "kept: proj (row_major: group size (16)" in text and "0 upgraded, 2 kept" in text
     assert sorted(os.listdir(out)) == ["embed.cq4.weights", "manifest.json", "proj.cq4.weights"]
+
+
+def test_the_module_runs_as_a_command(tmp_path):
+    path = tmp_path / "broken.weights"
+    path.write_bytes(b"CACT" + bytes(40))
+    environment = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cv.__file__)))
+    result = subprocess.run([sys.executable, "-m", "cq4p", "inspect", str(path)],
+                            capture_output=True, text=True, env=environment, check=False)
+    assert result.returncode == 1
+    assert result.stdout == f"INVALID: {path}: header: expected at least 84 bytes, found 44 bytes\n"
 
 
 def test_inspect_verdicts(spiked_model, tmp_path, capsys):

@@ -124,6 +124,10 @@ def test_panel_file_layout_and_prescaled_codebook(tmp_path):
     with fl.read_tensor(path) as tensor:
         assert tensor.scales_offset == 96 and tensor.scales_bytes == scales
         assert tensor.data_offset == data_offset
+        # Zero-copy, read-only views of the mapping.
+        for region in ("data", "norms", "norm_panels", "permutation"):
+            view = getattr(tensor, region)
+            assert not view.flags.writeable and not view.flags.owndata
         assert np.max(np.abs(tensor.codebook.astype(np.float32))) == 127
         folded = tensor.norm_panels.transpose(0, 2, 1).reshape(128, ng)
         assert np.array_equal(folded[:n], tensor.norms.astype(np.float32))  # cb_scale 1
