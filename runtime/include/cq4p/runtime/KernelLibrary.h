@@ -1,0 +1,102 @@
+//===- KernelLibrary.h - a compiled kernel library, loaded and checked -*- C++ -*-===//
+//
+// A kernel library is cq4p-compile's output: a shared object exporting one
+// cq4p_kernel_table (kernel_abi.h). Opening one checks, in order, before any
+// of its kernels can be called:
+//
+//   1. the ELF header (read from the file, before dlopen, so that a library
+//      for another machine is refused with a message rather than with the
+//      dynamic loader's, and none of its code runs);
+//   2. dlopen (RTLD_NOW | RTLD_LOCAL: every symbol resolved now, none leaked
+//      to other libraries) and the table symbol;
+//   3. the table: ABI version, kernel count, every descriptor's fields;
+//   4. the CPU: every kernel's target and features must be runnable here.
+//
+// Loading runs the library's own initialisers (unavoidable with dlopen);
+// kernels run only through the layers that bind them (Linear.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_KERNELLIBRARY_H
+#define CQ4P_RUNTIME_KERNELLIBRARY_H
+
+#include "cq4p/kernel_abi.h"
+#include "cq4p/runtime/CpuFeatures.h"
+#include "cq4p/runtime/Status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cq4p::runtime {
+
+/// More kernels than any model needs: a count above this is a corrupt table.
+constexpr uint32_t kMaxKernelCount = 65536;
+
+/// Checks the start of a file (at least its first 64 bytes when it has them)
+/// as the ELF header of a shared library this process can load. `path` only
+/// names the file in messages.
+Status checkElfHeader(const std::string &path, const uint8_t *bytes,
+                      size_t size);
+
+/// Checks a kernel table's version, count and descriptors.
+Status validateKernelTable(const std::string &path,
+                           const cq4p_kernel_table &table);
+
+/// Checks that every kernel of a validated table can run on `cpu`.
+Status checkKernelsRunnable(const std::string &path,
+                            const cq4p_kernel_table &table,
+                            const CpuFeatures &cpu);
+
+/// "MATMUL", "QUANTIZE_HADAMARD", ... ("op N" when unknown).
+std::string kernelOpName(uint32_t op);
+/// "host", "aarch64-neon", "aarch64-sme2" ("target N" when unknown).
+std::string kernelTargetName(uint32_t target);
+/// One line describing a descriptor: name, op, shape, gs, rows, target.
+std::string describeKernel(const cq4p_kernel_desc &kernel);
+
+class KernelLibrary {
+public:
+  /// Loads `path` and checks it against this CPU (detectCpuFeatures()).
+  static Status open(const std::string &path,
+                     std::unique_ptr<KernelLibrary> &out);
+  /// Loads `path` and checks it against the given CPU.
+  static Status open(const std::string &path, const CpuFeatures &cpu,
+                     std::unique_ptr<KernelLibrary> &out);
+
+  KernelLibrary(const KernelLibrary &) = delete;
+  KernelLibrary &operator=(const KernelLibrary &) = delete;
+  /// Unloads the library: every layer bound to it must be gone first.
+  ~KernelLibrary();
+
+  const std::string &path() const { return path_; }
+  const cq4p_kernel_table &table() const { return *table_; }
+  size_t kernelCount() const { return table_->count; }
+  const cq4p_kernel_desc &kernel(size_t index) const {
+    return table_->kernels[index];
+  }
+
+  /// The kernels of `op` for a tensor of the given shape, in table order.
+  /// Quantize kernels are matched on K, the group size and the rotation
+  /// only (they do not depend on N).
+  std::vector<const cq4p_kernel_desc *> find(cq4p_kernel_op op, uint64_t n,
+                                             uint64_t k, uint32_t groupSize,
+                                             bool orthogonal) const;
+
+  /// The kernels of `op`, one per line, for messages (at most `limit`
+  /// lines, then a count of the rest).
+  std::string listKernels(cq4p_kernel_op op, size_t limit = 16) const;
+
+private:
+  KernelLibrary() = default;
+
+  std::string path_;
+  void *handle_ = nullptr;
+  const cq4p_kernel_table *table_ = nullptr;
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_KERNELLIBRARY_H

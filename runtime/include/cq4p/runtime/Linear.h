@@ -1,0 +1,142 @@
+//===- Linear.h - tensors bound to compiled kernels --------------*- C++ -*-===//
+//
+// A LinearLayer is one CQ4 packed-panel tensor (Hadamard, or orthogonal for
+// an lm_head) bound to the kernels of a KernelLibrary that compute
+// y[rows][N] = x[rows][K] * W^T as FORMAT.md section 5 defines it:
+//
+//   phase 1: the quantize kernel turns x into int8 activations and one fp32
+//            scale per (row, group); the groups are split across threads,
+//            every task taking all rows;
+//   phase 2: a matmul kernel (a GEMV for one row, a GEMM for more) computes
+//            int32 partials over the panels and rescales them; the 64-channel
+//            super-blocks are split across threads, superBlocksPerTask each.
+//
+// Each output element comes from exactly one kernel call over its
+// super-block and each activation from exactly one quantize call over its
+// group, so the result is the same bit for bit whatever the thread count or
+// the split (kernels are deterministic).
+//
+// Binding checks everything a kernel relies on (layout, alignment, a kernel
+// for the exact N, K, group size and rotation) and refuses, naming the
+// tensor, what it wanted and what the library has; run() checks its
+// arguments and the row count against the kernels' ranges before it calls
+// any kernel. A layer refers to its TensorFile and KernelLibrary: both must
+// outlive it.
+//
+// An EmbeddingLayer decodes rows of an orthogonal panel tensor (token
+// embeddings) through the library's EMBEDDING kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_LINEAR_H
+#define CQ4P_RUNTIME_LINEAR_H
+
+#include "cq4p/kernel_abi.h"
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Status.h"
+#include "cq4p/runtime/TensorFile.h"
+#include "cq4p/runtime/ThreadPool.h"
+#include "cq4p/runtime/WeightView.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cq4p::runtime {
+
+/// The int8 activations [rows][K] and their scales [rows][num_groups]
+/// between the two phases of a linear layer. One scratch may serve every
+/// layer that runs after another; it grows to the largest call and then
+/// never allocates again.
+class ActivationScratch {
+public:
+  /// Makes room for `rows` rows of `k` activations and `numGroups` scales.
+  void reserve(size_t rows, size_t k, size_t numGroups);
+  int8_t *activations() { return activations_.data(); }
+  float *scales() { return scales_.data(); }
+  size_t activationCapacity() const { return activations_.size(); }
+  size_t scaleCapacity() const { return scales_.size(); }
+
+private:
+  std::vector<int8_t> activations_;
+  std::vector<float> scales_;
+};
+
+class LinearLayer {
+public:
+  static constexpr int64_t kDefaultSuperBlocksPerTask = 8;
+
+  /// Binds `file` (a CQ4 packed-panel tensor) to `library`'s kernels.
+  static Status bind(const KernelLibrary &library, const TensorFile &file,
+                     std::unique_ptr<LinearLayer> &out);
+
+  LinearLayer(const LinearLayer &) = delete;
+  LinearLayer &operator=(const LinearLayer &) = delete;
+
+  /// y[rows][N] = x[rows][K] * W^T. rows == 0 does nothing.
+  Status run(ThreadPool &pool, const float *x, float *y, int64_t rows,
+             ActivationScratch &scratch) const;
+
+  /// Super-blocks of 64 channels per phase-2 task (>= 1).
+  Status setSuperBlocksPerTask(int64_t count);
+  int64_t superBlocksPerTask() const { return superBlocksPerTask_; }
+
+  const std::string &path() const { return file_->path(); }
+  uint64_t n() const { return file_->n(); }
+  uint64_t k() const { return file_->k(); }
+  uint32_t groupSize() const { return file_->info().group_size; }
+  uint32_t numGroups() const { return file_->info().num_groups; }
+  uint64_t superBlocks() const { return cq4p_num_super_blocks(n()); }
+  bool orthogonal() const { return file_->isOrthogonal(); }
+  const cq4p_weight_view &view() const { return weight_.view(); }
+
+  /// The kernels run() would call for `rows` rows, or null when the
+  /// library has none taking that many.
+  const cq4p_kernel_desc *quantizeKernelFor(int64_t rows) const;
+  const cq4p_kernel_desc *matmulKernelFor(int64_t rows) const;
+
+private:
+  LinearLayer() = default;
+
+  const KernelLibrary *library_ = nullptr;
+  const TensorFile *file_ = nullptr;
+  WeightView weight_;
+  std::vector<const cq4p_kernel_desc *> quantizeKernels_;
+  std::vector<const cq4p_kernel_desc *> matmulKernels_;
+  int64_t superBlocksPerTask_ = kDefaultSuperBlocksPerTask;
+};
+
+class EmbeddingLayer {
+public:
+  /// Binds `file` (an orthogonal CQ4 packed-panel tensor, [vocab][K]) to
+  /// `library`'s EMBEDDING kernel.
+  static Status bind(const KernelLibrary &library, const TensorFile &file,
+                     std::unique_ptr<EmbeddingLayer> &out);
+
+  EmbeddingLayer(const EmbeddingLayer &) = delete;
+  EmbeddingLayer &operator=(const EmbeddingLayer &) = delete;
+
+  /// out[i][K] = row ids[i] of the tensor, for i < count. Every id must be
+  /// a row of the tensor. count == 0 does nothing.
+  Status run(const int64_t *ids, float *out, int64_t count) const;
+
+  const std::string &path() const { return file_->path(); }
+  uint64_t rows() const { return file_->n(); }
+  uint64_t k() const { return file_->k(); }
+  const cq4p_weight_view &view() const { return weight_.view(); }
+  const cq4p_kernel_desc *kernelFor(int64_t count) const;
+
+private:
+  EmbeddingLayer() = default;
+
+  const KernelLibrary *library_ = nullptr;
+  const TensorFile *file_ = nullptr;
+  WeightView weight_;
+  std::vector<const cq4p_kernel_desc *> kernels_;
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_LINEAR_H

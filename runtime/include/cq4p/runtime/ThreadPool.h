@@ -1,0 +1,106 @@
+//===- ThreadPool.h - the runtime's threads ---------------------*- C++ -*-===//
+//
+// A pool of `threadCount()` threads in total: threadCount() - 1 workers plus
+// the thread that calls parallelFor, which works too (a decode step is a
+// chain of short parallel loops; handing the caller's core to a worker and
+// sleeping would waste it). Tasks are handed out one at a time from an
+// atomic counter, so a slow thread takes fewer of them and every task runs
+// exactly once.
+//
+// Idle workers spin briefly (back-to-back loops are the common case), then
+// sleep on a condition variable: an idle pool costs no CPU.
+//
+// parallelFor calls are serialised: one loop runs at a time per pool. A
+// parallelFor issued from inside one of this pool's tasks runs its tasks
+// inline on the calling thread (it would otherwise wait for itself).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_THREADPOOL_H
+#define CQ4P_RUNTIME_THREADPOOL_H
+
+#include "cq4p/runtime/Status.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <pthread.h>
+#include <type_traits>
+#include <vector>
+
+namespace cq4p::runtime {
+
+class ThreadPool {
+public:
+  /// More threads than any phone or workstation has cores: a larger
+  /// request is a caller's bug.
+  static constexpr int kMaxThreads = 1024;
+
+  /// A pool of `threads` threads in total (>= 1; 1 runs everything on the
+  /// calling thread).
+  static Status create(int threads, std::unique_ptr<ThreadPool> &out);
+
+  ThreadPool(const ThreadPool &) = delete;
+  ThreadPool &operator=(const ThreadPool &) = delete;
+  /// Stops and joins every worker.
+  ~ThreadPool();
+
+  int threadCount() const { return int(workers_.size()) + 1; }
+
+  /// Stops the workers and starts `threads` - 1 new ones. Not to be called
+  /// while a parallelFor of this pool runs. If a worker cannot be started,
+  /// the pool keeps running on the calling thread alone and says why.
+  Status setThreadCount(int threads);
+
+  /// Runs fn(task) for every task in [0, taskCount), spread over the pool's
+  /// threads; returns when all have finished (their writes are visible to
+  /// the caller then).
+  template <typename Fn> void parallelFor(int64_t taskCount, Fn &&fn) {
+    using Callable = std::remove_reference_t<Fn>;
+    run(taskCount,
+        [](void *context, int64_t task) {
+          (*static_cast<Callable *>(context))(task);
+        },
+        const_cast<void *>(static_cast<const void *>(&fn)));
+  }
+
+  using TaskFn = void (*)(void *context, int64_t task);
+  /// parallelFor without the template: fn(context, task).
+  void run(int64_t taskCount, TaskFn fn, void *context);
+
+private:
+  struct WorkerSlot {
+    ThreadPool *pool;
+    int index;
+    uint64_t startGeneration; // the generation before the worker's first job
+    pthread_t thread;
+  };
+
+  ThreadPool() = default;
+  static void *workerMain(void *slot);
+  void workerLoop(int index, uint64_t seen);
+  void drain(TaskFn fn, void *context, int64_t taskCount);
+  void stopWorkers();
+
+  std::vector<std::unique_ptr<WorkerSlot>> workers_;
+
+  std::mutex submitMutex_; // one loop at a time
+  std::mutex mutex_;       // guards the job fields below and stopping_
+  std::condition_variable wakeWorkers_;
+  std::condition_variable jobDone_;
+  std::atomic<uint64_t> generation_{0}; // written under mutex_
+  bool stopping_ = false;
+
+  TaskFn fn_ = nullptr;
+  void *context_ = nullptr;
+  int64_t taskCount_ = 0;
+  int participants_ = 0; // workers 0..participants_-1 join the current job
+  std::atomic<int64_t> nextTask_{0};
+  std::atomic<int> finished_{0}; // participants done with the current job
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_THREADPOOL_H

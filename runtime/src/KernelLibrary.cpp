@@ -1,0 +1,410 @@
+//===- KernelLibrary.cpp - loading and checking a kernel library ----------===//
+
+#include "cq4p/runtime/KernelLibrary.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace cq4p::runtime {
+namespace {
+
+constexpr size_t kElf64HeaderBytes = 64;
+constexpr size_t kElfMachineEnd = 20; // e_ident[16], e_type, e_machine
+constexpr uint8_t kElfClass64 = 2;
+constexpr uint8_t kElfDataLittle = 1;
+constexpr uint8_t kElfDataBig = 2;
+constexpr uint16_t kElfTypeDyn = 3;
+constexpr uint16_t kElfMachineX86_64 = 62;
+constexpr uint16_t kElfMachineAArch64 = 183;
+
+std::string str(uint64_t value) { return std::to_string(value); }
+
+struct ElfMachine {
+  uint16_t code;
+  const char *description; // with its article, as the message uses it
+  const char *constant;
+};
+
+// Machines a library handed to cq4p plausibly comes from; the rest are
+// named by number.
+constexpr ElfMachine kMachines[] = {
+    {3, "an x86 (32-bit)", "EM_386"},
+    {8, "a MIPS", "EM_MIPS"},
+    {20, "a PowerPC", "EM_PPC"},
+    {21, "a 64-bit PowerPC", "EM_PPC64"},
+    {22, "an IBM S/390", "EM_S390"},
+    {40, "a 32-bit Arm", "EM_ARM"},
+    {kElfMachineX86_64, "an x86-64", "EM_X86_64"},
+    {kElfMachineAArch64, "an AArch64", "EM_AARCH64"},
+    {243, "a RISC-V", "EM_RISCV"},
+    {258, "a LoongArch", "EM_LOONGARCH"},
+};
+
+std::string describeMachine(uint16_t code) {
+  for (const ElfMachine &machine : kMachines)
+    if (machine.code == code)
+      return std::string(machine.description) + " (" + machine.constant + ")";
+  return "an ELF machine " + str(code);
+}
+
+uint16_t hostElfMachine() {
+  switch (hostArch()) {
+  case CpuArch::X86_64:
+    return kElfMachineX86_64;
+  case CpuArch::AArch64:
+    return kElfMachineAArch64;
+  case CpuArch::Other:
+    break;
+  }
+  return 0;
+}
+
+Status libraryError(cq4p_code code, const std::string &path,
+                    const std::string &what) {
+  return Status(code, path + ": " + what);
+}
+
+std::string kernelLabel(size_t index, const cq4p_kernel_desc &kernel) {
+  std::string label = "kernel " + str(index);
+  if (kernel.name != nullptr)
+    label += std::string(" (") + kernel.name + ")";
+  return label;
+}
+
+bool isKnownOp(uint32_t op) {
+  return op >= CQ4P_KERNEL_QUANTIZE_HADAMARD && op <= CQ4P_KERNEL_EMBEDDING;
+}
+
+bool isKnownTarget(uint32_t target) {
+  return target >= CQ4P_TARGET_HOST && target <= CQ4P_TARGET_AARCH64_SME2;
+}
+
+/// Reads up to `want` bytes from the start of `path`.
+Status readFileStart(const std::string &path, uint8_t *buffer, size_t want,
+                     size_t &got) {
+  got = 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return libraryError(CQ4P_ERROR_IO, path,
+                        std::string("cannot open: ") + std::strerror(errno));
+  while (got < want) {
+    ssize_t count = ::read(fd, buffer + got, want - got);
+    if (count < 0 && errno == EINTR)
+      continue;
+    if (count < 0) {
+      int error = errno;
+      ::close(fd);
+      return libraryError(CQ4P_ERROR_IO, path,
+                          std::string("cannot read: ") + std::strerror(error));
+    }
+    if (count == 0)
+      break;
+    got += size_t(count);
+  }
+  ::close(fd);
+  return Status::ok();
+}
+
+} // namespace
+
+Status checkElfHeader(const std::string &path, const uint8_t *bytes,
+                      size_t size) {
+  static const uint8_t kMagic[4] = {0x7f, 'E', 'L', 'F'};
+  if (size < 4 || std::memcmp(bytes, kMagic, 4) != 0) {
+    std::string found = str(size) + " bytes";
+    if (size >= 4) {
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%02x %02x %02x %02x", bytes[0],
+                    bytes[1], bytes[2], bytes[3]);
+      found = hex;
+    }
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "not an ELF file: expected the magic 7f 45 4c 46, "
+                        "found " + found);
+  }
+  if (size < kElfMachineEnd)
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "truncated ELF header: expected 64 bytes, found " +
+                            str(size));
+  uint8_t elfClass = bytes[4], data = bytes[5];
+  if (data != kElfDataLittle && data != kElfDataBig)
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "ELF data encoding: expected 1 (little-endian) or 2 "
+                        "(big-endian), found " + str(data));
+  uint16_t machine = data == kElfDataLittle
+                         ? uint16_t(bytes[18] | bytes[19] << 8)
+                         : uint16_t(bytes[18] << 8 | bytes[19]);
+  // The machine first: it is the defect a user most often has (a library
+  // built for the phone, copied to the laptop) and the one dlopen words worst.
+  uint16_t host = hostElfMachine();
+  if (host != 0 && machine != host)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        describeMachine(machine) + " library; this process is " +
+                            archName(hostArch()));
+  if (elfClass != kElfClass64)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        "ELF class: expected 2 (ELFCLASS64, this process is "
+                        "64-bit), found " + str(elfClass));
+  if (data != kElfDataLittle)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        "a big-endian ELF library; this process is "
+                        "little-endian");
+  if (size < kElf64HeaderBytes)
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "truncated ELF header: expected 64 bytes, found " +
+                            str(size));
+  uint16_t type = uint16_t(bytes[16] | bytes[17] << 8);
+  if (type != kElfTypeDyn)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        "ELF type: expected 3 (ET_DYN, a shared library), "
+                        "found " + str(type));
+  return Status::ok();
+}
+
+std::string kernelOpName(uint32_t op) {
+  switch (op) {
+  case CQ4P_KERNEL_QUANTIZE_HADAMARD:
+    return "QUANTIZE_HADAMARD";
+  case CQ4P_KERNEL_QUANTIZE_ORTHOGONAL:
+    return "QUANTIZE_ORTHOGONAL";
+  case CQ4P_KERNEL_MATMUL:
+    return "MATMUL";
+  case CQ4P_KERNEL_EMBEDDING:
+    return "EMBEDDING";
+  default:
+    return "op " + str(op);
+  }
+}
+
+std::string kernelTargetName(uint32_t target) {
+  switch (target) {
+  case CQ4P_TARGET_HOST:
+    return "host";
+  case CQ4P_TARGET_AARCH64_NEON:
+    return "aarch64-neon";
+  case CQ4P_TARGET_AARCH64_SME2:
+    return "aarch64-sme2";
+  default:
+    return "target " + str(target);
+  }
+}
+
+std::string describeKernel(const cq4p_kernel_desc &kernel) {
+  std::string text = kernel.name != nullptr ? kernel.name : "(unnamed)";
+  text += " (" + kernelOpName(kernel.op);
+  if (kernel.op != CQ4P_KERNEL_QUANTIZE_HADAMARD &&
+      kernel.op != CQ4P_KERNEL_QUANTIZE_ORTHOGONAL)
+    text += " N=" + str(kernel.n);
+  text += " K=" + str(kernel.k) + " gs=" + str(kernel.group_size);
+  text += kernel.orthogonal ? " orthogonal" : " hadamard";
+  text += " rows " + str(kernel.min_rows) + "..";
+  if (kernel.max_rows != 0)
+    text += str(kernel.max_rows);
+  text += ", " + kernelTargetName(kernel.target) + ")";
+  return text;
+}
+
+Status validateKernelTable(const std::string &path,
+                           const cq4p_kernel_table &table) {
+  if (table.abi_version != CQ4P_KERNEL_ABI_VERSION)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        "kernel ABI version: expected " +
+                            str(CQ4P_KERNEL_ABI_VERSION) +
+                            " (this runtime's), found " +
+                            str(table.abi_version));
+  if (table.count > kMaxKernelCount)
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "kernel count: expected at most " +
+                            str(kMaxKernelCount) + ", found " +
+                            str(table.count));
+  if (table.count > 0 && table.kernels == nullptr)
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "kernels: expected " + str(table.count) +
+                            " descriptors, found a null pointer");
+  for (size_t i = 0; i < table.count; ++i) {
+    const cq4p_kernel_desc &kernel = table.kernels[i];
+    std::string label = kernelLabel(i, kernel);
+    auto refuse = [&](const char *field, const std::string &expected,
+                      const std::string &found) {
+      return libraryError(CQ4P_ERROR_FORMAT, path,
+                          label + ": " + field + ": expected " + expected +
+                              ", found " + found);
+    };
+    if (kernel.name == nullptr)
+      return refuse("name", "a string", "null");
+    if (kernel.entry == nullptr)
+      return refuse("entry", "a function", "null");
+    if (!isKnownOp(kernel.op))
+      return refuse("op",
+                    "1..4 (QUANTIZE_HADAMARD, QUANTIZE_ORTHOGONAL, MATMUL, "
+                    "EMBEDDING)",
+                    str(kernel.op));
+    if (!isKnownTarget(kernel.target))
+      return refuse("target", "1..3 (host, aarch64-neon, aarch64-sme2)",
+                    str(kernel.target));
+    if (uint64_t unknown = kernel.features & ~knownFeatureBits())
+      return refuse("features", "CQ4P_FEATURE_* bits only",
+                    featureList(unknown));
+    if (kernel.n == 0)
+      return refuse("n", "> 0", "0");
+    if (kernel.k == 0)
+      return refuse("k", "> 0", "0");
+    if (kernel.group_size == 0)
+      return refuse("group_size", "> 0", "0");
+    if (kernel.k % kernel.group_size != 0)
+      return refuse("group_size",
+                    "a divisor of K (" + str(kernel.k) + ")",
+                    str(kernel.group_size));
+    if (kernel.orthogonal > 1)
+      return refuse("orthogonal", "0 or 1", str(kernel.orthogonal));
+    if (kernel.op == CQ4P_KERNEL_QUANTIZE_HADAMARD && kernel.orthogonal)
+      return refuse("orthogonal", "0 (a Hadamard quantize kernel)", "1");
+    if ((kernel.op == CQ4P_KERNEL_QUANTIZE_ORTHOGONAL ||
+         kernel.op == CQ4P_KERNEL_EMBEDDING) &&
+        !kernel.orthogonal)
+      return refuse("orthogonal",
+                    "1 (" + kernelOpName(kernel.op) +
+                        " reads an orthogonal tensor)",
+                    "0");
+    if (kernel.min_rows < 1)
+      return refuse("min_rows", ">= 1", "0");
+    if (kernel.max_rows != 0 && kernel.max_rows < kernel.min_rows)
+      return refuse("max_rows",
+                    "0 (no bound) or >= min_rows (" + str(kernel.min_rows) +
+                        ")",
+                    str(kernel.max_rows));
+  }
+  return Status::ok();
+}
+
+Status checkKernelsRunnable(const std::string &path,
+                            const cq4p_kernel_table &table,
+                            const CpuFeatures &cpu) {
+  for (size_t i = 0; i < table.count; ++i) {
+    const cq4p_kernel_desc &kernel = table.kernels[i];
+    std::string label = kernelLabel(i, kernel);
+    auto refuse = [&](const std::string &why) {
+      return libraryError(CQ4P_ERROR_UNSUPPORTED, path, label + " " + why);
+    };
+    std::string target = kernelTargetName(kernel.target);
+    // A host kernel is built for the machine that compiled it; the ELF
+    // header check has already matched that machine to this process.
+    if (kernel.target != CQ4P_TARGET_HOST && cpu.arch != CpuArch::AArch64)
+      return refuse("targets " + target + "; this process is " +
+                    archName(cpu.arch));
+    if (kernel.target == CQ4P_TARGET_AARCH64_SME2) {
+      if (!(cpu.features & CQ4P_FEATURE_AARCH64_SME2))
+        return refuse("targets aarch64-sme2, which needs SME2; this CPU has "
+                      "no SME2 (it has: " +
+                      featureList(cpu.features) + ")");
+      if (cpu.smeVectorBits != kSme2VectorBits)
+        return refuse("targets aarch64-sme2, built for a " +
+                      str(kSme2VectorBits) +
+                      "-bit streaming vector length; this CPU's is " +
+                      str(cpu.smeVectorBits) + " bits");
+    }
+    if (uint64_t missing = kernel.features & ~cpu.features)
+      return refuse("needs " + featureList(missing) +
+                    ", which this CPU lacks (it has: " +
+                    featureList(cpu.features) + ")");
+  }
+  return Status::ok();
+}
+
+Status KernelLibrary::open(const std::string &path,
+                           std::unique_ptr<KernelLibrary> &out) {
+  return open(path, detectCpuFeatures(), out);
+}
+
+Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
+                           std::unique_ptr<KernelLibrary> &out) {
+  out.reset();
+  uint8_t header[kElf64HeaderBytes];
+  size_t headerBytes = 0;
+  if (Status status = readFileStart(path, header, sizeof(header), headerBytes);
+      !status)
+    return status;
+  if (Status status = checkElfHeader(path, header, headerBytes); !status)
+    return status;
+
+  // Without a slash dlopen would search the library path and could load a
+  // different file from the one whose header was just checked.
+  std::string loadPath =
+      path.find('/') == std::string::npos ? "./" + path : path;
+  dlerror();
+  void *handle = ::dlopen(loadPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char *error = dlerror();
+    return libraryError(CQ4P_ERROR_IO, path,
+                        std::string("cannot load: ") +
+                            (error ? error : "dlopen failed"));
+  }
+  std::unique_ptr<KernelLibrary> library(new KernelLibrary());
+  library->path_ = path;
+  library->handle_ = handle;
+
+  dlerror();
+  void *symbol = ::dlsym(handle, CQ4P_KERNEL_TABLE_SYMBOL);
+  if (symbol == nullptr) {
+    const char *error = dlerror();
+    return libraryError(CQ4P_ERROR_NOT_FOUND, path,
+                        std::string("no `") + CQ4P_KERNEL_TABLE_SYMBOL +
+                            "` symbol: not a cq4p kernel library (" +
+                            (error ? error : "the symbol is null") + ")");
+  }
+  library->table_ = static_cast<const cq4p_kernel_table *>(symbol);
+  if (Status status = validateKernelTable(path, *library->table_); !status)
+    return status;
+  if (Status status = checkKernelsRunnable(path, *library->table_, cpu);
+      !status)
+    return status;
+  out = std::move(library);
+  return Status::ok();
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_ != nullptr)
+    ::dlclose(handle_);
+}
+
+std::vector<const cq4p_kernel_desc *>
+KernelLibrary::find(cq4p_kernel_op op, uint64_t n, uint64_t k,
+                    uint32_t groupSize, bool orthogonal) const {
+  bool quantize = op == CQ4P_KERNEL_QUANTIZE_HADAMARD ||
+                  op == CQ4P_KERNEL_QUANTIZE_ORTHOGONAL;
+  std::vector<const cq4p_kernel_desc *> found;
+  for (size_t i = 0; i < kernelCount(); ++i) {
+    const cq4p_kernel_desc &kernel = this->kernel(i);
+    if (kernel.op == uint32_t(op) && kernel.k == k &&
+        kernel.group_size == groupSize &&
+        (kernel.orthogonal != 0) == orthogonal && (quantize || kernel.n == n))
+      found.push_back(&kernel);
+  }
+  return found;
+}
+
+std::string KernelLibrary::listKernels(cq4p_kernel_op op, size_t limit) const {
+  std::string list;
+  size_t listed = 0, rest = 0;
+  for (size_t i = 0; i < kernelCount(); ++i) {
+    if (kernel(i).op != uint32_t(op))
+      continue;
+    if (listed == limit) {
+      ++rest;
+      continue;
+    }
+    list += "\n  " + describeKernel(kernel(i));
+    ++listed;
+  }
+  if (listed == 0)
+    return " no " + kernelOpName(op) + " kernel";
+  if (rest > 0)
+    list += "\n  ... and " + str(rest) + " more";
+  return list;
+}
+
+} // namespace cq4p::runtime

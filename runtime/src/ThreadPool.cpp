@@ -1,0 +1,190 @@
+//===- ThreadPool.cpp - workers, a task counter and a generation number ---===//
+//
+// One job at a time. The caller publishes a job (function, task count,
+// how many workers take part) under the mutex and bumps the generation;
+// workers that see a new generation copy the job under the mutex and, if
+// they take part, draw tasks from the shared counter, then check in. The
+// caller draws tasks too and returns once every participant has checked in,
+// so no worker touches a job after its parallelFor has returned. Because
+// the next job cannot be published before that, a participant always sees
+// the generation it takes part in; a non-participant may sleep through
+// generations, which is harmless since it reads only under the mutex.
+//
+// Threads come from pthread_create rather than std::thread so that a
+// failure to start one is a Status, not an exception in a runtime built
+// without them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace cq4p::runtime {
+namespace {
+
+// Short enough that an idle pool stops burning CPU within tens of
+// microseconds, long enough to catch the next loop of a decode step.
+constexpr int kSpinIterations = 2000;
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The pool whose tasks the current thread is running, if any.
+thread_local const ThreadPool *runningPool = nullptr;
+
+struct RunningPoolScope {
+  const ThreadPool *saved;
+  explicit RunningPoolScope(const ThreadPool *pool) : saved(runningPool) {
+    runningPool = pool;
+  }
+  ~RunningPoolScope() { runningPool = saved; }
+};
+
+} // namespace
+
+Status ThreadPool::create(int threads, std::unique_ptr<ThreadPool> &out) {
+  out.reset();
+  std::unique_ptr<ThreadPool> pool(new ThreadPool());
+  if (Status status = pool->setThreadCount(threads); !status)
+    return status;
+  out = std::move(pool);
+  return Status::ok();
+}
+
+ThreadPool::~ThreadPool() { stopWorkers(); }
+
+Status ThreadPool::setThreadCount(int threads) {
+  if (threads < 1 || threads > kMaxThreads)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "thread count: expected 1.." + std::to_string(kMaxThreads) +
+                      " (the calling thread plus workers), found " +
+                      std::to_string(threads));
+  stopWorkers();
+  for (int i = 0; i + 1 < threads; ++i) {
+    auto slot = std::make_unique<WorkerSlot>();
+    slot->pool = this;
+    slot->index = i;
+    // Read here, not by the new thread: a job published before that thread
+    // first runs must still count as new to it.
+    slot->startGeneration = generation_.load(std::memory_order_relaxed);
+    int error = pthread_create(&slot->thread, nullptr, &ThreadPool::workerMain,
+                               slot.get());
+    if (error != 0) {
+      stopWorkers();
+      return Status(CQ4P_ERROR_IO,
+                    "thread pool: cannot start worker " + std::to_string(i + 1) +
+                        " of " + std::to_string(threads - 1) + ": " +
+                        std::strerror(error) +
+                        "; running on the calling thread alone");
+    }
+    workers_.push_back(std::move(slot));
+  }
+  return Status::ok();
+}
+
+void ThreadPool::stopWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wakeWorkers_.notify_all();
+  for (auto &slot : workers_)
+    pthread_join(slot->thread, nullptr);
+  workers_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopping_ = false;
+}
+
+void *ThreadPool::workerMain(void *slot) {
+  auto *worker = static_cast<WorkerSlot *>(slot);
+  worker->pool->workerLoop(worker->index, worker->startGeneration);
+  return nullptr;
+}
+
+void ThreadPool::workerLoop(int index, uint64_t seen) {
+  for (;;) {
+    for (int spin = 0; spin < kSpinIterations &&
+                       generation_.load(std::memory_order_acquire) == seen;
+         ++spin)
+      cpuRelax();
+    TaskFn fn;
+    void *context;
+    int64_t taskCount;
+    int participants;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wakeWorkers_.wait(lock, [&] {
+        return stopping_ || generation_.load(std::memory_order_relaxed) != seen;
+      });
+      if (stopping_)
+        return;
+      seen = generation_.load(std::memory_order_relaxed);
+      if (index >= participants_)
+        continue;
+      fn = fn_;
+      context = context_;
+      taskCount = taskCount_;
+      participants = participants_;
+    }
+    drain(fn, context, taskCount);
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == participants) {
+      // Under the mutex: the caller tests the count and sleeps atomically
+      // with respect to it, so this wake-up cannot fall between the two.
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobDone_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::drain(TaskFn fn, void *context, int64_t taskCount) {
+  RunningPoolScope scope(this);
+  for (;;) {
+    int64_t task = nextTask_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= taskCount)
+      return;
+    fn(context, task);
+  }
+}
+
+void ThreadPool::run(int64_t taskCount, TaskFn fn, void *context) {
+  if (taskCount <= 0)
+    return;
+  if (workers_.empty() || taskCount == 1 || runningPool == this) {
+    for (int64_t task = 0; task < taskCount; ++task)
+      fn(context, task);
+    return;
+  }
+  std::lock_guard<std::mutex> submit(submitMutex_);
+  int participants =
+      int(std::min<int64_t>(int64_t(workers_.size()), taskCount - 1));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = fn;
+    context_ = context;
+    taskCount_ = taskCount;
+    participants_ = participants;
+    nextTask_.store(0, std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wakeWorkers_.notify_all();
+  drain(fn, context, taskCount);
+  for (int spin = 0; spin < kSpinIterations &&
+                     finished_.load(std::memory_order_acquire) != participants;
+       ++spin)
+    cpuRelax();
+  std::unique_lock<std::mutex> lock(mutex_);
+  jobDone_.wait(lock, [&] {
+    return finished_.load(std::memory_order_acquire) == participants;
+  });
+}
+
+} // namespace cq4p::runtime

@@ -1,0 +1,62 @@
+# The fake kernel libraries the runtime's tests load (FakeKernels.cpp): the
+# good one and one per defect the refusal tests need. Tests find each by the
+# compile definition CQ4P_FAKE_KERNELS<_VARIANT>_PATH (its full path).
+
+# <suffix>|<definition>; a global property, since test/fuzz uses it too.
+set_property(GLOBAL PROPERTY CQ4P_FAKE_KERNEL_VARIANTS
+  "-abi2|CQ4P_FAKE_ABI_VERSION=2"
+  "-features|CQ4P_FAKE_MORE_FEATURES"
+  "-bad-shape|CQ4P_FAKE_BAD_SHAPE"
+  "-sme2|CQ4P_FAKE_SME2"
+  "-no-table|CQ4P_FAKE_NO_TABLE")
+
+# cq4p_fake_kernel_library(<name> [DEFINES ...] [OPTIONS ...]): FakeKernels.cpp
+# as a loadable module, compiled with OPTIONS (sanitizers) and DEFINES.
+function(cq4p_fake_kernel_library name)
+  cmake_parse_arguments(ARG "" "" "DEFINES;OPTIONS" ${ARGN})
+  add_library(${name} MODULE ${PROJECT_SOURCE_DIR}/test/unit/Runtime/FakeKernels.cpp)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src
+                                             ${PROJECT_SOURCE_DIR}/runtime/include)
+  target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
+  # No fused multiply-adds: the same rounding on the host and on aarch64.
+  target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
+  set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
+                                           VISIBILITY_INLINES_HIDDEN ON)
+endfunction()
+
+cq4p_fake_kernel_library(cq4p-fake-kernels)
+get_property(variants GLOBAL PROPERTY CQ4P_FAKE_KERNEL_VARIANTS)
+foreach(variant ${variants})
+  string(REPLACE "|" ";" parts "${variant}")
+  list(GET parts 0 suffix)
+  list(GET parts 1 define)
+  cq4p_fake_kernel_library(cq4p-fake-kernels${suffix} DEFINES ${define})
+endforeach()
+
+# cq4p_use_fake_kernels(<test target> [SANITIZE <flags>...]): gives the
+# target every library's path and builds them first. With SANITIZE the good
+# library (the one whose kernels run) is built with those flags too, so the
+# sanitizers see the kernels' reads and writes of the runtime's buffers.
+function(cq4p_use_fake_kernels target)
+  cmake_parse_arguments(ARG "" "" "SANITIZE" ${ARGN})
+  set(good cq4p-fake-kernels)
+  if(ARG_SANITIZE)
+    set(good cq4p-fake-kernels-sanitized)
+    if(NOT TARGET ${good})
+      cq4p_fake_kernel_library(${good} OPTIONS ${ARG_SANITIZE})
+    endif()
+  endif()
+  target_compile_definitions(${target} PRIVATE
+    CQ4P_FAKE_KERNELS_PATH="$<TARGET_FILE:${good}>")
+  add_dependencies(${target} ${good})
+  get_property(variants GLOBAL PROPERTY CQ4P_FAKE_KERNEL_VARIANTS)
+  foreach(variant ${variants})
+    string(REPLACE "|" ";" parts "${variant}")
+    list(GET parts 0 suffix)
+    string(TOUPPER "${suffix}" macro)
+    string(REPLACE "-" "_" macro "${macro}")
+    target_compile_definitions(${target} PRIVATE
+      CQ4P_FAKE_KERNELS${macro}_PATH="$<TARGET_FILE:cq4p-fake-kernels${suffix}>")
+    add_dependencies(${target} cq4p-fake-kernels${suffix})
+  endforeach()
+endfunction()

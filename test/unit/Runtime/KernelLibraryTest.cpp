@@ -1,0 +1,384 @@
+//===- KernelLibraryTest.cpp - loading, and refusing, kernel libraries ----===//
+
+#include "FakeKernelModule.h"
+#include "TempDir.h"
+#include "TestFiles.h"
+
+#include "cq4p/runtime/KernelLibrary.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+#define EXPECT_REFUSED(status, code_, ...)                                     \
+  do {                                                                         \
+    const Status &s_ = (status);                                               \
+    EXPECT_EQ(s_.code(), code_) << s_.message();                               \
+    for (const char *part_ : {__VA_ARGS__})                                    \
+      EXPECT_TRUE(contains(s_.message(), part_))                               \
+          << "message lacks \"" << part_ << "\": " << s_.message();           \
+  } while (0)
+
+std::vector<uint8_t> readAll(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+/// The first 64 bytes of an ELF64 shared object for `machine`.
+std::vector<uint8_t> elfHeader(uint16_t machine, uint8_t elfClass = 2,
+                               uint16_t type = 3) {
+  std::vector<uint8_t> h(64, 0);
+  h[0] = 0x7f;
+  h[1] = 'E';
+  h[2] = 'L';
+  h[3] = 'F';
+  h[4] = elfClass;
+  h[5] = 1; // little-endian
+  h[6] = 1; // EV_CURRENT
+  h[16] = uint8_t(type);
+  h[18] = uint8_t(machine);
+  h[19] = uint8_t(machine >> 8);
+  return h;
+}
+
+/// Every feature the ABI knows, on this process's architecture.
+CpuFeatures everything() {
+  CpuFeatures cpu;
+  cpu.arch = hostArch();
+  cpu.features = knownFeatureBits();
+  cpu.smeVectorBits = kSme2VectorBits;
+  return cpu;
+}
+
+TEST(KernelLibrary, OpensTheFakeLibrary) {
+  std::unique_ptr<KernelLibrary> library;
+  Status status = KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, library);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_GT(library->kernelCount(), 10u);
+  EXPECT_EQ(library->table().abi_version, CQ4P_KERNEL_ABI_VERSION);
+  auto matmul = library->find(CQ4P_KERNEL_MATMUL, 100, 256, 32, false);
+  ASSERT_EQ(matmul.size(), 2u);
+  EXPECT_EQ(matmul[0]->max_rows, 1u);
+  EXPECT_EQ(matmul[1]->min_rows, 2u);
+  // Quantize kernels match whatever N.
+  EXPECT_EQ(library->find(CQ4P_KERNEL_QUANTIZE_HADAMARD, 7, 256, 128, false).size(), 1u);
+  EXPECT_TRUE(library->find(CQ4P_KERNEL_MATMUL, 100, 256, 32, true).empty());
+  EXPECT_TRUE(library->find(CQ4P_KERNEL_MATMUL, 101, 256, 32, false).empty());
+  EXPECT_TRUE(contains(library->listKernels(CQ4P_KERNEL_EMBEDDING),
+                       "embedding_n100_k256 (EMBEDDING N=100 K=256 gs=128 "
+                       "orthogonal rows 1.."));
+  EXPECT_TRUE(contains(library->listKernels(CQ4P_KERNEL_MATMUL, 2), "more"));
+}
+
+TEST(KernelLibrary, RefusesAnotherAbiVersion) {
+  FakeKernelModule module(CQ4P_FAKE_KERNELS_ABI2_PATH);
+  ASSERT_TRUE(module.loaded());
+  std::unique_ptr<KernelLibrary> library;
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI2_PATH, library),
+                 CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI2_PATH,
+                 "kernel ABI version: expected 1", "found 2");
+  EXPECT_EQ(library, nullptr);
+  EXPECT_EQ(module.totalCalls(), 0);
+}
+
+TEST(KernelLibrary, RefusesAForeignMachineBeforeLoading) {
+  TempDir dir;
+  std::string path = dir.file("foreign.so");
+#if defined(__x86_64__)
+  std::vector<uint8_t> bytes = elfHeader(183);
+  const char *expected = "foreign.so: an AArch64 (EM_AARCH64) library; this "
+                         "process is x86-64";
+#else
+  std::vector<uint8_t> bytes = elfHeader(62);
+  const char *expected = "foreign.so: an x86-64 (EM_X86_64) library; this "
+                         "process is AArch64";
+#endif
+  // A body that dlopen could never map: only the header check can refuse
+  // it with this message.
+  bytes.resize(4096, 0xAB);
+  ASSERT_TRUE(writeBytes(path, bytes));
+  std::unique_ptr<KernelLibrary> library;
+  Status status = KernelLibrary::open(path, library);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_EQ(status.message(), dir.path() + "/" + expected);
+
+  ASSERT_TRUE(writeBytes(path, elfHeader(40, 1)));
+  EXPECT_REFUSED(KernelLibrary::open(path, library), CQ4P_ERROR_UNSUPPORTED,
+                 "a 32-bit Arm (EM_ARM) library; this process is");
+  ASSERT_TRUE(writeBytes(path, elfHeader(4242)));
+  EXPECT_REFUSED(KernelLibrary::open(path, library), CQ4P_ERROR_UNSUPPORTED,
+                 "an ELF machine 4242 library");
+}
+
+TEST(KernelLibrary, RefusesHeadersThatAreNotThisProcesssLibraries) {
+#if defined(__x86_64__)
+  uint16_t host = 62;
+#else
+  uint16_t host = 183;
+#endif
+  std::string path = "lib.so";
+  std::vector<uint8_t> h = elfHeader(host, 1);
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), h.size()),
+                 CQ4P_ERROR_UNSUPPORTED, "ELF class: expected 2");
+  h = elfHeader(host);
+  h[5] = 2;
+  std::swap(h[18], h[19]); // the same machine, big-endian
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), h.size()),
+                 CQ4P_ERROR_UNSUPPORTED, "big-endian");
+  h = elfHeader(host);
+  h[5] = 7;
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), h.size()), CQ4P_ERROR_FORMAT,
+                 "ELF data encoding", "found 7");
+  h = elfHeader(host, 2, 2);
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), h.size()),
+                 CQ4P_ERROR_UNSUPPORTED, "expected 3 (ET_DYN", "found 2");
+  h = elfHeader(host);
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), 40), CQ4P_ERROR_FORMAT,
+                 "truncated ELF header: expected 64 bytes, found 40");
+  EXPECT_REFUSED(checkElfHeader(path, h.data(), 10), CQ4P_ERROR_FORMAT,
+                 "found 10");
+  EXPECT_TRUE(checkElfHeader(path, h.data(), h.size()));
+}
+
+TEST(KernelLibrary, RefusesFilesThatAreNotLibraries) {
+  TempDir dir;
+  std::unique_ptr<KernelLibrary> library;
+  std::string text = dir.file("notes.so");
+  std::vector<uint8_t> words = {'h', 'e', 'l', 'l', 'o', '\n'};
+  ASSERT_TRUE(writeBytes(text, words));
+  EXPECT_REFUSED(KernelLibrary::open(text, library), CQ4P_ERROR_FORMAT,
+                 "notes.so: not an ELF file", "found 68 65 6c 6c");
+  std::string empty = dir.file("empty.so");
+  ASSERT_TRUE(writeBytes(empty, {}));
+  EXPECT_REFUSED(KernelLibrary::open(empty, library), CQ4P_ERROR_FORMAT,
+                 "not an ELF file", "found 0 bytes");
+  EXPECT_REFUSED(KernelLibrary::open(dir.file("missing.so"), library),
+                 CQ4P_ERROR_IO, "missing.so: cannot open");
+
+  std::vector<uint8_t> real = readAll(CQ4P_FAKE_KERNELS_PATH);
+  ASSERT_GT(real.size(), 4096u);
+  std::string header = dir.file("header-only.so");
+  ASSERT_TRUE(writeBytes(header, std::vector<uint8_t>(real.begin(), real.begin() + 30)));
+  EXPECT_REFUSED(KernelLibrary::open(header, library), CQ4P_ERROR_FORMAT,
+                 "truncated ELF header: expected 64 bytes, found 30");
+  // A whole header, then nothing (not even the program headers): the
+  // dynamic loader's word, passed on.
+  std::string cut = dir.file("cut.so");
+  ASSERT_TRUE(writeBytes(cut, std::vector<uint8_t>(real.begin(), real.begin() + 100)));
+  EXPECT_REFUSED(KernelLibrary::open(cut, library), CQ4P_ERROR_IO,
+                 "cut.so: cannot load: ");
+  EXPECT_EQ(library, nullptr);
+}
+
+TEST(KernelLibrary, RefusesALibraryWithoutTheTable) {
+  std::unique_ptr<KernelLibrary> library;
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_NO_TABLE_PATH, library),
+                 CQ4P_ERROR_NOT_FOUND, "no `cq4p_kernel_table` symbol");
+}
+
+TEST(KernelLibrary, RefusesADescriptorWithABadShape) {
+  FakeKernelModule module(CQ4P_FAKE_KERNELS_BAD_SHAPE_PATH);
+  std::unique_ptr<KernelLibrary> library;
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_BAD_SHAPE_PATH, library),
+                 CQ4P_ERROR_FORMAT, "(matmul_bad_shape): group_size",
+                 "expected a divisor of K (250), found 128");
+  EXPECT_EQ(module.totalCalls(), 0);
+}
+
+TEST(KernelLibrary, RefusesAKernelNeedingAMissingFeature) {
+  FakeKernelModule module(CQ4P_FAKE_KERNELS_FEATURES_PATH);
+  ASSERT_TRUE(module.loaded());
+  std::unique_ptr<KernelLibrary> library;
+#if defined(__aarch64__)
+  uint64_t dropped = CQ4P_FEATURE_AARCH64_I8MM;
+  const char *name = "i8mm";
+  uint64_t base = CQ4P_FEATURE_AARCH64_DOTPROD;
+  const char *baseName = "dotprod";
+#else
+  uint64_t dropped = CQ4P_FEATURE_X86_AVX512VNNI;
+  const char *name = "avx512vnni";
+  uint64_t base = CQ4P_FEATURE_X86_SSSE3;
+  const char *baseName = "ssse3";
+#endif
+  CpuFeatures cpu = everything();
+  cpu.features &= ~dropped;
+  std::string lacking = std::string(name) + ", which this CPU lacks";
+  EXPECT_REFUSED(
+      KernelLibrary::open(CQ4P_FAKE_KERNELS_FEATURES_PATH, cpu, library),
+      CQ4P_ERROR_UNSUPPORTED, "(matmul_n64_k256_gs32_rows1_1) needs",
+      lacking.c_str());
+  EXPECT_EQ(library, nullptr);
+  EXPECT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_FEATURES_PATH, everything(), library));
+
+  // The good library's kernels need the baseline feature only.
+  cpu = everything();
+  cpu.features &= ~dropped;
+  EXPECT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, cpu, library));
+  cpu.features &= ~base;
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, cpu, library),
+                 CQ4P_ERROR_UNSUPPORTED, baseName);
+
+  // Against this machine: refused exactly when it lacks one of them.
+  CpuFeatures here = detectCpuFeatures();
+  Status status = KernelLibrary::open(CQ4P_FAKE_KERNELS_FEATURES_PATH, library);
+  uint64_t needed = 0;
+  for (size_t i = 0; library && i < library->kernelCount(); ++i)
+    needed |= library->kernel(i).features;
+  if (status)
+    EXPECT_EQ(needed & ~here.features, 0u);
+  else
+    EXPECT_TRUE(contains(status.message(), "which this CPU lacks")) << status.message();
+  EXPECT_EQ(module.totalCalls(), 0);
+}
+
+TEST(KernelLibrary, Sme2LibraryNeedsSme2AndA512BitVectorLength) {
+  std::unique_ptr<KernelLibrary> library;
+  Status status = KernelLibrary::open(CQ4P_FAKE_KERNELS_SME2_PATH, library);
+#if defined(__aarch64__)
+  CpuFeatures here = detectCpuFeatures();
+  bool runnable = (here.features & CQ4P_FEATURE_AARCH64_SME2) &&
+                  here.smeVectorBits == kSme2VectorBits;
+  EXPECT_EQ(bool(status), runnable) << status.message();
+#else
+  EXPECT_REFUSED(status, CQ4P_ERROR_UNSUPPORTED,
+                 "targets aarch64-sme2; this process is x86-64");
+#endif
+
+  // The CPU check on its own, for an AArch64 CPU of each kind.
+  cq4p_kernel_desc kernel = {"sme2_matmul", CQ4P_KERNEL_MATMUL,
+                             CQ4P_TARGET_AARCH64_SME2, CQ4P_FEATURE_AARCH64_SME2,
+                             64, 256, 128, 0, 1, 0, &kernel};
+  cq4p_kernel_table table = {CQ4P_KERNEL_ABI_VERSION, 1, &kernel};
+  CpuFeatures phone;
+  phone.arch = CpuArch::AArch64;
+  phone.features = CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_I8MM;
+  EXPECT_REFUSED(checkKernelsRunnable("lib.so", table, phone),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "lib.so: kernel 0 (sme2_matmul) targets aarch64-sme2, which "
+                 "needs SME2; this CPU has no SME2 (it has: dotprod, i8mm)");
+  phone.features |= CQ4P_FEATURE_AARCH64_SME2;
+  phone.smeVectorBits = 256;
+  EXPECT_REFUSED(checkKernelsRunnable("lib.so", table, phone),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "512-bit streaming vector length; this CPU's is 256 bits");
+  phone.smeVectorBits = 512;
+  EXPECT_TRUE(checkKernelsRunnable("lib.so", table, phone));
+  CpuFeatures laptop = everything();
+  laptop.arch = CpuArch::X86_64;
+  EXPECT_REFUSED(checkKernelsRunnable("lib.so", table, laptop),
+                 CQ4P_ERROR_UNSUPPORTED, "this process is x86-64");
+  kernel.target = CQ4P_TARGET_AARCH64_NEON;
+  kernel.features = CQ4P_FEATURE_AARCH64_DOTPROD;
+  EXPECT_REFUSED(checkKernelsRunnable("lib.so", table, laptop),
+                 CQ4P_ERROR_UNSUPPORTED, "targets aarch64-neon");
+  kernel.target = CQ4P_TARGET_HOST;
+  kernel.features = 0;
+  EXPECT_TRUE(checkKernelsRunnable("lib.so", table, laptop));
+}
+
+TEST(KernelLibrary, ValidatesEveryDescriptorField) {
+  static const int entryTarget = 0;
+  const cq4p_kernel_desc good = {"k", CQ4P_KERNEL_MATMUL, CQ4P_TARGET_HOST, 0,
+                                 64, 256, 128, 0, 1, 1, &entryTarget};
+  struct Case {
+    const char *what;
+    void (*breakIt)(cq4p_kernel_desc &);
+    const char *message;
+  };
+  const Case cases[] = {
+      {"null name", [](cq4p_kernel_desc &d) { d.name = nullptr; },
+       "kernel 0: name: expected a string, found null"},
+      {"null entry", [](cq4p_kernel_desc &d) { d.entry = nullptr; },
+       "kernel 0 (k): entry: expected a function, found null"},
+      {"op", [](cq4p_kernel_desc &d) { d.op = 9; }, "op: expected 1..4"},
+      {"target", [](cq4p_kernel_desc &d) { d.target = 0; },
+       "target: expected 1..3 (host, aarch64-neon, aarch64-sme2), found 0"},
+      {"features", [](cq4p_kernel_desc &d) { d.features = 1ull << 40; },
+       "features: expected CQ4P_FEATURE_* bits only, found unknown feature bit 40"},
+      {"n", [](cq4p_kernel_desc &d) { d.n = 0; }, "n: expected > 0, found 0"},
+      {"k", [](cq4p_kernel_desc &d) { d.k = 0; }, "k: expected > 0, found 0"},
+      {"gs", [](cq4p_kernel_desc &d) { d.group_size = 0; },
+       "group_size: expected > 0, found 0"},
+      {"k % gs", [](cq4p_kernel_desc &d) { d.group_size = 96; },
+       "group_size: expected a divisor of K (256), found 96"},
+      {"orthogonal", [](cq4p_kernel_desc &d) { d.orthogonal = 2; },
+       "orthogonal: expected 0 or 1, found 2"},
+      {"hadamard quantize",
+       [](cq4p_kernel_desc &d) {
+         d.op = CQ4P_KERNEL_QUANTIZE_HADAMARD;
+         d.orthogonal = 1;
+       },
+       "orthogonal: expected 0 (a Hadamard quantize kernel)"},
+      {"embedding", [](cq4p_kernel_desc &d) { d.op = CQ4P_KERNEL_EMBEDDING; },
+       "orthogonal: expected 1 (EMBEDDING reads an orthogonal tensor)"},
+      {"min_rows", [](cq4p_kernel_desc &d) { d.min_rows = 0; },
+       "min_rows: expected >= 1, found 0"},
+      {"max_rows",
+       [](cq4p_kernel_desc &d) {
+         d.min_rows = 4;
+         d.max_rows = 3;
+       },
+       "max_rows: expected 0 (no bound) or >= min_rows (4), found 3"},
+  };
+  cq4p_kernel_desc kernels[2] = {good, good};
+  cq4p_kernel_table table = {CQ4P_KERNEL_ABI_VERSION, 2, kernels};
+  EXPECT_TRUE(validateKernelTable("lib.so", table));
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    kernels[0] = good;
+    c.breakIt(kernels[0]);
+    EXPECT_REFUSED(validateKernelTable("lib.so", table), CQ4P_ERROR_FORMAT,
+                   "lib.so: ", c.message);
+  }
+  kernels[0] = good;
+  kernels[1].max_rows = 0; // no upper bound is fine
+  EXPECT_TRUE(validateKernelTable("lib.so", table));
+  kernels[1].k = 100;
+  EXPECT_REFUSED(validateKernelTable("lib.so", table), CQ4P_ERROR_FORMAT,
+                 "kernel 1 (k): group_size");
+
+  cq4p_kernel_table huge = {CQ4P_KERNEL_ABI_VERSION, kMaxKernelCount + 1, kernels};
+  EXPECT_REFUSED(validateKernelTable("lib.so", huge), CQ4P_ERROR_FORMAT,
+                 "kernel count: expected at most 65536, found 65537");
+  cq4p_kernel_table null = {CQ4P_KERNEL_ABI_VERSION, 3, nullptr};
+  EXPECT_REFUSED(validateKernelTable("lib.so", null), CQ4P_ERROR_FORMAT,
+                 "kernels: expected 3 descriptors, found a null pointer");
+  cq4p_kernel_table old = {0, 2, kernels};
+  EXPECT_REFUSED(validateKernelTable("lib.so", old), CQ4P_ERROR_UNSUPPORTED,
+                 "kernel ABI version: expected 1 (this runtime's), found 0");
+}
+
+TEST(CpuFeatures, DetectsThisProcess) {
+  CpuFeatures cpu = detectCpuFeatures();
+  EXPECT_EQ(cpu.arch, hostArch());
+  EXPECT_EQ(cpu.features & ~knownFeatureBits(), 0u);
+#if defined(__x86_64__)
+  EXPECT_EQ(cpu.arch, CpuArch::X86_64);
+  EXPECT_EQ(cpu.features & (CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_SME2), 0u);
+#elif defined(__aarch64__)
+  EXPECT_EQ(cpu.arch, CpuArch::AArch64);
+  EXPECT_EQ(cpu.features & CQ4P_FEATURE_X86_SSSE3, 0u);
+#endif
+  if (cpu.features & CQ4P_FEATURE_AARCH64_SME2) {
+    EXPECT_GT(cpu.smeVectorBits, 0u);
+    EXPECT_EQ(cpu.smeVectorBits % 128, 0u);
+  }
+  std::printf("  this CPU: %s, features: %s, SME vector length: %u bits\n",
+              archName(cpu.arch), featureList(cpu.features).c_str(),
+              cpu.smeVectorBits);
+  EXPECT_EQ(featureList(0), "none");
+  EXPECT_EQ(featureList(CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_X86_AVX2),
+            "dotprod, avx2");
+}
+
+} // namespace

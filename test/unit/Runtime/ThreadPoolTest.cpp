@@ -1,0 +1,202 @@
+//===- ThreadPoolTest.cpp - every task exactly once, on every thread ------===//
+
+#include "cq4p/runtime/ThreadPool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+using namespace cq4p::runtime;
+
+namespace {
+
+std::unique_ptr<ThreadPool> makePool(int threads) {
+  std::unique_ptr<ThreadPool> pool;
+  Status status = ThreadPool::create(threads, pool);
+  EXPECT_TRUE(status) << status.message();
+  return pool;
+}
+
+/// Runs `taskCount` tasks and checks that each ran exactly once.
+void expectEachTaskOnce(ThreadPool &pool, int64_t taskCount) {
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(taskCount));
+  for (auto &r : runs)
+    r.store(0);
+  pool.parallelFor(taskCount, [&](int64_t task) {
+    ASSERT_GE(task, 0);
+    ASSERT_LT(task, taskCount);
+    runs[size_t(task)].fetch_add(1);
+  });
+  for (int64_t task = 0; task < taskCount; ++task)
+    ASSERT_EQ(runs[size_t(task)].load(), 1)
+        << "task " << task << " of " << taskCount << " on "
+        << pool.threadCount() << " threads";
+}
+
+double processCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+TEST(ThreadPool, RefusesZeroAndNegativeThreadCounts) {
+  std::unique_ptr<ThreadPool> pool;
+  Status status = ThreadPool::create(0, pool);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(status.message().find("thread count"), std::string::npos);
+  EXPECT_NE(status.message().find("found 0"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(pool, nullptr);
+  EXPECT_EQ(ThreadPool::create(-3, pool).code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_EQ(ThreadPool::create(ThreadPool::kMaxThreads + 1, pool).code(),
+            CQ4P_ERROR_ARGUMENT);
+
+  pool = makePool(3);
+  ASSERT_NE(pool, nullptr);
+  status = pool->setThreadCount(0);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_ARGUMENT);
+  // A refused count leaves the pool as it was.
+  EXPECT_EQ(pool->threadCount(), 3);
+  expectEachTaskOnce(*pool, 100);
+}
+
+TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
+  for (int threads : {1, 2, 3, 4, 8}) {
+    auto pool = makePool(threads);
+    ASSERT_NE(pool, nullptr);
+    EXPECT_EQ(pool->threadCount(), threads);
+    for (int64_t taskCount : {0, 1, 2, 3, 7, 8, 9, 64, 1000})
+      expectEachTaskOnce(*pool, taskCount);
+  }
+}
+
+TEST(ThreadPool, OneThreadRunsEverythingOnTheCaller) {
+  auto pool = makePool(1);
+  std::thread::id caller = std::this_thread::get_id();
+  int runs = 0; // no atomics needed: all on this thread
+  pool->parallelFor(50, [&](int64_t) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    ++runs;
+  });
+  EXPECT_EQ(runs, 50);
+}
+
+// Each task waits until every thread of the pool holds a task at once: only
+// a pool whose nt - 1 workers and caller all work can finish (a deadline
+// turns a hang into a failure).
+TEST(ThreadPool, CallerAndEveryWorkerWorkAtOnce) {
+  for (int threads : {2, 3, 4}) {
+    auto pool = makePool(threads);
+    std::atomic<int> arrived{0};
+    std::atomic<bool> timedOut{false};
+    std::mutex idsMutex;
+    std::set<std::thread::id> ids;
+    pool->parallelFor(threads, [&](int64_t) {
+      {
+        std::lock_guard<std::mutex> lock(idsMutex);
+        ids.insert(std::this_thread::get_id());
+      }
+      arrived.fetch_add(1);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (arrived.load() < threads) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          timedOut = true;
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    EXPECT_FALSE(timedOut) << threads << " threads never all held a task";
+    EXPECT_EQ(ids.size(), size_t(threads));
+    EXPECT_EQ(ids.count(std::this_thread::get_id()), 1u)
+        << "the calling thread took no task";
+  }
+}
+
+TEST(ThreadPool, EveryTaskOnceUnderContention) {
+  auto pool = makePool(4);
+  constexpr int kCallers = 4;
+  constexpr int kRounds = 60;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < kRounds; ++round) {
+        int64_t taskCount = 1 + (c * 37 + round * 13) % 97;
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(taskCount));
+        for (auto &r : runs)
+          r.store(0);
+        pool->parallelFor(taskCount, [&](int64_t task) {
+          runs[size_t(task)].fetch_add(1);
+          if (task % 7 == 0)
+            std::this_thread::yield(); // uneven task lengths
+        });
+        for (auto &r : runs)
+          if (r.load() != 1)
+            failures.fetch_add(1);
+      }
+    });
+  for (std::thread &t : callers)
+    t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ThreadPool, MoreThreadsThanCores) {
+  auto pool = makePool(16);
+  for (int round = 0; round < 20; ++round)
+    expectEachTaskOnce(*pool, 33 + round);
+}
+
+TEST(ThreadPool, NestedLoopRunsInline) {
+  auto pool = makePool(3);
+  std::vector<std::atomic<int>> runs(8 * 5);
+  for (auto &r : runs)
+    r.store(0);
+  pool->parallelFor(8, [&](int64_t outer) {
+    pool->parallelFor(5, [&](int64_t inner) {
+      runs[size_t(outer * 5 + inner)].fetch_add(1);
+    });
+  });
+  for (auto &r : runs)
+    EXPECT_EQ(r.load(), 1);
+}
+
+TEST(ThreadPool, ReusableAcrossThreadCounts) {
+  auto pool = makePool(1);
+  for (int threads : {4, 2, 1, 3, 3, 8}) {
+    Status status = pool->setThreadCount(threads);
+    ASSERT_TRUE(status) << status.message();
+    EXPECT_EQ(pool->threadCount(), threads);
+    for (int round = 0; round < 10; ++round)
+      expectEachTaskOnce(*pool, 1 + round * 11);
+  }
+}
+
+TEST(ThreadPool, CreateAndDestroyRepeatedly) {
+  for (int i = 0; i < 30; ++i) {
+    auto pool = makePool(1 + i % 5);
+    if (i % 2)
+      expectEachTaskOnce(*pool, 17);
+  }
+}
+
+TEST(ThreadPool, IdleWorkersSleep) {
+  auto pool = makePool(8);
+  expectEachTaskOnce(*pool, 64);
+  // Let the post-loop spin run out, then measure an idle stretch.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double before = processCpuSeconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  double used = processCpuSeconds() - before;
+  // Seven spinning workers would burn every core for the whole 400 ms.
+  EXPECT_LT(used, 0.1) << "idle pool used " << used << " s of CPU in 0.4 s";
+  expectEachTaskOnce(*pool, 64);
+}
+
+} // namespace
