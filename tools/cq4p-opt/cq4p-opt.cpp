@@ -8,7 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
@@ -16,6 +19,7 @@
 #include "mlir/Dialect/ArmSVE/IR/ArmSVEDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -30,12 +34,16 @@ int main(int argc, char **argv) {
   registry.insert<mlir::cq4p::CQ4PDialect, mlir::arith::ArithDialect,
                   mlir::arm_neon::ArmNeonDialect, mlir::arm_sme::ArmSMEDialect,
                   mlir::arm_sve::ArmSVEDialect, mlir::func::FuncDialect,
-                  mlir::LLVM::LLVMDialect, mlir::memref::MemRefDialect,
+                  mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect,
                   mlir::scf::SCFDialect, mlir::tensor::TensorDialect,
                   mlir::ub::UBDialect, mlir::vector::VectorDialect>();
   // Interfaces the upstream lowerings to LLVM rely on (convert-to-llvm).
   mlir::registerAllExtensions(registry);
   mlir::registerAllPasses();
+  mlir::cq4p::registerCQ4PTransformsPasses();
+  mlir::cq4p::registerCQ4PConversionPasses();
+  mlir::cq4p::registerPipelines();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "cq4p optimizer driver\n", registry));
 }

@@ -1,9 +1,11 @@
 //===- CQ4POps.cpp - cq4p operations --------------------------------------===//
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/format.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <string>
 
@@ -48,4 +50,214 @@ LogicalResult LinearOp::verify() {
     return emitOpError() << "expected the result's M (" << formatDim(resultM)
                          << ") to equal the input's M (" << formatDim(m) << ")";
   return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  WeightType weightType = getWeight().getType();
+  RankedTensorType idsType = getIds().getType();
+  RankedTensorType resultType = getResult().getType();
+  if (weightType.getRotation() != Rotation::orthogonal)
+    return emitOpError() << "expected an orthogonal weight (a token embedding), "
+                            "got a hadamard one";
+  if (idsType.getRank() != 1)
+    return emitOpError() << "expected the ids to have rank 1, got rank "
+                         << idsType.getRank();
+  if (resultType.getRank() != 2)
+    return emitOpError() << "expected the result to have rank 2 ([ids, K]), "
+                            "got rank "
+                         << resultType.getRank();
+  if (resultType.getDimSize(0) != idsType.getDimSize(0))
+    return emitOpError() << "expected the result's rows ("
+                         << formatDim(resultType.getDimSize(0))
+                         << ") to equal the number of ids ("
+                         << formatDim(idsType.getDimSize(0)) << ")";
+  if (resultType.getDimSize(1) != weightType.getK())
+    return emitOpError() << "expected the result's width ("
+                         << formatDim(resultType.getDimSize(1))
+                         << ") to equal the weight's K (" << weightType.getK()
+                         << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel-level ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Checks one dimension of a buffer operand, naming it in the message.
+struct ShapeChecker {
+  Operation *op;
+  LogicalResult failed = success();
+
+  /// Expects `type` dimension `dim` to be `expected` (dynamic matches only
+  /// dynamic).
+  ShapeChecker &dim(StringRef what, Value value, unsigned dim,
+                    int64_t expected) {
+    if (::mlir::failed(failed))
+      return *this;
+    auto type = cast<MemRefType>(value.getType());
+    int64_t actual = type.getDimSize(dim);
+    if (actual != expected)
+      failed = op->emitOpError()
+               << "expected dimension " << dim << " of " << what << " to be "
+               << formatDim(expected) << ", got " << formatDim(actual);
+    return *this;
+  }
+  /// Expects dimension `dim` of `what` to be static.
+  ShapeChecker &isStatic(StringRef what, Value value, unsigned dim) {
+    if (::mlir::failed(failed))
+      return *this;
+    auto type = cast<MemRefType>(value.getType());
+    if (type.isDynamicDim(dim))
+      failed = op->emitOpError()
+               << "expected dimension " << dim << " of " << what
+               << " to be static";
+    return *this;
+  }
+  /// Expects the same row count (dimension 0) in both.
+  ShapeChecker &sameRows(StringRef what, Value value, StringRef otherWhat,
+                         Value other) {
+    if (::mlir::failed(failed))
+      return *this;
+    int64_t a = cast<MemRefType>(value.getType()).getDimSize(0);
+    int64_t b = cast<MemRefType>(other.getType()).getDimSize(0);
+    if (a != b)
+      failed = op->emitOpError()
+               << "expected " << what << " and " << otherWhat
+               << " to have the same rows, got " << formatDim(a) << " and "
+               << formatDim(b);
+    return *this;
+  }
+};
+
+int64_t dimOf(Value value, unsigned dim) {
+  return cast<MemRefType>(value.getType()).getDimSize(dim);
+}
+
+LogicalResult verifyGroupSize(Operation *op, int64_t k, int64_t groupSize) {
+  if (groupSize <= 0 || !llvm::isPowerOf2_64(groupSize))
+    return op->emitOpError() << "expected the group size (" << groupSize
+                             << ") to be a power of two";
+  if (k % groupSize != 0)
+    return op->emitOpError() << "expected K (" << k
+                             << ") to be a multiple of the group size ("
+                             << groupSize << ")";
+  return success();
+}
+} // namespace
+
+LogicalResult QuantizeActivationsOp::verify() {
+  ShapeChecker check{*this};
+  check.isStatic("the input", getX(), 1);
+  if (failed(check.failed))
+    return failure();
+  int64_t k = dimOf(getX(), 1);
+  int64_t gs = getGroupSize();
+  if (failed(verifyGroupSize(*this, k, gs)))
+    return failure();
+  check.dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
+      .dim("the left signs", getLeftSigns(), 0, gs)
+      .dim("the right signs", getRightSigns(), 0, gs)
+      .dim("the permutation", getPermutation(), 0, gs)
+      .dim("the activations", getAct(), 1, k)
+      .dim("the activation scales", getActScales(), 1, k / gs)
+      .sameRows("the input", getX(), "the activations", getAct())
+      .sameRows("the input", getX(), "the activation scales", getActScales());
+  return check.failed;
+}
+
+LogicalResult RotateQuantizeActivationsOp::verify() {
+  ShapeChecker check{*this};
+  check.isStatic("the input", getX(), 1);
+  if (failed(check.failed))
+    return failure();
+  int64_t k = dimOf(getX(), 1);
+  int64_t gs = getGroupSize();
+  if (failed(verifyGroupSize(*this, k, gs)))
+    return failure();
+  check.dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
+      .dim("the transposed rotation", getRotationT(), 0, k)
+      .dim("the transposed rotation", getRotationT(), 1, k)
+      .dim("the activations", getAct(), 1, k)
+      .dim("the activation scales", getActScales(), 1, k / gs)
+      .sameRows("the input", getX(), "the activations", getAct())
+      .sameRows("the input", getX(), "the activation scales", getActScales());
+  return check.failed;
+}
+
+/// The panel buffer [SB][ng][gs/4][128]: static, 128-byte kg-blocks.
+static LogicalResult verifyPanels(Operation *op, Value panels) {
+  auto type = cast<MemRefType>(panels.getType());
+  if (!type.hasStaticShape())
+    return op->emitOpError() << "expected static panels, got " << type;
+  if (type.getDimSize(3) != CQ4P_KG_BLOCK_BYTES)
+    return op->emitOpError() << "expected 128-byte kg-blocks in the panels "
+                                "(dimension 3), got "
+                             << type.getDimSize(3);
+  return success();
+}
+
+LogicalResult PanelMatmulOp::verify() {
+  if (failed(verifyPanels(*this, getPanels())))
+    return failure();
+  int64_t sb = dimOf(getPanels(), 0), ng = dimOf(getPanels(), 1);
+  int64_t k = ng * dimOf(getPanels(), 2) * CQ4P_KG_BLOCK_K;
+  ShapeChecker check{*this};
+  check.dim("the norm panels", getNormPanels(), 0, sb)
+      .dim("the norm panels", getNormPanels(), 1, ng)
+      .dim("the norm panels", getNormPanels(), 2, CQ4P_PANEL_CHANNELS)
+      .dim("the int8 codebook", getCbI8(), 0, CQ4P_CODEBOOK_LEVELS)
+      .dim("the activations", getAct(), 1, k)
+      .dim("the activation scales", getActScales(), 1, ng)
+      .isStatic("the output", getY(), 1)
+      .sameRows("the activations", getAct(), "the activation scales",
+                getActScales())
+      .sameRows("the activations", getAct(), "the output", getY());
+  if (failed(check.failed))
+    return failure();
+  int64_t n = dimOf(getY(), 1);
+  if (int64_t(cq4p_num_super_blocks(n)) != sb)
+    return emitOpError() << "expected " << cq4p_num_super_blocks(n)
+                         << " super-blocks for N = " << n << ", got " << sb;
+  return success();
+}
+
+LogicalResult PanelDotOp::verify() {
+  if (failed(verifyPanels(*this, getPanels())))
+    return failure();
+  int64_t k = dimOf(getPanels(), 1) * dimOf(getPanels(), 2) * CQ4P_KG_BLOCK_K;
+  ShapeChecker check{*this};
+  check.dim("the int8 codebook", getCbI8(), 0, CQ4P_CODEBOOK_LEVELS)
+      .dim("the activations", getAct(), 1, k)
+      .isStatic("the partials", getPartials(), 0)
+      .dim("the partials", getPartials(), 1, CQ4P_PANEL_CHANNELS);
+  return check.failed;
+}
+
+LogicalResult RescaleOp::verify() {
+  ShapeChecker check{*this};
+  check.isStatic("the partials", getPartials(), 0)
+      .dim("the partials", getPartials(), 1, CQ4P_PANEL_CHANNELS)
+      .dim("the accumulator", getAccum(), 0, dimOf(getPartials(), 0))
+      .dim("the accumulator", getAccum(), 1, CQ4P_PANEL_CHANNELS)
+      .dim("the norm panels", getNormPanels(), 2, CQ4P_PANEL_CHANNELS)
+      .dim("the activation scales", getActScales(), 1,
+           dimOf(getNormPanels(), 1));
+  return check.failed;
+}
+
+LogicalResult DecodeEmbeddingOp::verify() {
+  if (failed(verifyPanels(*this, getPanels())))
+    return failure();
+  int64_t ng = dimOf(getPanels(), 1);
+  int64_t k = ng * dimOf(getPanels(), 2) * CQ4P_KG_BLOCK_K;
+  ShapeChecker check{*this};
+  check.dim("the norms", getNorms(), 1, ng)
+      .dim("the codebook", getCodebook(), 0, CQ4P_CODEBOOK_LEVELS)
+      .dim("the rotation", getRotation(), 0, k)
+      .dim("the rotation", getRotation(), 1, k)
+      .dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
+      .dim("the output", getOut(), 1, k)
+      .sameRows("the ids", getIds(), "the output", getOut());
+  return check.failed;
 }

@@ -39,4 +39,251 @@ def CQ4P_LinearOp : CQ4P_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
+def CQ4P_EmbeddingOp : CQ4P_Op<"embedding", [Pure]> {
+  let summary = "rows of an orthogonal CQ4 embedding, decoded";
+  let description = [{
+    Decodes the rows `ids` of an orthogonal CQ4 weight (a token embedding,
+    `[vocab, hidden]`) to fp32: `out[i, j] = sum_c R[j][c] * cb[idx(ids[i], c)]
+    * norm[ids[i]] * isr[j]` (FORMAT.md section 5), with the file's rotation,
+    raw codebook and unfolded fp16 norms.
+
+    Example:
+
+    ```mlir
+    %rows = cq4p.embedding %ids, %table : tensor<?xi64>,
+        !cq4p.weight<262144x1536, gs = 128, orthogonal, panels> -> tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[I64]>:$ids, CQ4P_WeightType:$weight);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $ids `,` $weight attr-dict `:` type($ids) `,` qualified(type($weight))
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernel-level ops: the compute contract, step by step, on buffers.
+//===----------------------------------------------------------------------===//
+
+def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
+  let summary = "Hadamard activation transform and per-group int8 quantization";
+  let description = [{
+    Steps 1-2 of the compute contract (FORMAT.md section 5) for the rows of
+    `x` and the groups `[group_begin, group_end)`: per group, `w = x * isr *
+    left` in fp32, the natural-order fast Walsh-Hadamard transform, one
+    multiply by `1/sqrt(gs)`, `w *= right`, `z[j] = w[perm[j]]`; then
+    `act_scales[row, g] = max(max|z| / 127, 1e-10)` and `act[row, k] =
+    round_half_even(z / act_scale)` saturated to int8.
+
+    Every backend runs this same op, so all of them see the same int8
+    activations and produce identical int32 partials.
+
+    Example:
+
+    ```mlir
+    cq4p.quantize_activations %x, %isr, %left, %right, %perm, %act, %scales,
+        %g0, %g1 {group_size = 128 : i64}
+        : memref<?x1536xf32>, memref<1536xf16>, memref<128xi8>, memref<128xi8>,
+          memref<128xi32>, memref<?x1536xi8>, memref<?x12xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[F32], [2]>:$x,
+    MemRefRankOf<[F16], [1]>:$input_scale_recip,
+    MemRefRankOf<[I8], [1]>:$left_signs,
+    MemRefRankOf<[I8], [1]>:$right_signs,
+    MemRefRankOf<[I32], [1]>:$permutation,
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[F32], [2]>:$act_scales,
+    Index:$group_begin,
+    Index:$group_end,
+    I64Attr:$group_size
+  );
+  let assemblyFormat = [{
+    $x `,` $input_scale_recip `,` $left_signs `,` $right_signs `,`
+    $permutation `,` $act `,` $act_scales `,` $group_begin `,` $group_end
+    attr-dict `:` type($x) `,` type($input_scale_recip) `,` type($left_signs)
+    `,` type($right_signs) `,` type($permutation) `,` type($act) `,`
+    type($act_scales)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
+  let summary = "orthogonal activation transform and per-group int8 quantization";
+  let description = [{
+    The orthogonal lm_head's activation transform (FORMAT.md section 5):
+    `a = x * isr`, `basis[j] = sum_k a[k] * rotation_t[j][k]` in fp32, then
+    the per-group int8 quantization of `cq4p.quantize_activations` over the
+    virtual groups of 128, for the groups `[group_begin, group_end)`.
+
+    Example:
+
+    ```mlir
+    cq4p.rotate_quantize_activations %x, %isr, %rotation_t, %act, %scales,
+        %g0, %g1 {group_size = 128 : i64}
+        : memref<?x1536xf32>, memref<1536xf16>, memref<1536x1536xf16>,
+          memref<?x1536xi8>, memref<?x12xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[F32], [2]>:$x,
+    MemRefRankOf<[F16], [1]>:$input_scale_recip,
+    MemRefRankOf<[F16], [2]>:$rotation_t,
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[F32], [2]>:$act_scales,
+    Index:$group_begin,
+    Index:$group_end,
+    I64Attr:$group_size
+  );
+  let assemblyFormat = [{
+    $x `,` $input_scale_recip `,` $rotation_t `,` $act `,` $act_scales `,`
+    $group_begin `,` $group_end attr-dict `:` type($x) `,`
+    type($input_scale_recip) `,` type($rotation_t) `,` type($act) `,`
+    type($act_scales)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_PanelMatmulOp : CQ4P_Op<"panel_matmul"> {
+  let summary = "int32 panel partials then the fp32 rescale, over super-blocks";
+  let description = [{
+    Steps 3-4 of the compute contract for the super-blocks `[sb_begin,
+    sb_end)` (64 output channels each) and every row of `act`: `y[row, n] =
+    sum_g float(P[row, n, g]) * act_scales[row, g] * norm_panels[n, g]` with
+    the exact int32 partials `P = sum_k act[row, g*gs + k] * cb_i8[idx(n,
+    g*gs + k)]` read from the panel bytes. Channels past N are not written.
+
+    `cq4p-tile-super-blocks` splits it into explicit `cq4p.panel_dot`
+    (int32 partials) and `cq4p.rescale` (fp32) per super-block and group.
+
+    Example:
+
+    ```mlir
+    cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
+        : memref<32x12x32x128xi8>, memref<32x12x64xf32>, memref<16xi8>,
+          memref<1x1536xi8>, memref<1x12xf32>, memref<1x2048xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I8], [4]>:$panels,
+    MemRefRankOf<[F32], [3]>:$norm_panels,
+    MemRefRankOf<[I8], [1]>:$cb_i8,
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[F32], [2]>:$act_scales,
+    MemRefRankOf<[F32], [2]>:$y,
+    Index:$sb_begin,
+    Index:$sb_end
+  );
+  let assemblyFormat = [{
+    $panels `,` $norm_panels `,` $cb_i8 `,` $act `,` $act_scales `,` $y `,`
+    $sb_begin `,` $sb_end attr-dict `:` type($panels) `,` type($norm_panels)
+    `,` type($cb_i8) `,` type($act) `,` type($act_scales) `,` type($y)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
+  let summary = "exact int32 partials of a row tile over one super-block and group";
+  let description = [{
+    `partials[r, c] = sum_k act[row + r, g*gs + k] * cb_i8[idx(64*sb + c,
+    g*gs + k)]` for the `R` rows of the tile (the static first dimension of
+    `partials`) and the 64 channels of super-block `sb`, over group `g`:
+    the integer dot of the compute contract, read straight from the panel
+    bytes. Backends lower it to SDOT (NEON), SMOPA or multi-vector SDOT
+    (SME2), or generic vector code (host).
+
+    Example:
+
+    ```mlir
+    cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+        : memref<32x12x32x128xi8>, memref<16xi8>, memref<?x1536xi8>,
+          memref<4x64xi32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I8], [4]>:$panels,
+    MemRefRankOf<[I8], [1]>:$cb_i8,
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[I32], [2]>:$partials,
+    Index:$super_block,
+    Index:$group,
+    Index:$row
+  );
+  let assemblyFormat = [{
+    $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $group `,`
+    $row attr-dict `:` type($panels) `,` type($cb_i8) `,` type($act) `,`
+    type($partials)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_RescaleOp : CQ4P_Op<"rescale"> {
+  let summary = "fp32 rescale of int32 partials, accumulated over groups";
+  let description = [{
+    `accum[r, c] += float(partials[r, c]) * act_scales[row + r, g] *
+    norm_panels[sb, g, c]`: step 4 of the compute contract for one group,
+    applied in group order so that every backend sums in the same order.
+
+    Example:
+
+    ```mlir
+    cq4p.rescale %partials, %scales, %norm_panels, %accum, %sb, %g, %row
+        : memref<4x64xi32>, memref<?x12xf32>, memref<32x12x64xf32>,
+          memref<4x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I32], [2]>:$partials,
+    MemRefRankOf<[F32], [2]>:$act_scales,
+    MemRefRankOf<[F32], [3]>:$norm_panels,
+    MemRefRankOf<[F32], [2]>:$accum,
+    Index:$super_block,
+    Index:$group,
+    Index:$row
+  );
+  let assemblyFormat = [{
+    $partials `,` $act_scales `,` $norm_panels `,` $accum `,` $super_block `,`
+    $group `,` $row attr-dict `:` type($partials) `,` type($act_scales) `,`
+    type($norm_panels) `,` type($accum)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
+  let summary = "decodes embedding rows from orthogonal panels";
+  let description = [{
+    `out[i, j] = sum_c R[j][c] * cb[idx(ids[i], c)] * norm[ids[i]] * isr[j]`
+    for every id, from the panel bytes, the fp16 rotation, the raw fp16
+    codebook and the unfolded fp16 norms (FORMAT.md section 5).
+
+    Example:
+
+    ```mlir
+    cq4p.decode_embedding %panels, %norms, %codebook, %rotation, %isr, %ids, %out
+        : memref<4096x12x32x128xi8>, memref<262144x12xf16>, memref<16xf16>,
+          memref<1536x1536xf16>, memref<1536xf16>, memref<?xi64>,
+          memref<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I8], [4]>:$panels,
+    MemRefRankOf<[F16], [2]>:$norms,
+    MemRefRankOf<[F16], [1]>:$codebook,
+    MemRefRankOf<[F16], [2]>:$rotation,
+    MemRefRankOf<[F16], [1]>:$input_scale_recip,
+    MemRefRankOf<[I64], [1]>:$ids,
+    MemRefRankOf<[F32], [2]>:$out
+  );
+  let assemblyFormat = [{
+    $panels `,` $norms `,` $codebook `,` $rotation `,` $input_scale_recip `,`
+    $ids `,` $out attr-dict `:` type($panels) `,` type($norms) `,`
+    type($codebook) `,` type($rotation) `,` type($input_scale_recip) `,`
+    type($ids) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // CQ4P_DIALECT_CQ4P_IR_CQ4POPS_TD

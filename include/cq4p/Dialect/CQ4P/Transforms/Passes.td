@@ -1,0 +1,70 @@
+//===- Passes.td - cq4p dialect passes ---------------------*- tablegen -*-===//
+
+#ifndef CQ4P_DIALECT_CQ4P_TRANSFORMS_PASSES_TD
+#define CQ4P_DIALECT_CQ4P_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def CQ4PLowerToKernels : Pass<"cq4p-lower-to-kernels", "mlir::ModuleOp"> {
+  let summary = "Outline graph-level cq4p ops into kernel functions";
+  let description = [{
+    For every `cq4p.linear` and `cq4p.embedding` of the module, creates the
+    kernel functions that compute it, over buffers, with the kernel ABI's
+    parameters (`cq4p.kernel` attribute):
+
+    - the activation kernel: `cq4p.quantize_activations` (Hadamard) or
+      `cq4p.rotate_quantize_activations` (orthogonal lm_head);
+    - M-dispatch: a GEMV (`rows = 1`) when M may be 1 and a GEMM (any
+      `rows >= 2`) when M may exceed 1, each a `cq4p.panel_matmul`;
+    - `cq4p.decode_embedding` for an embedding.
+
+    Kernels are named after what they compute (`cq4p_gemv_2048x1536_gs128`)
+    and shared by every op of the same shape. Each graph-level op records its
+    kernels in a `cq4p.kernels` attribute; with `kernels-only`, the graph
+    functions are dropped instead (what cq4p-compile builds a library of).
+  }];
+  let options = [
+    Option<"kernelsOnly", "kernels-only", "bool", /*default=*/"false",
+           "Keep only the kernel functions (drop the model graph)">,
+  ];
+  let dependentDialects = ["mlir::func::FuncDialect", "mlir::memref::MemRefDialect"];
+}
+
+def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
+  let summary = "Split panel matmuls into int32 partials and fp32 rescale per super-block";
+  let description = [{
+    Rewrites `cq4p.panel_matmul` into a loop over its super-blocks (the unit
+    the runtime's threads share) and row tiles; per group, `cq4p.panel_dot`
+    produces exact int32 partials into a buffer and `cq4p.rescale`
+    accumulates them in fp32; the accumulated channels of the super-block
+    are then written to the output, those past N left alone.
+  }];
+  let options = [
+    Option<"gemmRows", "gemm-rows", "int64_t", /*default=*/"4",
+           "Rows per GEMM tile: each unpacked weight vector serves this many rows">,
+  ];
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
+                           "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
+}
+
+def CQ4PExportKernels : Pass<"cq4p-export-kernels", "mlir::ModuleOp"> {
+  let summary = "Give lowered kernels the C ABI and a versioned kernel table";
+  let description = [{
+    Runs on the LLVM dialect. For every kernel function (`cq4p.kernel`),
+    adds an exported C-ABI entry point over bare pointers and sizes
+    (runtime/include/cq4p/kernel_abi.h) that loads the weight regions from
+    the runtime's `cq4p_weight_view`, builds the buffers' descriptors and
+    calls the kernel, which becomes internal; then emits the
+    `cq4p_kernel_table` describing every entry (ABI version, op, shapes,
+    target, CPU features).
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"host\"",
+           "Target the kernels were lowered for: host, aarch64-neon, aarch64-sme2">,
+    Option<"features", "features", "uint64_t", /*default=*/"0",
+           "CQ4P_FEATURE_* bits the kernels need">,
+  ];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect"];
+}
+
+#endif // CQ4P_DIALECT_CQ4P_TRANSFORMS_PASSES_TD

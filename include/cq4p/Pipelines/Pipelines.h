@@ -1,0 +1,44 @@
+//===- Pipelines.h - cq4p lowering pipelines --------------------*- C++ -*-===//
+
+#ifndef CQ4P_PIPELINES_PIPELINES_H
+#define CQ4P_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mlir::cq4p {
+
+enum class KernelTarget { Host, AArch64Neon };
+
+struct KernelPipelineOptions
+    : public PassPipelineOptions<KernelPipelineOptions> {
+  PassOptions::Option<int64_t> gemmRows{
+      *this, "gemm-rows", llvm::cl::desc("Rows per GEMM tile"),
+      llvm::cl::init(4)};
+  PassOptions::Option<bool> x86Ssse3{
+      *this, "x86-ssse3",
+      llvm::cl::desc("Host path: use SSSE3 pshufb for the codebook lookup"),
+      llvm::cl::init(false)};
+  PassOptions::Option<uint64_t> features{
+      *this, "features",
+      llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),
+      llvm::cl::init(0)};
+};
+
+/// Graph-level cq4p IR to LLVM dialect kernels with the C ABI and the
+/// kernel table, for `target`:
+///   cq4p-lower-to-kernels, cq4p-tile-super-blocks,
+///   convert-cq4p-to-neon | convert-cq4p-to-vector, canonicalize,
+///   the upstream lowering to LLVM, cq4p-export-kernels.
+void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
+                         const KernelPipelineOptions &options);
+
+/// Registers cq4p-neon-pipeline and cq4p-host-pipeline.
+void registerPipelines();
+
+} // namespace mlir::cq4p
+
+#endif // CQ4P_PIPELINES_PIPELINES_H

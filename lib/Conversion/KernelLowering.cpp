@@ -1,0 +1,574 @@
+//===- KernelLowering.cpp - cq4p kernel ops to loops and vectors ----------===//
+//
+// The lowering of the kernel-level ops, shared by every backend; only the
+// codebook lookup and the 4-way int8 dot of `cq4p.panel_dot` differ by
+// target (DotTarget).
+//
+// cq4p.panel_dot: the pair-zip loop. A 128-byte kg-block holds 4 K values
+// of 64 channels, channel c in bytes 2c (k0 low, k1 high) and 2c+1 (k2, k3).
+// Zipping the bytes of kg-blocks t and t+1 as 16-bit elements puts one
+// channel's bytes of both blocks in each 32-bit lane:
+//
+//   lane c = [k0|k1, k2|k3, k0'|k1', k2'|k3']
+//
+// so `and 0xF` gives the lane (k0, k2, k0', k2') and `shr 4` the lane
+// (k1, k3, k1', k3'). Looked up in the int8 codebook, each is one operand of
+// a 4-way dot whose other operand is the matching activations: the even and
+// the odd bytes of the pair's 8 activations, taken once per 32 activations
+// with two shuffles and broadcast by lane. Per 32 weights: half a zip, an
+// and, a shift, two lookups, two dots. A GEMV keeps all 64 channels in 16
+// accumulators; a GEMM tile passes over 8 channels at a time so that each
+// unpacked weight vector feeds every row of the tile.
+//
+// cq4p.rescale, cq4p.quantize_activations, cq4p.rotate_quantize_activations
+// and cq4p.decode_embedding lower to plain scf loops over scalar and small
+// vector ops, identical on every target: the activation transform in
+// particular must give every backend the same int8 activations.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Conversion/Passes.h"
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/format.h"
+
+#include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+Value cIndex(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+Value splat(OpBuilder &b, Location loc, VectorType type, Attribute value) {
+  return arith::ConstantOp::create(
+      b, loc, type, DenseElementsAttr::get(type, value));
+}
+
+Value shuffle(OpBuilder &b, Location loc, Value lhs, Value rhs,
+              ArrayRef<int64_t> mask) {
+  return vector::ShuffleOp::create(b, loc, lhs, rhs, mask);
+}
+
+Value bitcast(OpBuilder &b, Location loc, Value value, VectorType type) {
+  return vector::BitCastOp::create(b, loc, type, value);
+}
+
+/// The target's codebook lookup and 4-way dot.
+class DotEmitter {
+public:
+  DotEmitter(DotTarget target, OpBuilder &b, Location loc)
+      : target(target), b(b), loc(loc) {
+    i8x16 = VectorType::get({16}, b.getI8Type());
+    i32x4 = VectorType::get({4}, b.getI32Type());
+    i32x16 = VectorType::get({16}, b.getI32Type());
+  }
+
+  /// table[index] per byte, indices in [0, 16).
+  Value lookup(Value table, Value index) {
+    switch (target) {
+    case DotTarget::Neon:
+      return LLVM::CallIntrinsicOp::create(
+                 b, loc, i8x16,
+                 b.getStringAttr("llvm.aarch64.neon.tbl1.v16i8"),
+                 ValueRange{table, index})
+          .getResult(0);
+    case DotTarget::X86Ssse3:
+      return LLVM::CallIntrinsicOp::create(
+                 b, loc, i8x16, b.getStringAttr("llvm.x86.ssse3.pshuf.b.128"),
+                 ValueRange{table, index})
+          .getResult(0);
+    case DotTarget::Generic:
+      break;
+    }
+    // A select per level: slow, but portable to any target.
+    Value result = splat(b, loc, i8x16, b.getI8IntegerAttr(0));
+    for (int64_t level = 0; level < CQ4P_CODEBOOK_LEVELS; ++level) {
+      Value levelIndex = splat(b, loc, i8x16, b.getI8IntegerAttr(level));
+      Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                        index, levelIndex);
+      Value levelValue = shuffle(b, loc, table, table,
+                                 SmallVector<int64_t>(16, level));
+      result = arith::SelectOp::create(b, loc, hit, levelValue, result);
+    }
+    return result;
+  }
+
+  /// acc[i] + sum_{j<4} lhs[4i+j] * rhs[4i+j], exactly, in int32.
+  Value dot(Value acc, Value lhs, Value rhs) {
+    if (target == DotTarget::Neon)
+      return arm_neon::SdotOp::create(b, loc, i32x4, acc, lhs, rhs);
+    Value l = arith::ExtSIOp::create(b, loc, i32x16, lhs);
+    Value r = arith::ExtSIOp::create(b, loc, i32x16, rhs);
+    Value products = arith::MulIOp::create(b, loc, l, r);
+    Value sum = acc;
+    for (int64_t j = 0; j < 4; ++j)
+      sum = arith::AddIOp::create(
+          b, loc, sum,
+          shuffle(b, loc, products, products, {j, 4 + j, 8 + j, 12 + j}));
+    return sum;
+  }
+
+private:
+  DotTarget target;
+  OpBuilder &b;
+  Location loc;
+  VectorType i8x16, i32x4, i32x16;
+};
+
+struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
+  PanelDotLowering(MLIRContext *ctx, DotTarget target)
+      : OpRewritePattern(ctx), target(target) {}
+
+  LogicalResult matchAndRewrite(PanelDotOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    auto panelsType = cast<MemRefType>(op.getPanels().getType());
+    int64_t kgPerGroup = panelsType.getDimSize(2);
+    int64_t groupSize = kgPerGroup * CQ4P_KG_BLOCK_K;
+    if (groupSize % 32 != 0)
+      return rewriter.notifyMatchFailure(
+          op, "panel groups must be a multiple of 32 K values");
+    int64_t tileRows = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+    // A one-row tile keeps all 64 channels in registers; a taller tile
+    // passes over 8 channels at a time (2 accumulators per row).
+    int64_t passChannels = tileRows == 1 ? CQ4P_PANEL_CHANNELS : 8;
+    int64_t passes = CQ4P_PANEL_CHANNELS / passChannels;
+    int64_t slices = passChannels / 8; // 16-byte slices per kg-block
+    int64_t accsPerRow = passChannels / 4;
+
+    auto i8x16 = VectorType::get({16}, b.getI8Type());
+    auto i16x8 = VectorType::get({8}, b.getI16Type());
+    auto i32x4 = VectorType::get({4}, b.getI32Type());
+    DotEmitter emit(target, b, loc);
+    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+    Value table = vector::LoadOp::create(b, loc, i8x16, op.getCbI8(), c0);
+    Value lowMask = splat(b, loc, i8x16, b.getI8IntegerAttr(0x0F));
+    Value four = splat(b, loc, i8x16, b.getI8IntegerAttr(4));
+    Value zeroAcc = splat(b, loc, i32x4, b.getI32IntegerAttr(0));
+    Value sb = op.getSuperBlock(), g = op.getGroup(), row = op.getRow();
+    Value groupBase =
+        arith::MulIOp::create(b, loc, g, cIndex(b, loc, groupSize));
+
+    auto emitPass = [&](OpBuilder &b, Value pass) {
+      SmallVector<Value> inits(tileRows * accsPerRow, zeroAcc);
+      auto kLoop = scf::ForOp::create(b, loc, c0,
+                                      cIndex(b, loc, groupSize / 32), c1, inits);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(kLoop.getBody());
+        Value it = kLoop.getInductionVar();
+        SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
+                                kLoop.getRegionIterArgs().end());
+        // The tile's 32 activations of this step: evens and odds.
+        Value kBase = arith::AddIOp::create(
+            b, loc, groupBase,
+            arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
+        Value kNext = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, 16));
+        SmallVector<Value> evens, odds;
+        SmallVector<int64_t> evenMask, oddMask;
+        for (int64_t i = 0; i < 16; ++i) {
+          evenMask.push_back(2 * i);
+          oddMask.push_back(2 * i + 1);
+        }
+        for (int64_t r = 0; r < tileRows; ++r) {
+          Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
+          Value lo = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                            ValueRange{actRow, kBase});
+          Value hi = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                            ValueRange{actRow, kNext});
+          evens.push_back(bitcast(b, loc, shuffle(b, loc, lo, hi, evenMask), i32x4));
+          odds.push_back(bitcast(b, loc, shuffle(b, loc, lo, hi, oddMask), i32x4));
+        }
+        Value kgBase = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
+        for (int64_t p = 0; p < 4; ++p) {
+          SmallVector<Value> evenLane, oddLane;
+          for (int64_t r = 0; r < tileRows; ++r) {
+            evenLane.push_back(bitcast(
+                b, loc, shuffle(b, loc, evens[r], evens[r], {p, p, p, p}), i8x16));
+            oddLane.push_back(bitcast(
+                b, loc, shuffle(b, loc, odds[r], odds[r], {p, p, p, p}), i8x16));
+          }
+          Value kgA = arith::AddIOp::create(b, loc, kgBase, cIndex(b, loc, 2 * p));
+          Value kgB = arith::AddIOp::create(b, loc, kgA, c1);
+          for (int64_t s = 0; s < slices; ++s) {
+            Value byte = arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 16 * slices)),
+                cIndex(b, loc, 16 * s));
+            Value a = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
+                                             ValueRange{sb, g, kgA, byte});
+            Value bb = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
+                                              ValueRange{sb, g, kgB, byte});
+            Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
+            Value zipped[2] = {
+                bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
+                bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
+            for (int64_t half = 0; half < 2; ++half) {
+              Value low = arith::AndIOp::create(b, loc, zipped[half], lowMask);
+              Value high = arith::ShRUIOp::create(b, loc, zipped[half], four);
+              Value wLow = emit.lookup(table, low);
+              Value wHigh = emit.lookup(table, high);
+              for (int64_t r = 0; r < tileRows; ++r) {
+                Value &acc = accs[r * accsPerRow + 2 * s + half];
+                acc = emit.dot(acc, wLow, evenLane[r]);
+                acc = emit.dot(acc, wHigh, oddLane[r]);
+              }
+            }
+          }
+        }
+        scf::YieldOp::create(b, loc, accs);
+      }
+      // The pass's partials.
+      Value channelBase =
+          arith::MulIOp::create(b, loc, pass, cIndex(b, loc, passChannels));
+      for (int64_t r = 0; r < tileRows; ++r)
+        for (int64_t q = 0; q < accsPerRow; ++q) {
+          Value channel =
+              arith::AddIOp::create(b, loc, channelBase, cIndex(b, loc, 4 * q));
+          vector::StoreOp::create(b, loc, kLoop.getResult(r * accsPerRow + q),
+                                  op.getPartials(),
+                                  ValueRange{cIndex(b, loc, r), channel});
+        }
+    };
+
+    if (passes == 1) {
+      emitPass(b, c0);
+    } else {
+      auto passLoop =
+          scf::ForOp::create(b, loc, c0, cIndex(b, loc, passes), c1);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(passLoop.getBody());
+      emitPass(b, passLoop.getInductionVar());
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+
+  DotTarget target;
+};
+
+struct RescaleLowering : public OpRewritePattern<RescaleOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(RescaleOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    int64_t tileRows = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+    auto i32x4 = VectorType::get({4}, b.getI32Type());
+    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    Value sb = op.getSuperBlock(), g = op.getGroup();
+    for (int64_t r = 0; r < tileRows; ++r) {
+      Value rIndex = cIndex(b, loc, r);
+      Value actRow = arith::AddIOp::create(b, loc, op.getRow(), rIndex);
+      Value scale = memref::LoadOp::create(b, loc, op.getActScales(),
+                                           ValueRange{actRow, g});
+      Value scales = vector::BroadcastOp::create(b, loc, f32x4, scale);
+      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4) {
+        Value channel = cIndex(b, loc, c);
+        Value partial = vector::LoadOp::create(b, loc, i32x4, op.getPartials(),
+                                               ValueRange{rIndex, channel});
+        Value norm = vector::LoadOp::create(b, loc, f32x4, op.getNormPanels(),
+                                            ValueRange{sb, g, channel});
+        Value acc = vector::LoadOp::create(b, loc, f32x4, op.getAccum(),
+                                           ValueRange{rIndex, channel});
+        // float(P) * act_scale * norm, in that order, then the sum over g.
+        Value term = arith::MulFOp::create(
+            b, loc,
+            arith::MulFOp::create(
+                b, loc, arith::SIToFPOp::create(b, loc, f32x4, partial), scales),
+            norm);
+        vector::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, acc, term),
+                                op.getAccum(), ValueRange{rIndex, channel});
+      }
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// Builds `for i in [begin, end) step 1 { body(i) }`.
+void forRange(OpBuilder &b, Location loc, Value begin, Value end,
+              function_ref<void(OpBuilder &, Value)> body) {
+  auto loop = scf::ForOp::create(b, loc, begin, end, cIndex(b, loc, 1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  body(b, loop.getInductionVar());
+}
+
+Value loadAsF32(OpBuilder &b, Location loc, Value memref, ValueRange indices) {
+  Value value = memref::LoadOp::create(b, loc, memref, indices);
+  Type type = value.getType();
+  if (type.isF32())
+    return value;
+  if (isa<FloatType>(type))
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
+  return arith::SIToFPOp::create(b, loc, b.getF32Type(), value);
+}
+
+/// The quantization of one group (FORMAT.md section 5, step 2): `values`
+/// holds z in permuted or natural order as `source(j)` says; writes the
+/// scale and the int8 activations of (row, group).
+void quantizeGroup(OpBuilder &b, Location loc, Value values, int64_t groupSize,
+                   Value permutation, Value act, Value actScales, Value row,
+                   Value group) {
+  Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, groupSize);
+  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+  auto maxLoop = scf::ForOp::create(b, loc, c0, cGs, cIndex(b, loc, 1),
+                                    ValueRange{zero});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(maxLoop.getBody());
+    Value v = memref::LoadOp::create(b, loc, values, maxLoop.getInductionVar());
+    Value magnitude = math::AbsFOp::create(b, loc, v);
+    scf::YieldOp::create(
+        b, loc,
+        ValueRange{arith::MaximumFOp::create(
+            b, loc, maxLoop.getRegionIterArgs()[0], magnitude)});
+  }
+  Value scale = arith::DivFOp::create(
+      b, loc, maxLoop.getResult(0),
+      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f)));
+  scale = arith::MaximumFOp::create(
+      b, loc, scale, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
+  memref::StoreOp::create(b, loc, scale, actScales, ValueRange{row, group});
+  Value kBase = arith::MulIOp::create(b, loc, group, cGs);
+  Value lowest = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-128.0f));
+  Value highest = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f));
+  forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
+    Value source = j;
+    if (permutation) {
+      Value p = memref::LoadOp::create(b, loc, permutation, j);
+      source = arith::IndexCastUIOp::create(b, loc, b.getIndexType(), p);
+    }
+    Value z = memref::LoadOp::create(b, loc, values, source);
+    Value q = math::RoundEvenOp::create(b, loc,
+                                        arith::DivFOp::create(b, loc, z, scale));
+    q = arith::MinimumFOp::create(b, loc,
+                                  arith::MaximumFOp::create(b, loc, q, lowest),
+                                  highest);
+    Value byte = arith::FPToSIOp::create(b, loc, b.getI8Type(), q);
+    memref::StoreOp::create(b, loc, byte, act,
+                            ValueRange{row, arith::AddIOp::create(b, loc, kBase, j)});
+  });
+}
+
+Value rowsOf(OpBuilder &b, Location loc, Value memref) {
+  auto type = cast<MemRefType>(memref.getType());
+  if (!type.isDynamicDim(0))
+    return cIndex(b, loc, type.getDimSize(0));
+  return memref::DimOp::create(b, loc, memref, 0);
+}
+
+struct QuantizeActivationsLowering
+    : public OpRewritePattern<QuantizeActivationsOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(QuantizeActivationsOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    int64_t gs = op.getGroupSize();
+    Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
+    Value work = memref::AllocaOp::create(
+        b, loc, MemRefType::get({gs}, b.getF32Type()));
+    // The natural-order butterfly's constant, rounded once to fp32.
+    Value invSqrt = arith::ConstantOp::create(
+        b, loc, b.getF32FloatAttr(float(1.0 / std::sqrt(double(gs)))));
+    forRange(b, loc, c0, rowsOf(b, loc, op.getX()), [&](OpBuilder &b, Value row) {
+      forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
+               [&](OpBuilder &b, Value g) {
+        Value kBase = arith::MulIOp::create(b, loc, g, cGs);
+        // w = x * isr * left
+        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
+          Value k = arith::AddIOp::create(b, loc, kBase, j);
+          Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, k});
+          Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), k);
+          Value left = loadAsF32(b, loc, op.getLeftSigns(), j);
+          Value w = arith::MulFOp::create(
+              b, loc, arith::MulFOp::create(b, loc, x, isr), left);
+          memref::StoreOp::create(b, loc, w, work, j);
+        });
+        // The fast Walsh-Hadamard transform in natural order.
+        for (int64_t h = 1; h < gs; h *= 2) {
+          forRange(b, loc, c0, cIndex(b, loc, gs / 2), [&](OpBuilder &b, Value t) {
+            // Pair t: i = (t / h) * 2h + t % h, partner i + h.
+            Value cH = cIndex(b, loc, h);
+            Value block = arith::DivUIOp::create(b, loc, t, cH);
+            Value offset = arith::RemUIOp::create(b, loc, t, cH);
+            Value i = arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, block, cIndex(b, loc, 2 * h)),
+                offset);
+            Value partner = arith::AddIOp::create(b, loc, i, cH);
+            Value u = memref::LoadOp::create(b, loc, work, i);
+            Value v = memref::LoadOp::create(b, loc, work, partner);
+            memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, u, v),
+                                    work, i);
+            memref::StoreOp::create(b, loc, arith::SubFOp::create(b, loc, u, v),
+                                    work, partner);
+          });
+        }
+        // w = w / sqrt(gs) * right
+        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
+          Value w = memref::LoadOp::create(b, loc, work, j);
+          Value right = loadAsF32(b, loc, op.getRightSigns(), j);
+          w = arith::MulFOp::create(b, loc,
+                                    arith::MulFOp::create(b, loc, w, invSqrt),
+                                    right);
+          memref::StoreOp::create(b, loc, w, work, j);
+        });
+        // z[j] = w[perm[j]], quantized.
+        quantizeGroup(b, loc, work, gs, op.getPermutation(), op.getAct(),
+                      op.getActScales(), row, g);
+      });
+    });
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct RotateQuantizeActivationsLowering
+    : public OpRewritePattern<RotateQuantizeActivationsOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(RotateQuantizeActivationsOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    int64_t gs = op.getGroupSize();
+    int64_t k = cast<MemRefType>(op.getX().getType()).getDimSize(1);
+    Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs), cK = cIndex(b, loc, k);
+    Value work = memref::AllocaOp::create(
+        b, loc, MemRefType::get({gs}, b.getF32Type()));
+    Value scaled = memref::AllocaOp::create(
+        b, loc, MemRefType::get({k}, b.getF32Type()));
+    forRange(b, loc, c0, rowsOf(b, loc, op.getX()), [&](OpBuilder &b, Value row) {
+      // a = x * isr
+      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
+        Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk});
+        Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), kk);
+        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
+                                scaled, kk);
+      });
+      forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
+               [&](OpBuilder &b, Value g) {
+        Value jBase = arith::MulIOp::create(b, loc, g, cGs);
+        // basis[j] = sum_k a[k] * rotation_t[j][k]
+        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
+          Value basisIndex = arith::AddIOp::create(b, loc, jBase, j);
+          Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+          auto sum = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, 1),
+                                        ValueRange{zero});
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(sum.getBody());
+            Value kk = sum.getInductionVar();
+            Value a = memref::LoadOp::create(b, loc, scaled, kk);
+            Value r = loadAsF32(b, loc, op.getRotationT(), ValueRange{basisIndex, kk});
+            scf::YieldOp::create(
+                b, loc,
+                ValueRange{arith::AddFOp::create(
+                    b, loc, sum.getRegionIterArgs()[0],
+                    arith::MulFOp::create(b, loc, a, r))});
+          }
+          memref::StoreOp::create(b, loc, sum.getResult(0), work, j);
+        });
+        quantizeGroup(b, loc, work, gs, Value(), op.getAct(), op.getActScales(),
+                      row, g);
+      });
+    });
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(DecodeEmbeddingOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    auto panelsType = cast<MemRefType>(op.getPanels().getType());
+    int64_t kgPerGroup = panelsType.getDimSize(2);
+    int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
+    int64_t k = panelsType.getDimSize(1) * gs;
+    Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
+    Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
+    Value decoded = memref::AllocaOp::create(
+        b, loc, MemRefType::get({k}, b.getF32Type()));
+    forRange(b, loc, c0, rowsOf(b, loc, op.getIds()), [&](OpBuilder &b, Value i) {
+      Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
+      Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
+      Value sb = arith::DivUIOp::create(b, loc, row, c64);
+      Value channel = arith::RemUIOp::create(b, loc, row, c64);
+      // v[c] = cb[idx(row, c)] * norm[row]
+      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
+        Value g = arith::DivUIOp::create(b, loc, kk, cIndex(b, loc, gs));
+        Value within = arith::RemUIOp::create(b, loc, kk, cIndex(b, loc, gs));
+        Value kg = arith::DivUIOp::create(b, loc, within, c4);
+        Value kc = arith::RemUIOp::create(b, loc, within, c4);
+        Value nibble = arith::AddIOp::create(
+            b, loc, arith::MulIOp::create(b, loc, channel, c4), kc);
+        Value byteIndex = arith::DivUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
+        Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
+                                            ValueRange{sb, g, kg, byteIndex});
+        Value odd = arith::RemUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
+        Value shift = arith::IndexCastOp::create(
+            b, loc, b.getI8Type(),
+            arith::MulIOp::create(b, loc, odd, c4));
+        Value index = arith::AndIOp::create(
+            b, loc, arith::ShRUIOp::create(b, loc, byte, shift),
+            arith::ConstantOp::create(b, loc, b.getI8IntegerAttr(0x0F)));
+        Value levelIndex =
+            arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
+        Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
+        Value norm = loadAsF32(b, loc, op.getNorms(), ValueRange{row, g});
+        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, level, norm),
+                                decoded, kk);
+      });
+      // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
+      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value j) {
+        Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+        auto sum = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, 1),
+                                      ValueRange{zero});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(sum.getBody());
+          Value c = sum.getInductionVar();
+          Value r = loadAsF32(b, loc, op.getRotation(), ValueRange{j, c});
+          Value v = memref::LoadOp::create(b, loc, decoded, c);
+          scf::YieldOp::create(
+              b, loc,
+              ValueRange{arith::AddFOp::create(b, loc, sum.getRegionIterArgs()[0],
+                                               arith::MulFOp::create(b, loc, r, v))});
+        }
+        Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), j);
+        memref::StoreOp::create(b, loc,
+                                arith::MulFOp::create(b, loc, sum.getResult(0), isr),
+                                op.getOut(), ValueRange{i, j});
+      });
+    });
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
+                                                     DotTarget target) {
+  MLIRContext *ctx = patterns.getContext();
+  patterns.add<PanelDotLowering>(ctx, target);
+  patterns.add<RescaleLowering, QuantizeActivationsLowering,
+               RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(ctx);
+}

@@ -1,0 +1,306 @@
+//===- ExportKernels.cpp - C-ABI entry points and the kernel table --------===//
+//
+// After the lowering to the LLVM dialect a kernel takes its buffers as
+// expanded memref descriptors. The runtime calls it through the C ABI of
+// runtime/include/cq4p/kernel_abi.h instead: a pointer to the weight's
+// region view, bare buffer pointers and sizes. For every kernel (a function
+// with a `cq4p.kernel` attribute) this pass
+//
+//   - renames it `<name>_impl` with internal linkage;
+//   - adds `<name>` with the C signature of its op, which loads each weight
+//     region's pointer from the cq4p_weight_view, builds every descriptor
+//     (static sizes from the kernel's buffer types, the dynamic row count
+//     from the `rows`/`count` parameter, row-major strides) and calls it;
+//   - lists it in the exported `cq4p_kernel_table` with its op, shapes,
+//     target and the CPU features it needs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/kernel_abi.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSwitch.h"
+
+namespace mlir::cq4p {
+#define GEN_PASS_DEF_CQ4PEXPORTKERNELS
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h.inc"
+} // namespace mlir::cq4p
+
+using namespace mlir;
+
+namespace {
+
+/// The C parameters of each op's entry point, in order.
+struct AbiSignature {
+  cq4p_kernel_op op;
+  SmallVector<StringRef> params; ///< pointer params first, then i64 ones
+  unsigned pointerCount;
+  StringRef rowsParam; ///< fills the buffers' dynamic dimension
+};
+
+std::optional<AbiSignature> signatureOf(StringRef op) {
+  if (op == "quantize_hadamard" || op == "quantize_orthogonal")
+    return AbiSignature{op == "quantize_hadamard"
+                            ? CQ4P_KERNEL_QUANTIZE_HADAMARD
+                            : CQ4P_KERNEL_QUANTIZE_ORTHOGONAL,
+                        {"weight", "x", "act", "act_scales", "rows",
+                         "group_begin", "group_end"},
+                        4,
+                        "rows"};
+  if (op == "matmul")
+    return AbiSignature{CQ4P_KERNEL_MATMUL,
+                        {"weight", "act", "act_scales", "y", "rows",
+                         "sb_begin", "sb_end"},
+                        4,
+                        "rows"};
+  if (op == "embedding")
+    return AbiSignature{CQ4P_KERNEL_EMBEDDING,
+                        {"weight", "ids", "out", "count"},
+                        3,
+                        "count"};
+  return std::nullopt;
+}
+
+/// Field index of a region in cq4p_weight_view.
+std::optional<unsigned> weightField(StringRef region) {
+  return llvm::StringSwitch<std::optional<unsigned>>(region)
+      .Case("panels", 0)
+      .Case("norm_panels", 1)
+      .Case("cb_i8", 2)
+      .Case("codebook", 3)
+      .Case("input_scale_recip", 4)
+      .Case("left_signs", 5)
+      .Case("right_signs", 6)
+      .Case("permutation", 7)
+      .Case("rotation", 8)
+      .Case("rotation_t", 9)
+      .Case("norms", 10)
+      .Default(std::nullopt);
+}
+
+struct ExportedKernel {
+  std::string name;
+  cq4p_kernel_op op;
+  int64_t n, k, groupSize, minRows, maxRows;
+  bool orthogonal;
+  LLVM::LLVMFuncOp entry;
+};
+
+class ExportKernels
+    : public mlir::cq4p::impl::CQ4PExportKernelsBase<ExportKernels> {
+public:
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<cq4p_target> targetId =
+        llvm::StringSwitch<std::optional<cq4p_target>>(target)
+            .Case("host", CQ4P_TARGET_HOST)
+            .Case("aarch64-neon", CQ4P_TARGET_AARCH64_NEON)
+            .Case("aarch64-sme2", CQ4P_TARGET_AARCH64_SME2)
+            .Default(std::nullopt);
+    if (!targetId) {
+      module.emitError() << "cq4p-export-kernels: unknown target '" << target
+                         << "' (expected host, aarch64-neon or aarch64-sme2)";
+      return signalPassFailure();
+    }
+    SmallVector<LLVM::LLVMFuncOp> kernels;
+    module.walk([&](LLVM::LLVMFuncOp func) {
+      if (func->hasAttr("cq4p.kernel"))
+        kernels.push_back(func);
+    });
+    SmallVector<ExportedKernel> exported;
+    for (LLVM::LLVMFuncOp func : kernels) {
+      FailureOr<ExportedKernel> entry = exportKernel(func);
+      if (failed(entry))
+        return signalPassFailure();
+      exported.push_back(*entry);
+    }
+    emitTable(module, exported, *targetId);
+  }
+
+private:
+  FailureOr<ExportedKernel> exportKernel(LLVM::LLVMFuncOp impl) {
+    auto info = impl->getAttrOfType<DictionaryAttr>("cq4p.kernel");
+    auto opName = info.getAs<StringAttr>("op");
+    auto params = info.getAs<ArrayAttr>("params");
+    auto types = info.getAs<ArrayAttr>("param_types");
+    std::optional<AbiSignature> abi =
+        opName ? signatureOf(opName.getValue()) : std::nullopt;
+    if (!abi || !params || !types || params.size() != types.size())
+      return impl.emitError() << "cq4p-export-kernels: malformed cq4p.kernel "
+                                 "attribute "
+                              << info;
+    auto intOf = [&](StringRef key) {
+      auto attr = info.getAs<IntegerAttr>(key);
+      return attr ? attr.getInt() : int64_t(0);
+    };
+
+    MLIRContext *ctx = &getContext();
+    OpBuilder b(impl);
+    Location loc = impl.getLoc();
+    auto ptrType = LLVM::LLVMPointerType::get(ctx);
+    auto i64 = IntegerType::get(ctx, 64);
+    std::string name = impl.getSymName().str();
+    impl.setSymName(name + "_impl");
+    impl.setLinkage(LLVM::Linkage::Internal);
+    impl->removeAttr("cq4p.kernel");
+
+    SmallVector<Type> abiTypes;
+    for (unsigned i = 0; i < abi->params.size(); ++i)
+      abiTypes.push_back(i < abi->pointerCount ? Type(ptrType) : Type(i64));
+    auto wrapper = LLVM::LLVMFuncOp::create(
+        b, loc, name,
+        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), abiTypes));
+    Block *entry = wrapper.addEntryBlock(b);
+    b.setInsertionPointToStart(entry);
+    auto abiArg = [&](StringRef param) -> Value {
+      for (unsigned i = 0; i < abi->params.size(); ++i)
+        if (abi->params[i] == param)
+          return entry->getArgument(i);
+      return Value();
+    };
+    auto constant = [&](int64_t value) -> Value {
+      return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
+    };
+
+    SmallVector<Value> callArgs;
+    for (auto [paramAttr, typeAttr] : llvm::zip(params, types)) {
+      StringRef param = cast<StringAttr>(paramAttr).getValue();
+      Type type = cast<TypeAttr>(typeAttr).getValue();
+      Value pointer;
+      if (param.consume_front("weight.")) {
+        std::optional<unsigned> field = weightField(param);
+        if (!field)
+          return impl.emitError() << "cq4p-export-kernels: unknown weight region '"
+                                  << param << "'";
+        Value address = LLVM::GEPOp::create(
+            b, loc, ptrType, ptrType, abiArg("weight"),
+            ArrayRef<LLVM::GEPArg>{int32_t(*field)});
+        pointer = LLVM::LoadOp::create(b, loc, ptrType, address);
+      } else {
+        Value arg = abiArg(param);
+        if (!arg)
+          return impl.emitError() << "cq4p-export-kernels: the " << opName
+                                  << " ABI has no parameter '" << param << "'";
+        if (!isa<MemRefType>(type)) {
+          callArgs.push_back(arg);
+          continue;
+        }
+        pointer = arg;
+      }
+      auto memref = cast<MemRefType>(type);
+      // Descriptor: allocated and aligned pointer, offset, sizes, strides.
+      callArgs.push_back(pointer);
+      callArgs.push_back(pointer);
+      callArgs.push_back(constant(0));
+      SmallVector<Value> sizes;
+      for (int64_t dim : memref.getShape())
+        sizes.push_back(ShapedType::isDynamic(dim) ? abiArg(abi->rowsParam)
+                                                   : constant(dim));
+      callArgs.append(sizes);
+      SmallVector<int64_t> strides(memref.getRank(), 1);
+      for (int64_t d = memref.getRank() - 2; d >= 0; --d)
+        strides[d] = strides[d + 1] * memref.getDimSize(d + 1);
+      for (int64_t stride : strides)
+        callArgs.push_back(constant(stride));
+    }
+    if (callArgs.size() != impl.getNumArguments())
+      return impl.emitError() << "cq4p-export-kernels: " << name << " takes "
+                              << impl.getNumArguments()
+                              << " lowered arguments, the ABI gives "
+                              << callArgs.size();
+    LLVM::CallOp::create(b, loc, impl, callArgs);
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+
+    return ExportedKernel{name,
+                          abi->op,
+                          intOf("n"),
+                          intOf("k"),
+                          intOf("group_size"),
+                          intOf("min_rows"),
+                          intOf("max_rows"),
+                          info.getAs<BoolAttr>("orthogonal") &&
+                              info.getAs<BoolAttr>("orthogonal").getValue(),
+                          wrapper};
+  }
+
+  void emitTable(ModuleOp module, ArrayRef<ExportedKernel> kernels,
+                 cq4p_target targetId) {
+    MLIRContext *ctx = &getContext();
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    Location loc = module.getLoc();
+    auto ptrType = LLVM::LLVMPointerType::get(ctx);
+    auto i32 = IntegerType::get(ctx, 32), i64 = IntegerType::get(ctx, 64);
+    // struct cq4p_kernel_desc
+    auto descType = LLVM::LLVMStructType::getLiteral(
+        ctx, {ptrType, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptrType});
+    auto tableType = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, ptrType});
+
+    SmallVector<LLVM::GlobalOp> names;
+    for (auto [i, kernel] : llvm::enumerate(kernels)) {
+      std::string text = kernel.name + std::string(1, '\0');
+      names.push_back(LLVM::GlobalOp::create(
+          b, loc, LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), text.size()),
+          /*isConstant=*/true, LLVM::Linkage::Private,
+          "__cq4p_kernel_name_" + std::to_string(i), b.getStringAttr(text)));
+    }
+
+    auto arrayType = LLVM::LLVMArrayType::get(descType, kernels.size());
+    auto descs = LLVM::GlobalOp::create(b, loc, arrayType, /*isConstant=*/true,
+                                        LLVM::Linkage::Private,
+                                        "__cq4p_kernel_descs", Attribute());
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(b.createBlock(&descs.getInitializerRegion()));
+      Value array = LLVM::UndefOp::create(b, loc, arrayType);
+      for (auto [i, kernel] : llvm::enumerate(kernels)) {
+        auto field = [&](Type type, int64_t value) -> Value {
+          return LLVM::ConstantOp::create(b, loc, type,
+                                          b.getIntegerAttr(type, value));
+        };
+        Value desc = LLVM::UndefOp::create(b, loc, descType);
+        Value values[] = {
+            LLVM::AddressOfOp::create(b, loc, names[i]),
+            field(i32, kernel.op),
+            field(i32, targetId),
+            field(i64, int64_t(features)),
+            field(i64, kernel.n),
+            field(i64, kernel.k),
+            field(i32, kernel.groupSize),
+            field(i32, kernel.orthogonal),
+            field(i32, kernel.minRows),
+            field(i32, kernel.maxRows),
+            LLVM::AddressOfOp::create(b, loc, kernel.entry),
+        };
+        for (auto [f, value] : llvm::enumerate(values))
+          desc = LLVM::InsertValueOp::create(b, loc, desc, value,
+                                             ArrayRef<int64_t>{int64_t(f)});
+        array = LLVM::InsertValueOp::create(b, loc, array, desc,
+                                            ArrayRef<int64_t>{int64_t(i)});
+      }
+      LLVM::ReturnOp::create(b, loc, array);
+    }
+
+    auto table = LLVM::GlobalOp::create(b, loc, tableType, /*isConstant=*/true,
+                                        LLVM::Linkage::External,
+                                        CQ4P_KERNEL_TABLE_SYMBOL, Attribute());
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(b.createBlock(&table.getInitializerRegion()));
+    Value value = LLVM::UndefOp::create(b, loc, tableType);
+    Value fields[] = {
+        LLVM::ConstantOp::create(b, loc, i32,
+                                 b.getI32IntegerAttr(CQ4P_KERNEL_ABI_VERSION)),
+        LLVM::ConstantOp::create(b, loc, i32,
+                                 b.getI32IntegerAttr(kernels.size())),
+        LLVM::AddressOfOp::create(b, loc, descs)};
+    for (auto [f, field] : llvm::enumerate(fields))
+      value = LLVM::InsertValueOp::create(b, loc, value, field,
+                                          ArrayRef<int64_t>{int64_t(f)});
+    LLVM::ReturnOp::create(b, loc, value);
+  }
+};
+
+} // namespace

@@ -1,0 +1,173 @@
+//===- TileSuperBlocks.cpp - panel matmuls as partials then rescale -------===//
+//
+// The runtime's threads share a matmul by super-blocks of 64 output
+// channels; inside one, the work is a loop over row tiles and groups. This
+// pass makes that structure, and the split of the compute contract into
+// exact int32 partials and an fp32 rescale, explicit:
+//
+//   cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
+//
+// becomes
+//
+//   %partials = memref.alloca() : memref<4x64xi32>
+//   %accum = memref.alloca() : memref<4x64xf32>
+//   scf.for %sb = %sb0 to %sb1 step %c1 {
+//     scf.for %row = %c0 to %full_rows step %c4 {      // row tiles
+//       (zero %accum)
+//       scf.for %g = %c0 to %ng step %c1 {
+//         cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+//         cq4p.rescale %partials, %scales, %norm_panels, %accum, %sb, %g, %row
+//       }
+//       (copy %accum to %y for the channels of %sb below N)
+//     }
+//     (the same with one-row tiles for the rows past the last full tile)
+//   }
+//
+// A GEMV (one static row) has one-row tiles only.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/format.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::cq4p {
+#define GEN_PASS_DEF_CQ4PTILESUPERBLOCKS
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h.inc"
+} // namespace mlir::cq4p
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+Value constantIndex(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+class TileSuperBlocks
+    : public mlir::cq4p::impl::CQ4PTileSuperBlocksBase<TileSuperBlocks> {
+public:
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (gemmRows < 1) {
+      getOperation().emitError()
+          << "cq4p-tile-super-blocks: gemm-rows must be at least 1, got "
+          << gemmRows;
+      return signalPassFailure();
+    }
+    SmallVector<PanelMatmulOp> matmuls;
+    getOperation().walk([&](PanelMatmulOp op) { matmuls.push_back(op); });
+    for (PanelMatmulOp op : matmuls) {
+      tile(op);
+      op.erase();
+    }
+  }
+
+private:
+  /// One loop over row tiles of `tileRows` rows from `begin` to `end`, for
+  /// super-block `sb`.
+  void emitRowTiles(OpBuilder &b, Location loc, PanelMatmulOp op, Value sb,
+                    Value begin, Value end, int64_t tileRows, Value partials,
+                    Value accum, Value validChannels) {
+    Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+    Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
+    Value ng = constantIndex(
+        b, loc, cast<MemRefType>(op.getPanels().getType()).getDimSize(1));
+    Value step = constantIndex(b, loc, tileRows);
+    auto rowLoop = scf::ForOp::create(b, loc, begin, end, step);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(rowLoop.getBody());
+    Value row = rowLoop.getInductionVar();
+
+    // Zero the fp32 accumulator of the tile.
+    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    Value zero = arith::ConstantOp::create(
+        b, loc, f32x4, DenseElementsAttr::get(f32x4, b.getF32FloatAttr(0.0f)));
+    for (int64_t r = 0; r < tileRows; ++r)
+      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4)
+        vector::StoreOp::create(
+            b, loc, zero, accum,
+            ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
+
+    // Per group: exact int32 partials, then their fp32 rescale.
+    auto groupLoop = scf::ForOp::create(b, loc, c0, ng, c1);
+    {
+      OpBuilder::InsertionGuard groupGuard(b);
+      b.setInsertionPointToStart(groupLoop.getBody());
+      Value g = groupLoop.getInductionVar();
+      PanelDotOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
+                         partials, sb, g, row);
+      RescaleOp::create(b, loc, partials, op.getActScales(),
+                        op.getNormPanels(), accum, sb, g, row);
+    }
+
+    // The super-block's channels below N, to the output.
+    Value base = arith::MulIOp::create(b, loc, sb, c64);
+    for (int64_t r = 0; r < tileRows; ++r) {
+      Value rIndex = constantIndex(b, loc, r);
+      Value outRow = arith::AddIOp::create(b, loc, row, rIndex);
+      auto copy = scf::ForOp::create(b, loc, c0, validChannels, c1);
+      OpBuilder::InsertionGuard copyGuard(b);
+      b.setInsertionPointToStart(copy.getBody());
+      Value c = copy.getInductionVar();
+      Value value = memref::LoadOp::create(b, loc, accum, ValueRange{rIndex, c});
+      Value channel = arith::AddIOp::create(b, loc, base, c);
+      memref::StoreOp::create(b, loc, value, op.getY(),
+                              ValueRange{outRow, channel});
+    }
+  }
+
+  void tile(PanelMatmulOp op) {
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto actType = cast<MemRefType>(op.getAct().getType());
+    int64_t n = cast<MemRefType>(op.getY().getType()).getDimSize(1);
+    bool singleRow = actType.getDimSize(0) == 1;
+    int64_t tileRows = singleRow ? 1 : int64_t(gemmRows);
+
+    Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+    Value rows = actType.isDynamicDim(0)
+                     ? memref::DimOp::create(b, loc, op.getAct(), 0).getResult()
+                     : constantIndex(b, loc, actType.getDimSize(0));
+    auto bufferType = [&](int64_t tile, Type element) {
+      return MemRefType::get({tile, CQ4P_PANEL_CHANNELS}, element);
+    };
+    Value partials =
+        memref::AllocaOp::create(b, loc, bufferType(tileRows, b.getI32Type()));
+    Value accum =
+        memref::AllocaOp::create(b, loc, bufferType(tileRows, b.getF32Type()));
+    Value tailPartials, tailAccum, fullRows = rows;
+    if (tileRows > 1) {
+      tailPartials =
+          memref::AllocaOp::create(b, loc, bufferType(1, b.getI32Type()));
+      tailAccum =
+          memref::AllocaOp::create(b, loc, bufferType(1, b.getF32Type()));
+      Value step = constantIndex(b, loc, tileRows);
+      fullRows = arith::MulIOp::create(
+          b, loc, arith::DivUIOp::create(b, loc, rows, step), step);
+    }
+
+    auto sbLoop =
+        scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+    b.setInsertionPointToStart(sbLoop.getBody());
+    Value sb = sbLoop.getInductionVar();
+    // Channels of this super-block below N: min(64, N - 64 * sb).
+    Value left = arith::SubIOp::create(
+        b, loc, constantIndex(b, loc, n),
+        arith::MulIOp::create(b, loc, sb,
+                              constantIndex(b, loc, CQ4P_PANEL_CHANNELS)));
+    Value valid = arith::MinSIOp::create(
+        b, loc, left, constantIndex(b, loc, CQ4P_PANEL_CHANNELS));
+    emitRowTiles(b, loc, op, sb, c0, fullRows, tileRows, partials, accum,
+                 valid);
+    if (tileRows > 1)
+      emitRowTiles(b, loc, op, sb, fullRows, rows, 1, tailPartials, tailAccum,
+                   valid);
+  }
+};
+
+} // namespace

@@ -1,0 +1,66 @@
+//===- Pipelines.cpp - graph-level cq4p IR to exported LLVM kernels -------===//
+
+#include "cq4p/Pipelines/Pipelines.h"
+
+#include "cq4p/Conversion/Passes.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
+                                     const KernelPipelineOptions &options) {
+  // Graph-level ops to kernel functions over buffers (M-dispatch).
+  pm.addPass(createCQ4PLowerToKernels(CQ4PLowerToKernelsOptions{true}));
+  // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.
+  pm.addNestedPass<func::FuncOp>(
+      createCQ4PTileSuperBlocks(CQ4PTileSuperBlocksOptions{options.gemmRows}));
+  // The target's panel dot; the shared lowering of the rest.
+  if (target == KernelTarget::AArch64Neon)
+    pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
+  else
+    pm.addNestedPass<func::FuncOp>(
+        createConvertCQ4PToVector(ConvertCQ4PToVectorOptions{options.x86Ssse3}));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  // Upstream dialects to LLVM.
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createConvertVectorToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  // The C ABI entry points and the kernel table.
+  CQ4PExportKernelsOptions exportOptions;
+  exportOptions.target =
+      target == KernelTarget::AArch64Neon ? "aarch64-neon" : "host";
+  exportOptions.features = options.features;
+  pm.addPass(createCQ4PExportKernels(exportOptions));
+}
+
+void mlir::cq4p::registerPipelines() {
+  PassPipelineRegistration<KernelPipelineOptions>(
+      "cq4p-neon-pipeline",
+      "Graph-level cq4p IR to exported AArch64 NEON kernels in the LLVM dialect",
+      [](OpPassManager &pm, const KernelPipelineOptions &options) {
+        buildKernelPipeline(pm, KernelTarget::AArch64Neon, options);
+      });
+  PassPipelineRegistration<KernelPipelineOptions>(
+      "cq4p-host-pipeline",
+      "Graph-level cq4p IR to exported host kernels in the LLVM dialect",
+      [](OpPassManager &pm, const KernelPipelineOptions &options) {
+        buildKernelPipeline(pm, KernelTarget::Host, options);
+      });
+}

@@ -1,0 +1,101 @@
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-neon | FileCheck %s
+
+// The GEMV panel dot: per step of 32 K, the activations' evens and odds
+// (two shuffles), then per pair of kg-blocks and 16-byte slice a 16-bit zip,
+// and/shift, two TBL lookups and two SDOT per half into 16 accumulators.
+// CHECK-LABEL: func.func @panel_dot_gemv
+// CHECK: %[[TABLE:.*]] = vector.load %{{.*}}[%{{.*}}] : memref<16xi8>, vector<16xi8>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
+// CHECK: %[[LO:.*]] = vector.load {{.*}} : memref<?x256xi8>, vector<16xi8>
+// CHECK: %[[HI:.*]] = vector.load {{.*}} : memref<?x256xi8>, vector<16xi8>
+// CHECK: vector.shuffle %[[LO]], %[[HI]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
+// CHECK: vector.shuffle %[[LO]], %[[HI]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
+// CHECK: %[[A16:.*]] = vector.bitcast %{{.*}} : vector<16xi8> to vector<8xi16>
+// CHECK: %[[B16:.*]] = vector.bitcast %{{.*}} : vector<16xi8> to vector<8xi16>
+// CHECK: vector.shuffle %[[A16]], %[[B16]] [0, 8, 1, 9, 2, 10, 3, 11]
+// CHECK: vector.shuffle %[[A16]], %[[B16]] [4, 12, 5, 13, 6, 14, 7, 15]
+// CHECK: arith.andi
+// CHECK: arith.shrui
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"(%[[TABLE]], %{{.*}})
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"(%[[TABLE]], %{{.*}})
+// CHECK: arm_neon.intr.sdot
+// CHECK: arm_neon.intr.sdot
+// CHECK: scf.yield
+// CHECK-COUNT-16: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<1x64xi32>, vector<4xi32>
+// CHECK-NOT: cq4p.panel_dot
+func.func @panel_dot_gemv(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                          %act: memref<?x256xi8>, %partials: memref<1x64xi32>,
+                          %sb: index, %g: index, %row: index) {
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<1x64xi32>
+  return
+}
+
+// -----
+
+// A 4-row GEMM tile: 8 passes of 8 channels, 2 accumulators per row; each
+// looked-up weight vector feeds the 4 rows.
+// CHECK-LABEL: func.func @panel_dot_gemm
+// CHECK: scf.for
+// CHECK: scf.for {{.*}} -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
+// CHECK: %[[W:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
+// CHECK: %[[W2:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
+// CHECK: arm_neon.intr.sdot %{{.*}}, %[[W]], %{{.*}}
+// CHECK: arm_neon.intr.sdot %{{.*}}, %[[W2]], %{{.*}}
+// CHECK: arm_neon.intr.sdot %{{.*}}, %[[W]], %{{.*}}
+// CHECK: arm_neon.intr.sdot %{{.*}}, %[[W2]], %{{.*}}
+func.func @panel_dot_gemm(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                          %act: memref<?x256xi8>, %partials: memref<4x64xi32>,
+                          %sb: index, %g: index, %row: index) {
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<4x64xi32>
+  return
+}
+
+// -----
+
+// The rescale: float(P) * act_scale * norm, accumulated.
+// CHECK-LABEL: func.func @rescale
+// CHECK: %[[SCALE:.*]] = memref.load %{{.*}} : memref<?x2xf32>
+// CHECK: %[[SPLAT:.*]] = vector.broadcast %[[SCALE]] : f32 to vector<4xf32>
+// CHECK: %[[P:.*]] = vector.load {{.*}} : memref<1x64xi32>, vector<4xi32>
+// CHECK: %[[N:.*]] = vector.load {{.*}} : memref<2x2x64xf32>, vector<4xf32>
+// CHECK: %[[ACC:.*]] = vector.load {{.*}} : memref<1x64xf32>, vector<4xf32>
+// CHECK: %[[F:.*]] = arith.sitofp %[[P]] : vector<4xi32> to vector<4xf32>
+// CHECK: %[[M1:.*]] = arith.mulf %[[F]], %[[SPLAT]]
+// CHECK: %[[M2:.*]] = arith.mulf %[[M1]], %[[N]]
+// CHECK: %[[SUM:.*]] = arith.addf %[[ACC]], %[[M2]]
+// CHECK: vector.store %[[SUM]]
+func.func @rescale(%partials: memref<1x64xi32>, %scales: memref<?x2xf32>,
+                   %norm_panels: memref<2x2x64xf32>, %accum: memref<1x64xf32>,
+                   %sb: index, %g: index, %row: index) {
+  cq4p.rescale %partials, %scales, %norm_panels, %accum, %sb, %g, %row
+      : memref<1x64xi32>, memref<?x2xf32>, memref<2x2x64xf32>, memref<1x64xf32>
+  return
+}
+
+// -----
+
+// The activation transform: x * isr * left, the butterfly, 1/sqrt(gs) and
+// the right signs, then the permuted quantization with round-half-even.
+// CHECK-LABEL: func.func @quantize
+// CHECK-DAG: arith.constant 0.176776692 : f32
+// CHECK-DAG: arith.constant 1.000000e-10 : f32
+// CHECK-DAG: memref.alloca() : memref<32xf32>
+// CHECK: arith.extf %{{.*}} : f16 to f32
+// CHECK: arith.sitofp %{{.*}} : i8 to f32
+// CHECK: arith.addf
+// CHECK: arith.subf
+// CHECK: arith.maximumf
+// CHECK: memref.load %{{.*}} : memref<32xi32>
+// CHECK: math.roundeven
+// CHECK: arith.fptosi %{{.*}} : f32 to i8
+func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32xi8>,
+                    %right: memref<32xi8>, %perm: memref<32xi32>, %act: memref<?x64xi8>,
+                    %scales: memref<?x2xf32>, %g0: index, %g1: index) {
+  cq4p.quantize_activations %x, %isr, %left, %right, %perm, %act, %scales, %g0, %g1
+      {group_size = 32 : i64}
+      : memref<?x64xf32>, memref<64xf16>, memref<32xi8>, memref<32xi8>, memref<32xi32>,
+        memref<?x64xi8>, memref<?x2xf32>
+  return
+}

@@ -1,0 +1,48 @@
+// RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks | FileCheck %s
+// RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=gemm-rows=2 | FileCheck %s --check-prefix=ROWS2
+
+// A GEMV: one-row tiles; per group the int32 partials, then the rescale.
+// CHECK-LABEL: func.func @gemv
+// CHECK-SAME: (%[[P:.*]]: memref<2x2x32x128xi8>, %[[NP:.*]]: memref<2x2x64xf32>, %[[CB:.*]]: memref<16xi8>, %[[A:.*]]: memref<1x256xi8>, %[[S:.*]]: memref<1x2xf32>, %[[Y:.*]]: memref<1x100xf32>, %[[SB0:.*]]: index, %[[SB1:.*]]: index)
+// CHECK-DAG: %[[PART:.*]] = memref.alloca() : memref<1x64xi32>
+// CHECK-DAG: %[[ACC:.*]] = memref.alloca() : memref<1x64xf32>
+// CHECK: scf.for %[[SB:.*]] = %[[SB0]] to %[[SB1]]
+// CHECK: %[[VALID:.*]] = arith.minsi
+// CHECK: scf.for %[[ROW:.*]] =
+// CHECK: vector.store %{{.*}}, %[[ACC]]
+// CHECK: scf.for %[[G:.*]] =
+// CHECK-NEXT: cq4p.panel_dot %[[P]], %[[CB]], %[[A]], %[[PART]], %[[SB]], %[[G]], %[[ROW]]
+// CHECK-NEXT: cq4p.rescale %[[PART]], %[[S]], %[[NP]], %[[ACC]], %[[SB]], %[[G]], %[[ROW]]
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[VALID]]
+// CHECK: memref.load %[[ACC]]
+// CHECK: memref.store %{{.*}}, %[[Y]]
+// CHECK-NOT: cq4p.panel_matmul
+func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>,
+                %cb: memref<16xi8>, %act: memref<1x256xi8>, %scales: memref<1x2xf32>,
+                %y: memref<1x100xf32>, %sb0: index, %sb1: index) {
+  cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
+      : memref<2x2x32x128xi8>, memref<2x2x64xf32>, memref<16xi8>, memref<1x256xi8>,
+        memref<1x2xf32>, memref<1x100xf32>
+  return
+}
+
+// -----
+
+// A GEMM: row tiles of 4 (buffers of 4 rows), then one-row tiles for the rest.
+// CHECK-LABEL: func.func @gemm
+// CHECK: memref.dim %{{.*}}, %{{.*}} : memref<?x128xi8>
+// CHECK-DAG: memref.alloca() : memref<4x64xi32>
+// CHECK-DAG: memref.alloca() : memref<4x64xf32>
+// CHECK-DAG: memref.alloca() : memref<1x64xi32>
+// CHECK: cq4p.panel_dot {{.*}} : {{.*}}, memref<4x64xi32>
+// CHECK: cq4p.panel_dot {{.*}} : {{.*}}, memref<1x64xi32>
+// ROWS2-LABEL: func.func @gemm
+// ROWS2: memref.alloca() : memref<2x64xi32>
+func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
+                %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
+                %y: memref<?x64xf32>, %sb0: index, %sb1: index) {
+  cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
+      : memref<1x4x8x128xi8>, memref<1x4x64xf32>, memref<16xi8>, memref<?x128xi8>,
+        memref<?x4xf32>, memref<?x64xf32>
+  return
+}

@@ -1,0 +1,343 @@
+//===- cq4p-compile.cpp - AOT-compiles a per-model kernel library ---------===//
+//
+//   cq4p-compile model.mlir --target=aarch64-neon -o libmodel.so
+//
+// Lowers every cq4p.linear / cq4p.embedding of the input through the
+// target's kernel pipeline (cq4p-neon-pipeline or cq4p-host-pipeline),
+// translates the result to LLVM IR, optimizes and generates code in
+// process with LLVM, and links a shared library with lld (also in process)
+// that exports the C-ABI kernels and `cq4p_kernel_table`
+// (runtime/include/cq4p/kernel_abi.h). For AArch64 triples whose shared
+// libraries need an SDK this machine lacks (Android, Apple), it writes a
+// relocatable object instead (--emit=obj).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Conversion/Passes.h"
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/Pipelines/Pipelines.h"
+#include "cq4p/kernel_abi.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Dialect/ArmNeon/ArmNeonToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "lld/Common/Driver.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+
+LLD_HAS_DRIVER(elf)
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("cq4p-compile options");
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<input.mlir>"),
+                                      cl::Required, cl::cat(category));
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("LIB.so"), cl::Required,
+                                       cl::cat(category));
+static cl::opt<std::string>
+    targetName("target", cl::desc("aarch64-neon or host"), cl::Required,
+               cl::cat(category));
+static cl::opt<std::string>
+    tripleName("triple",
+               cl::desc("Target triple (default: aarch64-linux-gnu for "
+                        "aarch64-neon, this machine's for host)"),
+               cl::cat(category));
+static cl::opt<std::string>
+    emitKind("emit", cl::desc("lib (shared library), obj, llvm (LLVM IR) or "
+                              "mlir (the LLVM dialect)"),
+             cl::init("lib"), cl::cat(category));
+static cl::opt<int64_t> gemmRows("gemm-rows", cl::desc("Rows per GEMM tile"),
+                                 cl::init(4), cl::cat(category));
+static cl::opt<std::string>
+    tuneCpu("tune-cpu",
+            cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
+                     "instruction set stays armv8.2-a+dotprod)"),
+            cl::init("neoverse-v2"), cl::cat(category));
+
+namespace {
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "cq4p-compile: error: " << message << "\n";
+  return 1;
+}
+
+struct TargetChoice {
+  cq4p::KernelTarget kernelTarget;
+  llvm::Triple triple;
+  std::string cpu, features;
+  uint64_t kernelFeatures = 0;
+  bool x86Ssse3 = false;
+};
+
+/// The host's CPU and features, as LLVM sees them.
+void describeHost(TargetChoice &choice) {
+  choice.cpu = llvm::sys::getHostCPUName().str();
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  std::string list;
+  for (const auto &feature : features) {
+    if (!list.empty())
+      list += ",";
+    list += (feature.second ? "+" : "-") + feature.first().str();
+  }
+  choice.features = list;
+  auto has = [&](const char *name) {
+    auto it = features.find(name);
+    return it != features.end() && it->second;
+  };
+  if (choice.triple.isX86()) {
+    choice.x86Ssse3 = has("ssse3");
+    if (has("ssse3"))
+      choice.kernelFeatures |= CQ4P_FEATURE_X86_SSSE3;
+    if (has("avx2"))
+      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX2;
+    if (has("avx512bw"))
+      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512BW;
+    if (has("avx512vnni"))
+      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512VNNI;
+    if (has("avx512vbmi"))
+      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512VBMI;
+  }
+  if (choice.triple.isAArch64() && has("dotprod"))
+    choice.kernelFeatures |= CQ4P_FEATURE_AARCH64_DOTPROD;
+}
+
+FailureOr<TargetChoice> chooseTarget() {
+  TargetChoice choice;
+  if (targetName == "aarch64-neon") {
+    choice.kernelTarget = cq4p::KernelTarget::AArch64Neon;
+    choice.triple = llvm::Triple(tripleName.empty() ? "aarch64-linux-gnu"
+                                                    : tripleName.getValue());
+    if (!choice.triple.isAArch64()) {
+      fail("--target=aarch64-neon needs an AArch64 triple, got '" +
+           choice.triple.str() + "'");
+      return failure();
+    }
+    // Armv8.2-A with the dot product: no SVE outside streaming mode, which
+    // some SME2 devices (Apple M4) do not have.
+    choice.cpu = "generic";
+    choice.features = "+v8.2a,+neon,+dotprod,-sve,-sve2";
+    choice.kernelFeatures = CQ4P_FEATURE_AARCH64_DOTPROD;
+    return choice;
+  }
+  if (targetName == "host") {
+    choice.kernelTarget = cq4p::KernelTarget::Host;
+    std::string host = llvm::sys::getProcessTriple();
+    choice.triple = llvm::Triple(tripleName.empty() ? host : tripleName.getValue());
+    if (choice.triple.getArch() != llvm::Triple(host).getArch()) {
+      fail("--target=host builds for this machine (" + host +
+           "), not for '" + choice.triple.str() + "'");
+      return failure();
+    }
+    describeHost(choice);
+    return choice;
+  }
+  fail("unknown --target '" + targetName +
+       "' (expected aarch64-neon or host)");
+  return failure();
+}
+
+/// Links `object` into the shared library `output` with lld. Takes copies:
+/// lld resets every command-line option of the process when it is done.
+int linkSharedLibrary(std::string object, std::string output) {
+  std::vector<const char *> args = {"ld.lld",   "-shared", "-o",
+                                    output.c_str(), object.c_str(),
+                                    "-z",       "noexecstack",
+                                    "-z",       "now",
+                                    "--gc-sections"};
+  std::string diagnostics;
+  llvm::raw_string_ostream errors(diagnostics);
+  lld::Result result =
+      lld::lldMain(args, llvm::outs(), errors, {{lld::Gnu, &lld::elf::link}});
+  if (result.retCode != 0)
+    return fail("linking " + output + " failed:\n" + diagnostics);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "cq4p-compile: builds a per-model kernel library\n");
+  if (emitKind != "lib" && emitKind != "obj" && emitKind != "llvm" &&
+      emitKind != "mlir")
+    return fail("unknown --emit '" + emitKind +
+                "' (expected lib, obj, llvm or mlir)");
+  if (gemmRows < 1 || gemmRows > 8)
+    return fail("--gemm-rows must be in [1, 8], got " +
+                llvm::Twine(int64_t(gemmRows)));
+  FailureOr<TargetChoice> choice = chooseTarget();
+  if (failed(choice))
+    return 1;
+  if (emitKind == "lib" && !choice->triple.isOSBinFormatELF())
+    return fail("a shared library for '" + choice->triple.str() +
+                "' needs that platform's SDK: use --emit=obj and link it there");
+
+  DialectRegistry registry;
+  registry.insert<cq4p::CQ4PDialect, arith::ArithDialect,
+                  arm_neon::ArmNeonDialect, func::FuncDialect,
+                  LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect,
+                  scf::SCFDialect, tensor::TensorDialect,
+                  vector::VectorDialect>();
+  registerAllExtensions(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerArmNeonDialectTranslation(registry);
+  MLIRContext context(registry);
+
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      openInputFile(inputFile, &errorMessage);
+  if (!input)
+    return fail(errorMessage);
+  sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  bool hasWork = false;
+  module->walk([&](Operation *op) {
+    hasWork |= isa<cq4p::LinearOp, cq4p::EmbeddingOp>(op);
+  });
+  if (!hasWork)
+    return fail(inputFile + " has no cq4p.linear or cq4p.embedding to compile");
+
+  PassManager pm(&context);
+  cq4p::KernelPipelineOptions options;
+  options.gemmRows = gemmRows;
+  options.x86Ssse3 = choice->x86Ssse3;
+  options.features = choice->kernelFeatures;
+  cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);
+  if (failed(pm.run(*module)))
+    return fail("lowering " + inputFile + " failed");
+
+  if (emitKind == "mlir") {
+    auto out = openOutputFile(outputFile, &errorMessage);
+    if (!out)
+      return fail(errorMessage);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+
+  llvm::InitializeAllTargetInfos();
+  llvm::InitializeAllTargets();
+  llvm::InitializeAllTargetMCs();
+  llvm::InitializeAllAsmPrinters();
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(choice->triple, lookupError);
+  if (!target)
+    return fail("no LLVM target for '" + choice->triple.str() + "': " + lookupError);
+  llvm::TargetOptions targetOptions;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      choice->triple, choice->cpu, choice->features, targetOptions,
+      llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (!machine)
+    return fail("cannot create a target machine for '" + choice->triple.str() + "'");
+
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(*module, llvmContext, "cq4p-kernels");
+  if (!llvmModule)
+    return fail("translating the kernels to LLVM IR failed");
+  llvmModule->setTargetTriple(choice->triple);
+  llvmModule->setDataLayout(machine->createDataLayout());
+  for (llvm::Function &function : *llvmModule) {
+    if (function.isDeclaration())
+      continue;
+    function.addFnAttr("target-cpu", choice->cpu);
+    function.addFnAttr("target-features", choice->features);
+    if (choice->triple.isAArch64())
+      function.addFnAttr("tune-cpu", tuneCpu);
+  }
+
+  // The standard O3 optimization pipeline.
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder builder(machine.get());
+    builder.registerModuleAnalyses(mam);
+    builder.registerCGSCCAnalyses(cgam);
+    builder.registerFunctionAnalyses(fam);
+    builder.registerLoopAnalyses(lam);
+    builder.crossRegisterProxies(lam, fam, cgam, mam);
+    builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
+        .run(*llvmModule, mam);
+  }
+
+  if (emitKind == "llvm") {
+    auto out = openOutputFile(outputFile, &errorMessage);
+    if (!out)
+      return fail(errorMessage);
+    llvmModule->print(out->os(), nullptr);
+    out->keep();
+    return 0;
+  }
+
+  // Code generation, into the object file (kept for --emit=obj, a temporary
+  // for --emit=lib).
+  std::string objectPath = outputFile;
+  llvm::SmallString<128> temporary;
+  if (emitKind == "lib") {
+    if (std::error_code error = llvm::sys::fs::createTemporaryFile(
+            "cq4p-kernels", "o", temporary))
+      return fail("cannot create a temporary object file: " + error.message());
+    objectPath = std::string(temporary);
+  }
+  {
+    auto out = openOutputFile(objectPath, &errorMessage);
+    if (!out)
+      return fail(errorMessage);
+    llvm::legacy::PassManager codegen;
+    if (machine->addPassesToEmitFile(codegen, out->os(), nullptr,
+                                     llvm::CodeGenFileType::ObjectFile))
+      return fail("the target cannot emit object files");
+    codegen.run(*llvmModule);
+    out->keep();
+  }
+  if (emitKind == "obj")
+    return 0;
+  int status = linkSharedLibrary(objectPath, std::string(outputFile));
+  llvm::sys::fs::remove(objectPath);
+  return status;
+}
