@@ -1,0 +1,247 @@
+//===- KernelTest.cpp - compiled kernels against the fp64 oracle ----------===//
+//
+// Runs the kernels that cq4p-compile built from kernels.mlir (for this
+// machine's target: the host path natively, AArch64 NEON under QEMU)
+// through the runtime, on panel files that look like a converted model's,
+// and checks them against an oracle that dequantizes each file plainly from
+// its stored values (LayerFiles.h) and multiplies in fp64.
+//
+// The tolerances of FORMAT.md section 5 are the floor (MSE <= 0.1,
+// embedding rows max |error| <= 1e-2); the tests hold the kernels to much
+// tighter relative-error bounds, and print every measured error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../unit/Runtime/LayerFiles.h"
+#include "../unit/Runtime/TempDir.h"
+
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Linear.h"
+#include "cq4p/runtime/ThreadPool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+/// Opens the library under test once per process.
+const KernelLibrary &library() {
+  static std::unique_ptr<KernelLibrary> opened = [] {
+    std::unique_ptr<KernelLibrary> lib;
+    Status status = KernelLibrary::open(CQ4P_TEST_KERNEL_LIBRARY, lib);
+    if (!status) {
+      std::fprintf(stderr, "%s\n", status.message().c_str());
+      std::abort();
+    }
+    return lib;
+  }();
+  return *opened;
+}
+
+struct Errors {
+  double mse = 0, relative = 0; ///< relative: ||y - ref|| / ||ref||
+  double maxAbs = 0;
+};
+
+Errors compare(const std::vector<float> &y, const std::vector<double> &ref) {
+  Errors e;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    double d = double(y[i]) - ref[i];
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    e.maxAbs = std::max(e.maxAbs, std::fabs(d));
+  }
+  e.mse = diff2 / double(y.size());
+  e.relative = std::sqrt(diff2 / ref2);
+  return e;
+}
+
+std::vector<float> randomActivations(uint64_t rows, uint64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gaussian(0.0f, 1.0f);
+  std::vector<float> x(rows * k);
+  for (float &v : x)
+    v = gaussian(rng);
+  return x;
+}
+
+/// A panel file written to disk and mapped, with its fp64 dequantization.
+struct MappedLayer {
+  TempDir dir;
+  std::unique_ptr<TensorFile> file;
+  std::vector<double> weight;
+
+  MappedLayer(uint64_t n, uint64_t k, uint32_t gs, bool orthogonal,
+              uint32_t seed) {
+    LayerFile layer = realisticLayerFile(n, k, gs, orthogonal, seed);
+    std::string path = dir.file("w.cq4p.weights");
+    EXPECT_TRUE(writeBytes(path, layer.bytes));
+    Status status = TensorFile::open(path, file);
+    EXPECT_TRUE(status) << status.message();
+    if (file)
+      weight = dequantize(*file);
+  }
+};
+
+/// Measured errors, printed once at the end as a table.
+std::map<std::string, Errors> &measured() {
+  static std::map<std::string, Errors> table;
+  return table;
+}
+
+class ErrorReport : public ::testing::Environment {
+public:
+  void TearDown() override {
+    std::printf("\n%-34s %12s %12s %12s\n", "case", "MSE", "rel. error",
+                "max |error|");
+    for (const auto &[name, e] : measured())
+      std::printf("%-34s %12.3e %12.3e %12.3e\n", name.c_str(), e.mse,
+                  e.relative, e.maxAbs);
+  }
+};
+const auto *const kReport =
+    ::testing::AddGlobalTestEnvironment(new ErrorReport());
+
+struct GridCase {
+  uint64_t n, k;
+  uint32_t gs;
+};
+
+std::vector<GridCase> grid() {
+  std::vector<GridCase> cases;
+  for (uint64_t n : {64, 72, 100, 192})
+    for (uint32_t gs : {32, 64, 128, 256})
+      cases.push_back({n, 256, gs});
+  cases.push_back({64, 1536, 128});
+  cases.push_back({100, 1536, 128});
+  return cases;
+}
+
+TEST(Kernels, LinearMatchesTheOracleOverTheShapeGrid) {
+  std::unique_ptr<ThreadPool> pool;
+  ASSERT_TRUE(ThreadPool::create(1, pool));
+  ActivationScratch scratch;
+  uint32_t seed = 1;
+  for (const GridCase &c : grid()) {
+    MappedLayer layer(c.n, c.k, c.gs, false, seed++);
+    ASSERT_TRUE(layer.file);
+    std::unique_ptr<LinearLayer> linear;
+    Status bound = LinearLayer::bind(library(), *layer.file, linear);
+    ASSERT_TRUE(bound) << bound.message();
+    for (uint64_t m : {1, 2, 5, 16, 20, 64}) {
+      std::string name = std::to_string(m) + "x" + std::to_string(c.k) +
+                         "->" + std::to_string(c.n) + " gs" +
+                         std::to_string(c.gs);
+      SCOPED_TRACE(name);
+      std::vector<float> x = randomActivations(m, c.k, seed++);
+      std::vector<float> y(m * c.n, std::nanf(""));
+      Status ran = linear->run(*pool, x.data(), y.data(), int64_t(m), scratch);
+      ASSERT_TRUE(ran) << ran.message();
+      Errors e = compare(y, referenceLinear(layer.weight, c.n, c.k, x, m));
+      measured()[name] = e;
+      EXPECT_LE(e.mse, 0.1);
+      // int8 activations over 16-level weights: about 1% relative error.
+      EXPECT_LT(e.relative, 0.02);
+    }
+  }
+}
+
+TEST(Kernels, ResultsAreBitIdenticalForAnyThreadCountAndSplit) {
+  for (GridCase c : {GridCase{192, 256, 64}, GridCase{100, 1536, 128}}) {
+    MappedLayer layer(c.n, c.k, c.gs, false, 77);
+    std::unique_ptr<LinearLayer> linear;
+    ASSERT_TRUE(LinearLayer::bind(library(), *layer.file, linear));
+    for (uint64_t m : {1, 5}) {
+      std::vector<float> x = randomActivations(m, c.k, 78);
+      std::vector<float> first;
+      for (int threads : {1, 2, 3})
+        for (int64_t perTask : {1, 8}) {
+          SCOPED_TRACE(::testing::Message() << threads << " threads, "
+                                            << perTask << " per task, M " << m);
+          std::unique_ptr<ThreadPool> pool;
+          ASSERT_TRUE(ThreadPool::create(threads, pool));
+          ASSERT_TRUE(linear->setSuperBlocksPerTask(perTask));
+          ActivationScratch scratch;
+          std::vector<float> y(m * c.n, 0.0f);
+          ASSERT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(m), scratch));
+          if (first.empty())
+            first = y;
+          else
+            EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4));
+        }
+    }
+  }
+}
+
+TEST(Kernels, OrthogonalLmHeadMatchesTheOracle) {
+  MappedLayer layer(1024, 1536, 128, true, 5);
+  ASSERT_TRUE(layer.file);
+  std::unique_ptr<LinearLayer> linear;
+  Status bound = LinearLayer::bind(library(), *layer.file, linear);
+  ASSERT_TRUE(bound) << bound.message();
+  std::unique_ptr<ThreadPool> pool;
+  ASSERT_TRUE(ThreadPool::create(2, pool));
+  ActivationScratch scratch;
+  for (uint64_t m : {1, 3}) {
+    std::vector<float> x = randomActivations(m, 1536, 6);
+    std::vector<float> y(m * 1024);
+    ASSERT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(m), scratch));
+    Errors e = compare(y, referenceLinear(layer.weight, 1024, 1536, x, m));
+    measured()["lm_head " + std::to_string(m) + "x1536->1024"] = e;
+    EXPECT_LE(e.mse, 0.1);
+    EXPECT_LT(e.relative, 0.02);
+  }
+}
+
+TEST(Kernels, EmbeddingRowsMatchTheDequantizedRows) {
+  MappedLayer layer(1024, 1536, 128, true, 9);
+  ASSERT_TRUE(layer.file);
+  std::unique_ptr<EmbeddingLayer> embedding;
+  Status bound = EmbeddingLayer::bind(library(), *layer.file, embedding);
+  ASSERT_TRUE(bound) << bound.message();
+  std::vector<int64_t> ids = {0, 1023, 64, 63, 500, 0};
+  std::vector<float> out(ids.size() * 1536);
+  ASSERT_TRUE(embedding->run(ids.data(), out.data(), int64_t(ids.size())));
+  // The decoded row is the dequantized weight's row (FORMAT.md section 5):
+  // norm * (cb[idx] @ R^T) * isr, with isr = 1/s.
+  std::vector<double> ref;
+  for (int64_t id : ids)
+    for (uint64_t j = 0; j < 1536; ++j) {
+      double s = storedHalf(*layer.file, CQ4P_REGION_INPUT_SCALE, j);
+      double isr = storedHalf(*layer.file, CQ4P_REGION_INPUT_SCALE_RECIP, j);
+      ref.push_back(layer.weight[uint64_t(id) * 1536 + j] * s * isr);
+    }
+  Errors e = compare(out, ref);
+  measured()["embedding 6 rows x1536"] = e;
+  EXPECT_LE(e.maxAbs, 1e-2);
+}
+
+TEST(Kernels, ShapesTheLibraryLacksAreRefusedBeforeAnyKernel) {
+  MappedLayer layer(96, 256, 128, false, 11);
+  std::unique_ptr<LinearLayer> linear;
+  Status status = LinearLayer::bind(library(), *layer.file, linear);
+  EXPECT_FALSE(status);
+  EXPECT_FALSE(linear);
+  EXPECT_NE(status.message().find("96"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find(layer.file->path()), std::string::npos)
+      << status.message();
+}
+
+TEST(Kernels, ALibraryForAnotherMachineIsRefused) {
+  std::unique_ptr<KernelLibrary> other;
+  Status status = KernelLibrary::open(CQ4P_TEST_FOREIGN_KERNEL_LIBRARY, other);
+  EXPECT_FALSE(status);
+  EXPECT_FALSE(other);
+  EXPECT_NE(status.message().find(CQ4P_TEST_FOREIGN_KERNEL_LIBRARY),
+            std::string::npos)
+      << status.message();
+  std::printf("refusal: %s\n", status.message().c_str());
+}
+
+} // namespace

@@ -1,0 +1,105 @@
+// The kernels the integration tests run (KernelTest.cpp), compiled by
+// cq4p-compile for the host and for aarch64-neon: the format's shape grid
+// (N with tails, every panel group size, K up to 1536), the orthogonal
+// lm_head and the embedding. M is dynamic, so each linear gets a GEMV and
+// a GEMM.
+
+func.func @linear_64x256_gs32(%x: tensor<?x256xf32>, %w: !cq4p.weight<64x256, gs = 32, hadamard, panels>) -> tensor<?x64xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<64x256, gs = 32, hadamard, panels> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+func.func @linear_64x256_gs64(%x: tensor<?x256xf32>, %w: !cq4p.weight<64x256, gs = 64, hadamard, panels>) -> tensor<?x64xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<64x256, gs = 64, hadamard, panels> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+func.func @linear_64x256_gs128(%x: tensor<?x256xf32>, %w: !cq4p.weight<64x256, gs = 128, hadamard, panels>) -> tensor<?x64xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<64x256, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+func.func @linear_64x256_gs256(%x: tensor<?x256xf32>, %w: !cq4p.weight<64x256, gs = 256, hadamard, panels>) -> tensor<?x64xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<64x256, gs = 256, hadamard, panels> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+func.func @linear_72x256_gs32(%x: tensor<?x256xf32>, %w: !cq4p.weight<72x256, gs = 32, hadamard, panels>) -> tensor<?x72xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<72x256, gs = 32, hadamard, panels> -> tensor<?x72xf32>
+  return %y : tensor<?x72xf32>
+}
+
+func.func @linear_72x256_gs64(%x: tensor<?x256xf32>, %w: !cq4p.weight<72x256, gs = 64, hadamard, panels>) -> tensor<?x72xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<72x256, gs = 64, hadamard, panels> -> tensor<?x72xf32>
+  return %y : tensor<?x72xf32>
+}
+
+func.func @linear_72x256_gs128(%x: tensor<?x256xf32>, %w: !cq4p.weight<72x256, gs = 128, hadamard, panels>) -> tensor<?x72xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<72x256, gs = 128, hadamard, panels> -> tensor<?x72xf32>
+  return %y : tensor<?x72xf32>
+}
+
+func.func @linear_72x256_gs256(%x: tensor<?x256xf32>, %w: !cq4p.weight<72x256, gs = 256, hadamard, panels>) -> tensor<?x72xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<72x256, gs = 256, hadamard, panels> -> tensor<?x72xf32>
+  return %y : tensor<?x72xf32>
+}
+
+func.func @linear_100x256_gs32(%x: tensor<?x256xf32>, %w: !cq4p.weight<100x256, gs = 32, hadamard, panels>) -> tensor<?x100xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<100x256, gs = 32, hadamard, panels> -> tensor<?x100xf32>
+  return %y : tensor<?x100xf32>
+}
+
+func.func @linear_100x256_gs64(%x: tensor<?x256xf32>, %w: !cq4p.weight<100x256, gs = 64, hadamard, panels>) -> tensor<?x100xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<100x256, gs = 64, hadamard, panels> -> tensor<?x100xf32>
+  return %y : tensor<?x100xf32>
+}
+
+func.func @linear_100x256_gs128(%x: tensor<?x256xf32>, %w: !cq4p.weight<100x256, gs = 128, hadamard, panels>) -> tensor<?x100xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<100x256, gs = 128, hadamard, panels> -> tensor<?x100xf32>
+  return %y : tensor<?x100xf32>
+}
+
+func.func @linear_100x256_gs256(%x: tensor<?x256xf32>, %w: !cq4p.weight<100x256, gs = 256, hadamard, panels>) -> tensor<?x100xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<100x256, gs = 256, hadamard, panels> -> tensor<?x100xf32>
+  return %y : tensor<?x100xf32>
+}
+
+func.func @linear_192x256_gs32(%x: tensor<?x256xf32>, %w: !cq4p.weight<192x256, gs = 32, hadamard, panels>) -> tensor<?x192xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<192x256, gs = 32, hadamard, panels> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+func.func @linear_192x256_gs64(%x: tensor<?x256xf32>, %w: !cq4p.weight<192x256, gs = 64, hadamard, panels>) -> tensor<?x192xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<192x256, gs = 64, hadamard, panels> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+func.func @linear_192x256_gs128(%x: tensor<?x256xf32>, %w: !cq4p.weight<192x256, gs = 128, hadamard, panels>) -> tensor<?x192xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<192x256, gs = 128, hadamard, panels> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+func.func @linear_192x256_gs256(%x: tensor<?x256xf32>, %w: !cq4p.weight<192x256, gs = 256, hadamard, panels>) -> tensor<?x192xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<192x256, gs = 256, hadamard, panels> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+func.func @linear_64x1536_gs128(%x: tensor<?x1536xf32>, %w: !cq4p.weight<64x1536, gs = 128, hadamard, panels>) -> tensor<?x64xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x1536xf32>, !cq4p.weight<64x1536, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+  return %y : tensor<?x64xf32>
+}
+
+func.func @linear_100x1536_gs128(%x: tensor<?x1536xf32>, %w: !cq4p.weight<100x1536, gs = 128, hadamard, panels>) -> tensor<?x100xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x1536xf32>, !cq4p.weight<100x1536, gs = 128, hadamard, panels> -> tensor<?x100xf32>
+  return %y : tensor<?x100xf32>
+}
+
+func.func @lm_head_1024x1536(%x: tensor<?x1536xf32>, %w: !cq4p.weight<1024x1536, gs = 128, orthogonal, panels>) -> tensor<?x1024xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x1536xf32>, !cq4p.weight<1024x1536, gs = 128, orthogonal, panels> -> tensor<?x1024xf32>
+  return %y : tensor<?x1024xf32>
+}
+
+func.func @embed(%ids: tensor<?xi64>, %w: !cq4p.weight<1024x1536, gs = 128, orthogonal, panels>) -> tensor<?x1536xf32> {
+  %rows = cq4p.embedding %ids, %w : tensor<?xi64>, !cq4p.weight<1024x1536, gs = 128, orthogonal, panels> -> tensor<?x1536xf32>
+  return %rows : tensor<?x1536xf32>
+}
