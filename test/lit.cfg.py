@@ -10,7 +10,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "CQ4P"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "Harness"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "fuzz", "Integration"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.cq4p_obj_root, "test")
 

@@ -1,12 +1,15 @@
-"""python -m cq4p {convert, upgrade, inspect}."""
+"""python -m cq4p {convert, upgrade, inspect, synthetic, check}."""
 
 import argparse
 import sys
 
 from cq4p import bundle as bd
+from cq4p import check as ck
 from cq4p import convert as cv
 from cq4p import files as fl
 from cq4p import inspection
+from cq4p import synthetic
+from cq4p import tools
 from cq4p import upgrade as up
 
 EXIT_BAD_INPUT = 2
@@ -33,6 +36,27 @@ def _inspect(args):
     return inspection.inspect(args.path, sys.stdout)
 
 
+def _synthetic(args):
+    synthetic.write_llama(args.out, hidden=args.hidden, ffn=args.ffn, vocab=args.vocab,
+                          layers=args.layers, seed=args.seed)
+    print(f"{args.out}: llama-shaped checkpoint, hidden {args.hidden}, ffn {args.ffn}, "
+          f"vocab {args.vocab}, {args.layers} layers")
+    return 0
+
+
+def _check(args):
+    results = ck.check_bundle(args.bundle, args.library, rows=args.rows)
+    print(f"{'tensor':48} {'kind':10} {'rel. error':>10}")
+    worst = 0.0
+    for name, kind, error in results:
+        print(f"{name:48} {kind:10} {error:10.2e}")
+        worst = max(worst, error)
+    verdict = "ok" if worst <= ck.TOLERANCE else "FAILED"
+    print(f"{len(results)} tensors, worst relative error {worst:.2e} "
+          f"(tolerance {ck.TOLERANCE}): {verdict}")
+    return 0 if worst <= ck.TOLERANCE else 1
+
+
 def parser():
     main_parser = argparse.ArgumentParser(prog="python -m cq4p",
                                           description="CQ4 bundles: convert, upgrade, inspect")
@@ -57,6 +81,21 @@ def parser():
     inspect = commands.add_parser("inspect", help="describe a tensor file or a bundle")
     inspect.add_argument("path")
     inspect.set_defaults(run=_inspect)
+    synth = commands.add_parser("synthetic", help="write a small llama-shaped checkpoint")
+    synth.add_argument("--out", required=True)
+    synth.add_argument("--hidden", type=int, default=512)
+    synth.add_argument("--ffn", type=int, default=1536)
+    synth.add_argument("--vocab", type=int, default=1024)
+    synth.add_argument("--layers", type=int, default=2)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.set_defaults(run=_synthetic)
+
+    check = commands.add_parser("check", help="a bundle's tensors through a compiled kernel "
+                                "library vs an fp32 numpy reference")
+    check.add_argument("--bundle", required=True)
+    check.add_argument("--library", required=True, help="built by cq4p-compile")
+    check.add_argument("--rows", type=int, default=3)
+    check.set_defaults(run=_check)
     return main_parser
 
 
@@ -64,7 +103,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (cv.ConvertError, bd.BundleError, fl.FormatError, OSError) as error:
+    except (cv.ConvertError, bd.BundleError, fl.FormatError, ck.CheckError,
+            tools.ToolError, OSError) as error:
         print(f"cq4p {args.command}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

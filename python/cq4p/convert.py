@@ -27,11 +27,13 @@ import numpy as np
 from cq4p import bundle as bd
 from cq4p import files as fl
 from cq4p import format as fmt
+from cq4p import ir
 from cq4p import quantize as qz
 from cq4p import safetensors as st
 
 HADAMARD_GROUP_SIZE = 128
 LEGACY_LAYOUTS = (fl.INTERLEAVED, fl.ROW_MAJOR)
+MODEL_GRAPH = "model.mlir"
 
 
 class ConvertError(ValueError):
@@ -242,6 +244,10 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             tensors.append(record)
             print(f"[{number}/{len(entries)}] {entry.name}: {line}", file=progress, flush=True)
         bd.write_manifest(temporary, bd.manifest(config, tensors))
+        tied = bool(config.get("tie_word_embeddings")) and not any(
+            t["name"] == "lm_head.weight" for t in tensors)
+        with open(os.path.join(temporary, MODEL_GRAPH), "w") as graph:
+            graph.write(ir.model_graph(tensors, tied_lm_head=tied))
         _replace(temporary, out)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)

@@ -15,43 +15,19 @@ from cq4p import convert as cv
 from cq4p import files as fl
 from cq4p import quantize as qz
 from cq4p import safetensors as st
+from cq4p import synthetic
 
 SPIKE = 1e5  # outside fp16's finite range (65504)
 ERROR_BOUND = 0.12
 
 
-def llama_tensors(hidden=128, ffn=256, vocab=256, layers=2, seed=0):
-    rng = np.random.default_rng(seed)
-    tensors = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)) * 0.02}
-    for layer in range(layers):
-        prefix = f"model.layers.{layer}."
-        for name, shape in (("self_attn.q_proj", (hidden, hidden)),
-                            ("self_attn.k_proj", (hidden // 2, hidden)),
-                            ("self_attn.v_proj", (hidden // 2, hidden)),
-                            ("self_attn.o_proj", (hidden, hidden)),
-                            ("mlp.gate_proj", (ffn, hidden)), ("mlp.up_proj", (ffn, hidden)),
-                            ("mlp.down_proj", (hidden, ffn))):
-            tensors[prefix + name + ".weight"] = rng.standard_normal(shape) * 0.05
-        tensors[prefix + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(hidden)
-        tensors[prefix + "post_attention_layernorm.weight"] = np.ones(hidden)
-    tensors["model.norm.weight"] = np.ones(hidden)
-    tensors["lm_head.weight"] = rng.standard_normal((vocab, hidden)) * 0.02
-    return tensors
+llama_tensors = synthetic.llama_tensors
 
 
 def write_model(directory, tensors, config=None, shards=2, dtype="BF16"):
-    os.makedirs(directory, exist_ok=True)
-    names = list(tensors)
-    for shard in range(shards):
-        part = {name: tensors[name] for name in names[shard::shards]}
-        st.write(os.path.join(directory, f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"),
-                 part, dtype)
-    config = config or {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
-                        "vocab_size": 256, "hidden_size": 128, "intermediate_size": 256,
-                        "num_hidden_layers": 2, "tie_word_embeddings": False}
-    with open(os.path.join(directory, "config.json"), "w") as out:
-        json.dump(config, out)
-    return config
+    return synthetic.write_checkpoint(directory, tensors,
+                                      config or synthetic.llama_config(128, 256, 256, 2),
+                                      shards=shards, dtype=dtype)
 
 
 def bf16_widened(values):

@@ -376,12 +376,16 @@ KernelLibrary::find(cq4p_kernel_op op, uint64_t n, uint64_t k,
                     uint32_t groupSize, bool orthogonal) const {
   bool quantize = op == CQ4P_KERNEL_QUANTIZE_HADAMARD ||
                   op == CQ4P_KERNEL_QUANTIZE_ORTHOGONAL;
+  // Panel bytes mean the same whatever rotated the weights: one matmul
+  // kernel serves a Hadamard projection and an orthogonal lm_head alike.
+  bool rotationMatters = op != CQ4P_KERNEL_MATMUL;
   std::vector<const cq4p_kernel_desc *> found;
   for (size_t i = 0; i < kernelCount(); ++i) {
     const cq4p_kernel_desc &kernel = this->kernel(i);
     if (kernel.op == uint32_t(op) && kernel.k == k &&
         kernel.group_size == groupSize &&
-        (kernel.orthogonal != 0) == orthogonal && (quantize || kernel.n == n))
+        (!rotationMatters || (kernel.orthogonal != 0) == orthogonal) &&
+        (quantize || kernel.n == n))
       found.push_back(&kernel);
   }
   return found;

@@ -103,25 +103,30 @@ inline LayerFile realisticLayerFile(uint64_t n, uint64_t k, uint32_t groupSize,
     t.norms.push_back(roundHalf(float((0.5 + 1.5 * uniform(rng)) / prescale)));
 
   if (orthogonal) {
-    std::vector<double> r(k * k);
-    for (double &v : r)
-      v = gaussian(rng);
-    // Gram-Schmidt on the rows (twice, for accuracy in fp64).
-    for (int pass = 0; pass < 2; ++pass)
-      for (uint64_t i = 0; i < k; ++i) {
-        for (uint64_t j = 0; j < i; ++j) {
-          double dot = 0;
-          for (uint64_t c = 0; c < k; ++c)
-            dot += r[i * k + c] * r[j * k + c];
-          for (uint64_t c = 0; c < k; ++c)
-            r[i * k + c] -= dot * r[j * k + c];
-        }
-        double norm = 0;
-        for (uint64_t c = 0; c < k; ++c)
-          norm += r[i * k + c] * r[i * k + c];
-        for (uint64_t c = 0; c < k; ++c)
-          r[i * k + c] /= std::sqrt(norm);
+    // A random orthogonal matrix in O(K^2): random signs on the diagonal,
+    // then eight Householder reflections R <- (I - 2 v v^T) R with random
+    // unit v. (Orthonormalising a Gaussian matrix costs O(K^3), too slow
+    // for K = 1536 under emulation.)
+    std::vector<double> r(k * k, 0.0);
+    for (uint64_t i = 0; i < k; ++i)
+      r[i * k + i] = rng() & 1 ? 1.0 : -1.0;
+    std::vector<double> v(k), w(k);
+    for (int reflection = 0; reflection < 8; ++reflection) {
+      double norm = 0;
+      for (double &value : v) {
+        value = gaussian(rng);
+        norm += value * value;
       }
+      for (double &value : v)
+        value /= std::sqrt(norm);
+      std::fill(w.begin(), w.end(), 0.0);
+      for (uint64_t i = 0; i < k; ++i)
+        for (uint64_t c = 0; c < k; ++c)
+          w[c] += v[i] * r[i * k + c];
+      for (uint64_t i = 0; i < k; ++i)
+        for (uint64_t c = 0; c < k; ++c)
+          r[i * k + c] -= 2.0 * v[i] * w[c];
+    }
     for (double v : r)
       t.rotation.push_back(roundHalf(float(v)));
   } else {
@@ -237,6 +242,60 @@ inline std::vector<double> dequantize(const runtime::TensorFile &file) {
       }
     }
   return w;
+}
+
+/// y[rows][N] = x[rows][K] * W^T in fp64 for an orthogonal file, without
+/// forming W (O(rows * (K^2 + N*K)) instead of O(N * K^2)):
+///   y[r][n] = norm[n] * sum_j cb[idx(n, j)] * u[r][j],
+///   u[r][j] = sum_i (x[r][i] / s[i]) * R[i][j].
+inline std::vector<double> referenceOrthogonalLinear(const runtime::TensorFile &file,
+                                                     const std::vector<float> &x,
+                                                     uint64_t rows) {
+  uint64_t n = file.n(), k = file.k(), ng = file.info().num_groups;
+  double cb[16];
+  for (int i = 0; i < 16; ++i)
+    cb[i] = storedHalf(file, CQ4P_REGION_CODEBOOK, i);
+  std::vector<double> y(rows * n, 0.0), u(k);
+  for (uint64_t row = 0; row < rows; ++row) {
+    std::fill(u.begin(), u.end(), 0.0);
+    for (uint64_t i = 0; i < k; ++i) {
+      double scaled = double(x[row * k + i]) /
+                      storedHalf(file, CQ4P_REGION_INPUT_SCALE, i);
+      for (uint64_t j = 0; j < k; ++j)
+        u[j] += scaled * storedHalf(file, CQ4P_REGION_ROTATION, i * k + j);
+    }
+    for (uint64_t o = 0; o < n; ++o) {
+      double sum = 0;
+      for (uint64_t j = 0; j < k; ++j)
+        sum += cb[panelIndexOf(file, o, j)] * u[j];
+      y[row * n + o] = storedHalf(file, CQ4P_REGION_NORMS, o * ng) * sum;
+    }
+  }
+  return y;
+}
+
+/// Rows `ids` of an orthogonal file's dequantized weight, in fp64.
+inline std::vector<double> dequantizeOrthogonalRows(const runtime::TensorFile &file,
+                                                    const std::vector<int64_t> &ids) {
+  uint64_t k = file.k(), ng = file.info().num_groups;
+  double cb[16];
+  for (int i = 0; i < 16; ++i)
+    cb[i] = storedHalf(file, CQ4P_REGION_CODEBOOK, i);
+  std::vector<double> rows;
+  std::vector<double> levels(k);
+  for (int64_t id : ids) {
+    uint64_t row = uint64_t(id);
+    double norm = storedHalf(file, CQ4P_REGION_NORMS, row * ng);
+    for (uint64_t j = 0; j < k; ++j)
+      levels[j] = cb[panelIndexOf(file, row, j)];
+    for (uint64_t i = 0; i < k; ++i) {
+      double sum = 0;
+      for (uint64_t j = 0; j < k; ++j)
+        sum += levels[j] * storedHalf(file, CQ4P_REGION_ROTATION, i * k + j);
+      rows.push_back(norm * sum / storedHalf(file, CQ4P_REGION_INPUT_SCALE, i));
+    }
+  }
+  return rows;
 }
 
 /// y[rows][N] = x[rows][K] * W^T in fp64.

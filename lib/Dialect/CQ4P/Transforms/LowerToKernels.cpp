@@ -55,6 +55,7 @@ struct KernelSpec {
   StringRef op; ///< quantize_hadamard, quantize_orthogonal, matmul, embedding
   WeightType weight;
   bool perWeightRows = true; ///< false: the kernel does not depend on N
+  bool rotationAgnostic = false; ///< true: serves either rotation family
   int64_t minRows, maxRows; ///< maxRows 0: unbounded
   SmallVector<KernelParam> params;
 };
@@ -91,7 +92,8 @@ public:
             b.getNamedAttr("k", b.getI64IntegerAttr(w.getK())),
             b.getNamedAttr("group_size", b.getI64IntegerAttr(w.getGroupSize())),
             b.getNamedAttr("orthogonal",
-                           b.getBoolAttr(w.getRotation() == Rotation::orthogonal)),
+                           b.getBoolAttr(!spec.rotationAgnostic &&
+                                         w.getRotation() == Rotation::orthogonal)),
             b.getNamedAttr("min_rows", b.getI64IntegerAttr(spec.minRows)),
             b.getNamedAttr("max_rows", b.getI64IntegerAttr(spec.maxRows)),
             b.getNamedAttr("params", b.getArrayAttr(names)),
@@ -235,6 +237,8 @@ private:
           std::string(single ? "cq4p_gemv_" : "cq4p_gemm_") + shapeName(w);
       matmul.op = "matmul";
       matmul.weight = w;
+      // The panel bytes and their rescale do not depend on the rotation.
+      matmul.rotationAgnostic = true;
       matmul.minRows = single ? 1 : 2;
       matmul.maxRows = single ? 1 : 0;
       matmul.params = {
