@@ -67,6 +67,7 @@ Status ThreadPool::setThreadCount(int threads) {
                   "thread count: expected 1.." + std::to_string(kMaxThreads) +
                       " (the calling thread plus workers), found " +
                       std::to_string(threads));
+  std::lock_guard<std::mutex> submit(submitMutex_);
   stopWorkers();
   for (int i = 0; i + 1 < threads; ++i) {
     auto slot = std::make_unique<WorkerSlot>();
@@ -87,6 +88,7 @@ Status ThreadPool::setThreadCount(int threads) {
     }
     workers_.push_back(std::move(slot));
   }
+  threadCount_.store(threads, std::memory_order_relaxed);
   return Status::ok();
 }
 
@@ -99,6 +101,7 @@ void ThreadPool::stopWorkers() {
   for (auto &slot : workers_)
     pthread_join(slot->thread, nullptr);
   workers_.clear();
+  threadCount_.store(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   stopping_ = false;
 }
@@ -157,12 +160,19 @@ void ThreadPool::drain(TaskFn fn, void *context, int64_t taskCount) {
 void ThreadPool::run(int64_t taskCount, TaskFn fn, void *context) {
   if (taskCount <= 0)
     return;
-  if (workers_.empty() || taskCount == 1 || runningPool == this) {
+  if (taskCount == 1 || runningPool == this) {
     for (int64_t task = 0; task < taskCount; ++task)
       fn(context, task);
     return;
   }
   std::lock_guard<std::mutex> submit(submitMutex_);
+  if (workers_.empty()) {
+    // Marked as running: a nested loop must not wait for this lock.
+    RunningPoolScope scope(this);
+    for (int64_t task = 0; task < taskCount; ++task)
+      fn(context, task);
+    return;
+  }
   int participants =
       int(std::min<int64_t>(int64_t(workers_.size()), taskCount - 1));
   {

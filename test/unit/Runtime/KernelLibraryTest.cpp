@@ -72,8 +72,14 @@ TEST(KernelLibrary, OpensTheFakeLibrary) {
   EXPECT_EQ(matmul[1]->min_rows, 2u);
   // Quantize kernels match whatever N.
   EXPECT_EQ(library->find(CQ4P_KERNEL_QUANTIZE_HADAMARD, 7, 256, 128, false).size(), 1u);
-  EXPECT_TRUE(library->find(CQ4P_KERNEL_MATMUL, 100, 256, 32, true).empty());
   EXPECT_TRUE(library->find(CQ4P_KERNEL_MATMUL, 101, 256, 32, false).empty());
+  EXPECT_TRUE(library->find(CQ4P_KERNEL_MATMUL, 100, 256, 64, false).empty());
+  // Matmul kernels read panels, which mean the same whatever the rotation:
+  // one serves a Hadamard tensor and an orthogonal one of the same shape.
+  // Quantize and embedding kernels depend on the rotation.
+  EXPECT_EQ(library->find(CQ4P_KERNEL_MATMUL, 72, 256, 128, true).size(), 2u);
+  EXPECT_TRUE(library->find(CQ4P_KERNEL_QUANTIZE_HADAMARD, 7, 256, 128, true).empty());
+  EXPECT_TRUE(library->find(CQ4P_KERNEL_QUANTIZE_ORTHOGONAL, 7, 256, 128, false).empty());
   EXPECT_TRUE(contains(library->listKernels(CQ4P_KERNEL_EMBEDDING),
                        "embedding_n100_k256 (EMBEDDING N=100 K=256 gs=128 "
                        "orthogonal rows 1.."));

@@ -91,8 +91,9 @@ protected:
     delete module_;
     library_.reset();
   }
+  void SetUp() override { violationsBefore_ = module_->violations(); }
   void TearDown() override {
-    EXPECT_EQ(module_->violations(), 0)
+    EXPECT_EQ(module_->violations(), violationsBefore_)
         << "a kernel was called outside its declared rows or ranges";
   }
 
@@ -132,6 +133,7 @@ protected:
   static std::unique_ptr<KernelLibrary> library_;
   static FakeKernelModule *module_;
   static TempDir *dir_;
+  int64_t violationsBefore_ = 0;
 };
 
 std::unique_ptr<KernelLibrary> LinearLayerTest::library_;
@@ -313,14 +315,22 @@ TEST_F(LinearLayerTest, BindRefusesMissingKernelsNamingWhatItWanted) {
   EXPECT_REFUSED(LinearLayer::bind(*library_, *otherGroup, layer),
                  CQ4P_ERROR_NOT_FOUND, "K=256, group_size=64");
 
-  auto noOrthogonalMatmul = openRealistic(72, 256, 128, true, 34);
+  auto noOrthogonalMatmul = openRealistic(80, 256, 128, true, 34);
   EXPECT_REFUSED(LinearLayer::bind(*library_, *noOrthogonalMatmul, layer),
                  CQ4P_ERROR_NOT_FOUND,
-                 "no MATMUL kernel for N=72, K=256, group_size=128, orthogonal");
+                 "no MATMUL kernel for N=80, K=256, group_size=128, orthogonal");
   std::unique_ptr<EmbeddingLayer> embedding;
   EXPECT_REFUSED(EmbeddingLayer::bind(*library_, *noOrthogonalMatmul, embedding),
-                 CQ4P_ERROR_NOT_FOUND, "no EMBEDDING kernel for N=72",
+                 CQ4P_ERROR_NOT_FOUND, "no EMBEDDING kernel for N=80",
                  "embedding_n100_k256");
+  // An orthogonal tensor takes the matmul kernels of its shape whatever
+  // rotation they were declared with (panels are panels), but its own
+  // quantize kernel.
+  auto sharedMatmul = openRealistic(72, 256, 128, true, 36);
+  ASSERT_TRUE(LinearLayer::bind(*library_, *sharedMatmul, layer));
+  EXPECT_STREQ(layer->matmulKernelFor(1)->name, "matmul_n72_k256_gs128_rows1_1");
+  EXPECT_EQ(layer->quantizeKernelFor(1)->op,
+            uint32_t(CQ4P_KERNEL_QUANTIZE_ORTHOGONAL));
   auto hadamard = openRealistic(100, 256, 128, false, 35);
   EXPECT_REFUSED(EmbeddingLayer::bind(*library_, *hadamard, embedding),
                  CQ4P_ERROR_UNSUPPORTED,

@@ -154,17 +154,19 @@ TEST(ThreadPool, MoreThreadsThanCores) {
 }
 
 TEST(ThreadPool, NestedLoopRunsInline) {
-  auto pool = makePool(3);
-  std::vector<std::atomic<int>> runs(8 * 5);
-  for (auto &r : runs)
-    r.store(0);
-  pool->parallelFor(8, [&](int64_t outer) {
-    pool->parallelFor(5, [&](int64_t inner) {
-      runs[size_t(outer * 5 + inner)].fetch_add(1);
+  for (int threads : {1, 3}) {
+    auto pool = makePool(threads);
+    std::vector<std::atomic<int>> runs(8 * 5);
+    for (auto &r : runs)
+      r.store(0);
+    pool->parallelFor(8, [&](int64_t outer) {
+      pool->parallelFor(5, [&](int64_t inner) {
+        runs[size_t(outer * 5 + inner)].fetch_add(1);
+      });
     });
-  });
-  for (auto &r : runs)
-    EXPECT_EQ(r.load(), 1);
+    for (auto &r : runs)
+      EXPECT_EQ(r.load(), 1);
+  }
 }
 
 TEST(ThreadPool, ReusableAcrossThreadCounts) {
@@ -176,6 +178,31 @@ TEST(ThreadPool, ReusableAcrossThreadCounts) {
     for (int round = 0; round < 10; ++round)
       expectEachTaskOnce(*pool, 1 + round * 11);
   }
+}
+
+TEST(ThreadPool, ResizeWaitsForTheRunningLoop) {
+  auto pool = makePool(2);
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::thread runner([&] {
+    for (int round = 0; round < 40; ++round) {
+      std::vector<std::atomic<int>> runs(64);
+      for (auto &r : runs)
+        r.store(0);
+      pool->parallelFor(64, [&](int64_t task) {
+        runs[size_t(task)].fetch_add(1);
+        std::this_thread::yield();
+      });
+      for (auto &r : runs)
+        if (r.load() != 1)
+          failures.fetch_add(1);
+    }
+    done = true;
+  });
+  for (int i = 0; !done; ++i)
+    ASSERT_TRUE(pool->setThreadCount(1 + i % 4));
+  runner.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST(ThreadPool, CreateAndDestroyRepeatedly) {

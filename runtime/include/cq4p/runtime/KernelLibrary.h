@@ -1,4 +1,4 @@
-//===- KernelLibrary.h - a compiled kernel library, loaded and checked -*- C++ -*-===//
+//===- KernelLibrary.h - a kernel library, loaded and checked ---*- C++ -*-===//
 //
 // A kernel library is cq4p-compile's output: a shared object exporting one
 // cq4p_kernel_table (kernel_abi.h). Opening one checks, in order, before any
@@ -80,7 +80,8 @@ public:
 
   /// The kernels of `op` for a tensor of the given shape, in table order.
   /// Quantize kernels are matched on K, the group size and the rotation
-  /// only (they do not depend on N).
+  /// only (they do not depend on N); matmul kernels on N, K and the group
+  /// size only (panels mean the same whatever rotated the weights).
   std::vector<const cq4p_kernel_desc *> find(cq4p_kernel_op op, uint64_t n,
                                              uint64_t k, uint32_t groupSize,
                                              bool orthogonal) const;

@@ -47,11 +47,15 @@ public:
   /// Stops and joins every worker.
   ~ThreadPool();
 
-  int threadCount() const { return int(workers_.size()) + 1; }
+  int threadCount() const {
+    return threadCount_.load(std::memory_order_relaxed);
+  }
 
-  /// Stops the workers and starts `threads` - 1 new ones. Not to be called
-  /// while a parallelFor of this pool runs. If a worker cannot be started,
-  /// the pool keeps running on the calling thread alone and says why.
+  /// Stops the workers and starts `threads` - 1 new ones, after any
+  /// parallelFor running on another thread has finished (never call it from
+  /// one of this pool's tasks: it would wait for itself). If a worker cannot
+  /// be started, the pool keeps running on the calling thread alone and says
+  /// why.
   Status setThreadCount(int threads);
 
   /// Runs fn(task) for every task in [0, taskCount), spread over the pool's
@@ -84,9 +88,9 @@ private:
   void drain(TaskFn fn, void *context, int64_t taskCount);
   void stopWorkers();
 
-  std::vector<std::unique_ptr<WorkerSlot>> workers_;
-
-  std::mutex submitMutex_; // one loop at a time
+  std::mutex submitMutex_; // one loop (or resize) at a time
+  std::vector<std::unique_ptr<WorkerSlot>> workers_; // under submitMutex_
+  std::atomic<int> threadCount_{1};
   std::mutex mutex_;       // guards the job fields below and stopping_
   std::condition_variable wakeWorkers_;
   std::condition_variable jobDone_;
