@@ -56,8 +56,10 @@ class ConvertCQ4PToVector
 public:
   using Base::Base;
   void runOnOperation() override {
-    if (failed(lowerKernels(getOperation(), x86Ssse3 ? DotTarget::X86Ssse3
-                                                     : DotTarget::Generic)))
+    DotTarget target = x86Vnni    ? DotTarget::X86Vnni
+                       : x86Ssse3 ? DotTarget::X86Ssse3
+                                  : DotTarget::Generic;
+    if (failed(lowerKernels(getOperation(), target)))
       signalPassFailure();
   }
 };

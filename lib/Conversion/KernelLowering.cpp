@@ -35,6 +35,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include "llvm/ADT/DenseMap.h"
+
 #include <cmath>
 
 using namespace mlir;
@@ -80,6 +82,7 @@ public:
                  ValueRange{table, index})
           .getResult(0);
     case DotTarget::X86Ssse3:
+    case DotTarget::X86Vnni:
       return LLVM::CallIntrinsicOp::create(
                  b, loc, i8x16, b.getStringAttr("llvm.x86.ssse3.pshuf.b.128"),
                  ValueRange{table, index})
@@ -104,6 +107,25 @@ public:
   Value dot(Value acc, Value lhs, Value rhs) {
     if (target == DotTarget::Neon)
       return arm_neon::SdotOp::create(b, loc, i32x4, acc, lhs, rhs);
+    if (target == DotTarget::X86Vnni) {
+      // vpdpbusd multiplies unsigned by signed bytes: (rhs + 128) * lhs,
+      // minus 128 * sum(lhs), computed once per weight vector.
+      auto vpdpbusd = [&](Value accumulator, Value unsignedBytes,
+                          Value signedBytes) -> Value {
+        return LLVM::CallIntrinsicOp::create(
+                   b, loc, i32x4, b.getStringAttr("llvm.x86.avx512.vpdpbusd.128"),
+                   ValueRange{accumulator, unsignedBytes, signedBytes})
+            .getResult(0);
+      };
+      Value bias = splat(b, loc, i8x16, b.getI8IntegerAttr(-128));
+      Value &correction = corrections[lhs];
+      if (!correction)
+        correction = vpdpbusd(splat(b, loc, i32x4, b.getI32IntegerAttr(0)),
+                              bias, lhs);
+      Value biased = arith::XOrIOp::create(b, loc, rhs, bias);
+      return arith::SubIOp::create(b, loc, vpdpbusd(acc, biased, lhs),
+                                   correction);
+    }
     Value l = arith::ExtSIOp::create(b, loc, i32x16, lhs);
     Value r = arith::ExtSIOp::create(b, loc, i32x16, rhs);
     Value products = arith::MulIOp::create(b, loc, l, r);
@@ -120,6 +142,8 @@ private:
   OpBuilder &b;
   Location loc;
   VectorType i8x16, i32x4, i32x16;
+  /// 128 * sum of each weight vector's 4-groups (VNNI), shared by the rows.
+  llvm::DenseMap<Value, Value> corrections;
 };
 
 struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {

@@ -29,8 +29,8 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   if (target == KernelTarget::AArch64Neon)
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
   else
-    pm.addNestedPass<func::FuncOp>(
-        createConvertCQ4PToVector(ConvertCQ4PToVectorOptions{options.x86Ssse3}));
+    pm.addNestedPass<func::FuncOp>(createConvertCQ4PToVector(
+        ConvertCQ4PToVectorOptions{options.x86Ssse3, options.x86Vnni}));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // Upstream dialects to LLVM.

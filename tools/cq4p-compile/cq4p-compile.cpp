@@ -100,7 +100,7 @@ struct TargetChoice {
   llvm::Triple triple;
   std::string cpu, features;
   uint64_t kernelFeatures = 0;
-  bool x86Ssse3 = false;
+  bool x86Ssse3 = false, x86Vnni = false;
 };
 
 /// The host's CPU and features, as LLVM sees them.
@@ -120,6 +120,7 @@ void describeHost(TargetChoice &choice) {
   };
   if (choice.triple.isX86()) {
     choice.x86Ssse3 = has("ssse3");
+    choice.x86Vnni = has("avx512vnni") && has("avx512vl");
     if (has("ssse3"))
       choice.kernelFeatures |= CQ4P_FEATURE_X86_SSSE3;
     if (has("avx2"))
@@ -243,6 +244,7 @@ int main(int argc, char **argv) {
   cq4p::KernelPipelineOptions options;
   options.gemmRows = gemmRows;
   options.x86Ssse3 = choice->x86Ssse3;
+  options.x86Vnni = choice->x86Vnni;
   options.features = choice->kernelFeatures;
   cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);
   if (failed(pm.run(*module)))

@@ -20,6 +20,7 @@ namespace mlir::cq4p {
 enum class DotTarget {
   Neon,       ///< tbl + arm_neon.intr.sdot
   X86Ssse3,   ///< pshufb + generic 4-way dot
+  X86Vnni,    ///< pshufb + AVX-512 VNNI vpdpbusd (with a sign correction)
   Generic,    ///< generic vector code only
 };
 

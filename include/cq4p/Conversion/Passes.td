@@ -29,11 +29,16 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
   let description = [{
     The same loop structure as `convert-cq4p-to-neon`, with the codebook
     lookup and the 4-way int8 dot written for the host: SSSE3 `pshufb` for
-    the lookup on x86-64 when enabled, generic vector ops otherwise.
+    the lookup on x86-64 when enabled, generic vector ops otherwise; with
+    AVX-512 VNNI the dot is `vpdpbusd`, which multiplies unsigned by signed
+    bytes: the activations are biased by 128 (a xor 0x80) and 128 times the
+    weights' sum, one more `vpdpbusd` shared by every row, is subtracted.
   }];
   let options = [
     Option<"x86Ssse3", "x86-ssse3", "bool", /*default=*/"false",
            "Use the x86 SSSE3 byte shuffle for the codebook lookup">,
+    Option<"x86Vnni", "x86-vnni", "bool", /*default=*/"false",
+           "Use AVX-512 VNNI (vpdpbusd, 128-bit, needs AVX512VL) for the 4-way dot">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::LLVM::LLVMDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",

@@ -22,6 +22,10 @@ struct KernelPipelineOptions
       *this, "x86-ssse3",
       llvm::cl::desc("Host path: use SSSE3 pshufb for the codebook lookup"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> x86Vnni{
+      *this, "x86-vnni",
+      llvm::cl::desc("Host path: use AVX-512 VNNI vpdpbusd for the 4-way dot"),
+      llvm::cl::init(false)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
       llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),
