@@ -91,3 +91,30 @@ def test_compile_refuses_a_wrong_target_and_ir_that_does_not_verify(tmp_path):
     assert result.returncode != 0
     assert "unknown --target 'riscv' (expected aarch64-neon or host)" in result.stderr
     assert not (tmp_path / "x.so").exists()
+
+
+@pytest.mark.parametrize("triple, kind, symbol", [
+    ("aarch64-linux-android", b"\x7fELF", "cq4p_kernel_table"),
+    ("aarch64-apple-darwin", b"\xcf\xfa\xed\xfe", "_cq4p_kernel_table"),
+])
+def test_objects_for_other_aarch64_triples(tmp_path, triple, kind, symbol):
+    source = tmp_path / "layer.mlir"
+    source.write_text(
+        "func.func @f(%x: tensor<1x256xf32>, %w: !cq4p.weight<64x256, gs = 128, hadamard, "
+        "panels>) -> tensor<1x64xf32> {\n"
+        "  %y = cq4p.linear %x, %w : tensor<1x256xf32>, !cq4p.weight<64x256, gs = 128, "
+        "hadamard, panels> -> tensor<1x64xf32>\n  return %y : tensor<1x64xf32>\n}\n")
+    compile_tool = tools.find_tool("cq4p-compile")
+    obj = tmp_path / "kernels.o"
+    subprocess.run([compile_tool, str(source), "--target=aarch64-neon", f"--triple={triple}",
+                    "--emit=obj", "-o", str(obj)], check=True, capture_output=True)
+    assert obj.read_bytes()[:4] == kind
+    symbols = subprocess.run(["/usr/lib/llvm-22/bin/llvm-nm", str(obj)], check=True,
+                             capture_output=True, text=True).stdout
+    assert f" {symbol}\n" in symbols
+    if triple.endswith("darwin"):
+        result = subprocess.run([compile_tool, str(source), "--target=aarch64-neon",
+                                 f"--triple={triple}", "-o", str(tmp_path / "x.so")],
+                                capture_output=True, text=True)
+        assert result.returncode != 0
+        assert "needs that platform's SDK: use --emit=obj" in result.stderr
