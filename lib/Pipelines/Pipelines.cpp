@@ -5,6 +5,7 @@
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
@@ -13,6 +14,7 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -23,10 +25,15 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   // Graph-level ops to kernel functions over buffers (M-dispatch).
   pm.addPass(createCQ4PLowerToKernels(CQ4PLowerToKernelsOptions{true}));
   // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.
-  pm.addNestedPass<func::FuncOp>(
-      createCQ4PTileSuperBlocks(CQ4PTileSuperBlocksOptions{options.gemmRows}));
+  // SME2 computes one row's partials of every group of a super-block in a
+  // streaming leaf; the rest is NEON.
+  bool sme2 = target == KernelTarget::AArch64Sme2;
+  pm.addNestedPass<func::FuncOp>(createCQ4PTileSuperBlocks(
+      CQ4PTileSuperBlocksOptions{options.gemmRows, sme2}));
+  if (sme2)
+    pm.addPass(createConvertCQ4PToArmSME());
   // The target's panel dot; the shared lowering of the rest.
-  if (target == KernelTarget::AArch64Neon)
+  if (target != KernelTarget::Host)
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
   else
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToVector(
@@ -34,6 +41,8 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // Upstream dialects to LLVM.
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createConvertVectorToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
@@ -44,8 +53,9 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   pm.addPass(createReconcileUnrealizedCastsPass());
   // The C ABI entry points and the kernel table.
   CQ4PExportKernelsOptions exportOptions;
-  exportOptions.target =
-      target == KernelTarget::AArch64Neon ? "aarch64-neon" : "host";
+  exportOptions.target = target == KernelTarget::AArch64Neon   ? "aarch64-neon"
+                         : target == KernelTarget::AArch64Sme2 ? "aarch64-sme2"
+                                                               : "host";
   exportOptions.features = options.features;
   pm.addPass(createCQ4PExportKernels(exportOptions));
 }
@@ -56,6 +66,13 @@ void mlir::cq4p::registerPipelines() {
       "Graph-level cq4p IR to exported AArch64 NEON kernels in the LLVM dialect",
       [](OpPassManager &pm, const KernelPipelineOptions &options) {
         buildKernelPipeline(pm, KernelTarget::AArch64Neon, options);
+      });
+  PassPipelineRegistration<KernelPipelineOptions>(
+      "cq4p-sme2-pipeline",
+      "Graph-level cq4p IR to exported AArch64 SME2 kernels (NEON rescale) in "
+      "the LLVM dialect",
+      [](OpPassManager &pm, const KernelPipelineOptions &options) {
+        buildKernelPipeline(pm, KernelTarget::AArch64Sme2, options);
       });
   PassPipelineRegistration<KernelPipelineOptions>(
       "cq4p-host-pipeline",

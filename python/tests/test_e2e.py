@@ -89,7 +89,7 @@ def test_compile_refuses_a_wrong_target_and_ir_that_does_not_verify(tmp_path):
     result = subprocess.run([compile_tool, str(bad), "--target=riscv", "-o",
                              str(tmp_path / "x.so")], capture_output=True, text=True)
     assert result.returncode != 0
-    assert "unknown --target 'riscv' (expected aarch64-neon or host)" in result.stderr
+    assert "unknown --target 'riscv' (expected aarch64-neon, aarch64-sme2 or host)" in result.stderr
     assert not (tmp_path / "x.so").exists()
 
 

@@ -411,4 +411,46 @@ std::string KernelLibrary::listKernels(cq4p_kernel_op op, size_t limit) const {
   return list;
 }
 
+const char *backendName(Backend backend) {
+  switch (backend) {
+  case Backend::Auto: return "auto";
+  case Backend::Neon: return "neon";
+  case Backend::Sme2: return "sme2";
+  }
+  return "?";
+}
+
+Status KernelLibrary::openForBackend(Backend backend, const std::string &neonPath,
+                                     const std::string &sme2Path,
+                                     const CpuFeatures &cpu,
+                                     std::unique_ptr<KernelLibrary> &out,
+                                     Backend &chosen, std::string *declined) {
+  out.reset();
+  if (declined)
+    declined->clear();
+  if (backend != Backend::Neon) {
+    if (sme2Path.empty()) {
+      if (backend == Backend::Sme2)
+        return Status(CQ4P_ERROR_ARGUMENT,
+                      "backend sme2: expected an SME2 kernel library, found none");
+    } else {
+      Status status = open(sme2Path, cpu, out);
+      if (status) {
+        chosen = Backend::Sme2;
+        return status;
+      }
+      if (backend == Backend::Sme2)
+        return status;
+      if (declined)
+        *declined = status.message();
+    }
+  }
+  if (neonPath.empty())
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  std::string("backend ") + backendName(backend) +
+                      ": expected a NEON kernel library, found none");
+  chosen = Backend::Neon;
+  return open(neonPath, cpu, out);
+}
+
 } // namespace cq4p::runtime

@@ -15,6 +15,7 @@
 #include "../unit/Runtime/LayerFiles.h"
 #include "../unit/Runtime/TempDir.h"
 
+#include "cq4p/runtime/CpuFeatures.h"
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Linear.h"
 #include "cq4p/runtime/ThreadPool.h"
@@ -245,5 +246,97 @@ TEST(Kernels, ALibraryForAnotherMachineIsRefused) {
       << status.message();
   std::printf("refusal: %s\n", status.message().c_str());
 }
+
+#ifdef CQ4P_TEST_SME2_KERNEL_LIBRARY
+
+bool cpuRunsSme2(const CpuFeatures &cpu) {
+  return (cpu.features & CQ4P_FEATURE_AARCH64_SME2) &&
+         cpu.smeVectorBits == kSme2VectorBits;
+}
+
+/// y of one layer through the library at `path`.
+std::vector<float> runWith(const std::string &path, const TensorFile &file,
+                           const std::vector<float> &x, uint64_t rows) {
+  std::unique_ptr<KernelLibrary> lib;
+  Status opened = KernelLibrary::open(path, lib);
+  EXPECT_TRUE(opened) << opened.message();
+  if (!lib)
+    return {};
+  std::unique_ptr<LinearLayer> linear;
+  Status bound = LinearLayer::bind(*lib, file, linear);
+  EXPECT_TRUE(bound) << bound.message();
+  std::unique_ptr<ThreadPool> pool;
+  EXPECT_TRUE(ThreadPool::create(2, pool));
+  ActivationScratch scratch;
+  std::vector<float> y(rows * file.n(), std::nanf(""));
+  Status ran = linear->run(*pool, x.data(), y.data(), int64_t(rows), scratch);
+  EXPECT_TRUE(ran) << ran.message();
+  return y;
+}
+
+// Runs at both streaming vector lengths (ctest starts it under QEMU at 512
+// and at 256 bits): SME2 only where it is 512, NEON otherwise, by itself.
+TEST(Sme2, TheBackendFollowsTheCpu) {
+  CpuFeatures cpu = detectCpuFeatures();
+  std::unique_ptr<KernelLibrary> lib;
+  Backend chosen = Backend::Auto;
+  std::string declined;
+  Status status = KernelLibrary::openForBackend(
+      Backend::Auto, CQ4P_TEST_KERNEL_LIBRARY, CQ4P_TEST_SME2_KERNEL_LIBRARY,
+      cpu, lib, chosen, &declined);
+  ASSERT_TRUE(status) << status.message();
+  std::printf("streaming vector length %u bits: backend %s%s%s\n",
+              cpu.smeVectorBits, backendName(chosen),
+              declined.empty() ? "" : "; SME2 declined: ", declined.c_str());
+  std::unique_ptr<KernelLibrary> forced;
+  Status forcedStatus = KernelLibrary::openForBackend(
+      Backend::Sme2, CQ4P_TEST_KERNEL_LIBRARY, CQ4P_TEST_SME2_KERNEL_LIBRARY,
+      cpu, forced, chosen, nullptr);
+  if (cpuRunsSme2(cpu)) {
+    EXPECT_TRUE(forcedStatus) << forcedStatus.message();
+    EXPECT_TRUE(declined.empty());
+  } else {
+    EXPECT_FALSE(forcedStatus);
+    EXPECT_FALSE(forced);
+    EXPECT_NE(forcedStatus.message().find("512"), std::string::npos)
+        << forcedStatus.message();
+    EXPECT_NE(declined.find("512"), std::string::npos) << declined;
+  }
+  // Whatever was chosen computes what NEON computes, bit for bit.
+  MappedLayer layer(100, 256, 128, false, 31);
+  std::vector<float> x = randomActivations(3, 256, 32);
+  std::vector<float> neon = runWith(CQ4P_TEST_KERNEL_LIBRARY, *layer.file, x, 3);
+  std::vector<float> chosenY = runWith(lib->path(), *layer.file, x, 3);
+  ASSERT_EQ(neon.size(), chosenY.size());
+  EXPECT_EQ(0, std::memcmp(neon.data(), chosenY.data(), neon.size() * 4));
+}
+
+// SME2 partials (LUTI4 + SDOT into ZA) and NEON partials (TBL + SDOT) over
+// the same inputs: the shared rescale makes equal partials equal outputs,
+// so the outputs are compared bit for bit, and with the oracle.
+TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
+  if (!cpuRunsSme2(detectCpuFeatures()))
+    GTEST_SKIP() << "this CPU does not run SME2 at 512 bits";
+  uint32_t seed = 200;
+  for (const GridCase &c : grid()) {
+    MappedLayer layer(c.n, c.k, c.gs, false, seed++);
+    for (uint64_t m : {1, 2, 5, 16, 20, 64}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << c.k << "->" << c.n
+                                        << " gs" << c.gs);
+      std::vector<float> x = randomActivations(m, c.k, seed++);
+      std::vector<float> neon = runWith(CQ4P_TEST_KERNEL_LIBRARY, *layer.file, x, m);
+      std::vector<float> sme2 =
+          runWith(CQ4P_TEST_SME2_KERNEL_LIBRARY, *layer.file, x, m);
+      ASSERT_EQ(neon.size(), sme2.size());
+      EXPECT_EQ(0, std::memcmp(neon.data(), sme2.data(), neon.size() * 4));
+      Errors e = compare(sme2, referenceLinear(layer.weight, c.n, c.k, x, m));
+      measured()["sme2 " + std::to_string(m) + "x" + std::to_string(c.k) + "->" +
+                 std::to_string(c.n) + " gs" + std::to_string(c.gs)] = e;
+      EXPECT_LT(e.relative, 0.02);
+    }
+  }
+}
+
+#endif // CQ4P_TEST_SME2_KERNEL_LIBRARY
 
 } // namespace

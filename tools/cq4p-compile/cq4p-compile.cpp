@@ -57,6 +57,8 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include "SmeAbiSource.h"
+
 LLD_HAS_DRIVER(elf)
 
 using namespace mlir;
@@ -69,8 +71,8 @@ static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("LIB.so"), cl::Required,
                                        cl::cat(category));
 static cl::opt<std::string>
-    targetName("target", cl::desc("aarch64-neon or host"), cl::Required,
-               cl::cat(category));
+    targetName("target", cl::desc("aarch64-neon, aarch64-sme2 or host"),
+               cl::Required, cl::cat(category));
 static cl::opt<std::string>
     tripleName("triple",
                cl::desc("Target triple (default: aarch64-linux-gnu for "
@@ -138,20 +140,24 @@ void describeHost(TargetChoice &choice) {
 
 FailureOr<TargetChoice> chooseTarget() {
   TargetChoice choice;
-  if (targetName == "aarch64-neon") {
-    choice.kernelTarget = cq4p::KernelTarget::AArch64Neon;
+  if (targetName == "aarch64-neon" || targetName == "aarch64-sme2") {
+    bool sme2 = targetName == "aarch64-sme2";
+    choice.kernelTarget = sme2 ? cq4p::KernelTarget::AArch64Sme2
+                               : cq4p::KernelTarget::AArch64Neon;
     choice.triple = llvm::Triple(tripleName.empty() ? "aarch64-linux-gnu"
                                                     : tripleName.getValue());
     if (!choice.triple.isAArch64()) {
-      fail("--target=aarch64-neon needs an AArch64 triple, got '" +
+      fail("--target=" + targetName + " needs an AArch64 triple, got '" +
            choice.triple.str() + "'");
       return failure();
     }
     // Armv8.2-A with the dot product: no SVE outside streaming mode, which
-    // some SME2 devices (Apple M4) do not have.
+    // some SME2 devices (Apple M4) do not have; SME2 only in the leaves.
     choice.cpu = "generic";
-    choice.features = "+v8.2a,+neon,+dotprod,-sve,-sve2";
-    choice.kernelFeatures = CQ4P_FEATURE_AARCH64_DOTPROD;
+    choice.features = sme2 ? "+v8.2a,+neon,+dotprod,+sme2,-sve,-sve2"
+                           : "+v8.2a,+neon,+dotprod,-sve,-sve2";
+    choice.kernelFeatures = CQ4P_FEATURE_AARCH64_DOTPROD |
+                            (sme2 ? CQ4P_FEATURE_AARCH64_SME2 : 0);
     return choice;
   }
   if (targetName == "host") {
@@ -167,7 +173,7 @@ FailureOr<TargetChoice> chooseTarget() {
     return choice;
   }
   fail("unknown --target '" + targetName +
-       "' (expected aarch64-neon or host)");
+       "' (expected aarch64-neon, aarch64-sme2 or host)");
   return failure();
 }
 
@@ -263,6 +269,7 @@ int main(int argc, char **argv) {
   llvm::InitializeAllTargets();
   llvm::InitializeAllTargetMCs();
   llvm::InitializeAllAsmPrinters();
+  llvm::InitializeAllAsmParsers();
   std::string lookupError;
   const llvm::Target *target =
       llvm::TargetRegistry::lookupTarget(choice->triple, lookupError);
@@ -282,6 +289,22 @@ int main(int argc, char **argv) {
     return fail("translating the kernels to LLVM IR failed");
   llvmModule->setTargetTriple(choice->triple);
   llvmModule->setDataLayout(machine->createDataLayout());
+  if (choice->kernelTarget == cq4p::KernelTarget::AArch64Sme2) {
+    // The SME ABI routines the streaming leaves call (lazy ZA saves), local
+    // to the library. It is only loaded where SME2 runs (the runtime checks
+    // first), so the routines' "SME available" flag is set; SVE outside
+    // streaming mode is not assumed.
+    std::string routines = kSmeAbiAssembly;
+    routines += "\n  .data\n";
+    for (const char *flag : {"cq4p_sme_abi_has_sme", "cq4p_sme_abi_has_sve"})
+      routines += std::string("  .hidden ") + flag + "\n" + flag + ":\n  .byte " +
+                  (std::string(flag) == "cq4p_sme_abi_has_sme" ? "1" : "0") + "\n";
+    for (const char *routine :
+         {"__arm_sme_state", "__arm_tpidr2_save", "__arm_tpidr2_restore",
+          "__arm_za_disable", "__arm_get_current_vg"})
+      routines += std::string("  .hidden ") + routine + "\n";
+    llvmModule->appendModuleInlineAsm(routines);
+  }
   for (llvm::Function &function : *llvmModule) {
     if (function.isDeclaration())
       continue;

@@ -45,4 +45,25 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
 }
 
+def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
+  let summary = "Lower super-block panel partials to SME2 (LUTI4 from ZT0, SDOT into ZA)";
+  let description = [{
+    Each `cq4p.panel_partials` becomes a call to a streaming leaf (locally
+    streaming, with new ZA and ZT0 state, so it leaks nothing into its
+    caller and is called like any function) that loads the int8 codebook
+    into ZT0, and per kg-block of 64 channels x 4 K expands the 128 panel
+    bytes with two LUTI4 (x2) into four vectors [16 channels][4 K] (nibble j
+    becomes byte j) and accumulates them with one multi-vector SDOT, indexed
+    by the kg-block's 4 activations, into four ZA vectors: 16 groups at a
+    time, each in its own ZA slice, stored from ZA to the partials buffer
+    with `str za` (reading ZA back into registers would stall the shared SME
+    unit). The fp32 rescale stays outside, in NEON, so SME2 and NEON share
+    it and agree exactly on the int32 partials. The leaves assume a 512-bit
+    streaming vector length; the runtime runs them only there.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
+                           "mlir::LLVM::LLVMDialect", "mlir::memref::MemRefDialect",
+                           "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
+}
+
 #endif // CQ4P_CONVERSION_PASSES_TD

@@ -11,7 +11,7 @@
 
 namespace mlir::cq4p {
 
-enum class KernelTarget { Host, AArch64Neon };
+enum class KernelTarget { Host, AArch64Neon, AArch64Sme2 };
 
 struct KernelPipelineOptions
     : public PassPipelineOptions<KernelPipelineOptions> {
@@ -35,12 +35,13 @@ struct KernelPipelineOptions
 /// Graph-level cq4p IR to LLVM dialect kernels with the C ABI and the
 /// kernel table, for `target`:
 ///   cq4p-lower-to-kernels, cq4p-tile-super-blocks,
-///   convert-cq4p-to-neon | convert-cq4p-to-vector, canonicalize,
+///   [convert-cq4p-to-arm-sme,] convert-cq4p-to-neon | convert-cq4p-to-vector,
+///   canonicalize,
 ///   the upstream lowering to LLVM, cq4p-export-kernels.
 void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                          const KernelPipelineOptions &options);
 
-/// Registers cq4p-neon-pipeline and cq4p-host-pipeline.
+/// Registers cq4p-neon-pipeline, cq4p-sme2-pipeline and cq4p-host-pipeline.
 void registerPipelines();
 
 } // namespace mlir::cq4p

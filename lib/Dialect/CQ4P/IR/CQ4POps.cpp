@@ -234,6 +234,20 @@ LogicalResult PanelDotOp::verify() {
   return check.failed;
 }
 
+LogicalResult PanelPartialsOp::verify() {
+  if (failed(verifyPanels(*this, getPanels())))
+    return failure();
+  int64_t ng = dimOf(getPanels(), 1);
+  int64_t k = ng * dimOf(getPanels(), 2) * CQ4P_KG_BLOCK_K;
+  ShapeChecker check{*this};
+  check.dim("the int8 codebook", getCbI8(), 0, CQ4P_CODEBOOK_LEVELS)
+      .dim("the activations", getAct(), 1, k)
+      .dim("the partials", getPartials(), 0, 1)
+      .dim("the partials", getPartials(), 1, ng)
+      .dim("the partials", getPartials(), 2, CQ4P_PANEL_CHANNELS);
+  return check.failed;
+}
+
 LogicalResult RescaleOp::verify() {
   ShapeChecker check{*this};
   check.isStatic("the partials", getPartials(), 0)

@@ -110,6 +110,8 @@ public:
     module.walk([&](LLVM::LLVMFuncOp func) {
       if (func->hasAttr("cq4p.kernel"))
         kernels.push_back(func);
+      if (func->hasAttr("cq4p.sme_leaf"))
+        markStreamingLeaf(func);
     });
     SmallVector<ExportedKernel> exported;
     for (LLVM::LLVMFuncOp func : kernels) {
@@ -122,6 +124,20 @@ public:
   }
 
 private:
+  /// An SME2 leaf is called like any function: it enters streaming mode in
+  /// its body and owns fresh ZA and ZT0 state, so nothing leaks into the
+  /// (NEON) caller. ZT0 has no dialect attribute: LLVM's function attribute.
+  static void markStreamingLeaf(LLVM::LLVMFuncOp func) {
+    func.setArmLocallyStreaming(true);
+    func.setArmNewZa(true);
+    SmallVector<Attribute> passthrough;
+    if (ArrayAttr existing = func.getPassthroughAttr())
+      passthrough.append(existing.begin(), existing.end());
+    passthrough.push_back(StringAttr::get(func.getContext(), "aarch64_new_zt0"));
+    func.setPassthroughAttr(ArrayAttr::get(func.getContext(), passthrough));
+    func->removeAttr("cq4p.sme_leaf");
+  }
+
   FailureOr<ExportedKernel> exportKernel(LLVM::LLVMFuncOp impl) {
     auto info = impl->getAttrOfType<DictionaryAttr>("cq4p.kernel");
     auto opName = info.getAs<StringAttr>("op");

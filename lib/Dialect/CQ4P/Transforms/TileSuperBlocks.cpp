@@ -93,15 +93,36 @@ private:
             b, loc, zero, accum,
             ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
 
-    // Per group: exact int32 partials, then their fp32 rescale.
+    // Per group: exact int32 partials, then their fp32 rescale. With
+    // super-block partials (one-row tiles), every group's partials first.
+    bool allGroups = cast<MemRefType>(partials.getType()).getRank() == 3;
+    if (allGroups)
+      PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
+                              partials, sb, row);
     auto groupLoop = scf::ForOp::create(b, loc, c0, ng, c1);
     {
       OpBuilder::InsertionGuard groupGuard(b);
       b.setInsertionPointToStart(groupLoop.getBody());
       Value g = groupLoop.getInductionVar();
-      PanelDotOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
-                         partials, sb, g, row);
-      RescaleOp::create(b, loc, partials, op.getActScales(),
+      Value groupPartials = partials;
+      if (allGroups) {
+        // partials[0, g, :] as a 1x64 buffer.
+        auto type = cast<MemRefType>(partials.getType());
+        MemRefType viewType = memref::SubViewOp::inferRankReducedResultType(
+            {1, CQ4P_PANEL_CHANNELS}, type, {0, ShapedType::kDynamic, 0},
+            {1, 1, CQ4P_PANEL_CHANNELS}, {1, 1, 1});
+        groupPartials = memref::SubViewOp::create(
+            b, loc, viewType, partials,
+            ArrayRef<OpFoldResult>{b.getIndexAttr(0), g, b.getIndexAttr(0)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                                   b.getIndexAttr(CQ4P_PANEL_CHANNELS)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                                   b.getIndexAttr(1)});
+      } else {
+        PanelDotOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
+                           partials, sb, g, row);
+      }
+      RescaleOp::create(b, loc, groupPartials, op.getActScales(),
                         op.getNormPanels(), accum, sb, g, row);
     }
 
@@ -136,14 +157,21 @@ private:
     auto bufferType = [&](int64_t tile, Type element) {
       return MemRefType::get({tile, CQ4P_PANEL_CHANNELS}, element);
     };
-    Value partials =
-        memref::AllocaOp::create(b, loc, bufferType(tileRows, b.getI32Type()));
+    // One-row tiles with super-block partials hold every group's partials.
+    int64_t ng = cast<MemRefType>(op.getPanels().getType()).getDimSize(1);
+    auto partialsBuffer = [&](int64_t tile) -> Value {
+      if (superBlockPartials && tile == 1)
+        return memref::AllocaOp::create(
+            b, loc,
+            MemRefType::get({1, ng, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+      return memref::AllocaOp::create(b, loc, bufferType(tile, b.getI32Type()));
+    };
+    Value partials = partialsBuffer(tileRows);
     Value accum =
         memref::AllocaOp::create(b, loc, bufferType(tileRows, b.getF32Type()));
     Value tailPartials, tailAccum, fullRows = rows;
     if (tileRows > 1) {
-      tailPartials =
-          memref::AllocaOp::create(b, loc, bufferType(1, b.getI32Type()));
+      tailPartials = partialsBuffer(1);
       tailAccum =
           memref::AllocaOp::create(b, loc, bufferType(1, b.getF32Type()));
       Value step = constantIndex(b, loc, tileRows);

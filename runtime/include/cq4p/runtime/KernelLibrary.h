@@ -57,6 +57,15 @@ std::string kernelTargetName(uint32_t target);
 /// One line describing a descriptor: name, op, shape, gs, rows, target.
 std::string describeKernel(const cq4p_kernel_desc &kernel);
 
+/// Which kernels run the panel matmuls on AArch64.
+enum class Backend {
+  Auto, ///< SME2 where the CPU runs it (SME2, 512-bit streaming vectors), else NEON
+  Neon,
+  Sme2, ///< forced: an error where the CPU cannot run it
+};
+
+const char *backendName(Backend backend);
+
 class KernelLibrary {
 public:
   /// Loads `path` and checks it against this CPU (detectCpuFeatures()).
@@ -65,6 +74,16 @@ public:
   /// Loads `path` and checks it against the given CPU.
   static Status open(const std::string &path, const CpuFeatures &cpu,
                      std::unique_ptr<KernelLibrary> &out);
+
+  /// Opens the library of `backend`: `neonPath` for Neon, `sme2Path` for
+  /// Sme2 (refused, saying what the CPU lacks, where it cannot run it), and
+  /// for Auto the SME2 library when `cpu` runs it, the NEON one otherwise,
+  /// with the SME2 library's refusal in `declined`. `chosen` says which.
+  static Status openForBackend(Backend backend, const std::string &neonPath,
+                               const std::string &sme2Path,
+                               const CpuFeatures &cpu,
+                               std::unique_ptr<KernelLibrary> &out,
+                               Backend &chosen, std::string *declined = nullptr);
 
   KernelLibrary(const KernelLibrary &) = delete;
   KernelLibrary &operator=(const KernelLibrary &) = delete;

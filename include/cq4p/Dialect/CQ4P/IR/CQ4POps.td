@@ -220,6 +220,39 @@ def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
   let hasVerifier = 1;
 }
 
+def CQ4P_PanelPartialsOp : CQ4P_Op<"panel_partials"> {
+  let summary = "exact int32 partials of one row over every group of a super-block";
+  let description = [{
+    `partials[0, g, c] = sum_k act[row, g*gs + k] * cb_i8[idx(64*sb + c,
+    g*gs + k)]` for every group g of super-block `sb`: the int32 partials of
+    `cq4p.panel_dot`, all groups at once, for a backend that computes them in
+    a unit of its own and leaves the rescale to the caller (SME2: one
+    streaming call per super-block, partials stored from ZA).
+
+    Example:
+
+    ```mlir
+    cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row
+        : memref<32x12x32x128xi8>, memref<16xi8>, memref<1x1536xi8>,
+          memref<1x12x64xi32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I8], [4]>:$panels,
+    MemRefRankOf<[I8], [1]>:$cb_i8,
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[I32], [3]>:$partials,
+    Index:$super_block,
+    Index:$row
+  );
+  let assemblyFormat = [{
+    $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $row
+    attr-dict `:` type($panels) `,` type($cb_i8) `,` type($act) `,`
+    type($partials)
+  }];
+  let hasVerifier = 1;
+}
+
 def CQ4P_RescaleOp : CQ4P_Op<"rescale"> {
   let summary = "fp32 rescale of int32 partials, accumulated over groups";
   let description = [{

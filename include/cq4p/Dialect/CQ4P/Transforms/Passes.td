@@ -42,6 +42,9 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
   let options = [
     Option<"gemmRows", "gemm-rows", "int64_t", /*default=*/"4",
            "Rows per GEMM tile: each unpacked weight vector serves this many rows">,
+    Option<"superBlockPartials", "super-block-partials", "bool", /*default=*/"false",
+           "One-row tiles compute every group's partials at once "
+           "(cq4p.panel_partials, for SME2), then rescale group by group">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
