@@ -128,6 +128,8 @@ private:
   /// its body and owns fresh ZA and ZT0 state, so nothing leaks into the
   /// (NEON) caller. ZT0 has no dialect attribute: LLVM's function attribute.
   static void markStreamingLeaf(LLVM::LLVMFuncOp func) {
+    func.setLinkage(LLVM::Linkage::Internal);
+    func->removeAttr("sym_visibility");
     func.setArmLocallyStreaming(true);
     func.setArmNewZa(true);
     SmallVector<Attribute> passthrough;
