@@ -4,6 +4,7 @@
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/kernel_abi.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -56,7 +57,14 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   exportOptions.target = target == KernelTarget::AArch64Neon   ? "aarch64-neon"
                          : target == KernelTarget::AArch64Sme2 ? "aarch64-sme2"
                                                                : "host";
-  exportOptions.features = options.features;
+  // What the target's code needs, on top of what the caller adds (the
+  // host's own features, for the host path).
+  uint64_t implied = target == KernelTarget::AArch64Neon
+                         ? CQ4P_FEATURE_AARCH64_DOTPROD
+                     : target == KernelTarget::AArch64Sme2
+                         ? CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_SME2
+                         : 0;
+  exportOptions.features = options.features | implied;
   pm.addPass(createCQ4PExportKernels(exportOptions));
 }
 
