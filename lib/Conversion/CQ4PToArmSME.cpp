@@ -45,6 +45,7 @@ namespace {
 
 constexpr int64_t kStreamingBytes = 64;  // SVL 512: one Z register
 constexpr int64_t kZaSlices = 16;        // ZA vector groups of 4 at SVL 512
+constexpr int64_t kSmeTileRows = 16;     // rows of a 32-bit ZA tile
 
 class LeafBuilder {
 public:
@@ -91,19 +92,11 @@ public:
   VectorType nxv16i8;
 };
 
-/// Builds the body of a leaf for `op`'s buffer types.
-void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
-                   ValueRange args) {
-  Value panels = args[0], cb = args[1], act = args[2], partials = args[3];
-  Value sb = args[4], row = args[5];
-  auto panelsType = cast<MemRefType>(op.getPanels().getType());
-  int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
-  int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
-  int64_t k = ng * gs;
-  LeafBuilder leaf(b, loc);
-  Value c0 = leaf.index(0), c1 = leaf.index(1);
-
-  // ZT0: entry i (32 bits) holds cb_i8[i] in its low byte.
+/// ZT0 <- the int8 codebook: entry i (32 bits) holds cb_i8[i] in its low
+/// byte, where LUTI4 on bytes reads it.
+void loadCodebookIntoZt0(LeafBuilder &leaf, Value cb) {
+  OpBuilder &b = leaf.b;
+  Location loc = leaf.loc;
   Value table = memref::AllocaOp::create(
       b, loc, MemRefType::get({CQ4P_CODEBOOK_LEVELS}, b.getI32Type()));
   for (int64_t i = 0; i < CQ4P_CODEBOOK_LEVELS; ++i) {
@@ -112,13 +105,109 @@ void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     memref::StoreOp::create(b, loc, entry, table, leaf.index(i));
   }
   leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), leaf.base(table)});
+}
+
+/// The four [16 channels][4 K] vectors of the kg-block at `address`: two
+/// LUTI4 (x2) of 64 bytes each, nibble j to byte j.
+SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
+  OpBuilder &b = leaf.b;
+  auto pairType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), {leaf.nxv16i8, leaf.nxv16i8});
+  SmallVector<Value> vectors;
+  for (int64_t half = 0; half < 2; ++half) {
+    Value packed = LLVM::LoadOp::create(
+        b, leaf.loc, leaf.nxv16i8,
+        leaf.offset(address, leaf.index(half * kStreamingBytes)));
+    Value pair = leaf.intrinsic(pairType,
+                                "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
+                                {leaf.i32(0), packed, leaf.i32(0)});
+    vectors.push_back(LLVM::ExtractValueOp::create(b, leaf.loc, pair, 0));
+    vectors.push_back(LLVM::ExtractValueOp::create(b, leaf.loc, pair, 1));
+  }
+  return vectors;
+}
+
+/// The GEMM leaf: per group, 4-way outer products of the packed
+/// activation tile ([16 rows][4 K] per kg-block, one load) with the four
+/// expanded weight vectors, one 32-bit ZA tile per 16 channels; ZA array
+/// vector v is then row v/4, channels 16*(v%4).., so the group's partials
+/// [16][64] are stored linearly with `str za`.
+void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
+                               ValueRange args) {
+  Value panels = args[0], cb = args[1], packed = args[2], partials = args[3];
+  Value sb = args[4], groupBegin = args[6];
+  auto panelsType = cast<MemRefType>(op.getPanels().getType());
+  int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
+  int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+  LeafBuilder leaf(b, loc);
+  Value c0 = leaf.index(0), c1 = leaf.index(1);
+  loadCodebookIntoZt0(leaf, cb);
+  Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
+                                  "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
+  Value panelsBase = leaf.base(panels), packedBase = leaf.base(packed);
+  Value partialsBase = leaf.base(partials);
+  int64_t groupBytes = kgPerGroup * CQ4P_KG_BLOCK_BYTES;
+  Value sbBase = leaf.offset(
+      panelsBase, arith::MulIOp::create(b, loc, sb, leaf.index(ng * groupBytes)));
+
+  auto groupLoop = scf::ForOp::create(b, loc, c0, leaf.index(groups), c1);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(groupLoop.getBody());
+  Value j = groupLoop.getInductionVar();
+  Value g = arith::AddIOp::create(b, loc, groupBegin, j);
+  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  Value groupPanels =
+      leaf.offset(sbBase, arith::MulIOp::create(b, loc, g, leaf.index(groupBytes)));
+  // The packed tile has 16 rows x 4 K = one 64-byte vector per kg-block.
+  Value groupPacked = leaf.offset(
+      packedBase,
+      arith::MulIOp::create(b, loc, g, leaf.index(kgPerGroup * kStreamingBytes)));
+  {
+    auto kgLoop = scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), c1);
+    OpBuilder::InsertionGuard kgGuard(b);
+    b.setInsertionPointToStart(kgLoop.getBody());
+    Value kg = kgLoop.getInductionVar();
+    Value activations = LLVM::LoadOp::create(
+        b, loc, leaf.nxv16i8,
+        leaf.offset(groupPacked,
+                    arith::MulIOp::create(b, loc, kg, leaf.index(kStreamingBytes))));
+    SmallVector<Value> weights = expandKgBlock(
+        leaf, leaf.offset(groupPanels,
+                          arith::MulIOp::create(b, loc, kg,
+                                                leaf.index(CQ4P_KG_BLOCK_BYTES))));
+    for (int64_t tile = 0; tile < 4; ++tile)
+      leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
+                     {leaf.i32(tile), allLanes, allLanes, activations,
+                      weights[tile]});
+  }
+  Value groupPartials = leaf.offset(
+      partialsBase,
+      arith::MulIOp::create(b, loc, j,
+                            leaf.index(kSmeTileRows * CQ4P_PANEL_CHANNELS * 4)));
+  for (int64_t v = 0; v < kSmeTileRows * 4; ++v)
+    leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
+                   {leaf.i32(v), leaf.offset(groupPartials, leaf.index(v * kStreamingBytes)),
+                    leaf.i32(0)});
+}
+
+/// The GEMV leaf (one unpacked activation row).
+void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
+                      ValueRange args) {
+  Value panels = args[0], cb = args[1], act = args[2], partials = args[3];
+  Value sb = args[4], row = args[5], groupBegin = args[6];
+  auto panelsType = cast<MemRefType>(op.getPanels().getType());
+  int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
+  int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
+  int64_t k = ng * gs;
+  int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+  LeafBuilder leaf(b, loc);
+  Value c0 = leaf.index(0), c1 = leaf.index(1);
+  loadCodebookIntoZt0(leaf, cb);
 
   Value panelsBase = leaf.base(panels), actBase = leaf.base(act);
   Value partialsBase = leaf.base(partials);
   Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
                                   "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
-  auto pairType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), {leaf.nxv16i8, leaf.nxv16i8});
   // act[row, 0] and panels[sb, 0, 0, 0], in bytes.
   Value actRow = leaf.offset(
       actBase, arith::MulIOp::create(b, loc, row, leaf.index(k)));
@@ -127,7 +216,9 @@ void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       arith::MulIOp::create(b, loc, sb,
                             leaf.index(ng * kgPerGroup * CQ4P_KG_BLOCK_BYTES)));
 
-  int64_t chunks = (ng + kZaSlices - 1) / kZaSlices;
+  // Groups j in [0, groups), 16 at a time (one ZA slice each); group
+  // group_begin + j of the tensor.
+  int64_t chunks = (groups + kZaSlices - 1) / kZaSlices;
   auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(chunks), c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(chunkLoop.getBody());
@@ -135,15 +226,16 @@ void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
                                            leaf.index(kZaSlices));
   Value chunkEnd = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, chunkFirst, leaf.index(kZaSlices)),
-      leaf.index(ng));
+      leaf.index(groups));
   leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
 
   auto groupLoop = scf::ForOp::create(b, loc, chunkFirst, chunkEnd, c1);
   {
     OpBuilder::InsertionGuard groupGuard(b);
     b.setInsertionPointToStart(groupLoop.getBody());
-    Value g = groupLoop.getInductionVar();
-    Value slice = leaf.toI32(arith::SubIOp::create(b, loc, g, chunkFirst));
+    Value j = groupLoop.getInductionVar();
+    Value slice = leaf.toI32(arith::SubIOp::create(b, loc, j, chunkFirst));
+    Value g = arith::AddIOp::create(b, loc, groupBegin, j);
     Value groupPanels = leaf.offset(
         sbBase, arith::MulIOp::create(
                     b, loc, g, leaf.index(kgPerGroup * CQ4P_KG_BLOCK_BYTES)));
@@ -163,18 +255,8 @@ void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
         groupPanels,
         arith::MulIOp::create(b, loc, q, leaf.index(4 * CQ4P_KG_BLOCK_BYTES)));
     for (int64_t t = 0; t < 4; ++t) {
-      SmallVector<Value> vectors;
-      for (int64_t half = 0; half < 2; ++half) {
-        Value address = leaf.offset(
-            stepPanels,
-            leaf.index(t * CQ4P_KG_BLOCK_BYTES + half * kStreamingBytes));
-        Value packed = LLVM::LoadOp::create(b, loc, leaf.nxv16i8, address);
-        Value pair = leaf.intrinsic(pairType,
-                                    "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
-                                    {leaf.i32(0), packed, leaf.i32(0)});
-        vectors.push_back(LLVM::ExtractValueOp::create(b, loc, pair, 0));
-        vectors.push_back(LLVM::ExtractValueOp::create(b, loc, pair, 1));
-      }
+      SmallVector<Value> vectors = expandKgBlock(
+          leaf, leaf.offset(stepPanels, leaf.index(t * CQ4P_KG_BLOCK_BYTES)));
       leaf.intrinsic(Type(), "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8",
                      {slice, vectors[0], vectors[1], vectors[2], vectors[3],
                       activations, leaf.i32(t)});
@@ -186,14 +268,14 @@ void buildLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   auto storeLoop = scf::ForOp::create(b, loc, chunkFirst, chunkEnd, c1);
   OpBuilder::InsertionGuard storeGuard(b);
   b.setInsertionPointToStart(storeLoop.getBody());
-  Value g = storeLoop.getInductionVar();
-  Value slice = leaf.toI32(arith::SubIOp::create(b, loc, g, chunkFirst));
+  Value j = storeLoop.getInductionVar();
+  Value slice = leaf.toI32(arith::SubIOp::create(b, loc, j, chunkFirst));
   for (int64_t i = 0; i < 4; ++i) {
     Value vectorIndex =
         arith::AddIOp::create(b, loc, slice, leaf.i32(i * kZaSlices));
     Value byteOffset = arith::AddIOp::create(
         b, loc,
-        arith::MulIOp::create(b, loc, g, leaf.index(CQ4P_PANEL_CHANNELS * 4)),
+        arith::MulIOp::create(b, loc, j, leaf.index(CQ4P_PANEL_CHANNELS * 4)),
         leaf.index(i * kStreamingBytes));
     leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
                    {vectorIndex, leaf.offset(partialsBase, byteOffset), leaf.i32(0)});
@@ -212,6 +294,13 @@ public:
       auto parent = op->getParentOfType<func::FuncOp>();
       auto panelsType = cast<MemRefType>(op.getPanels().getType());
       int64_t kg = panelsType.getDimSize(2);
+      bool packed = cast<MemRefType>(op.getAct().getType()).getRank() == 4;
+      if (packed && cast<MemRefType>(op.getAct().getType()).getDimSize(2) !=
+                        kSmeTileRows) {
+        op.emitError() << "SME2 outer products need tiles of " << kSmeTileRows
+                       << " rows";
+        return signalPassFailure();
+      }
       if ((kg * CQ4P_KG_BLOCK_K) % 16 != 0) {
         op.emitError() << "SME2 partials need groups of a multiple of 16 K, got "
                        << kg * CQ4P_KG_BLOCK_K;
@@ -229,7 +318,10 @@ public:
         leafFunc->setAttr("cq4p.sme_leaf", b.getUnitAttr());
         Block *entry = leafFunc.addEntryBlock();
         OpBuilder body = OpBuilder::atBlockBegin(entry);
-        buildLeafBody(body, op.getLoc(), op, entry->getArguments());
+        if (cast<MemRefType>(op.getAct().getType()).getRank() == 4)
+          buildOuterProductLeafBody(body, op.getLoc(), op, entry->getArguments());
+        else
+          buildDotLeafBody(body, op.getLoc(), op, entry->getArguments());
         func::ReturnOp::create(body, op.getLoc());
         symbols.insert(leafFunc);
       }

@@ -33,7 +33,8 @@ LogicalResult lowerKernels(func::FuncOp func, DotTarget target) {
     return failure();
   WalkResult left = func.walk([](Operation *op) {
     if (isa<PanelDotOp, RescaleOp, QuantizeActivationsOp,
-            RotateQuantizeActivationsOp, DecodeEmbeddingOp>(op)) {
+            RotateQuantizeActivationsOp, DecodeEmbeddingOp,
+            PackActivationTileOp, PanelPartialsOp>(op)) {
       op->emitError() << "could not lower " << op->getName();
       return WalkResult::interrupt();
     }

@@ -1,5 +1,6 @@
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks | FileCheck %s
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=gemm-rows=2 | FileCheck %s --check-prefix=ROWS2
+// RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=super-block-partials | FileCheck %s --check-prefix=SME2
 
 // A GEMV: one-row tiles; per group the int32 partials, then the rescale.
 // CHECK-LABEL: func.func @gemv
@@ -17,6 +18,13 @@
 // CHECK: memref.load %[[ACC]]
 // CHECK: memref.store %{{.*}}, %[[Y]]
 // CHECK-NOT: cq4p.panel_matmul
+// SME2 GEMV: every group's partials at once, then the rescale per group.
+// SME2-LABEL: func.func @gemv
+// SME2: %[[PART:.*]] = memref.alloca() : memref<2x1x64xi32>
+// SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %{{.*}}, %[[PART]], %{{.*}}, %{{.*}}, %{{.*}} : {{.*}}, memref<1x256xi8>, memref<2x1x64xi32>
+// SME2: scf.for %[[G:.*]] =
+// SME2: %[[SLICE:.*]] = memref.subview %[[PART]][%[[G]], 0, 0] [1, 1, 64] [1, 1, 1]
+// SME2: cq4p.rescale %[[SLICE]]
 func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>,
                 %cb: memref<16xi8>, %act: memref<1x256xi8>, %scales: memref<1x2xf32>,
                 %y: memref<1x100xf32>, %sb0: index, %sb1: index) {
@@ -38,6 +46,18 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // CHECK: cq4p.panel_dot {{.*}} : {{.*}}, memref<1x64xi32>
 // ROWS2-LABEL: func.func @gemm
 // ROWS2: memref.alloca() : memref<2x64xi32>
+// SME2 GEMM: tiles of 16 rows packed once, super-blocks inside, partials of
+// the 4 groups (all of them here) per streaming call.
+// SME2-LABEL: func.func @gemm
+// SME2-DAG: %[[PACKED:.*]] = memref.alloca() : memref<4x8x16x4xi8>
+// SME2-DAG: %[[SCALES:.*]] = memref.alloca() : memref<16x4xf32>
+// SME2-DAG: %[[PART:.*]] = memref.alloca() : memref<4x16x64xi32>
+// SME2: arith.ceildivui
+// SME2: scf.for %[[TILE:.*]] =
+// SME2: cq4p.pack_activation_tile %{{.*}}, %{{.*}}, %[[PACKED]], %[[SCALES]]
+// SME2: scf.for %[[SB:.*]] =
+// SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %[[PACKED]], %[[PART]], %[[SB]]
+// SME2: cq4p.rescale %{{.*}}, %[[SCALES]]
 func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
                 %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
                 %y: memref<?x64xf32>, %sb0: index, %sb1: index) {

@@ -237,15 +237,52 @@ LogicalResult PanelDotOp::verify() {
 LogicalResult PanelPartialsOp::verify() {
   if (failed(verifyPanels(*this, getPanels())))
     return failure();
-  int64_t ng = dimOf(getPanels(), 1);
-  int64_t k = ng * dimOf(getPanels(), 2) * CQ4P_KG_BLOCK_K;
+  int64_t ng = dimOf(getPanels(), 1), kg = dimOf(getPanels(), 2);
+  int64_t k = ng * kg * CQ4P_KG_BLOCK_K;
+  auto actType = cast<MemRefType>(getAct().getType());
   ShapeChecker check{*this};
   check.dim("the int8 codebook", getCbI8(), 0, CQ4P_CODEBOOK_LEVELS)
-      .dim("the activations", getAct(), 1, k)
-      .dim("the partials", getPartials(), 0, 1)
-      .dim("the partials", getPartials(), 1, ng)
+      .isStatic("the partials", getPartials(), 0)
+      .isStatic("the partials", getPartials(), 1)
       .dim("the partials", getPartials(), 2, CQ4P_PANEL_CHANNELS);
-  return check.failed;
+  if (failed(check.failed))
+    return failure();
+  int64_t tileRows = dimOf(getPartials(), 1);
+  if (dimOf(getPartials(), 0) > ng)
+    return emitOpError() << "expected at most " << ng
+                         << " groups of partials, got " << dimOf(getPartials(), 0);
+  if (actType.getRank() == 2) {
+    if (tileRows != 1)
+      return emitOpError() << "expected one row of partials for unpacked "
+                              "activations, got "
+                           << tileRows;
+    return check.dim("the activations", getAct(), 1, k).failed;
+  }
+  return check.dim("the packed activations", getAct(), 0, ng)
+      .dim("the packed activations", getAct(), 1, kg)
+      .dim("the packed activations", getAct(), 2, tileRows)
+      .dim("the packed activations", getAct(), 3, CQ4P_KG_BLOCK_K)
+      .failed;
+}
+
+LogicalResult PackActivationTileOp::verify() {
+  ShapeChecker check{*this};
+  check.isStatic("the activations", getAct(), 1);
+  if (failed(check.failed))
+    return failure();
+  int64_t k = dimOf(getAct(), 1);
+  int64_t ng = dimOf(getPacked(), 0), kg = dimOf(getPacked(), 1);
+  int64_t tileRows = dimOf(getPacked(), 2);
+  if (ng * kg * CQ4P_KG_BLOCK_K != k)
+    return emitOpError() << "expected the packed tile to hold K = " << k
+                         << " values per row, got " << ng * kg * CQ4P_KG_BLOCK_K;
+  return check.dim("the packed activations", getPacked(), 3, CQ4P_KG_BLOCK_K)
+      .dim("the activation scales", getActScales(), 1, ng)
+      .dim("the packed scales", getPackedScales(), 0, tileRows)
+      .dim("the packed scales", getPackedScales(), 1, ng)
+      .sameRows("the activations", getAct(), "the activation scales",
+                getActScales())
+      .failed;
 }
 
 LogicalResult RescaleOp::verify() {

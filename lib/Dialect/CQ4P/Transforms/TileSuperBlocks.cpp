@@ -47,6 +47,36 @@ Value constantIndex(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
 }
 
+/// partials[j, :, :] of a [G][R][64] buffer, as an R x 64 buffer.
+Value groupSlice(OpBuilder &b, Location loc, Value partials, Value j) {
+  auto type = cast<MemRefType>(partials.getType());
+  int64_t rows = type.getDimSize(1);
+  MemRefType viewType = memref::SubViewOp::inferRankReducedResultType(
+      {rows, CQ4P_PANEL_CHANNELS}, type, {ShapedType::kDynamic, 0, 0},
+      {1, rows, CQ4P_PANEL_CHANNELS}, {1, 1, 1});
+  return memref::SubViewOp::create(
+      b, loc, viewType, partials,
+      ArrayRef<OpFoldResult>{j, b.getIndexAttr(0), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(rows),
+                             b.getIndexAttr(CQ4P_PANEL_CHANNELS)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+                             b.getIndexAttr(1)});
+}
+
+/// The largest divisor of `n` that is at most `limit`.
+int64_t largestDivisorAtMost(int64_t n, int64_t limit) {
+  for (int64_t d = std::min(n, limit); d > 1; --d)
+    if (n % d == 0)
+      return d;
+  return 1;
+}
+
+/// Rows per SME2 outer-product tile: the 16 rows of a 32-bit ZA tile at a
+/// 512-bit streaming vector length.
+constexpr int64_t kSmeTileRows = 16;
+/// Groups of partials per streaming call of an SME2 GEMM.
+constexpr int64_t kSmeGroupsPerCall = 8;
+
 class TileSuperBlocks
     : public mlir::cq4p::impl::CQ4PTileSuperBlocksBase<TileSuperBlocks> {
 public:
@@ -62,7 +92,12 @@ public:
     SmallVector<PanelMatmulOp> matmuls;
     getOperation().walk([&](PanelMatmulOp op) { matmuls.push_back(op); });
     for (PanelMatmulOp op : matmuls) {
-      tile(op);
+      bool singleRow =
+          cast<MemRefType>(op.getAct().getType()).getDimSize(0) == 1;
+      if (superBlockPartials && !singleRow)
+        tileOuterProducts(op);
+      else
+        tile(op);
       op.erase();
     }
   }
@@ -98,7 +133,7 @@ private:
     bool allGroups = cast<MemRefType>(partials.getType()).getRank() == 3;
     if (allGroups)
       PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
-                              partials, sb, row);
+                              partials, sb, row, c0);
     auto groupLoop = scf::ForOp::create(b, loc, c0, ng, c1);
     {
       OpBuilder::InsertionGuard groupGuard(b);
@@ -106,18 +141,7 @@ private:
       Value g = groupLoop.getInductionVar();
       Value groupPartials = partials;
       if (allGroups) {
-        // partials[0, g, :] as a 1x64 buffer.
-        auto type = cast<MemRefType>(partials.getType());
-        MemRefType viewType = memref::SubViewOp::inferRankReducedResultType(
-            {1, CQ4P_PANEL_CHANNELS}, type, {0, ShapedType::kDynamic, 0},
-            {1, 1, CQ4P_PANEL_CHANNELS}, {1, 1, 1});
-        groupPartials = memref::SubViewOp::create(
-            b, loc, viewType, partials,
-            ArrayRef<OpFoldResult>{b.getIndexAttr(0), g, b.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
-                                   b.getIndexAttr(CQ4P_PANEL_CHANNELS)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
-                                   b.getIndexAttr(1)});
+        groupPartials = groupSlice(b, loc, partials, g);
       } else {
         PanelDotOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
                            partials, sb, g, row);
@@ -142,6 +166,91 @@ private:
     }
   }
 
+  /// The SME2 GEMM: tiles of 16 rows (the last one padded with zero
+  /// rows), packed once per tile for the outer products, then per
+  /// super-block the partials of a few groups per streaming call, each
+  /// group rescaled into the tile's accumulator.
+  void tileOuterProducts(PanelMatmulOp op) {
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto panelsType = cast<MemRefType>(op.getPanels().getType());
+    int64_t ng = panelsType.getDimSize(1), kg = panelsType.getDimSize(2);
+    int64_t n = cast<MemRefType>(op.getY().getType()).getDimSize(1);
+    int64_t chunk = largestDivisorAtMost(ng, kSmeGroupsPerCall);
+    Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+    Value c16 = constantIndex(b, loc, kSmeTileRows);
+    Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
+    Value packed = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({ng, kg, kSmeTileRows, CQ4P_KG_BLOCK_K}, b.getI8Type()));
+    Value packedScales = memref::AllocaOp::create(
+        b, loc, MemRefType::get({kSmeTileRows, ng}, b.getF32Type()));
+    Value partials = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({chunk, kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+    Value accum = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
+    Value rows = memref::DimOp::create(b, loc, op.getAct(), 0);
+    Value tiles = arith::CeilDivUIOp::create(b, loc, rows, c16);
+
+    auto tileLoop = scf::ForOp::create(b, loc, c0, tiles, c1);
+    b.setInsertionPointToStart(tileLoop.getBody());
+    Value row = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(), c16);
+    PackActivationTileOp::create(b, loc, op.getAct(), op.getActScales(), packed,
+                                 packedScales, row);
+    Value validRows = arith::MinSIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, rows, row), c16);
+
+    auto sbLoop = scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+    b.setInsertionPointToStart(sbLoop.getBody());
+    Value sb = sbLoop.getInductionVar();
+    Value validChannels = arith::MinSIOp::create(
+        b, loc,
+        arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
+                              arith::MulIOp::create(b, loc, sb, c64)),
+        c64);
+    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    Value zero = arith::ConstantOp::create(
+        b, loc, f32x4, DenseElementsAttr::get(f32x4, b.getF32FloatAttr(0.0f)));
+    for (int64_t r = 0; r < kSmeTileRows; ++r)
+      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4)
+        vector::StoreOp::create(
+            b, loc, zero, accum,
+            ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
+
+    auto chunkLoop = scf::ForOp::create(b, loc, c0, constantIndex(b, loc, ng),
+                                        constantIndex(b, loc, chunk));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(chunkLoop.getBody());
+      Value first = chunkLoop.getInductionVar();
+      PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), packed,
+                              partials, sb, c0, first);
+      auto groupLoop =
+          scf::ForOp::create(b, loc, c0, constantIndex(b, loc, chunk), c1);
+      OpBuilder::InsertionGuard groupGuard(b);
+      b.setInsertionPointToStart(groupLoop.getBody());
+      Value j = groupLoop.getInductionVar();
+      Value g = arith::AddIOp::create(b, loc, first, j);
+      RescaleOp::create(b, loc, groupSlice(b, loc, partials, j), packedScales,
+                        op.getNormPanels(), accum, sb, g, c0);
+    }
+
+    // The tile's rows and the super-block's channels that exist, to y.
+    auto rowCopy = scf::ForOp::create(b, loc, c0, validRows, c1);
+    b.setInsertionPointToStart(rowCopy.getBody());
+    Value r = rowCopy.getInductionVar();
+    Value outRow = arith::AddIOp::create(b, loc, row, r);
+    auto channelCopy = scf::ForOp::create(b, loc, c0, validChannels, c1);
+    b.setInsertionPointToStart(channelCopy.getBody());
+    Value c = channelCopy.getInductionVar();
+    Value value = memref::LoadOp::create(b, loc, accum, ValueRange{r, c});
+    Value channel =
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, sb, c64), c);
+    memref::StoreOp::create(b, loc, value, op.getY(), ValueRange{outRow, channel});
+  }
+
   void tile(PanelMatmulOp op) {
     OpBuilder b(op);
     Location loc = op.getLoc();
@@ -163,7 +272,7 @@ private:
       if (superBlockPartials && tile == 1)
         return memref::AllocaOp::create(
             b, loc,
-            MemRefType::get({1, ng, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+            MemRefType::get({ng, 1, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
       return memref::AllocaOp::create(b, loc, bufferType(tile, b.getI32Type()));
     };
     Value partials = partialsBuffer(tileRows);

@@ -221,34 +221,71 @@ def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
 }
 
 def CQ4P_PanelPartialsOp : CQ4P_Op<"panel_partials"> {
-  let summary = "exact int32 partials of one row over every group of a super-block";
+  let summary = "exact int32 partials of a row tile over consecutive groups of a super-block";
   let description = [{
-    `partials[0, g, c] = sum_k act[row, g*gs + k] * cb_i8[idx(64*sb + c,
-    g*gs + k)]` for every group g of super-block `sb`: the int32 partials of
-    `cq4p.panel_dot`, all groups at once, for a backend that computes them in
-    a unit of its own and leaves the rescale to the caller (SME2: one
-    streaming call per super-block, partials stored from ZA).
+    `partials[j, r, c] = sum_k A[r, (group_begin + j)*gs + k] *
+    cb_i8[idx(64*sb + c, (group_begin + j)*gs + k)]` for the G groups of
+    `partials` (`[G][R][64]`) from `group_begin`: the int32 partials of
+    `cq4p.panel_dot`, several groups at once, for a backend that computes
+    them in a unit of its own and leaves the rescale to its caller (SME2:
+    one streaming call, partials stored from ZA).
+
+    The activations are either rows of `act` (`[rows][K]`, one row: R = 1,
+    from `row`) or a packed tile (`[ng][gs/4][R][4]`, the SMOPA operand
+    order, `row` unused).
 
     Example:
 
     ```mlir
-    cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row
+    cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %g0
         : memref<32x12x32x128xi8>, memref<16xi8>, memref<1x1536xi8>,
-          memref<1x12x64xi32>
+          memref<12x1x64xi32>
     ```
   }];
   let arguments = (ins
     MemRefRankOf<[I8], [4]>:$panels,
     MemRefRankOf<[I8], [1]>:$cb_i8,
-    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[I8], [2, 4]>:$act,
     MemRefRankOf<[I32], [3]>:$partials,
     Index:$super_block,
+    Index:$row,
+    Index:$group_begin
+  );
+  let assemblyFormat = [{
+    $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $row `,`
+    $group_begin attr-dict `:` type($panels) `,` type($cb_i8) `,` type($act)
+    `,` type($partials)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_PackActivationTileOp : CQ4P_Op<"pack_activation_tile"> {
+  let summary = "packs a row tile of int8 activations for outer products";
+  let description = [{
+    `packed[g, kg, r, kc] = act[row + r, g*gs + 4*kg + kc]` and
+    `packed_scales[r, g] = act_scales[row + r, g]` for the R rows of the
+    tile, zeros for rows past the end of `act`: the operand order of a
+    4-way outer product (one load per kg-block gives the tile's 4 K values of
+    every row), padded so that a partial tile needs no special case.
+
+    Example:
+
+    ```mlir
+    cq4p.pack_activation_tile %act, %scales, %packed, %packed_scales, %row
+        : memref<?x1536xi8>, memref<?x12xf32>, memref<12x32x16x4xi8>,
+          memref<16x12xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[I8], [2]>:$act,
+    MemRefRankOf<[F32], [2]>:$act_scales,
+    MemRefRankOf<[I8], [4]>:$packed,
+    MemRefRankOf<[F32], [2]>:$packed_scales,
     Index:$row
   );
   let assemblyFormat = [{
-    $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $row
-    attr-dict `:` type($panels) `,` type($cb_i8) `,` type($act) `,`
-    type($partials)
+    $act `,` $act_scales `,` $packed `,` $packed_scales `,` $row attr-dict `:`
+    type($act) `,` type($act_scales) `,` type($packed) `,` type($packed_scales)
   }];
   let hasVerifier = 1;
 }
