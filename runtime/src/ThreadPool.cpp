@@ -37,15 +37,33 @@ inline void cpuRelax() {
 #endif
 }
 
-// The pool whose tasks the current thread is running, if any.
+// The pool whose tasks the current thread is running, if any, and the
+// thread index those tasks see.
 thread_local const ThreadPool *runningPool = nullptr;
+thread_local int runningThread = 0;
 
 struct RunningPoolScope {
-  const ThreadPool *saved;
-  explicit RunningPoolScope(const ThreadPool *pool) : saved(runningPool) {
+  const ThreadPool *savedPool;
+  int savedThread;
+  RunningPoolScope(const ThreadPool *pool, int thread)
+      : savedPool(runningPool), savedThread(runningThread) {
     runningPool = pool;
+    runningThread = thread;
   }
-  ~RunningPoolScope() { runningPool = saved; }
+  ~RunningPoolScope() {
+    runningPool = savedPool;
+    runningThread = savedThread;
+  }
+};
+
+// Adapts run()'s TaskFn to the ThreadTaskFn the pool runs.
+struct TaskWithoutThread {
+  ThreadPool::TaskFn fn;
+  void *context;
+  static void call(void *adapter, int64_t task, int) {
+    auto *self = static_cast<TaskWithoutThread *>(adapter);
+    self->fn(self->context, task);
+  }
 };
 
 } // namespace
@@ -118,7 +136,7 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
                        generation_.load(std::memory_order_acquire) == seen;
          ++spin)
       cpuRelax();
-    TaskFn fn;
+    ThreadTaskFn fn;
     void *context;
     int64_t taskCount;
     int participants;
@@ -137,7 +155,7 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
       taskCount = taskCount_;
       participants = participants_;
     }
-    drain(fn, context, taskCount);
+    drain(fn, context, taskCount, index + 1);
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == participants) {
       // Under the mutex: the caller tests the count and sleeps atomically
       // with respect to it, so this wake-up cannot fall between the two.
@@ -147,30 +165,38 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
   }
 }
 
-void ThreadPool::drain(TaskFn fn, void *context, int64_t taskCount) {
-  RunningPoolScope scope(this);
+void ThreadPool::drain(ThreadTaskFn fn, void *context, int64_t taskCount,
+                       int thread) {
+  RunningPoolScope scope(this, thread);
   for (;;) {
     int64_t task = nextTask_.fetch_add(1, std::memory_order_relaxed);
     if (task >= taskCount)
       return;
-    fn(context, task);
+    fn(context, task, thread);
   }
 }
 
 void ThreadPool::run(int64_t taskCount, TaskFn fn, void *context) {
+  TaskWithoutThread adapter{fn, context};
+  run(taskCount, &TaskWithoutThread::call, &adapter);
+}
+
+void ThreadPool::run(int64_t taskCount, ThreadTaskFn fn, void *context) {
   if (taskCount <= 0)
     return;
-  if (taskCount == 1 || runningPool == this) {
+  if (runningPool == this) {
     for (int64_t task = 0; task < taskCount; ++task)
-      fn(context, task);
+      fn(context, task, runningThread);
     return;
   }
   std::lock_guard<std::mutex> submit(submitMutex_);
-  if (workers_.empty()) {
-    // Marked as running: a nested loop must not wait for this lock.
-    RunningPoolScope scope(this);
+  if (taskCount == 1 || workers_.empty()) {
+    // Under the lock, as thread 0, and marked as running: a nested loop
+    // runs inline rather than waiting for this lock, and no other caller
+    // runs tasks as thread 0 meanwhile.
+    RunningPoolScope scope(this, 0);
     for (int64_t task = 0; task < taskCount; ++task)
-      fn(context, task);
+      fn(context, task, 0);
     return;
   }
   int participants =
@@ -186,7 +212,7 @@ void ThreadPool::run(int64_t taskCount, TaskFn fn, void *context) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   wakeWorkers_.notify_all();
-  drain(fn, context, taskCount);
+  drain(fn, context, taskCount, 0);
   for (int spin = 0; spin < kSpinIterations &&
                      finished_.load(std::memory_order_acquire) != participants;
        ++spin)

@@ -226,4 +226,126 @@ TEST(ThreadPool, IdleWorkersSleep) {
   expectEachTaskOnce(*pool, 64);
 }
 
+
+// As above, every thread holds one task at once; each reports its index:
+// the caller 0, the workers 1..nt-1, one index per thread.
+TEST(ThreadPool, TasksAreToldWhichThreadRunsThem) {
+  for (int threads : {1, 2, 3, 4}) {
+    auto pool = makePool(threads);
+    std::atomic<int> arrived{0};
+    std::atomic<bool> timedOut{false};
+    std::mutex seenMutex;
+    std::vector<std::thread::id> idOfIndex(static_cast<size_t>(threads));
+    std::vector<int> tasksOfIndex(size_t(threads), 0);
+    std::atomic<int> outOfRange{0};
+    pool->parallelFor(threads, [&](int64_t, int thread) {
+      if (thread < 0 || thread >= threads) {
+        outOfRange.fetch_add(1);
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(seenMutex);
+        idOfIndex[size_t(thread)] = std::this_thread::get_id();
+        ++tasksOfIndex[size_t(thread)];
+      }
+      arrived.fetch_add(1);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (arrived.load() < threads) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          timedOut = true;
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    ASSERT_EQ(outOfRange.load(), 0);
+    ASSERT_FALSE(timedOut) << threads << " threads never all held a task";
+    std::set<std::thread::id> distinct(idOfIndex.begin(), idOfIndex.end());
+    EXPECT_EQ(distinct.size(), size_t(threads)) << "two indices on one thread";
+    for (int index = 0; index < threads; ++index)
+      EXPECT_EQ(tasksOfIndex[size_t(index)], 1) << "index " << index;
+    EXPECT_EQ(idOfIndex[0], std::this_thread::get_id())
+        << "index 0 is not the calling thread";
+  }
+}
+
+// Over many short tasks, a thread keeps its index and an index its thread.
+TEST(ThreadPool, ThreadIndicesAreStableAcrossTasksAndLoops) {
+  auto pool = makePool(4);
+  std::mutex mutex;
+  std::vector<std::set<std::thread::id>> idsOfIndex(4);
+  std::atomic<int> outOfRange{0};
+  for (int round = 0; round < 50; ++round)
+    pool->parallelFor(64, [&](int64_t task, int thread) {
+      if (thread < 0 || thread >= 4) {
+        outOfRange.fetch_add(1);
+        return;
+      }
+      if (task % 5 == 0)
+        std::this_thread::yield();
+      std::lock_guard<std::mutex> lock(mutex);
+      idsOfIndex[size_t(thread)].insert(std::this_thread::get_id());
+    });
+  EXPECT_EQ(outOfRange.load(), 0);
+  std::set<std::thread::id> all;
+  for (int index = 0; index < 4; ++index) {
+    EXPECT_LE(idsOfIndex[size_t(index)].size(), 1u) << "index " << index;
+    all.insert(idsOfIndex[size_t(index)].begin(), idsOfIndex[size_t(index)].end());
+  }
+  size_t used = 0;
+  for (const auto &ids : idsOfIndex)
+    used += ids.size();
+  EXPECT_EQ(all.size(), used) << "one thread under two indices";
+  EXPECT_EQ(idsOfIndex[0].count(std::this_thread::get_id()), 1u);
+}
+
+// A one-task loop runs on the caller as thread 0; a nested loop's tasks run
+// inline with the index of the task that issued them; the untemplated
+// run() without an index still works.
+TEST(ThreadPool, OneTaskAndNestedLoopsKeepTheCallersIndex) {
+  for (int threads : {1, 3}) {
+    auto pool = makePool(threads);
+    int single = -1;
+    std::thread::id caller = std::this_thread::get_id(), ranOn;
+    pool->parallelFor(1, [&](int64_t, int thread) {
+      single = thread;
+      ranOn = std::this_thread::get_id();
+    });
+    EXPECT_EQ(single, 0);
+    EXPECT_EQ(ranOn, caller);
+
+    std::vector<std::atomic<int>> outerThread(6), mismatches(6);
+    for (size_t i = 0; i < 6; ++i) {
+      outerThread[i].store(-1);
+      mismatches[i].store(0);
+    }
+    pool->parallelFor(6, [&](int64_t outer, int thread) {
+      outerThread[size_t(outer)].store(thread);
+      std::thread::id self = std::this_thread::get_id();
+      pool->parallelFor(4, [&](int64_t, int inner) {
+        if (inner != thread || std::this_thread::get_id() != self)
+          mismatches[size_t(outer)].fetch_add(1);
+      });
+    });
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_GE(outerThread[i].load(), 0);
+      EXPECT_LT(outerThread[i].load(), threads);
+      EXPECT_EQ(mismatches[i].load(), 0) << "outer task " << i;
+    }
+
+    std::vector<std::atomic<int>> runs(20);
+    for (auto &r : runs)
+      r.store(0);
+    pool->run(
+        20,
+        ThreadPool::TaskFn([](void *context, int64_t task) {
+          (*static_cast<std::vector<std::atomic<int>> *>(context))[size_t(task)]
+              .fetch_add(1);
+        }),
+        &runs);
+    for (auto &r : runs)
+      EXPECT_EQ(r.load(), 1);
+  }
+}
+
 } // namespace

@@ -14,6 +14,14 @@
 // parallelFor issued from inside one of this pool's tasks runs its tasks
 // inline on the calling thread (it would otherwise wait for itself).
 //
+// Every task is told which of the pool's threads runs it: 0 for the thread
+// that called parallelFor, 1..threadCount()-1 for the workers (a nested
+// loop's tasks carry the index of the task that issued it). Loops being
+// serialised, at most one thread at a time runs this pool's tasks under a
+// given index, so a caller can reserve a resource for some indices: the
+// LinearLayer runs SME2 kernels on the first few only (Linear.h), since
+// the cores of an SME2 cluster share one SME unit.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_RUNTIME_THREADPOOL_H
@@ -58,26 +66,39 @@ public:
   /// why.
   Status setThreadCount(int threads);
 
-  /// Runs fn(task) for every task in [0, taskCount), spread over the pool's
-  /// threads; returns when all have finished (their writes are visible to
-  /// the caller then).
+  /// Runs fn(task), or fn(task, thread) when fn takes the thread's index
+  /// too, for every task in [0, taskCount), spread over the pool's threads;
+  /// returns when all have finished (their writes are visible to the caller
+  /// then).
   template <typename Fn> void parallelFor(int64_t taskCount, Fn &&fn) {
     using Callable = std::remove_reference_t<Fn>;
-    run(taskCount,
-        [](void *context, int64_t task) {
-          (*static_cast<Callable *>(context))(task);
-        },
-        const_cast<void *>(static_cast<const void *>(&fn)));
+    void *context = const_cast<void *>(static_cast<const void *>(&fn));
+    if constexpr (std::is_invocable_v<Callable &, int64_t, int>)
+      run(taskCount,
+          ThreadTaskFn([](void *context, int64_t task, int thread) {
+            (*static_cast<Callable *>(context))(task, thread);
+          }),
+          context);
+    else
+      run(taskCount,
+          ThreadTaskFn([](void *context, int64_t task, int) {
+            (*static_cast<Callable *>(context))(task);
+          }),
+          context);
   }
 
   using TaskFn = void (*)(void *context, int64_t task);
   /// parallelFor without the template: fn(context, task).
   void run(int64_t taskCount, TaskFn fn, void *context);
 
+  using ThreadTaskFn = void (*)(void *context, int64_t task, int thread);
+  /// parallelFor without the template: fn(context, task, thread).
+  void run(int64_t taskCount, ThreadTaskFn fn, void *context);
+
 private:
   struct WorkerSlot {
     ThreadPool *pool;
-    int index;
+    int index; // among the workers; the thread index its tasks see is index + 1
     uint64_t startGeneration; // the generation before the worker's first job
     pthread_t thread;
   };
@@ -85,7 +106,7 @@ private:
   ThreadPool() = default;
   static void *workerMain(void *slot);
   void workerLoop(int index, uint64_t seen);
-  void drain(TaskFn fn, void *context, int64_t taskCount);
+  void drain(ThreadTaskFn fn, void *context, int64_t taskCount, int thread);
   void stopWorkers();
 
   std::mutex submitMutex_; // one loop (or resize) at a time
@@ -97,10 +118,10 @@ private:
   std::atomic<uint64_t> generation_{0}; // written under mutex_
   bool stopping_ = false;
 
-  TaskFn fn_ = nullptr;
+  ThreadTaskFn fn_ = nullptr;
   void *context_ = nullptr;
   int64_t taskCount_ = 0;
-  int participants_ = 0; // workers 0..participants_-1 join the current job
+  int participants_ = 0; // worker slots 0..participants_-1 join the current job
   std::atomic<int64_t> nextTask_{0};
   std::atomic<int> finished_{0}; // participants done with the current job
 };
