@@ -34,7 +34,7 @@ LogicalResult lowerKernels(func::FuncOp func, DotTarget target) {
   WalkResult left = func.walk([](Operation *op) {
     if (isa<PanelDotOp, RescaleOp, QuantizeActivationsOp,
             RotateQuantizeActivationsOp, DecodeEmbeddingOp,
-            PackActivationTileOp, PanelPartialsOp>(op)) {
+            PackActivationTileOp, PanelPartialsOp, AttentionOp>(op)) {
       op->emitError() << "could not lower " << op->getName();
       return WalkResult::interrupt();
     }

@@ -38,6 +38,7 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -587,6 +588,139 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   }
 };
 
+/// Causal grouped-query attention, per query head and token: fp32 scores
+/// (4-wide dot products), a max-subtracted softmax, then the values
+/// weighted by it; the runtime's threads split the heads.
+struct AttentionLowering : public OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    int64_t dim = op.getHeadDim(), window = op.getWindow();
+    int64_t group = op.getNumHeads() / op.getNumKvHeads();
+    if (dim % 4 != 0)
+      return rewriter.notifyMatchFailure(op, "head dim must be a multiple of 4");
+    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1), c4 = cIndex(b, loc, 4);
+    Value cDim = cIndex(b, loc, dim);
+    Value seq = rowsOf(b, loc, op.getQ());
+    Value scores = memref::AllocaOp::create(
+        b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
+        ValueRange{seq});
+    Value accum = memref::AllocaOp::create(
+        b, loc, MemRefType::get({dim}, b.getF32Type()));
+    Value scale = arith::ConstantOp::create(b, loc, op.getScaleAttr());
+    Value minusInf = arith::ConstantOp::create(
+        b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+    Value zeros = splat(b, loc, f32x4, b.getF32FloatAttr(0.0f));
+
+    forRange(b, loc, op.getHeadBegin(), op.getHeadEnd(), [&](OpBuilder &b, Value h) {
+      Value kvHead = arith::DivUIOp::create(b, loc, h, cIndex(b, loc, group));
+      Value qBase = arith::MulIOp::create(b, loc, h, cDim);
+      Value kBase = arith::MulIOp::create(b, loc, kvHead, cDim);
+      forRange(b, loc, c0, seq, [&](OpBuilder &b, Value i) {
+        Value first = c0;
+        if (window > 0) {
+          // max(0, i + 1 - window)
+          Value next = arith::AddIOp::create(b, loc, i, c1);
+          Value cWindow = cIndex(b, loc, window);
+          Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
+                                               next, cWindow);
+          first = arith::SelectOp::create(
+              b, loc, inside, arith::SubIOp::create(b, loc, next, cWindow), c0);
+        }
+        Value last = arith::AddIOp::create(b, loc, i, c1);
+        // Scores and their maximum.
+        auto scoreLoop = scf::ForOp::create(b, loc, first, last, c1,
+                                            ValueRange{minusInf});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(scoreLoop.getBody());
+          Value j = scoreLoop.getInductionVar();
+          auto dot = scf::ForOp::create(b, loc, c0, cDim, c4, ValueRange{zeros});
+          {
+            OpBuilder::InsertionGuard dotGuard(b);
+            b.setInsertionPointToStart(dot.getBody());
+            Value d = dot.getInductionVar();
+            Value qv = vector::LoadOp::create(
+                b, loc, f32x4, op.getQ(),
+                ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
+            Value kv = vector::LoadOp::create(
+                b, loc, f32x4, op.getK(),
+                ValueRange{j, arith::AddIOp::create(b, loc, kBase, d)});
+            scf::YieldOp::create(
+                b, loc,
+                ValueRange{arith::AddFOp::create(b, loc, dot.getRegionIterArgs()[0],
+                                                 arith::MulFOp::create(b, loc, qv, kv))});
+          }
+          Value sum = vector::ReductionOp::create(
+              b, loc, vector::CombiningKind::ADD, dot.getResult(0));
+          Value score = arith::MulFOp::create(b, loc, sum, scale);
+          memref::StoreOp::create(b, loc, score, scores, j);
+          scf::YieldOp::create(
+              b, loc,
+              ValueRange{arith::MaximumFOp::create(
+                  b, loc, scoreLoop.getRegionIterArgs()[0], score)});
+        }
+        Value maximum = scoreLoop.getResult(0);
+        // exp(score - max) and their sum.
+        auto expLoop = scf::ForOp::create(b, loc, first, last, c1, ValueRange{zero});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(expLoop.getBody());
+          Value j = expLoop.getInductionVar();
+          Value e = math::ExpOp::create(
+              b, loc,
+              arith::SubFOp::create(b, loc,
+                                    memref::LoadOp::create(b, loc, scores, j),
+                                    maximum));
+          memref::StoreOp::create(b, loc, e, scores, j);
+          scf::YieldOp::create(
+              b, loc,
+              ValueRange{arith::AddFOp::create(b, loc, expLoop.getRegionIterArgs()[0], e)});
+        }
+        Value inverse = arith::DivFOp::create(
+            b, loc, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)),
+            expLoop.getResult(0));
+        // out[i, h] = sum_j p_j v[j, kv head] / sum
+        forRange(b, loc, c0, cDim, [&](OpBuilder &b, Value d) {
+          memref::StoreOp::create(b, loc, zero, accum, d);
+        });
+        forRange(b, loc, first, last, [&](OpBuilder &b, Value j) {
+          Value p = vector::BroadcastOp::create(
+              b, loc, f32x4, memref::LoadOp::create(b, loc, scores, j));
+          auto valueLoop = scf::ForOp::create(b, loc, c0, cDim, c4);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(valueLoop.getBody());
+          Value d = valueLoop.getInductionVar();
+          Value vv = vector::LoadOp::create(
+              b, loc, f32x4, op.getV(),
+              ValueRange{j, arith::AddIOp::create(b, loc, kBase, d)});
+          Value acc = vector::LoadOp::create(b, loc, f32x4, accum, d);
+          vector::StoreOp::create(
+              b, loc,
+              arith::AddFOp::create(b, loc, acc, arith::MulFOp::create(b, loc, p, vv)),
+              accum, d);
+        });
+        Value inverses = vector::BroadcastOp::create(b, loc, f32x4, inverse);
+        auto outLoop = scf::ForOp::create(b, loc, c0, cDim, c4);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(outLoop.getBody());
+        Value d = outLoop.getInductionVar();
+        Value acc = vector::LoadOp::create(b, loc, f32x4, accum, d);
+        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, acc, inverses),
+                                op.getOut(),
+                                ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
+      });
+    });
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 struct PackActivationTileLowering
     : public OpRewritePattern<PackActivationTileOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -648,5 +782,5 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   patterns.add<PanelDotLowering>(ctx, target);
   patterns.add<RescaleLowering, QuantizeActivationsLowering,
                RotateQuantizeActivationsLowering, DecodeEmbeddingLowering,
-               PackActivationTileLowering>(ctx);
+               PackActivationTileLowering, AttentionLowering>(ctx);
 }

@@ -76,7 +76,7 @@ std::string kernelLabel(size_t index, const cq4p_kernel_desc &kernel) {
 }
 
 bool isKnownOp(uint32_t op) {
-  return op >= CQ4P_KERNEL_QUANTIZE_HADAMARD && op <= CQ4P_KERNEL_EMBEDDING;
+  return op >= CQ4P_KERNEL_QUANTIZE_HADAMARD && op <= CQ4P_KERNEL_ATTENTION;
 }
 
 bool isKnownTarget(uint32_t target) {
@@ -175,6 +175,8 @@ std::string kernelOpName(uint32_t op) {
     return "MATMUL";
   case CQ4P_KERNEL_EMBEDDING:
     return "EMBEDDING";
+  case CQ4P_KERNEL_ATTENTION:
+    return "ATTENTION";
   default:
     return "op " + str(op);
   }
@@ -240,8 +242,8 @@ Status validateKernelTable(const std::string &path,
       return refuse("entry", "a function", "null");
     if (!isKnownOp(kernel.op))
       return refuse("op",
-                    "1..4 (QUANTIZE_HADAMARD, QUANTIZE_ORTHOGONAL, MATMUL, "
-                    "EMBEDDING)",
+                    "1..5 (QUANTIZE_HADAMARD, QUANTIZE_ORTHOGONAL, MATMUL, "
+                    "EMBEDDING, ATTENTION)",
                     str(kernel.op));
     if (!isKnownTarget(kernel.target))
       return refuse("target", "1..3 (host, aarch64-neon, aarch64-sme2)",
@@ -255,10 +257,19 @@ Status validateKernelTable(const std::string &path,
       return refuse("k", "> 0", "0");
     if (kernel.group_size == 0)
       return refuse("group_size", "> 0", "0");
-    if (kernel.k % kernel.group_size != 0)
+    // Attention records heads in n and kv heads in group_size.
+    bool attention = kernel.op == CQ4P_KERNEL_ATTENTION;
+    if (attention && kernel.n % kernel.group_size != 0)
+      return refuse("group_size",
+                    "a divisor of the heads (" + str(kernel.n) + ")",
+                    str(kernel.group_size));
+    if (!attention && kernel.k % kernel.group_size != 0)
       return refuse("group_size",
                     "a divisor of K (" + str(kernel.k) + ")",
                     str(kernel.group_size));
+    if (!attention && kernel.window != 0)
+      return refuse("window", "0 (only attention has a window)",
+                    str(kernel.window));
     if (kernel.orthogonal > 1)
       return refuse("orthogonal", "0 or 1", str(kernel.orthogonal));
     if (kernel.op == CQ4P_KERNEL_QUANTIZE_HADAMARD && kernel.orthogonal)

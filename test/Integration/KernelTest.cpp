@@ -247,6 +247,88 @@ TEST(Kernels, ALibraryForAnotherMachineIsRefused) {
   std::printf("refusal: %s\n", status.message().c_str());
 }
 
+/// The attention kernel of `library` for these parameters, or null.
+cq4p_attention_fn attentionKernel(const KernelLibrary &lib, uint64_t heads,
+                                  uint64_t kvHeads, uint64_t dim,
+                                  uint32_t window) {
+  for (size_t i = 0; i < lib.kernelCount(); ++i) {
+    const cq4p_kernel_desc &kernel = lib.kernel(i);
+    if (kernel.op == CQ4P_KERNEL_ATTENTION && kernel.n == heads &&
+        kernel.k == dim && kernel.group_size == kvHeads &&
+        kernel.window == window)
+      return reinterpret_cast<cq4p_attention_fn>(const_cast<void *>(kernel.entry));
+  }
+  return nullptr;
+}
+
+/// Causal grouped-query attention in fp64, written plainly.
+std::vector<double> referenceAttention(const std::vector<float> &q,
+                                       const std::vector<float> &k,
+                                       const std::vector<float> &v, int64_t seq,
+                                       int64_t heads, int64_t kvHeads,
+                                       int64_t dim, int64_t window, double scale) {
+  std::vector<double> out(size_t(seq * heads * dim), 0.0);
+  for (int64_t h = 0; h < heads; ++h) {
+    int64_t kvh = h / (heads / kvHeads);
+    for (int64_t i = 0; i < seq; ++i) {
+      int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      std::vector<double> p;
+      double maximum = -1e300;
+      for (int64_t j = first; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < dim; ++d)
+          s += double(q[(i * heads + h) * dim + d]) * k[(j * kvHeads + kvh) * dim + d];
+        p.push_back(s * scale);
+        maximum = std::max(maximum, p.back());
+      }
+      double sum = 0;
+      for (double &x : p)
+        sum += (x = std::exp(x - maximum));
+      for (int64_t j = first; j <= i; ++j)
+        for (int64_t d = 0; d < dim; ++d)
+          out[(i * heads + h) * dim + d] +=
+              p[j - first] / sum * v[(j * kvHeads + kvh) * dim + d];
+    }
+  }
+  return out;
+}
+
+/// Runs every attention case through `lib` and checks it against fp64.
+void checkAttention(const KernelLibrary &lib, const std::string &label) {
+  struct Case {
+    int64_t dim, window;
+  } cases[] = {{64, 0}, {256, 0}, {64, 32}};
+  const int64_t heads = 8, kvHeads = 4;
+  uint32_t seed = 300;
+  for (const Case &c : cases) {
+    cq4p_attention_fn kernel =
+        attentionKernel(lib, heads, kvHeads, c.dim, uint32_t(c.window));
+    ASSERT_NE(kernel, nullptr) << "no attention kernel for d " << c.dim;
+    for (int64_t seq : {1, 17, 128}) {
+      std::string name = label + "attention d" + std::to_string(c.dim) +
+                         (c.window ? " w" + std::to_string(c.window) : "") +
+                         " S" + std::to_string(seq);
+      SCOPED_TRACE(name);
+      std::vector<float> q = randomActivations(seq, heads * c.dim, seed++);
+      std::vector<float> k = randomActivations(seq, kvHeads * c.dim, seed++);
+      std::vector<float> v = randomActivations(seq, kvHeads * c.dim, seed++);
+      std::vector<float> out(q.size(), std::nanf(""));
+      double scale = 1.0 / std::sqrt(double(c.dim));
+      // Two calls over head ranges, as two threads would make them.
+      kernel(q.data(), k.data(), v.data(), out.data(), seq, 0, 3);
+      kernel(q.data(), k.data(), v.data(), out.data(), seq, 3, heads);
+      Errors e = compare(out, referenceAttention(q, k, v, seq, heads, kvHeads,
+                                                 c.dim, c.window, scale));
+      measured()[name] = e;
+      EXPECT_LT(e.relative, 0.01);
+    }
+  }
+}
+
+TEST(Kernels, PrefillAttentionMatchesTheFp64Oracle) {
+  checkAttention(library(), "");
+}
+
 #ifdef CQ4P_TEST_SME2_KERNEL_LIBRARY
 
 bool cpuRunsSme2(const CpuFeatures &cpu) {

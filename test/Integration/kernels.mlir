@@ -103,3 +103,20 @@ func.func @embed(%ids: tensor<?xi64>, %w: !cq4p.weight<1024x1536, gs = 128, orth
   %rows = cq4p.embedding %ids, %w : tensor<?xi64>, !cq4p.weight<1024x1536, gs = 128, orthogonal, panels> -> tensor<?x1536xf32>
   return %rows : tensor<?x1536xf32>
 }
+
+// Prefill attention, 8 query / 4 kv heads: head dims 64 and 256, causal, and
+// a 32-token sliding window.
+func.func @attention_d64(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
+  return %o : tensor<?x512xf32>
+}
+
+func.func @attention_d256(%q: tensor<?x2048xf32>, %k: tensor<?x1024xf32>, %v: tensor<?x1024xf32>) -> tensor<?x2048xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 256 : i64, window = 0 : i64, scale = 0.0625 : f32} : tensor<?x2048xf32>, tensor<?x1024xf32>, tensor<?x1024xf32> -> tensor<?x2048xf32>
+  return %o : tensor<?x2048xf32>
+}
+
+func.func @attention_d64_window(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 32 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
+  return %o : tensor<?x512xf32>
+}

@@ -2,8 +2,9 @@
 //
 //   cq4p-compile model.mlir --target=aarch64-neon -o libmodel.so
 //
-// Lowers every cq4p.linear / cq4p.embedding of the input through the
-// target's kernel pipeline (cq4p-neon-pipeline or cq4p-host-pipeline),
+// Lowers every cq4p.linear / cq4p.embedding / cq4p.prefill_attention of the
+// input through the target's kernel pipeline (cq4p-neon-pipeline,
+// cq4p-sme2-pipeline or cq4p-host-pipeline),
 // translates the result to LLVM IR, optimizes and generates code in
 // process with LLVM, and links a shared library with lld (also in process)
 // that exports the C-ABI kernels and `cq4p_kernel_table`
@@ -241,10 +242,12 @@ int main(int argc, char **argv) {
 
   bool hasWork = false;
   module->walk([&](Operation *op) {
-    hasWork |= isa<cq4p::LinearOp, cq4p::EmbeddingOp>(op);
+    hasWork |= isa<cq4p::LinearOp, cq4p::EmbeddingOp,
+                   cq4p::PrefillAttentionOp>(op);
   });
   if (!hasWork)
-    return fail(inputFile + " has no cq4p.linear or cq4p.embedding to compile");
+    return fail(inputFile + " has no cq4p.linear, cq4p.embedding or "
+                            "cq4p.prefill_attention to compile");
 
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;

@@ -27,13 +27,14 @@
 extern "C" {
 #endif
 
-#define CQ4P_KERNEL_ABI_VERSION 1u
+#define CQ4P_KERNEL_ABI_VERSION 2u
 
 typedef enum cq4p_kernel_op {
   CQ4P_KERNEL_QUANTIZE_HADAMARD = 1,   /* cq4p_quantize_fn */
   CQ4P_KERNEL_QUANTIZE_ORTHOGONAL = 2, /* cq4p_quantize_fn (via rotation_t) */
   CQ4P_KERNEL_MATMUL = 3,              /* cq4p_matmul_fn */
-  CQ4P_KERNEL_EMBEDDING = 4            /* cq4p_embedding_fn */
+  CQ4P_KERNEL_EMBEDDING = 4,           /* cq4p_embedding_fn */
+  CQ4P_KERNEL_ATTENTION = 5            /* cq4p_attention_fn */
 } cq4p_kernel_op;
 
 typedef enum cq4p_target {
@@ -87,6 +88,19 @@ typedef void (*cq4p_embedding_fn)(const cq4p_weight_view *weight,
                                   const int64_t *ids, float *out,
                                   int64_t count);
 
+/* Causal prefill attention with grouped-query heads (FORMAT-independent):
+ * q, out: [seq][heads * head_dim]; k, v: [seq][kv_heads * head_dim], fp32.
+ * Query head h attends with kv head h / (heads / kv_heads) to keys
+ * j <= i (and j > i - window when window > 0). Heads [head_begin,
+ * head_end) are computed. */
+typedef void (*cq4p_attention_fn)(const float *q, const float *k,
+                                  const float *v, float *out, int64_t seq,
+                                  int64_t head_begin, int64_t head_end);
+
+/* For MATMUL kernels `orthogonal` is ignored (panel bytes mean the same
+ * whatever rotated the weights); quantize kernels record n = 1 (they do not
+ * depend on N); ATTENTION kernels record n = heads, k = head_dim,
+ * group_size = kv_heads and window. */
 typedef struct cq4p_kernel_desc {
   const char *name;
   uint32_t op;        /* cq4p_kernel_op */
@@ -99,6 +113,8 @@ typedef struct cq4p_kernel_desc {
   uint32_t min_rows;  /* rows the kernel accepts: [min_rows, max_rows] */
   uint32_t max_rows;  /* 0: no upper bound */
   const void *entry;  /* the function, of the op's type */
+  uint32_t window;    /* ATTENTION: sliding window (0: none); 0 otherwise */
+  uint32_t reserved;  /* 0 */
 } cq4p_kernel_desc;
 
 typedef struct cq4p_kernel_table {

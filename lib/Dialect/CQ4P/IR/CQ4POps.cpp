@@ -312,3 +312,57 @@ LogicalResult DecodeEmbeddingOp::verify() {
       .sameRows("the ids", getIds(), "the output", getOut());
   return check.failed;
 }
+
+/// The shape rules shared by the graph-level and the kernel-level attention.
+static LogicalResult verifyAttentionShapes(Operation *op, ShapedType q,
+                                           ShapedType k, ShapedType v,
+                                           ShapedType out, int64_t heads,
+                                           int64_t kvHeads, int64_t headDim,
+                                           int64_t window) {
+  if (heads <= 0 || kvHeads <= 0 || headDim <= 0 || window < 0)
+    return op->emitOpError() << "expected positive heads (" << heads
+                             << "), kv heads (" << kvHeads << ") and head dim ("
+                             << headDim << "), and a window >= 0 (" << window
+                             << ")";
+  if (heads % kvHeads != 0)
+    return op->emitOpError() << "expected the kv heads (" << kvHeads
+                             << ") to divide the heads (" << heads << ")";
+  struct Operand {
+    const char *name;
+    ShapedType type;
+    int64_t width;
+  } operands[] = {{"q", q, heads * headDim},
+                  {"k", k, kvHeads * headDim},
+                  {"v", v, kvHeads * headDim},
+                  {"the output", out, heads * headDim}};
+  for (const Operand &operand : operands) {
+    if (operand.type.getRank() != 2)
+      return op->emitOpError() << "expected " << operand.name
+                               << " to have rank 2 ([S, heads * head_dim]), got rank "
+                               << operand.type.getRank();
+    if (operand.type.getDimSize(1) != operand.width)
+      return op->emitOpError() << "expected " << operand.name << "'s width ("
+                               << formatDim(operand.type.getDimSize(1))
+                               << ") to be " << operand.width;
+    if (operand.type.getDimSize(0) != q.getDimSize(0))
+      return op->emitOpError() << "expected " << operand.name
+                               << " to have q's sequence length ("
+                               << formatDim(q.getDimSize(0)) << "), got "
+                               << formatDim(operand.type.getDimSize(0));
+  }
+  return success();
+}
+
+LogicalResult PrefillAttentionOp::verify() {
+  return verifyAttentionShapes(*this, getQ().getType(), getK().getType(),
+                               getV().getType(), getResult().getType(),
+                               getNumHeads(), getNumKvHeads(), getHeadDim(),
+                               getWindow());
+}
+
+LogicalResult AttentionOp::verify() {
+  return verifyAttentionShapes(
+      *this, cast<ShapedType>(getQ().getType()), cast<ShapedType>(getK().getType()),
+      cast<ShapedType>(getV().getType()), cast<ShapedType>(getOut().getType()),
+      getNumHeads(), getNumKvHeads(), getHeadDim(), getWindow());
+}

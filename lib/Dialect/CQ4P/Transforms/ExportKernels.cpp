@@ -60,6 +60,11 @@ std::optional<AbiSignature> signatureOf(StringRef op) {
                         {"weight", "ids", "out", "count"},
                         3,
                         "count"};
+  if (op == "attention")
+    return AbiSignature{CQ4P_KERNEL_ATTENTION,
+                        {"q", "k", "v", "out", "seq", "head_begin", "head_end"},
+                        4,
+                        "seq"};
   return std::nullopt;
 }
 
@@ -86,6 +91,7 @@ struct ExportedKernel {
   int64_t n, k, groupSize, minRows, maxRows;
   bool orthogonal;
   LLVM::LLVMFuncOp entry;
+  int64_t window;
 };
 
 class ExportKernels
@@ -242,7 +248,8 @@ private:
                           intOf("max_rows"),
                           info.getAs<BoolAttr>("orthogonal") &&
                               info.getAs<BoolAttr>("orthogonal").getValue(),
-                          wrapper};
+                          wrapper,
+                          intOf("window")};
   }
 
   void emitTable(ModuleOp module, ArrayRef<ExportedKernel> kernels,
@@ -254,7 +261,8 @@ private:
     auto i32 = IntegerType::get(ctx, 32), i64 = IntegerType::get(ctx, 64);
     // struct cq4p_kernel_desc
     auto descType = LLVM::LLVMStructType::getLiteral(
-        ctx, {ptrType, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptrType});
+        ctx, {ptrType, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptrType,
+              i32, i32});
     auto tableType = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, ptrType});
 
     SmallVector<LLVM::GlobalOp> names;
@@ -292,6 +300,8 @@ private:
             field(i32, kernel.minRows),
             field(i32, kernel.maxRows),
             LLVM::AddressOfOp::create(b, loc, kernel.entry),
+            field(i32, kernel.window),
+            field(i32, 0),
         };
         for (auto [f, value] : llvm::enumerate(values))
           desc = LLVM::InsertValueOp::create(b, loc, desc, value,

@@ -32,6 +32,9 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/bit.h"
+
+#include <cmath>
 
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CQ4PLOWERTOKERNELS
@@ -52,12 +55,21 @@ struct KernelParam {
 
 struct KernelSpec {
   std::string name;
-  StringRef op; ///< quantize_hadamard, quantize_orthogonal, matmul, embedding
-  WeightType weight;
-  bool perWeightRows = true; ///< false: the kernel does not depend on N
-  bool rotationAgnostic = false; ///< true: serves either rotation family
+  StringRef op; ///< quantize_hadamard, quantize_orthogonal, matmul,
+                ///< embedding, attention
+  /// What the kernel table records (kernel_abi.h): N, K, group size and
+  /// rotation of the weight; heads, head dim and kv heads for attention.
+  int64_t n = 0, k = 0, groupSize = 0, window = 0;
+  bool orthogonal = false;
   int64_t minRows, maxRows; ///< maxRows 0: unbounded
   SmallVector<KernelParam> params;
+
+  void describeWeight(WeightType w) {
+    n = w.getN();
+    k = w.getK();
+    groupSize = w.getGroupSize();
+    orthogonal = w.getRotation() == Rotation::orthogonal;
+  }
 };
 
 class KernelBuilder {
@@ -82,18 +94,15 @@ public:
     b.setInsertionPointToEnd(module.getBody());
     auto func = b.create<func::FuncOp>(loc, spec.name,
                                        b.getFunctionType(types, {}));
-    WeightType w = spec.weight;
     func->setAttr(
         "cq4p.kernel",
         b.getDictionaryAttr({
             b.getNamedAttr("op", b.getStringAttr(spec.op)),
-            b.getNamedAttr("n",
-                           b.getI64IntegerAttr(spec.perWeightRows ? w.getN() : 1)),
-            b.getNamedAttr("k", b.getI64IntegerAttr(w.getK())),
-            b.getNamedAttr("group_size", b.getI64IntegerAttr(w.getGroupSize())),
-            b.getNamedAttr("orthogonal",
-                           b.getBoolAttr(!spec.rotationAgnostic &&
-                                         w.getRotation() == Rotation::orthogonal)),
+            b.getNamedAttr("n", b.getI64IntegerAttr(spec.n)),
+            b.getNamedAttr("k", b.getI64IntegerAttr(spec.k)),
+            b.getNamedAttr("group_size", b.getI64IntegerAttr(spec.groupSize)),
+            b.getNamedAttr("window", b.getI64IntegerAttr(spec.window)),
+            b.getNamedAttr("orthogonal", b.getBoolAttr(spec.orthogonal)),
             b.getNamedAttr("min_rows", b.getI64IntegerAttr(spec.minRows)),
             b.getNamedAttr("max_rows", b.getI64IntegerAttr(spec.maxRows)),
             b.getNamedAttr("params", b.getArrayAttr(names)),
@@ -140,6 +149,8 @@ public:
           failed = true;
         else
           lowerLinear(linear, kernels);
+      } else if (auto attention = dyn_cast<PrefillAttentionOp>(op)) {
+        lowerAttention(attention, kernels);
       } else if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
         if (!checkPanels(op, embedding.getWeight().getType()))
           failed = true;
@@ -177,8 +188,8 @@ private:
 
     // The activation kernel, shared by the GEMV and the GEMM.
     KernelSpec quantize;
-    quantize.weight = w;
-    quantize.perWeightRows = false;
+    quantize.describeWeight(w);
+    quantize.n = 1; // the activation transform does not depend on N
     quantize.minRows = 1;
     quantize.maxRows = 0;
     MemRefType xType = MemRefType::get({kDynamic, k}, f32);
@@ -236,9 +247,9 @@ private:
       matmul.name =
           std::string(single ? "cq4p_gemv_" : "cq4p_gemm_") + shapeName(w);
       matmul.op = "matmul";
-      matmul.weight = w;
+      matmul.describeWeight(w);
       // The panel bytes and their rescale do not depend on the rotation.
-      matmul.rotationAgnostic = true;
+      matmul.orthogonal = false;
       matmul.minRows = single ? 1 : 2;
       matmul.maxRows = single ? 1 : 0;
       matmul.params = {
@@ -261,6 +272,42 @@ private:
     linear->setAttr("cq4p.kernels", ArrayAttr::get(ctx, refs));
   }
 
+  void lowerAttention(PrefillAttentionOp attention, KernelBuilder &kernels) {
+    MLIRContext *ctx = &getContext();
+    int64_t heads = attention.getNumHeads(), kvHeads = attention.getNumKvHeads();
+    int64_t dim = attention.getHeadDim(), window = attention.getWindow();
+    KernelSpec spec;
+    spec.name = "cq4p_attention_h" + std::to_string(heads) + "_kv" +
+                std::to_string(kvHeads) + "_d" + std::to_string(dim) +
+                (window ? "_w" + std::to_string(window) : "");
+    // The scale is part of what the kernel computes.
+    float scale = attention.getScale().convertToFloat();
+    if (scale != float(1.0 / std::sqrt(double(dim))))
+      spec.name += "_s" + std::to_string(llvm::bit_cast<uint32_t>(scale));
+    spec.op = "attention";
+    spec.n = heads;
+    spec.k = dim;
+    spec.groupSize = kvHeads;
+    spec.window = window;
+    spec.minRows = 1;
+    spec.maxRows = 0;
+    Type f32 = Float32Type::get(ctx), index = IndexType::get(ctx);
+    MemRefType wide = MemRefType::get({kDynamic, heads * dim}, f32);
+    MemRefType narrow = MemRefType::get({kDynamic, kvHeads * dim}, f32);
+    spec.params = {{"q", wide},          {"k", narrow},
+                   {"v", narrow},        {"out", wide},
+                   {"head_begin", index}, {"head_end", index}};
+    FlatSymbolRefAttr ref = kernels.getOrCreate(
+        spec, [&](OpBuilder &b, Location loc, ValueRange args) {
+          AttentionOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
+                              args[5], attention.getNumHeadsAttr(),
+                              attention.getNumKvHeadsAttr(),
+                              attention.getHeadDimAttr(), attention.getWindowAttr(),
+                              attention.getScaleAttr());
+        });
+    attention->setAttr("cq4p.kernels", ArrayAttr::get(ctx, {ref}));
+  }
+
   void lowerEmbedding(EmbeddingOp embedding, KernelBuilder &kernels) {
     MLIRContext *ctx = &getContext();
     WeightType w = embedding.getWeight().getType();
@@ -269,7 +316,7 @@ private:
     KernelSpec spec;
     spec.name = "cq4p_embedding_" + std::to_string(n) + "x" + std::to_string(k);
     spec.op = "embedding";
-    spec.weight = w;
+    spec.describeWeight(w);
     spec.minRows = 1;
     spec.maxRows = 0;
     spec.params = {

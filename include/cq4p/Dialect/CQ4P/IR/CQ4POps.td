@@ -63,6 +63,35 @@ def CQ4P_EmbeddingOp : CQ4P_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
+def CQ4P_PrefillAttentionOp : CQ4P_Op<"prefill_attention", [Pure]> {
+  let summary = "causal grouped-query attention over a prefill";
+  let description = [{
+    For query head h and token i: `out[i, h] = sum_j p_j v[j, h / (H /
+    Hkv)]`, `p = softmax_j(scale * q[i, h] . k[j, h / (H / Hkv)])` over the
+    keys j <= i (and j > i - window when `window` > 0). q and the result are
+    `[S, H * D]`, k and v `[S, Hkv * D]`, fp32.
+
+    Example:
+
+    ```mlir
+    %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64,
+        num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64,
+        scale = 0.125 : f32}
+        : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
+    ```
+  }];
+  let arguments = (ins
+    RankedTensorOf<[F32]>:$q, RankedTensorOf<[F32]>:$k, RankedTensorOf<[F32]>:$v,
+    I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
+    I64Attr:$window, F32Attr:$scale);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Kernel-level ops: the compute contract, step by step, on buffers.
 //===----------------------------------------------------------------------===//
@@ -352,6 +381,35 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
     $ids `,` $out attr-dict `:` type($panels) `,` type($norms) `,`
     type($codebook) `,` type($rotation) `,` type($input_scale_recip) `,`
     type($ids) `,` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_AttentionOp : CQ4P_Op<"attention"> {
+  let summary = "causal grouped-query attention of query heads [head_begin, head_end)";
+  let description = [{
+    The kernel of `cq4p.prefill_attention` on buffers, for the query heads
+    `[head_begin, head_end)` (the unit the runtime's threads share): scores
+    in fp32, a max-subtracted softmax, then the weighted sum of the values.
+
+    Example:
+
+    ```mlir
+    cq4p.attention %q, %k, %v, %out, %h0, %h1 {num_heads = 8 : i64,
+        num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64,
+        scale = 0.125 : f32}
+        : memref<?x512xf32>, memref<?x256xf32>, memref<?x256xf32>, memref<?x512xf32>
+    ```
+  }];
+  let arguments = (ins
+    MemRefRankOf<[F32], [2]>:$q, MemRefRankOf<[F32], [2]>:$k,
+    MemRefRankOf<[F32], [2]>:$v, MemRefRankOf<[F32], [2]>:$out,
+    Index:$head_begin, Index:$head_end,
+    I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
+    I64Attr:$window, F32Attr:$scale);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $out `,` $head_begin `,` $head_end attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($out)
   }];
   let hasVerifier = 1;
 }
