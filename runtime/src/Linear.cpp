@@ -114,6 +114,48 @@ Status LinearLayer::bind(const KernelLibrary &library, const TensorFile &file,
   return Status::ok();
 }
 
+Status LinearLayer::attachSme2(const KernelLibrary &sme2) {
+  std::vector<const cq4p_kernel_desc *> kernels = sme2.find(
+      CQ4P_KERNEL_MATMUL, n(), k(), groupSize(), orthogonal());
+  if (kernels.empty())
+    return missingKernel(sme2, *file_, CQ4P_KERNEL_MATMUL,
+                         shapeText(*file_, true) + " for the SME workers");
+  for (const cq4p_kernel_desc *kernel : kernels)
+    if (kernel->target != CQ4P_TARGET_AARCH64_SME2)
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    path() + ": the SME workers need aarch64-sme2 MATMUL "
+                             "kernels; " +
+                        sme2.path() + " has " + describeKernel(*kernel));
+  sme2Library_ = &sme2;
+  sme2MatmulKernels_ = std::move(kernels);
+  return Status::ok();
+}
+
+Status LinearLayer::setSmeWorkers(int count) {
+  if (count < 0 || count > ThreadPool::kMaxThreads)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  path() + ": SME workers: expected 0.." +
+                      std::to_string(ThreadPool::kMaxThreads) +
+                      " (0 disables them), found " + std::to_string(count));
+  smeWorkers_ = count;
+  return Status::ok();
+}
+
+int LinearLayer::smeThreadsFor(int threads) const {
+  if (sme2Library_ == nullptr || smeWorkers_ == 0 || threads < 1)
+    return 0;
+  if (threads == 1)
+    return 1;
+  return std::min(smeWorkers_, threads - 1);
+}
+
+int64_t LinearRunTrace::tasksOn(Backend backend) const {
+  return std::count_if(matmulTasks.begin(), matmulTasks.end(),
+                       [&](const MatmulTask &task) {
+                         return task.backend == backend;
+                       });
+}
+
 Status LinearLayer::setSuperBlocksPerTask(int64_t count) {
   if (count < 1)
     return Status(CQ4P_ERROR_ARGUMENT,
@@ -131,8 +173,13 @@ const cq4p_kernel_desc *LinearLayer::matmulKernelFor(int64_t rows) const {
   return firstTaking(matmulKernels_, rows);
 }
 
+const cq4p_kernel_desc *LinearLayer::sme2MatmulKernelFor(int64_t rows) const {
+  return firstTaking(sme2MatmulKernels_, rows);
+}
+
 Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
-                        int64_t rows, ActivationScratch &scratch) const {
+                        int64_t rows, ActivationScratch &scratch,
+                        LinearRunTrace *trace) const {
   if (rows < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   path() + ": run: rows: expected >= 0, found " +
@@ -163,27 +210,46 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
   int8_t *activations = scratch.activations();
   float *scales = scratch.scales();
   const cq4p_weight_view *weight = &weight_.view();
+  int threads = pool.threadCount();
 
   // Phase 1: groups across threads, every row in each task. Quantizing is a
   // small share of the work, so one task per thread is enough.
   auto quantizeFn = entryAs<cq4p_quantize_fn>(*quantize);
   int64_t groups = numGroups();
-  int64_t groupsPerTask =
-      ceilDiv(groups, std::min<int64_t>(groups, pool.threadCount()));
+  int64_t groupsPerTask = ceilDiv(groups, std::min<int64_t>(groups, threads));
   pool.parallelFor(ceilDiv(groups, groupsPerTask), [&](int64_t task) {
     int64_t begin = task * groupsPerTask;
     int64_t end = std::min(groups, begin + groupsPerTask);
     quantizeFn(weight, x, activations, scales, rows, begin, end);
   });
 
-  // Phase 2: super-blocks across threads.
-  auto matmulFn = entryAs<cq4p_matmul_fn>(*matmul);
+  // Phase 2: super-blocks across threads, the SME2 kernel on the threads of
+  // the lowest indices, the NEON kernel on the others.
+  const cq4p_kernel_desc *sme2Matmul = sme2MatmulKernelFor(rows);
+  int smeThreads = sme2Matmul != nullptr ? smeThreadsFor(threads) : 0;
+  if (smeThreads == 0)
+    sme2Matmul = nullptr;
+  auto neonFn = entryAs<cq4p_matmul_fn>(*matmul);
+  auto sme2Fn = sme2Matmul != nullptr ? entryAs<cq4p_matmul_fn>(*sme2Matmul)
+                                      : neonFn;
   int64_t superBlocks = int64_t(this->superBlocks());
   int64_t perTask = superBlocksPerTask_;
-  pool.parallelFor(ceilDiv(superBlocks, perTask), [&](int64_t task) {
+  int64_t tasks = ceilDiv(superBlocks, perTask);
+  if (trace != nullptr) {
+    trace->threads = threads;
+    trace->smeThreads = smeThreads;
+    trace->neonMatmul = matmul;
+    trace->sme2Matmul = sme2Matmul;
+    trace->matmulTasks.assign(size_t(tasks), LinearRunTrace::MatmulTask());
+  }
+  pool.parallelFor(tasks, [&](int64_t task, int thread) {
     int64_t begin = task * perTask;
     int64_t end = std::min(superBlocks, begin + perTask);
-    matmulFn(weight, activations, scales, y, rows, begin, end);
+    bool sme2 = thread < smeThreads;
+    (sme2 ? sme2Fn : neonFn)(weight, activations, scales, y, rows, begin, end);
+    if (trace != nullptr)
+      trace->matmulTasks[size_t(task)] = {begin, end, thread,
+                                          sme2 ? Backend::Sme2 : Backend::Neon};
   });
   return Status::ok();
 }

@@ -34,16 +34,21 @@ foreach(variant ${variants})
 endforeach()
 
 # cq4p_use_fake_kernels(<test target> [SANITIZE <flags>...]): gives the
-# target every library's path and builds them first. With SANITIZE the good
-# library (the one whose kernels run) is built with those flags too, so the
-# sanitizers see the kernels' reads and writes of the runtime's buffers.
+# target every library's path and builds them first. With SANITIZE the
+# libraries whose kernels run (the good one and the SME workers' -sme2) are
+# built with those flags too, so the sanitizers see the kernels' reads and
+# writes of the runtime's buffers.
 function(cq4p_use_fake_kernels target)
   cmake_parse_arguments(ARG "" "" "SANITIZE" ${ARGN})
   set(good cq4p-fake-kernels)
+  set(sme2 cq4p-fake-kernels-sme2)
   if(ARG_SANITIZE)
     set(good cq4p-fake-kernels-sanitized)
+    set(sme2 cq4p-fake-kernels-sme2-sanitized)
     if(NOT TARGET ${good})
       cq4p_fake_kernel_library(${good} OPTIONS ${ARG_SANITIZE})
+      cq4p_fake_kernel_library(${sme2} DEFINES CQ4P_FAKE_SME2
+                               OPTIONS ${ARG_SANITIZE})
     endif()
   endif()
   target_compile_definitions(${target} PRIVATE
@@ -55,8 +60,12 @@ function(cq4p_use_fake_kernels target)
     list(GET parts 0 suffix)
     string(TOUPPER "${suffix}" macro)
     string(REPLACE "-" "_" macro "${macro}")
+    set(library cq4p-fake-kernels${suffix})
+    if(suffix STREQUAL "-sme2")
+      set(library ${sme2})
+    endif()
     target_compile_definitions(${target} PRIVATE
-      CQ4P_FAKE_KERNELS${macro}_PATH="$<TARGET_FILE:cq4p-fake-kernels${suffix}>")
-    add_dependencies(${target} cq4p-fake-kernels${suffix})
+      CQ4P_FAKE_KERNELS${macro}_PATH="$<TARGET_FILE:${library}>")
+    add_dependencies(${target} ${library})
   endforeach()
 endfunction()

@@ -10,7 +10,10 @@
 //   CQ4P_FAKE_MORE_FEATURES    one matmul kernel also needs the wider ISA
 //                              extensions (i8mm; avx2 and AVX-512)
 //   CQ4P_FAKE_BAD_SHAPE        one descriptor has K not a multiple of gs
-//   CQ4P_FAKE_SME2             every kernel targets aarch64-sme2
+//   CQ4P_FAKE_SME2             every kernel targets aarch64-sme2 (the SME
+//                              workers' library); it lacks the matmuls of
+//                              N=72 K=256 gs=32 and the GEMM of N=64 K=256
+//                              gs=128
 //   CQ4P_FAKE_NO_TABLE         no cq4p_kernel_table symbol at all
 //
 // Every call is counted (cq4p_fake_calls, by op), as is every call outside
@@ -236,10 +239,16 @@ const cq4p_kernel_desc kKernels[] = {
     QUANTIZE_HADAMARD(256, 128),
     MATMUL(64, 256, 32, 0, 1, 1, kMoreFeatures),
     MATMUL(64, 256, 32, 0, 2, 0, 0),
+#ifndef CQ4P_FAKE_SME2
     GEMV_GEMM(72, 256, 32),
+#endif
     GEMV_GEMM(100, 256, 32),
     GEMV_GEMM(260, 256, 32), // five super-blocks, the last one ragged
+#ifdef CQ4P_FAKE_SME2
+    MATMUL(64, 256, 128, 0, 1, 1, 0),
+#else
     GEMV_GEMM(64, 256, 128),
+#endif
     GEMV_GEMM(72, 256, 128),
     GEMV_GEMM(100, 256, 128),
     // A tensor with a GEMV and no GEMM.

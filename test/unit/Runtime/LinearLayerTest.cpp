@@ -12,10 +12,12 @@
 #include "TempDir.h"
 #include "TestFiles.h"
 
+#include "cq4p/runtime/CpuFeatures.h"
 #include "cq4p/runtime/Linear.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,6 +80,17 @@ std::vector<float> poisoned(size_t size) {
   return std::vector<float>(size, std::numeric_limits<float>::quiet_NaN());
 }
 
+/// This CPU with SME2 at the 512-bit streaming vector length the SME2
+/// target needs, so the fake SME2 library (plain code declaring
+/// aarch64-sme2) opens anywhere.
+CpuFeatures withSme2() {
+  CpuFeatures cpu = detectCpuFeatures();
+  cpu.arch = CpuArch::AArch64;
+  cpu.features |= CQ4P_FEATURE_AARCH64_SME2;
+  cpu.smeVectorBits = kSme2VectorBits;
+  return cpu;
+}
+
 class LinearLayerTest : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
@@ -85,16 +98,26 @@ protected:
     ASSERT_TRUE(status) << status.message();
     module_ = new FakeKernelModule(CQ4P_FAKE_KERNELS_PATH);
     ASSERT_TRUE(module_->loaded());
+    status = KernelLibrary::open(CQ4P_FAKE_KERNELS_SME2_PATH, withSme2(),
+                                 sme2Library_);
+    ASSERT_TRUE(status) << status.message();
+    sme2Module_ = new FakeKernelModule(CQ4P_FAKE_KERNELS_SME2_PATH);
+    ASSERT_TRUE(sme2Module_->loaded());
     dir_ = new TempDir();
   }
   static void TearDownTestSuite() {
     delete dir_;
+    delete sme2Module_;
     delete module_;
+    sme2Library_.reset();
     library_.reset();
   }
-  void SetUp() override { violationsBefore_ = module_->violations(); }
+  void SetUp() override {
+    violationsBefore_ = module_->violations() + sme2Module_->violations();
+  }
   void TearDown() override {
-    EXPECT_EQ(module_->violations(), violationsBefore_)
+    EXPECT_EQ(module_->violations() + sme2Module_->violations(),
+              violationsBefore_)
         << "a kernel was called outside its declared rows or ranges";
   }
 
@@ -131,14 +154,28 @@ protected:
     return pool;
   }
 
+  /// A layer bound to the NEON library with the SME2 one attached.
+  static std::unique_ptr<LinearLayer> bindWithSme2(const TensorFile &file) {
+    std::unique_ptr<LinearLayer> layer = bindLinear(file);
+    if (layer == nullptr)
+      return nullptr;
+    Status status = layer->attachSme2(*sme2Library_);
+    EXPECT_TRUE(status) << status.message();
+    return status ? std::move(layer) : nullptr;
+  }
+
   static std::unique_ptr<KernelLibrary> library_;
+  static std::unique_ptr<KernelLibrary> sme2Library_;
   static FakeKernelModule *module_;
+  static FakeKernelModule *sme2Module_;
   static TempDir *dir_;
   int64_t violationsBefore_ = 0;
 };
 
 std::unique_ptr<KernelLibrary> LinearLayerTest::library_;
+std::unique_ptr<KernelLibrary> LinearLayerTest::sme2Library_;
 FakeKernelModule *LinearLayerTest::module_ = nullptr;
+FakeKernelModule *LinearLayerTest::sme2Module_ = nullptr;
 TempDir *LinearLayerTest::dir_ = nullptr;
 
 TEST_F(LinearLayerTest, HadamardMatchesTheDequantizedWeight) {
@@ -496,6 +533,211 @@ TEST_F(LinearLayerTest, RunRefusesBadArgumentsBeforeAnyCall) {
                  "count: expected >= 0, found -2");
   EXPECT_TRUE(embedding->run(nullptr, nullptr, 0));
   EXPECT_EQ(module_->totalCalls(), before);
+}
+
+
+// The SME workers' share of a pool of nt threads: the lowest indices,
+// min(workers, nt - 1) of them (one thread: that thread), none when disabled.
+int expectedSmeThreads(int workers, int threads) {
+  if (workers == 0)
+    return 0;
+  return threads == 1 ? 1 : std::min(workers, threads - 1);
+}
+
+TEST_F(LinearLayerTest, AttachSme2ChecksTheSme2Library) {
+  auto file = openRealistic(260, 256, 32, false, 90);
+  auto layer = bindLinear(*file);
+  ASSERT_NE(layer, nullptr);
+  EXPECT_EQ(layer->sme2Library(), nullptr);
+  EXPECT_EQ(layer->smeThreadsFor(4), 0);
+
+  // The NEON library is no SME2 library.
+  EXPECT_REFUSED(layer->attachSme2(*library_), CQ4P_ERROR_UNSUPPORTED,
+                 "hadamard_n260_k256_gs32.cq4p.weights: the SME workers need "
+                 "aarch64-sme2 MATMUL kernels; ",
+                 CQ4P_FAKE_KERNELS_PATH, " has matmul_n260_k256_gs32_rows1_1");
+  EXPECT_EQ(layer->sme2Library(), nullptr);
+  ASSERT_TRUE(layer->attachSme2(*sme2Library_));
+  EXPECT_EQ(layer->sme2Library(), sme2Library_.get());
+  EXPECT_EQ(layer->sme2MatmulKernelFor(1)->target,
+            uint32_t(CQ4P_TARGET_AARCH64_SME2));
+  // The NEON kernel stays the other threads' kernel.
+  EXPECT_NE(layer->matmulKernelFor(1)->target, uint32_t(CQ4P_TARGET_AARCH64_SME2));
+
+  // A tensor the SME2 library has no matmul for.
+  auto missing = openRealistic(72, 256, 32, false, 91);
+  auto other = bindLinear(*missing);
+  ASSERT_NE(other, nullptr);
+  EXPECT_REFUSED(other->attachSme2(*sme2Library_), CQ4P_ERROR_NOT_FOUND,
+                 "hadamard_n72_k256_gs32.cq4p.weights: no MATMUL kernel for "
+                 "N=72, K=256, group_size=32, hadamard for the SME workers in ",
+                 CQ4P_FAKE_KERNELS_SME2_PATH);
+  EXPECT_EQ(other->sme2Library(), nullptr);
+  // Refused, the layer runs as before: NEON on every thread.
+  auto threads = pool(3);
+  ActivationScratch scratch;
+  std::vector<float> x = gaussianRows(2, 256, 92), y = poisoned(2 * 72);
+  LinearRunTrace trace;
+  ASSERT_TRUE(other->run(*threads, x.data(), y.data(), 2, scratch, &trace));
+  EXPECT_EQ(trace.smeThreads, 0);
+  EXPECT_EQ(trace.sme2Matmul, nullptr);
+  EXPECT_EQ(trace.tasksOn(Backend::Neon), int64_t(trace.matmulTasks.size()));
+}
+
+TEST_F(LinearLayerTest, SmeWorkersAreSettableAndNeverNegative) {
+  auto file = openRealistic(260, 256, 32, false, 93);
+  auto layer = bindWithSme2(*file);
+  ASSERT_NE(layer, nullptr);
+  EXPECT_EQ(layer->smeWorkers(), LinearLayer::kDefaultSmeWorkers);
+  EXPECT_EQ(LinearLayer::kDefaultSmeWorkers, 2);
+  EXPECT_REFUSED(layer->setSmeWorkers(-1), CQ4P_ERROR_ARGUMENT,
+                 "hadamard_n260_k256_gs32.cq4p.weights: SME workers: expected "
+                 "0..1024 (0 disables them), found -1");
+  EXPECT_REFUSED(layer->setSmeWorkers(ThreadPool::kMaxThreads + 1),
+                 CQ4P_ERROR_ARGUMENT, "found 1025");
+  EXPECT_EQ(layer->smeWorkers(), 2);
+  for (int workers : {0, 1, 2, 3, 7}) {
+    ASSERT_TRUE(layer->setSmeWorkers(workers));
+    EXPECT_EQ(layer->smeWorkers(), workers);
+    for (int threads : {1, 2, 3, 4, 8})
+      EXPECT_EQ(layer->smeThreadsFor(threads), expectedSmeThreads(workers, threads))
+          << workers << " SME workers, " << threads << " threads";
+  }
+}
+
+// Exactly the threads of the lowest indices run SME2 kernels, whatever
+// takes which task; quantizing stays with the NEON library on every thread.
+// Tasks are handed out dynamically, so the loop runs until every thread
+// has taken a task (each run is checked in full).
+TEST_F(LinearLayerTest, SmeWorkersAreTheThreadsOfTheLowestIndices) {
+  auto file = openRealistic(260, 256, 32, false, 94);
+  auto layer = bindWithSme2(*file);
+  ASSERT_NE(layer, nullptr);
+  ASSERT_TRUE(layer->setSuperBlocksPerTask(1));
+  constexpr int64_t kRows = 3;
+  std::vector<float> x = gaussianRows(kRows, 256, 95);
+  ActivationScratch scratch;
+  for (int threads : {1, 2, 3, 4}) {
+    auto many = pool(threads);
+    for (int workers : {0, 1, 2, 3, LinearLayer::kDefaultSmeWorkers}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " +
+                   std::to_string(workers) + " SME workers");
+      ASSERT_TRUE(layer->setSmeWorkers(workers));
+      int smeThreads = expectedSmeThreads(workers, threads);
+      std::vector<bool> seen(size_t(threads), false);
+      int runs = 0;
+      for (; runs < 2000 && std::count(seen.begin(), seen.end(), true) < threads;
+           ++runs) {
+        std::vector<float> y = poisoned(kRows * 260);
+        LinearRunTrace trace;
+        int64_t neonBefore = module_->calls(CQ4P_KERNEL_MATMUL);
+        int64_t sme2Before = sme2Module_->calls(CQ4P_KERNEL_MATMUL);
+        int64_t quantizeBefore = sme2Module_->calls(CQ4P_KERNEL_QUANTIZE_HADAMARD);
+        ASSERT_TRUE(layer->run(*many, x.data(), y.data(), kRows, scratch, &trace));
+        EXPECT_EQ(trace.threads, threads);
+        EXPECT_EQ(trace.smeThreads, smeThreads);
+        EXPECT_EQ(trace.sme2Matmul != nullptr, smeThreads > 0);
+        ASSERT_EQ(trace.matmulTasks.size(), 5u);
+        for (size_t task = 0; task < trace.matmulTasks.size(); ++task) {
+          const LinearRunTrace::MatmulTask &t = trace.matmulTasks[task];
+          ASSERT_GE(t.thread, 0);
+          ASSERT_LT(t.thread, threads);
+          seen[size_t(t.thread)] = true;
+          EXPECT_EQ(t.superBlockBegin, int64_t(task));
+          EXPECT_EQ(t.superBlockEnd, int64_t(task) + 1);
+          EXPECT_EQ(t.backend, t.thread < smeThreads ? Backend::Sme2 : Backend::Neon)
+              << "task " << task << " on thread " << t.thread;
+        }
+        // The counters of each library agree with the trace: the SME2
+        // library ran the SME2 tasks and nothing else.
+        EXPECT_EQ(module_->calls(CQ4P_KERNEL_MATMUL) - neonBefore,
+                  trace.tasksOn(Backend::Neon));
+        EXPECT_EQ(sme2Module_->calls(CQ4P_KERNEL_MATMUL) - sme2Before,
+                  trace.tasksOn(Backend::Sme2));
+        EXPECT_EQ(sme2Module_->calls(CQ4P_KERNEL_QUANTIZE_HADAMARD), quantizeBefore);
+        if (HasFailure())
+          return;
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), true), threads)
+          << "some thread took no task in " << runs << " runs";
+    }
+  }
+}
+
+// The two libraries compute the same partials and rescale, so who runs
+// which super-block cannot change a bit: every thread count, SME worker
+// count and split gives the NEON-only result.
+TEST_F(LinearLayerTest, SmeWorkersGiveTheNeonResultBitForBit) {
+  struct Shape {
+    uint64_t n;
+    uint32_t gs;
+    bool orthogonal;
+  };
+  for (Shape shape : {Shape{260, 32, false}, Shape{100, 128, true}}) {
+    auto file = openRealistic(shape.n, 256, shape.gs, shape.orthogonal, 96);
+    ASSERT_NE(file, nullptr);
+    auto neonOnly = bindLinear(*file);
+    auto mixed = bindWithSme2(*file);
+    ASSERT_NE(neonOnly, nullptr);
+    ASSERT_NE(mixed, nullptr);
+    for (uint64_t rows : {1u, 3u}) {
+      std::vector<float> x = gaussianRows(rows, 256, 97);
+      ActivationScratch scratch;
+      std::vector<float> baseline = poisoned(rows * shape.n);
+      ASSERT_TRUE(neonOnly->run(*pool(1), x.data(), baseline.data(),
+                                int64_t(rows), scratch));
+      for (float v : baseline)
+        ASSERT_TRUE(std::isfinite(v));
+      int64_t sme2Tasks = 0;
+      for (int threads : {1, 2, 3, 4}) {
+        auto many = pool(threads);
+        for (int workers : {0, 1, 2, 3})
+          for (int64_t perTask : {1, 2, 8}) {
+            SCOPED_TRACE("N " + std::to_string(shape.n) + ", M " +
+                         std::to_string(rows) + ", " + std::to_string(threads) +
+                         " threads, " + std::to_string(workers) +
+                         " SME workers, " + std::to_string(perTask) +
+                         " super-blocks per task");
+            ASSERT_TRUE(mixed->setSmeWorkers(workers));
+            ASSERT_TRUE(mixed->setSuperBlocksPerTask(perTask));
+            std::vector<float> y = poisoned(rows * shape.n);
+            LinearRunTrace trace;
+            ASSERT_TRUE(mixed->run(*many, x.data(), y.data(), int64_t(rows),
+                                   scratch, &trace));
+            EXPECT_EQ(std::memcmp(y.data(), baseline.data(),
+                                  y.size() * sizeof(float)),
+                      0);
+            sme2Tasks += trace.tasksOn(Backend::Sme2);
+          }
+      }
+      EXPECT_GT(sme2Tasks, 0) << "the SME2 kernels never ran";
+    }
+  }
+}
+
+// A call whose row count no SME2 kernel takes runs NEON on every thread.
+TEST_F(LinearLayerTest, RowsTheSme2LibraryLacksRunNeonOnEveryThread) {
+  auto file = openRealistic(64, 256, 128, false, 98);
+  auto layer = bindWithSme2(*file);
+  ASSERT_NE(layer, nullptr);
+  EXPECT_NE(layer->sme2MatmulKernelFor(1), nullptr);
+  EXPECT_EQ(layer->sme2MatmulKernelFor(3), nullptr); // a GEMV only
+  auto single = pool(1);
+  ActivationScratch scratch;
+  std::vector<float> x = gaussianRows(3, 256, 99);
+  std::vector<float> gemv = poisoned(64), gemm = poisoned(3 * 64);
+  LinearRunTrace trace;
+  ASSERT_TRUE(layer->run(*single, x.data(), gemv.data(), 1, scratch, &trace));
+  EXPECT_EQ(trace.smeThreads, 1);
+  EXPECT_EQ(trace.tasksOn(Backend::Sme2), 1);
+  int64_t sme2Before = sme2Module_->totalCalls();
+  ASSERT_TRUE(layer->run(*single, x.data(), gemm.data(), 3, scratch, &trace));
+  EXPECT_EQ(trace.smeThreads, 0);
+  EXPECT_EQ(trace.sme2Matmul, nullptr);
+  EXPECT_EQ(trace.tasksOn(Backend::Neon), 1);
+  EXPECT_EQ(sme2Module_->totalCalls(), sme2Before);
+  for (float v : gemm)
+    EXPECT_TRUE(std::isfinite(v));
 }
 
 } // namespace

@@ -23,6 +23,21 @@
 // any kernel. A layer refers to its TensorFile and KernelLibrary: both must
 // outlive it.
 //
+// SME workers. On SME2 silicon the cores of a cluster share one SME unit,
+// so only a few threads should run SME2 kernels while the others keep
+// their NEON units busy. A layer bound to a NEON library may also have an
+// SME2 library attached (attachSme2); then, of a pool of nt threads, the
+// threads with index (ThreadPool.h) below smeThreadsFor(nt) run the SME2
+// matmul kernel for the super-blocks they take and the others the NEON one:
+// min(smeWorkers(), nt - 1) threads, so that at least one thread runs NEON,
+// except that a pool of one thread runs SME2 whenever SME workers are
+// allowed at all (its one thread is all there is; an SME unit outruns a
+// core's NEON on these kernels). Phase 1 runs the NEON library's quantize
+// kernel on every thread, so both backends read the same int8 activations;
+// the two libraries' matmul kernels compute the same int32 partials and the
+// same rescale, so the result is still the same bit for bit whatever the
+// thread count, the split or the number of SME workers.
+//
 // An EmbeddingLayer decodes rows of an orthogonal panel tensor (token
 // embeddings) through the library's EMBEDDING kernel.
 //
@@ -64,20 +79,60 @@ private:
   std::vector<float> scales_;
 };
 
+/// What one LinearLayer::run did in phase 2, recorded only when asked for
+/// (run's `trace`), so that tests and tools can see which backend ran each
+/// super-block range without any global counter.
+struct LinearRunTrace {
+  struct MatmulTask {
+    int64_t superBlockBegin = 0, superBlockEnd = 0;
+    int thread = -1;                ///< the pool's index of the thread that ran it
+    Backend backend = Backend::Auto; ///< Neon or Sme2 once it has run
+  };
+  int threads = 0;    ///< the pool's thread count when the call began
+  int smeThreads = 0; ///< threads [0, smeThreads) ran the SME2 kernel
+  const cq4p_kernel_desc *neonMatmul = nullptr;
+  const cq4p_kernel_desc *sme2Matmul = nullptr; ///< null: no SME2 this call
+  std::vector<MatmulTask> matmulTasks;          ///< in task order
+
+  /// Phase-2 tasks run by `backend`.
+  int64_t tasksOn(Backend backend) const;
+};
+
 class LinearLayer {
 public:
   static constexpr int64_t kDefaultSuperBlocksPerTask = 8;
+  static constexpr int kDefaultSmeWorkers = 2;
 
-  /// Binds `file` (a CQ4 packed-panel tensor) to `library`'s kernels.
+  /// Binds `file` (a CQ4 packed-panel tensor) to `library`'s kernels (the
+  /// NEON library on AArch64; every kernel of the layer comes from it until
+  /// an SME2 library is attached).
   static Status bind(const KernelLibrary &library, const TensorFile &file,
                      std::unique_ptr<LinearLayer> &out);
 
   LinearLayer(const LinearLayer &) = delete;
   LinearLayer &operator=(const LinearLayer &) = delete;
 
-  /// y[rows][N] = x[rows][K] * W^T. rows == 0 does nothing.
+  /// Lets the SME workers run `sme2`'s matmul kernels for this tensor. The
+  /// library must have one of the tensor's N, K and group size, built for
+  /// aarch64-sme2 (opening it has checked the CPU runs it); a call whose
+  /// row count none of them takes runs NEON on every thread. Refused, the
+  /// layer keeps what it had. `sme2` must outlive the layer.
+  Status attachSme2(const KernelLibrary &sme2);
+  const KernelLibrary *sme2Library() const { return sme2Library_; }
+
+  /// How many threads may run SME2 kernels (0 disables them; at most
+  /// ThreadPool::kMaxThreads). The default is kDefaultSmeWorkers.
+  Status setSmeWorkers(int count);
+  int smeWorkers() const { return smeWorkers_; }
+  /// The threads of a pool of `threads` that run SME2 matmuls (those with
+  /// the lowest indices): 0 without an SME2 library or with SME workers
+  /// disabled, else min(smeWorkers(), threads - 1), and 1 when threads is 1.
+  int smeThreadsFor(int threads) const;
+
+  /// y[rows][N] = x[rows][K] * W^T. rows == 0 does nothing. With `trace`,
+  /// also records which thread and backend ran each phase-2 task.
   Status run(ThreadPool &pool, const float *x, float *y, int64_t rows,
-             ActivationScratch &scratch) const;
+             ActivationScratch &scratch, LinearRunTrace *trace = nullptr) const;
 
   /// Super-blocks of 64 channels per phase-2 task (>= 1).
   Status setSuperBlocksPerTask(int64_t count);
@@ -96,16 +151,22 @@ public:
   /// library has none taking that many.
   const cq4p_kernel_desc *quantizeKernelFor(int64_t rows) const;
   const cq4p_kernel_desc *matmulKernelFor(int64_t rows) const;
+  /// The SME2 matmul kernel the SME workers would call for `rows` rows, or
+  /// null (no SME2 library, or none of its kernels takes that many).
+  const cq4p_kernel_desc *sme2MatmulKernelFor(int64_t rows) const;
 
 private:
   LinearLayer() = default;
 
   const KernelLibrary *library_ = nullptr;
+  const KernelLibrary *sme2Library_ = nullptr;
   const TensorFile *file_ = nullptr;
   WeightView weight_;
   std::vector<const cq4p_kernel_desc *> quantizeKernels_;
   std::vector<const cq4p_kernel_desc *> matmulKernels_;
+  std::vector<const cq4p_kernel_desc *> sme2MatmulKernels_;
   int64_t superBlocksPerTask_ = kDefaultSuperBlocksPerTask;
+  int smeWorkers_ = kDefaultSmeWorkers;
 };
 
 class EmbeddingLayer {
