@@ -4,7 +4,7 @@
 
 # <suffix>|<definition>; a global property, since test/fuzz uses it too.
 set_property(GLOBAL PROPERTY CQ4P_FAKE_KERNEL_VARIANTS
-  "-abi2|CQ4P_FAKE_ABI_VERSION=2"
+  "-abi3|CQ4P_FAKE_ABI_VERSION=3"
   "-features|CQ4P_FAKE_MORE_FEATURES"
   "-bad-shape|CQ4P_FAKE_BAD_SHAPE"
   "-sme2|CQ4P_FAKE_SME2"

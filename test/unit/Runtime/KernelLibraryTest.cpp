@@ -87,12 +87,12 @@ TEST(KernelLibrary, OpensTheFakeLibrary) {
 }
 
 TEST(KernelLibrary, RefusesAnotherAbiVersion) {
-  FakeKernelModule module(CQ4P_FAKE_KERNELS_ABI2_PATH);
+  FakeKernelModule module(CQ4P_FAKE_KERNELS_ABI3_PATH);
   ASSERT_TRUE(module.loaded());
   std::unique_ptr<KernelLibrary> library;
-  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI2_PATH, library),
-                 CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI2_PATH,
-                 "kernel ABI version: expected 1", "found 2");
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI3_PATH, library),
+                 CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI3_PATH,
+                 "kernel ABI version: expected 2", "found 3");
   EXPECT_EQ(library, nullptr);
   EXPECT_EQ(module.totalCalls(), 0);
 }
@@ -306,7 +306,7 @@ TEST(KernelLibrary, ValidatesEveryDescriptorField) {
        "kernel 0: name: expected a string, found null"},
       {"null entry", [](cq4p_kernel_desc &d) { d.entry = nullptr; },
        "kernel 0 (k): entry: expected a function, found null"},
-      {"op", [](cq4p_kernel_desc &d) { d.op = 9; }, "op: expected 1..4"},
+      {"op", [](cq4p_kernel_desc &d) { d.op = 9; }, "op: expected 1..5"},
       {"target", [](cq4p_kernel_desc &d) { d.target = 0; },
        "target: expected 1..3 (host, aarch64-neon, aarch64-sme2), found 0"},
       {"features", [](cq4p_kernel_desc &d) { d.features = 1ull << 40; },
@@ -361,7 +361,7 @@ TEST(KernelLibrary, ValidatesEveryDescriptorField) {
                  "kernels: expected 3 descriptors, found a null pointer");
   cq4p_kernel_table old = {0, 2, kernels};
   EXPECT_REFUSED(validateKernelTable("lib.so", old), CQ4P_ERROR_UNSUPPORTED,
-                 "kernel ABI version: expected 1 (this runtime's), found 0");
+                 "kernel ABI version: expected 2 (this runtime's), found 0");
 }
 
 TEST(CpuFeatures, DetectsThisProcess) {
