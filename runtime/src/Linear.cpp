@@ -142,11 +142,15 @@ Status LinearLayer::setSmeWorkers(int count) {
 }
 
 int LinearLayer::smeThreadsFor(int threads) const {
-  if (sme2Library_ == nullptr || smeWorkers_ == 0 || threads < 1)
+  return sme2Library_ != nullptr ? smeThreadCount(smeWorkers_, threads) : 0;
+}
+
+int LinearLayer::smeThreadCount(int smeWorkers, int threads) {
+  if (smeWorkers <= 0 || threads < 1)
     return 0;
   if (threads == 1)
     return 1;
-  return std::min(smeWorkers_, threads - 1);
+  return std::min(smeWorkers, threads - 1);
 }
 
 int64_t LinearRunTrace::tasksOn(Backend backend) const {

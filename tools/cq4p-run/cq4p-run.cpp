@@ -2,6 +2,8 @@
 //
 //   cq4p-run --bundle B --library libmodel.so [--tensor NAME] [--rows M]
 //            [--threads T] [--input x.f32 --output y.f32] [--repeat R]
+//            [--backend auto|neon|sme2] [--sme2-library libmodel-sme2.so]
+//            [--sme-workers N]
 //
 // Maps the bundle (zero-copy), opens the kernel library (checked against
 // the CPU), binds every packed-panel CQ4 tensor to its kernels (a linear
@@ -12,9 +14,19 @@
 // another CPU, a file that does not validate) is one line on stderr and
 // exit status 2.
 //
+// --library is the NEON library (the host library off AArch64): it always
+// quantizes and runs the matmuls of the threads that are not SME workers.
+// With the sme2 backend, the SME2 library (--sme2-library) is attached to
+// every linear layer and its matmul kernels run on the first --sme-workers
+// threads (Linear.h has the rule). `auto` takes SME2 where this CPU runs
+// it (KernelLibrary::openForBackend) and NEON otherwise; forcing sme2 where
+// the CPU cannot run it is a refusal. The backend chosen, and why SME2 was
+// declined, go to stderr before the table.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/runtime/Bundle.h"
+#include "cq4p/runtime/CpuFeatures.h"
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Linear.h"
 #include "cq4p/runtime/ThreadPool.h"
@@ -35,19 +47,31 @@ using namespace cq4p::runtime;
 namespace {
 
 struct Options {
-  std::string bundle, library, tensor, input, output;
+  std::string bundle, library, sme2Library, tensor, input, output;
+  Backend backend = Backend::Auto;
   int64_t rows = 1;
   int threads = 1;
   int repeat = 5;
+  int smeWorkers = LinearLayer::kDefaultSmeWorkers;
 };
 
 int usage(const char *message) {
   std::fprintf(stderr,
                "cq4p-run: %s\nusage: cq4p-run --bundle DIR --library LIB "
                "[--tensor NAME] [--rows M] [--threads T] [--repeat R] "
-               "[--input FILE --output FILE]\n",
+               "[--input FILE --output FILE] [--backend auto|neon|sme2] "
+               "[--sme2-library LIB] [--sme-workers N]\n",
                message);
   return 2;
+}
+
+bool parseBackend(const std::string &text, Backend &out) {
+  for (Backend backend : {Backend::Auto, Backend::Neon, Backend::Sme2})
+    if (text == backendName(backend)) {
+      out = backend;
+      return true;
+    }
+  return false;
 }
 
 int refuse(const std::string &message) {
@@ -104,15 +128,26 @@ int main(int argc, char **argv) {
     };
     long long number = 0;
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
-        arg == "--input" || arg == "--output") {
+        arg == "--input" || arg == "--output" || arg == "--sme2-library") {
       const char *text = value();
       if (!text)
         return usage((arg + " needs a value").c_str());
-      (arg == "--bundle"    ? options.bundle
-       : arg == "--library" ? options.library
-       : arg == "--tensor"  ? options.tensor
-       : arg == "--input"   ? options.input
-                            : options.output) = text;
+      (arg == "--bundle"         ? options.bundle
+       : arg == "--library"      ? options.library
+       : arg == "--sme2-library" ? options.sme2Library
+       : arg == "--tensor"       ? options.tensor
+       : arg == "--input"        ? options.input
+                                 : options.output) = text;
+    } else if (arg == "--backend") {
+      const char *text = value();
+      if (!text || !parseBackend(text, options.backend))
+        return usage("--backend must be auto, neon or sme2");
+    } else if (arg == "--sme-workers") {
+      const char *text = value();
+      if (!text || !parseInt(text, 0, ThreadPool::kMaxThreads, number))
+        return usage("--sme-workers must be an integer in [0, 1024] (0 "
+                     "disables the SME workers)");
+      options.smeWorkers = int(number);
     } else if (arg == "--rows") {
       const char *text = value();
       if (!text || !parseInt(text, 1, 1 << 20, number))
@@ -141,9 +176,42 @@ int main(int argc, char **argv) {
   std::unique_ptr<Bundle> bundle;
   if (Status status = Bundle::open(options.bundle, bundle); !status)
     return refuse(status.message());
-  std::unique_ptr<KernelLibrary> library;
-  if (Status status = KernelLibrary::open(options.library, library); !status)
+  if (options.backend == Backend::Sme2 && options.sme2Library.empty())
+    return usage("--backend sme2 needs --sme2-library");
+
+  // The NEON library always; the SME2 one as well when it is chosen.
+  CpuFeatures cpu = detectCpuFeatures();
+  std::unique_ptr<KernelLibrary> library, sme2Library;
+  Backend chosen = Backend::Neon;
+  std::string declined;
+  if (Status status = KernelLibrary::openForBackend(
+          options.backend, options.library, options.sme2Library, cpu,
+          sme2Library, chosen, &declined);
+      !status)
+    return refuse(std::string("backend ") + backendName(options.backend) +
+                  ": " + status.message());
+  if (chosen == Backend::Neon)
+    library = std::move(sme2Library);
+  else if (Status status = KernelLibrary::open(options.library, cpu, library);
+           !status)
     return refuse(status.message());
+
+  int smeThreads =
+      chosen == Backend::Sme2
+          ? LinearLayer::smeThreadCount(options.smeWorkers, options.threads)
+          : 0;
+  if (chosen == Backend::Sme2)
+    std::fprintf(stderr,
+                 "cq4p-run: backend sme2: SME2 matmuls on %d of %d thread(s), "
+                 "NEON on the others; quantizing on NEON\n",
+                 smeThreads, options.threads);
+  else if (options.backend == Backend::Neon)
+    std::fprintf(stderr, "cq4p-run: backend neon (as asked)\n");
+  else if (options.sme2Library.empty())
+    std::fprintf(stderr, "cq4p-run: backend neon: no --sme2-library given\n");
+  else
+    std::fprintf(stderr, "cq4p-run: backend neon: SME2 declined: %s\n",
+                 declined.c_str());
   std::unique_ptr<ThreadPool> pool;
   if (Status status = ThreadPool::create(options.threads, pool); !status)
     return refuse(status.message());
@@ -159,8 +227,8 @@ int main(int argc, char **argv) {
                       ? options.bundle + ": no packed-panel CQ4 tensor"
                       : options.bundle + ": no tensor '" + options.tensor + "'");
 
-  std::printf("%-48s %-12s %5s %6s %12s\n", "tensor", "N x K", "gs", "rows",
-              "ms/call");
+  std::printf("%-48s %-12s %5s %6s %12s %10s\n", "tensor", "N x K", "gs",
+              "rows", "ms/call", "SME2 tasks");
   ActivationScratch scratch;
   std::mt19937 rng(1);
   std::normal_distribution<float> gaussian(0.0f, 1.0f);
@@ -168,6 +236,9 @@ int main(int argc, char **argv) {
     const TensorFile &file = *tensor->file;
     uint64_t n = file.n(), k = file.k();
     std::vector<float> out;
+    // The last call's phase-2 tasks run by SME2, of all (linear layers).
+    std::string sme2Tasks = "-";
+    LinearRunTrace trace;
     auto timeCalls = [&](auto &&call) -> Status {
       double best = 1e30;
       for (int r = 0; r < options.repeat; ++r) {
@@ -176,9 +247,13 @@ int main(int argc, char **argv) {
           return status;
         best = std::min(best, secondsSince(start));
       }
-      std::printf("%-48s %-12s %5u %6lld %12.3f\n", tensor->name.c_str(),
+      if (!trace.matmulTasks.empty())
+        sme2Tasks = std::to_string(trace.tasksOn(Backend::Sme2)) + "/" +
+                    std::to_string(trace.matmulTasks.size());
+      std::printf("%-48s %-12s %5u %6lld %12.3f %10s\n", tensor->name.c_str(),
                   (std::to_string(n) + "x" + std::to_string(k)).c_str(),
-                  file.info().group_size, (long long)options.rows, best * 1e3);
+                  file.info().group_size, (long long)options.rows, best * 1e3,
+                  sme2Tasks.c_str());
       return Status::ok();
     };
     Status status;
@@ -203,6 +278,12 @@ int main(int argc, char **argv) {
       std::unique_ptr<LinearLayer> layer;
       if (status = LinearLayer::bind(*library, file, layer); !status)
         return refuse(status.message());
+      if (sme2Library != nullptr) {
+        if (status = layer->attachSme2(*sme2Library); !status)
+          return refuse(status.message());
+      }
+      if (status = layer->setSmeWorkers(options.smeWorkers); !status)
+        return refuse(status.message());
       std::vector<float> x;
       std::string error;
       if (!options.input.empty()) {
@@ -215,7 +296,8 @@ int main(int argc, char **argv) {
       }
       out.assign(size_t(options.rows) * n, 0.0f);
       status = timeCalls([&] {
-        return layer->run(*pool, x.data(), out.data(), options.rows, scratch);
+        return layer->run(*pool, x.data(), out.data(), options.rows, scratch,
+                          &trace);
       });
     }
     if (!status)

@@ -125,9 +125,12 @@ public:
   Status setSmeWorkers(int count);
   int smeWorkers() const { return smeWorkers_; }
   /// The threads of a pool of `threads` that run SME2 matmuls (those with
-  /// the lowest indices): 0 without an SME2 library or with SME workers
-  /// disabled, else min(smeWorkers(), threads - 1), and 1 when threads is 1.
+  /// the lowest indices): 0 without an SME2 library, else
+  /// smeThreadCount(smeWorkers(), threads).
   int smeThreadsFor(int threads) const;
+  /// The rule: 0 when `smeWorkers` is 0, else min(smeWorkers, threads - 1),
+  /// and 1 when threads is 1.
+  static int smeThreadCount(int smeWorkers, int threads);
 
   /// y[rows][N] = x[rows][K] * W^T. rows == 0 does nothing. With `trace`,
   /// also records which thread and backend ran each phase-2 task.
