@@ -419,6 +419,72 @@ TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
   }
 }
 
+// SME workers and NEON workers in one layer (Linear.h): at 3 threads the
+// two of the lowest indices run the SME2 matmul, the third the NEON one,
+// and y is the NEON-only y bit for bit. Tasks are handed out dynamically,
+// so the calls repeat until both backends have run (each call checked).
+TEST(Sme2, SmeAndNeonWorkersShareALayerBitForBit) {
+  if (!cpuRunsSme2(detectCpuFeatures()))
+    GTEST_SKIP() << "this CPU does not run SME2 at 512 bits";
+  std::unique_ptr<KernelLibrary> sme2;
+  Status opened = KernelLibrary::open(CQ4P_TEST_SME2_KERNEL_LIBRARY, sme2);
+  ASSERT_TRUE(opened) << opened.message();
+  std::unique_ptr<ThreadPool> one, three;
+  ASSERT_TRUE(ThreadPool::create(1, one));
+  ASSERT_TRUE(ThreadPool::create(3, three));
+  struct Case {
+    uint64_t n, k;
+    uint32_t gs;
+    bool orthogonal;
+  };
+  for (Case c : {Case{192, 256, 64, false}, Case{1024, 1536, 128, true}}) {
+    MappedLayer layer(c.n, c.k, c.gs, c.orthogonal, 300);
+    ASSERT_TRUE(layer.file);
+    std::unique_ptr<LinearLayer> neonOnly, mixed;
+    ASSERT_TRUE(LinearLayer::bind(library(), *layer.file, neonOnly));
+    ASSERT_TRUE(LinearLayer::bind(library(), *layer.file, mixed));
+    Status attached = mixed->attachSme2(*sme2);
+    ASSERT_TRUE(attached) << attached.message();
+    ASSERT_TRUE(mixed->setSuperBlocksPerTask(1));
+    EXPECT_EQ(mixed->smeThreadsFor(3), 2);
+    for (uint64_t m : {1, 5}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << c.k << "->" << c.n);
+      std::vector<float> x = randomActivations(m, c.k, 301);
+      ActivationScratch scratch;
+      std::vector<float> want(m * c.n, std::nanf(""));
+      ASSERT_TRUE(neonOnly->run(*one, x.data(), want.data(), int64_t(m), scratch));
+      int64_t sme2Tasks = 0, neonTasks = 0;
+      int calls = 0;
+      for (; calls < 50 && (sme2Tasks == 0 || neonTasks == 0); ++calls) {
+        std::vector<float> y(m * c.n, std::nanf(""));
+        LinearRunTrace trace;
+        ASSERT_TRUE(mixed->run(*three, x.data(), y.data(), int64_t(m), scratch,
+                               &trace));
+        EXPECT_EQ(0, std::memcmp(want.data(), y.data(), y.size() * 4));
+        EXPECT_EQ(trace.smeThreads, 2);
+        ASSERT_NE(trace.sme2Matmul, nullptr);
+        EXPECT_EQ(trace.sme2Matmul->target, uint32_t(CQ4P_TARGET_AARCH64_SME2));
+        EXPECT_EQ(trace.neonMatmul->target, uint32_t(CQ4P_TARGET_AARCH64_NEON));
+        for (const LinearRunTrace::MatmulTask &task : trace.matmulTasks)
+          EXPECT_EQ(task.backend, task.thread < 2 ? Backend::Sme2 : Backend::Neon)
+              << "super-blocks [" << task.superBlockBegin << ", "
+              << task.superBlockEnd << ") on thread " << task.thread;
+        sme2Tasks += trace.tasksOn(Backend::Sme2);
+        neonTasks += trace.tasksOn(Backend::Neon);
+        if (HasFailure())
+          return;
+      }
+      std::printf("%llux%llu->%llu at 3 threads: %lld SME2 and %lld NEON "
+                  "phase-2 tasks in %d call(s)\n",
+                  (unsigned long long)m, (unsigned long long)c.k,
+                  (unsigned long long)c.n, (long long)sme2Tasks,
+                  (long long)neonTasks, calls);
+      EXPECT_GT(sme2Tasks, 0) << "the SME2 kernel never ran";
+      EXPECT_GT(neonTasks, 0) << "the NEON kernel never ran";
+    }
+  }
+}
+
 #endif // CQ4P_TEST_SME2_KERNEL_LIBRARY
 
 } // namespace
