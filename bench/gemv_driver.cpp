@@ -10,7 +10,11 @@
 //       one call (quantize + matmul, 1 thread, every super-block in one
 //       matmul call) between two marker functions, and prints what the log
 //       parser needs: the library's load base, the markers' addresses and
-//       the kernels the call used.
+//       the kernels the call used. LIBRARY may be built for any target the
+//       CPU runs (aarch64-neon, or aarch64-sme2 at SVL 512).
+//   cq4p-bench-gemv compare LIBRARY_A LIBRARY_B FILE ROWS
+//       runs the same call (same input) through a layer bound to each
+//       library and compares the two outputs bit for bit (not logged).
 //
 // Everything that allocates, resolves symbols or touches the files for the
 // first time happens before the first marker: the instructions between the
@@ -29,10 +33,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,8 +59,11 @@ namespace {
 float halfToFloat(uint16_t half) { return cq4p_half_to_float(half); }
 
 int usage() {
-  std::fprintf(stderr, "usage: cq4p-bench-gemv write FILE N K GS\n"
-                       "       cq4p-bench-gemv run LIBRARY FILE ROWS\n");
+  std::fprintf(stderr,
+               "usage: cq4p-bench-gemv write FILE N K GS\n"
+               "       cq4p-bench-gemv run LIBRARY FILE ROWS\n"
+               "       cq4p-bench-gemv compare LIBRARY_A LIBRARY_B FILE "
+               "ROWS\n");
   return 2;
 }
 
@@ -84,6 +93,17 @@ void printKernel(const char *role, const cq4p_kernel_desc *kernel) {
               uintptr_t(info.dli_fbase));
 }
 
+// The call's input: uniform in [-1, 1), the same for every run.
+std::vector<float> makeInput(size_t count) {
+  std::vector<float> x(count);
+  uint32_t state = 12345;
+  for (float &v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
+  }
+  return x;
+}
+
 int run(const char *libraryPath, const char *filePath, int64_t rows) {
   std::unique_ptr<KernelLibrary> library;
   if (Status s = KernelLibrary::open(libraryPath, library); !s)
@@ -104,12 +124,7 @@ int run(const char *libraryPath, const char *filePath, int64_t rows) {
   uint64_t n = layer->n(), k = layer->k();
   ActivationScratch scratch;
   scratch.reserve(size_t(rows), size_t(k), layer->numGroups());
-  std::vector<float> x(size_t(rows) * k), y(size_t(rows) * n, 0.0f);
-  uint32_t state = 12345;
-  for (float &v : x) { // uniform in [-1, 1)
-    state = state * 1664525u + 1013904223u;
-    v = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
-  }
+  std::vector<float> x = makeInput(size_t(rows) * k), y(size_t(rows) * n, 0.0f);
   // Touch every page the call reads, so that no first-touch work lands in
   // the measured region (QEMU maps guest pages through the host's mmap, so
   // this only matters for the runtime's own bookkeeping, if any).
@@ -151,6 +166,70 @@ int run(const char *libraryPath, const char *filePath, int64_t rows) {
   return 0;
 }
 
+// One layer per library over the same file; each runs the call of `run`.
+int compare(const char *pathA, const char *pathB, const char *filePath,
+            int64_t rows) {
+  std::unique_ptr<TensorFile> file;
+  if (Status s = TensorFile::open(filePath, file); !s)
+    return fail(s);
+  std::unique_ptr<KernelLibrary> libraries[2];
+  std::unique_ptr<LinearLayer> layers[2];
+  const char *paths[2] = {pathA, pathB};
+  for (int i = 0; i < 2; ++i) {
+    if (Status s = KernelLibrary::open(paths[i], libraries[i]); !s)
+      return fail(s);
+    if (Status s = LinearLayer::bind(*libraries[i], *file, layers[i]); !s)
+      return fail(s);
+    if (Status s = layers[i]->setSuperBlocksPerTask(
+            int64_t(layers[i]->superBlocks()));
+        !s)
+      return fail(s);
+  }
+  std::unique_ptr<ThreadPool> pool;
+  if (Status s = ThreadPool::create(1, pool); !s)
+    return fail(s);
+  uint64_t n = layers[0]->n(), k = layers[0]->k();
+  std::vector<float> x = makeInput(size_t(rows) * k);
+  std::vector<float> y[2];
+  for (int i = 0; i < 2; ++i) {
+    ActivationScratch scratch;
+    scratch.reserve(size_t(rows), size_t(k), layers[i]->numGroups());
+    y[i].assign(size_t(rows) * n, 0.0f);
+    if (Status s = layers[i]->run(*pool, x.data(), y[i].data(), rows, scratch);
+        !s)
+      return fail(s);
+    const cq4p_kernel_desc *kernel = layers[i]->matmulKernelFor(rows);
+    std::printf("library %c %s target %s\n", 'a' + i, kernel->name,
+                kernelTargetName(kernel->target).c_str());
+  }
+  size_t identical = 0;
+  double maxDiff = 0;
+  uint64_t maxUlp = 0;
+  for (size_t i = 0; i < y[0].size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &y[0][i], 4);
+    std::memcpy(&b, &y[1][i], 4);
+    if (a == b) {
+      ++identical;
+      continue;
+    }
+    maxDiff = std::max(maxDiff, std::fabs(double(y[0][i]) - double(y[1][i])));
+    // Distance in representable floats: the bit patterns mapped to a
+    // monotonic integer order.
+    auto ordered = [](uint32_t bits) {
+      int64_t magnitude = int64_t(bits & 0x7fffffffu);
+      return (bits & 0x80000000u) ? -magnitude : magnitude;
+    };
+    maxUlp = std::max<uint64_t>(
+        maxUlp, uint64_t(std::llabs(ordered(a) - ordered(b))));
+  }
+  std::printf("compare rows %" PRId64 " n %" PRIu64 " k %" PRIu64
+              " outputs %zu identical %zu max_abs_diff %.9g max_ulp %" PRIu64
+              "\n",
+              rows, n, k, y[0].size(), identical, maxDiff, maxUlp);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -163,5 +242,8 @@ int main(int argc, char **argv) {
                  uint32_t(std::strtoul(argv[5], nullptr, 10)));
   if (mode == "run" && argc == 5)
     return run(argv[2], argv[3], std::strtoll(argv[4], nullptr, 10));
+  if (mode == "compare" && argc == 6)
+    return compare(argv[2], argv[3], argv[4],
+                   std::strtoll(argv[5], nullptr, 10));
   return usage();
 }
