@@ -200,11 +200,14 @@ int main(int argc, char **argv) {
       chosen == Backend::Sme2
           ? LinearLayer::smeThreadCount(options.smeWorkers, options.threads)
           : 0;
-  if (chosen == Backend::Sme2)
+  if (chosen == Backend::Sme2 && smeThreads == 0)
+    std::fprintf(stderr, "cq4p-run: backend sme2 with --sme-workers 0: NEON "
+                         "on every thread\n");
+  else if (chosen == Backend::Sme2)
     std::fprintf(stderr,
                  "cq4p-run: backend sme2: SME2 matmuls on %d of %d thread(s), "
-                 "NEON on the others; quantizing on NEON\n",
-                 smeThreads, options.threads);
+                 "NEON matmuls on %d; quantizing on NEON\n",
+                 smeThreads, options.threads, options.threads - smeThreads);
   else if (options.backend == Backend::Neon)
     std::fprintf(stderr, "cq4p-run: backend neon (as asked)\n");
   else if (options.sme2Library.empty())
