@@ -33,6 +33,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <limits>
+
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CONVERTCQ4PTOARMSME
 #include "cq4p/Conversion/Passes.h.inc"
@@ -282,12 +284,333 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Prefill attention with fp32 outer products.
+//
+// Per query head and tile of 16 query rows (padded with zeros):
+//   Qt[d][r] = q[i0 + r, h*D + d]                        NEON
+//   scores = Q K^T: per tile of 16 keys, D FMOPAs of Qt[d] (x) Kt[d]
+//            into ZA0.S, stored row by row               streaming leaf
+//   softmax per row over the keys it may see; Pt[j][r] = p  NEON
+//   out = P V: per 64 dimensions, per key j, 4 FMOPAs of Pt[j] (x)
+//            v[j, 16 dims] into the four 32-bit tiles    streaming leaf
+// K is transposed once per head (Kt[d][j], padded to whole tiles) into a
+// heap buffer, since its size grows with the sequence.
+//===----------------------------------------------------------------------===//
+
+/// scores[r][16 jt + c] = sum_d Qt[d][r] * Kt[d][16 jt + c], jt < tiles.
+void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
+                         ValueRange args) {
+  Value qt = args[0], kt = args[1], scores = args[2], tiles = args[3];
+  LeafBuilder leaf(b, loc);
+  Value c0 = leaf.index(0), c1 = leaf.index(1);
+  auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
+  Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
+                               "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
+  Value padded = memref::DimOp::create(b, loc, kt, 1);
+  Value qtBase = leaf.base(qt), ktBase = leaf.base(kt), scoresBase = leaf.base(scores);
+  Value four = leaf.index(4);
+  auto tileLoop = scf::ForOp::create(b, loc, c0, tiles, c1);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(tileLoop.getBody());
+  Value firstKey = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(),
+                                         leaf.index(kSmeTileRows));
+  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  {
+    auto dimLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim), c1);
+    OpBuilder::InsertionGuard dimGuard(b);
+    b.setInsertionPointToStart(dimLoop.getBody());
+    Value d = dimLoop.getInductionVar();
+    Value zn = LLVM::LoadOp::create(
+        b, loc, nxv4f32,
+        leaf.offset(qtBase, arith::MulIOp::create(b, loc, d, leaf.index(kSmeTileRows * 4))));
+    Value keyOffset = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, d, padded), firstKey);
+    Value zm = LLVM::LoadOp::create(
+        b, loc, nxv4f32,
+        leaf.offset(ktBase, arith::MulIOp::create(b, loc, keyOffset, four)));
+    leaf.intrinsic(Type(), "llvm.aarch64.sme.mopa.nxv4f32",
+                   {leaf.i32(0), lanes, lanes, zn, zm});
+  }
+  // Row r of ZA0.S is ZA array vector 4r.
+  for (int64_t r = 0; r < kSmeTileRows; ++r) {
+    Value offset = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, leaf.index(r), padded), firstKey);
+    leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
+                   {leaf.i32(4 * r),
+                    leaf.offset(scoresBase, arith::MulIOp::create(b, loc, offset, four)),
+                    leaf.i32(0)});
+  }
+}
+
+/// outTile[r][d] = sum_{j < keys} Pt[j][r] * v[j, kvBase + d].
+void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
+                         ValueRange args) {
+  Value pt = args[0], v = args[1], kvBase = args[2], keys = args[3];
+  Value outTile = args[4];
+  LeafBuilder leaf(b, loc);
+  Value c0 = leaf.index(0), c1 = leaf.index(1), four = leaf.index(4);
+  auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
+  Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
+                               "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
+  int64_t width = cast<MemRefType>(v.getType()).getDimSize(1);
+  Value ptBase = leaf.base(pt), vBase = leaf.base(v), outBase = leaf.base(outTile);
+  auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim / 64), c1);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(chunkLoop.getBody());
+  Value chunkFirst =
+      arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(), leaf.index(64));
+  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  {
+    auto keyLoop = scf::ForOp::create(b, loc, c0, keys, c1);
+    OpBuilder::InsertionGuard keyGuard(b);
+    b.setInsertionPointToStart(keyLoop.getBody());
+    Value j = keyLoop.getInductionVar();
+    Value zn = LLVM::LoadOp::create(
+        b, loc, nxv4f32,
+        leaf.offset(ptBase, arith::MulIOp::create(b, loc, j, leaf.index(kSmeTileRows * 4))));
+    Value rowFirst = arith::AddIOp::create(
+        b, loc,
+        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, j, leaf.index(width)),
+                              kvBase),
+        chunkFirst);
+    for (int64_t t = 0; t < 4; ++t) {
+      Value element = arith::AddIOp::create(b, loc, rowFirst, leaf.index(16 * t));
+      Value zm = LLVM::LoadOp::create(
+          b, loc, nxv4f32,
+          leaf.offset(vBase, arith::MulIOp::create(b, loc, element, four)));
+      leaf.intrinsic(Type(), "llvm.aarch64.sme.mopa.nxv4f32",
+                     {leaf.i32(t), lanes, lanes, zn, zm});
+    }
+  }
+  // ZA array vector 4r + t: row r, dimensions chunk + 16t ..
+  for (int64_t r = 0; r < kSmeTileRows; ++r)
+    for (int64_t t = 0; t < 4; ++t) {
+      Value element = arith::AddIOp::create(b, loc, leaf.index(r * dim + 16 * t),
+                                            chunkFirst);
+      leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
+                     {leaf.i32(4 * r + t),
+                      leaf.offset(outBase, arith::MulIOp::create(b, loc, element, four)),
+                      leaf.i32(0)});
+    }
+}
+
+/// A private streaming leaf `name` with `types`, built by `body` once.
+func::FuncOp getOrCreateLeaf(ModuleOp module, SymbolTable &symbols,
+                             StringRef name, TypeRange types, Location loc,
+                             function_ref<void(OpBuilder &, ValueRange)> body) {
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    return existing;
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  auto func = b.create<func::FuncOp>(loc, name, b.getFunctionType(types, {}));
+  func.setPrivate();
+  func->setAttr("cq4p.sme_leaf", b.getUnitAttr());
+  Block *entry = func.addEntryBlock();
+  OpBuilder inner = OpBuilder::atBlockBegin(entry);
+  body(inner, entry->getArguments());
+  func::ReturnOp::create(inner, loc);
+  symbols.insert(func);
+  return func;
+}
+
+void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
+  Location loc = op.getLoc();
+  OpBuilder b(op);
+  int64_t dim = op.getHeadDim(), window = op.getWindow();
+  int64_t group = op.getNumHeads() / op.getNumKvHeads();
+  auto f32 = b.getF32Type();
+  auto idx = [&](int64_t v) -> Value { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value c0 = idx(0), c1 = idx(1), c16 = idx(kSmeTileRows), cDim = idx(dim);
+  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+  Value scale = arith::ConstantOp::create(b, loc, op.getScaleAttr());
+  Value seq = memref::DimOp::create(b, loc, op.getQ(), 0);
+  Value tiles = arith::CeilDivUIOp::create(b, loc, seq, c16);
+  Value padded = arith::MulIOp::create(b, loc, tiles, c16);
+  int64_t dyn = ShapedType::kDynamic;
+  Value kt = memref::AllocOp::create(b, loc, MemRefType::get({dim, dyn}, f32),
+                                     ValueRange{padded});
+  Value scores = memref::AllocOp::create(
+      b, loc, MemRefType::get({kSmeTileRows, dyn}, f32), ValueRange{padded});
+  Value pt = memref::AllocOp::create(
+      b, loc, MemRefType::get({dyn, kSmeTileRows}, f32), ValueRange{padded});
+  Value qt = memref::AllocaOp::create(b, loc, MemRefType::get({dim, kSmeTileRows}, f32));
+  Value outTile =
+      memref::AllocaOp::create(b, loc, MemRefType::get({kSmeTileRows, dim}, f32));
+
+  std::string prefix = (op->getParentOfType<func::FuncOp>().getSymName()).str();
+  func::FuncOp scoresLeaf = getOrCreateLeaf(
+      module, symbols, prefix + "_sme_scores",
+      TypeRange{qt.getType(), kt.getType(), scores.getType(), b.getIndexType()}, loc,
+      [&](OpBuilder &leafBuilder, ValueRange args) {
+        buildScoresLeafBody(leafBuilder, loc, dim, args);
+      });
+  func::FuncOp valuesLeaf = getOrCreateLeaf(
+      module, symbols, prefix + "_sme_values",
+      TypeRange{pt.getType(), op.getV().getType(), b.getIndexType(),
+                b.getIndexType(), outTile.getType()},
+      loc, [&](OpBuilder &leafBuilder, ValueRange args) {
+        buildValuesLeafBody(leafBuilder, loc, dim, args);
+      });
+
+  auto loop = [&](Value begin, Value end, auto body) {
+    auto forOp = scf::ForOp::create(b, loc, begin, end, c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forOp.getBody());
+    body(forOp.getInductionVar());
+  };
+  auto ifElse = [&](Value condition, auto thenBody, auto elseBody) {
+    auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      thenBody();
+    }
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    elseBody();
+  };
+  auto less = [&](Value a, Value c) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, a, c);
+  };
+
+  loop(op.getHeadBegin(), op.getHeadEnd(), [&](Value h) {
+    Value kvBase = arith::MulIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, h, idx(group)), cDim);
+    Value qBase = arith::MulIOp::create(b, loc, h, cDim);
+    // Kt[d][j] = k[j, kvBase + d], zeros past the sequence.
+    loop(c0, padded, [&](Value j) {
+      ifElse(less(j, seq),
+             [&] {
+               loop(c0, cDim, [&](Value d) {
+                 Value x = memref::LoadOp::create(
+                     b, loc, op.getK(),
+                     ValueRange{j, arith::AddIOp::create(b, loc, kvBase, d)});
+                 memref::StoreOp::create(b, loc, x, kt, ValueRange{d, j});
+               });
+             },
+             [&] {
+               loop(c0, cDim, [&](Value d) {
+                 memref::StoreOp::create(b, loc, zero, kt, ValueRange{d, j});
+               });
+             });
+    });
+    loop(c0, tiles, [&](Value t) {
+      Value i0 = arith::MulIOp::create(b, loc, t, c16);
+      loop(c0, c16, [&](Value r) {
+        Value i = arith::AddIOp::create(b, loc, i0, r);
+        ifElse(less(i, seq),
+               [&] {
+                 loop(c0, cDim, [&](Value d) {
+                   Value x = memref::LoadOp::create(
+                       b, loc, op.getQ(),
+                       ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
+                   memref::StoreOp::create(b, loc, x, qt, ValueRange{d, r});
+                 });
+               },
+               [&] {
+                 loop(c0, cDim, [&](Value d) {
+                   memref::StoreOp::create(b, loc, zero, qt, ValueRange{d, r});
+                 });
+               });
+      });
+      // Causal: the key tiles up to the query tile's own.
+      Value keyTiles = arith::AddIOp::create(b, loc, t, c1);
+      Value keySpan = arith::MulIOp::create(b, loc, keyTiles, c16);
+      func::CallOp::create(b, loc, scoresLeaf, ValueRange{qt, kt, scores, keyTiles});
+      // Softmax of each row over the keys it sees; P transposed for P V.
+      loop(c0, c16, [&](Value r) {
+        Value i = arith::AddIOp::create(b, loc, i0, r);
+        Value last = arith::AddIOp::create(b, loc, i, c1);
+        Value first = c0;
+        if (window > 0) {
+          Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
+                                               last, idx(window));
+          first = arith::SelectOp::create(
+              b, loc, inside, arith::SubIOp::create(b, loc, last, idx(window)), c0);
+        }
+        auto visible = [&](Value j) {
+          return arith::AndIOp::create(
+              b, loc,
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, j, first),
+              arith::AndIOp::create(b, loc, less(j, last), less(i, seq)));
+        };
+        Value minusInf = arith::ConstantOp::create(
+            b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+        auto maxLoop = scf::ForOp::create(b, loc, c0, keySpan, c1, ValueRange{minusInf});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(maxLoop.getBody());
+          Value j = maxLoop.getInductionVar();
+          Value s = arith::MulFOp::create(
+              b, loc, memref::LoadOp::create(b, loc, scores, ValueRange{r, j}), scale);
+          Value candidate = arith::SelectOp::create(b, loc, visible(j), s, minusInf);
+          scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(
+                                          b, loc, maxLoop.getRegionIterArgs()[0], candidate)});
+        }
+        Value maximum = maxLoop.getResult(0);
+        auto sumLoop = scf::ForOp::create(b, loc, c0, keySpan, c1, ValueRange{zero});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(sumLoop.getBody());
+          Value j = sumLoop.getInductionVar();
+          Value s = arith::MulFOp::create(
+              b, loc, memref::LoadOp::create(b, loc, scores, ValueRange{r, j}), scale);
+          Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, s, maximum));
+          e = arith::SelectOp::create(b, loc, visible(j), e, zero);
+          memref::StoreOp::create(b, loc, e, pt, ValueRange{j, r});
+          scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(
+                                          b, loc, sumLoop.getRegionIterArgs()[0], e)});
+        }
+        // Rows past the sequence have no visible key: all zeros, no division.
+        Value sum = sumLoop.getResult(0);
+        Value safe = arith::SelectOp::create(
+            b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, sum, zero),
+            sum, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)));
+        Value inverse = arith::DivFOp::create(
+            b, loc, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)), safe);
+        loop(c0, keySpan, [&](Value j) {
+          Value p = memref::LoadOp::create(b, loc, pt, ValueRange{j, r});
+          memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, p, inverse), pt,
+                                  ValueRange{j, r});
+        });
+      });
+      // P V over the keys that exist.
+      Value keys = arith::MinSIOp::create(b, loc, keySpan, seq);
+      func::CallOp::create(b, loc, valuesLeaf, ValueRange{pt, op.getV(), kvBase, keys, outTile});
+      loop(c0, c16, [&](Value r) {
+        Value i = arith::AddIOp::create(b, loc, i0, r);
+        auto ifOp = scf::IfOp::create(b, loc, less(i, seq), /*withElseRegion=*/false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ifOp.thenBlock());
+        loop(c0, cDim, [&](Value d) {
+          Value x = memref::LoadOp::create(b, loc, outTile, ValueRange{r, d});
+          memref::StoreOp::create(b, loc, x, op.getOut(),
+                                  ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
+        });
+      });
+    });
+  });
+  memref::DeallocOp::create(b, loc, kt);
+  memref::DeallocOp::create(b, loc, scores);
+  memref::DeallocOp::create(b, loc, pt);
+  op.erase();
+}
+
 class ConvertCQ4PToArmSME
     : public mlir::cq4p::impl::ConvertCQ4PToArmSMEBase<ConvertCQ4PToArmSME> {
 public:
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
+    // Attention with outer products where the head dim fills whole 64-wide
+    // chunks of the four fp32 tiles; the shared lowering otherwise.
+    SmallVector<AttentionOp> attentions;
+    module.walk([&](AttentionOp op) {
+      if (op.getHeadDim() % 64 == 0)
+        attentions.push_back(op);
+    });
+    for (AttentionOp op : attentions)
+      lowerAttention(module, symbols, op);
     SmallVector<PanelPartialsOp> ops;
     module.walk([&](PanelPartialsOp op) { ops.push_back(op); });
     for (PanelPartialsOp op : ops) {

@@ -485,6 +485,17 @@ TEST(Sme2, SmeAndNeonWorkersShareALayerBitForBit) {
   }
 }
 
+// Attention through fp32 outer products (FMOPA) at a 512-bit streaming
+// vector length.
+TEST(Sme2, PrefillAttentionMatchesTheFp64Oracle) {
+  if (!cpuRunsSme2(detectCpuFeatures()))
+    GTEST_SKIP() << "this CPU does not run SME2 at 512 bits";
+  std::unique_ptr<KernelLibrary> lib;
+  Status opened = KernelLibrary::open(CQ4P_TEST_SME2_KERNEL_LIBRARY, lib);
+  ASSERT_TRUE(opened) << opened.message();
+  checkAttention(*lib, "sme2 ");
+}
+
 #endif // CQ4P_TEST_SME2_KERNEL_LIBRARY
 
 } // namespace

@@ -60,10 +60,16 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     unit). The fp32 rescale stays outside, in NEON, so SME2 and NEON share
     it and agree exactly on the int32 partials. The leaves assume a 512-bit
     streaming vector length; the runtime runs them only there.
+
+    `cq4p.attention` (head dims a multiple of 64) takes fp32 outer products:
+    per tile of 16 query rows, Q K^T with FMOPA into ZA0.S per tile of 16
+    keys, the softmax in NEON, and P V with four FMOPA per key into the four
+    32-bit tiles (64 dimensions at a time).
   }];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
-                           "mlir::LLVM::LLVMDialect", "mlir::memref::MemRefDialect",
-                           "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
+                           "mlir::LLVM::LLVMDialect", "mlir::math::MathDialect",
+                           "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
+                           "mlir::vector::VectorDialect"];
 }
 
 #endif // CQ4P_CONVERSION_PASSES_TD
