@@ -44,7 +44,8 @@ def main():
     results = build / "test-results"
     results.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env["CQ4P_OPT"] = str(build / "bin" / "cq4p-opt")
+    for tool in ("cq4p-opt", "cq4p-compile", "cq4p-run"):
+        env["CQ4P_" + tool[len("cq4p-"):].upper()] = str(build / "bin" / tool)
     env["PYTHONPATH"] = str(SOURCE / "python")
     env["CQ4P_RUNTIME_LIB"] = str(build / "lib" / "libcq4p_runtime.so")
 
