@@ -146,43 +146,52 @@ LogicalResult verifyGroupSize(Operation *op, int64_t k, int64_t groupSize) {
 }
 } // namespace
 
+/// What both activation transforms require: a static K, a power-of-two
+/// group size dividing it, and activations and scales for every input row.
+/// Returns K, or nothing after reporting.
+static std::optional<int64_t> verifyActivationOperands(ShapeChecker &check,
+                                                       Operation *op, Value x,
+                                                       Value isr, Value act,
+                                                       Value actScales,
+                                                       int64_t gs) {
+  check.isStatic("the input", x, 1);
+  if (failed(check.failed))
+    return std::nullopt;
+  int64_t k = dimOf(x, 1);
+  if (failed(verifyGroupSize(op, k, gs)))
+    return std::nullopt;
+  check.dim("the input scale reciprocal", isr, 0, k)
+      .dim("the activations", act, 1, k)
+      .dim("the activation scales", actScales, 1, k / gs)
+      .sameRows("the input", x, "the activations", act)
+      .sameRows("the input", x, "the activation scales", actScales);
+  if (failed(check.failed))
+    return std::nullopt;
+  return k;
+}
+
 LogicalResult QuantizeActivationsOp::verify() {
   ShapeChecker check{*this};
-  check.isStatic("the input", getX(), 1);
-  if (failed(check.failed))
-    return failure();
-  int64_t k = dimOf(getX(), 1);
   int64_t gs = getGroupSize();
-  if (failed(verifyGroupSize(*this, k, gs)))
+  if (!verifyActivationOperands(check, *this, getX(), getInputScaleRecip(),
+                                getAct(), getActScales(), gs))
     return failure();
-  check.dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
-      .dim("the left signs", getLeftSigns(), 0, gs)
+  return check.dim("the left signs", getLeftSigns(), 0, gs)
       .dim("the right signs", getRightSigns(), 0, gs)
       .dim("the permutation", getPermutation(), 0, gs)
-      .dim("the activations", getAct(), 1, k)
-      .dim("the activation scales", getActScales(), 1, k / gs)
-      .sameRows("the input", getX(), "the activations", getAct())
-      .sameRows("the input", getX(), "the activation scales", getActScales());
-  return check.failed;
+      .failed;
 }
 
 LogicalResult RotateQuantizeActivationsOp::verify() {
   ShapeChecker check{*this};
-  check.isStatic("the input", getX(), 1);
-  if (failed(check.failed))
+  std::optional<int64_t> k =
+      verifyActivationOperands(check, *this, getX(), getInputScaleRecip(),
+                               getAct(), getActScales(), getGroupSize());
+  if (!k)
     return failure();
-  int64_t k = dimOf(getX(), 1);
-  int64_t gs = getGroupSize();
-  if (failed(verifyGroupSize(*this, k, gs)))
-    return failure();
-  check.dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
-      .dim("the transposed rotation", getRotationT(), 0, k)
-      .dim("the transposed rotation", getRotationT(), 1, k)
-      .dim("the activations", getAct(), 1, k)
-      .dim("the activation scales", getActScales(), 1, k / gs)
-      .sameRows("the input", getX(), "the activations", getAct())
-      .sameRows("the input", getX(), "the activation scales", getActScales());
-  return check.failed;
+  return check.dim("the transposed rotation", getRotationT(), 0, *k)
+      .dim("the transposed rotation", getRotationT(), 1, *k)
+      .failed;
 }
 
 /// The panel buffer [SB][ng][gs/4][128]: static, 128-byte kg-blocks.

@@ -63,6 +63,19 @@ Value groupSlice(OpBuilder &b, Location loc, Value partials, Value j) {
                              b.getIndexAttr(1)});
 }
 
+/// Zeroes a tile's fp32 accumulator ([rows][64]).
+void zeroAccumulator(OpBuilder &b, Location loc, Value accum) {
+  int64_t rows = cast<MemRefType>(accum.getType()).getDimSize(0);
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  Value zero = arith::ConstantOp::create(
+      b, loc, f32x4, DenseElementsAttr::get(f32x4, b.getF32FloatAttr(0.0f)));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4)
+      vector::StoreOp::create(
+          b, loc, zero, accum,
+          ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
+}
+
 /// The largest divisor of `n` that is at most `limit`.
 int64_t largestDivisorAtMost(int64_t n, int64_t limit) {
   for (int64_t d = std::min(n, limit); d > 1; --d)
@@ -118,15 +131,7 @@ private:
     b.setInsertionPointToStart(rowLoop.getBody());
     Value row = rowLoop.getInductionVar();
 
-    // Zero the fp32 accumulator of the tile.
-    auto f32x4 = VectorType::get({4}, b.getF32Type());
-    Value zero = arith::ConstantOp::create(
-        b, loc, f32x4, DenseElementsAttr::get(f32x4, b.getF32FloatAttr(0.0f)));
-    for (int64_t r = 0; r < tileRows; ++r)
-      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4)
-        vector::StoreOp::create(
-            b, loc, zero, accum,
-            ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
+    zeroAccumulator(b, loc, accum);
 
     // Per group: exact int32 partials, then their fp32 rescale. With
     // super-block partials (one-row tiles), every group's partials first.
@@ -210,14 +215,7 @@ private:
         arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
                               arith::MulIOp::create(b, loc, sb, c64)),
         c64);
-    auto f32x4 = VectorType::get({4}, b.getF32Type());
-    Value zero = arith::ConstantOp::create(
-        b, loc, f32x4, DenseElementsAttr::get(f32x4, b.getF32FloatAttr(0.0f)));
-    for (int64_t r = 0; r < kSmeTileRows; ++r)
-      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4)
-        vector::StoreOp::create(
-            b, loc, zero, accum,
-            ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
+    zeroAccumulator(b, loc, accum);
 
     auto chunkLoop = scf::ForOp::create(b, loc, c0, constantIndex(b, loc, ng),
                                         constantIndex(b, loc, chunk));
