@@ -78,6 +78,13 @@ public:
                                ArrayRef<LLVM::GEPArg>{offset64});
   }
 
+  /// base + `vectors` streaming vectors: a scalable offset, which LLVM can
+  /// fold into the `[x, #n, mul vl]` addressing of SVE loads.
+  Value vectorOffset(Value base, int64_t vectors) {
+    return LLVM::GEPOp::create(b, loc, ptrType, nxv16i8, base,
+                               ArrayRef<LLVM::GEPArg>{int32_t(vectors)});
+  }
+
   Value intrinsic(Type result, StringRef name, ValueRange args) {
     if (!result) {
       LLVM::CallIntrinsicOp::create(b, loc, b.getStringAttr(name), args);
@@ -88,10 +95,26 @@ public:
         .getResult(0);
   }
 
+  /// The two consecutive streaming vectors (128 bytes) at `address`, with
+  /// one SME2 multi-vector load.
+  std::pair<Value, Value> loadPair(Value address) {
+    if (!allBytes)
+      allBytes = intrinsic(LLVM::LLVMTargetExtType::get(
+                               b.getContext(), "aarch64.svcount", {}, {}),
+                           "llvm.aarch64.sve.ptrue.c8", {});
+    auto pairType =
+        LLVM::LLVMStructType::getLiteral(b.getContext(), {nxv16i8, nxv16i8});
+    Value pair = intrinsic(pairType, "llvm.aarch64.sve.ld1.pn.x2.nxv16i8",
+                           {allBytes, address});
+    return {LLVM::ExtractValueOp::create(b, loc, pair, 0),
+            LLVM::ExtractValueOp::create(b, loc, pair, 1)};
+  }
+
   OpBuilder &b;
   Location loc;
   Type ptrType;
   VectorType nxv16i8;
+  Value allBytes; ///< an all-true predicate-as-counter for bytes
 };
 
 /// ZT0 <- the int8 codebook: entry i (32 bits) holds cb_i8[i] in its low
@@ -109,17 +132,16 @@ void loadCodebookIntoZt0(LeafBuilder &leaf, Value cb) {
   leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), leaf.base(table)});
 }
 
-/// The four [16 channels][4 K] vectors of the kg-block at `address`: two
-/// LUTI4 (x2) of 64 bytes each, nibble j to byte j.
+/// The four [16 channels][4 K] vectors of the kg-block at `address`: one
+/// two-vector load of its 128 bytes, then two LUTI4 (x2) of 64 bytes each,
+/// nibble j to byte j.
 SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
   OpBuilder &b = leaf.b;
   auto pairType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), {leaf.nxv16i8, leaf.nxv16i8});
+  auto [low, high] = leaf.loadPair(address);
   SmallVector<Value> vectors;
-  for (int64_t half = 0; half < 2; ++half) {
-    Value packed = LLVM::LoadOp::create(
-        b, leaf.loc, leaf.nxv16i8,
-        leaf.offset(address, leaf.index(half * kStreamingBytes)));
+  for (Value packed : {low, high}) {
     Value pair = leaf.intrinsic(pairType,
                                 "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
                                 {leaf.i32(0), packed, leaf.i32(0)});
@@ -165,22 +187,25 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       packedBase,
       arith::MulIOp::create(b, loc, g, leaf.index(kgPerGroup * kStreamingBytes)));
   {
-    auto kgLoop = scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), c1);
+    // Two kg-blocks per step: one load brings both activation vectors.
+    auto kgLoop =
+        scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), leaf.index(2));
     OpBuilder::InsertionGuard kgGuard(b);
     b.setInsertionPointToStart(kgLoop.getBody());
     Value kg = kgLoop.getInductionVar();
-    Value activations = LLVM::LoadOp::create(
-        b, loc, leaf.nxv16i8,
-        leaf.offset(groupPacked,
-                    arith::MulIOp::create(b, loc, kg, leaf.index(kStreamingBytes))));
-    SmallVector<Value> weights = expandKgBlock(
-        leaf, leaf.offset(groupPanels,
-                          arith::MulIOp::create(b, loc, kg,
-                                                leaf.index(CQ4P_KG_BLOCK_BYTES))));
-    for (int64_t tile = 0; tile < 4; ++tile)
-      leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
-                     {leaf.i32(tile), allLanes, allLanes, activations,
-                      weights[tile]});
+    auto [first, second] = leaf.loadPair(leaf.offset(
+        groupPacked, arith::MulIOp::create(b, loc, kg, leaf.index(kStreamingBytes))));
+    for (int64_t step = 0; step < 2; ++step) {
+      Value block = arith::AddIOp::create(b, loc, kg, leaf.index(step));
+      SmallVector<Value> weights = expandKgBlock(
+          leaf, leaf.offset(groupPanels,
+                            arith::MulIOp::create(b, loc, block,
+                                                  leaf.index(CQ4P_KG_BLOCK_BYTES))));
+      for (int64_t tile = 0; tile < 4; ++tile)
+        leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
+                       {leaf.i32(tile), allLanes, allLanes,
+                        step == 0 ? first : second, weights[tile]});
+    }
   }
   Value groupPartials = leaf.offset(
       partialsBase,
@@ -257,8 +282,9 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
         groupPanels,
         arith::MulIOp::create(b, loc, q, leaf.index(4 * CQ4P_KG_BLOCK_BYTES)));
     for (int64_t t = 0; t < 4; ++t) {
-      SmallVector<Value> vectors = expandKgBlock(
-          leaf, leaf.offset(stepPanels, leaf.index(t * CQ4P_KG_BLOCK_BYTES)));
+      // Kg-block t is 2t streaming vectors further (128 bytes at SVL 512).
+      SmallVector<Value> vectors =
+          expandKgBlock(leaf, leaf.vectorOffset(stepPanels, 2 * t));
       leaf.intrinsic(Type(), "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8",
                      {slice, vectors[0], vectors[1], vectors[2], vectors[3],
                       activations, leaf.i32(t)});
