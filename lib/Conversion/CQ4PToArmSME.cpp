@@ -187,7 +187,8 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       packedBase,
       arith::MulIOp::create(b, loc, g, leaf.index(kgPerGroup * kStreamingBytes)));
   {
-    // Two kg-blocks per step: one load brings both activation vectors.
+    // Two kg-blocks per step: one load brings both activation vectors; the
+    // kg-blocks' panels are 2 and 4 streaming vectors from the step's base.
     auto kgLoop =
         scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), leaf.index(2));
     OpBuilder::InsertionGuard kgGuard(b);
@@ -195,12 +196,11 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     Value kg = kgLoop.getInductionVar();
     auto [first, second] = leaf.loadPair(leaf.offset(
         groupPacked, arith::MulIOp::create(b, loc, kg, leaf.index(kStreamingBytes))));
+    Value stepPanels = leaf.offset(
+        groupPanels, arith::MulIOp::create(b, loc, kg, leaf.index(CQ4P_KG_BLOCK_BYTES)));
     for (int64_t step = 0; step < 2; ++step) {
-      Value block = arith::AddIOp::create(b, loc, kg, leaf.index(step));
-      SmallVector<Value> weights = expandKgBlock(
-          leaf, leaf.offset(groupPanels,
-                            arith::MulIOp::create(b, loc, block,
-                                                  leaf.index(CQ4P_KG_BLOCK_BYTES))));
+      SmallVector<Value> weights =
+          expandKgBlock(leaf, leaf.vectorOffset(stepPanels, 2 * step));
       for (int64_t tile = 0; tile < 4; ++tile)
         leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
                        {leaf.i32(tile), allLanes, allLanes,
@@ -211,10 +211,14 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       partialsBase,
       arith::MulIOp::create(b, loc, j,
                             leaf.index(kSmeTileRows * CQ4P_PANEL_CHANNELS * 4)));
-  for (int64_t v = 0; v < kSmeTileRows * 4; ++v)
-    leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
-                   {leaf.i32(v), leaf.offset(groupPartials, leaf.index(v * kStreamingBytes)),
-                    leaf.i32(0)});
+  // `str za[wv, #i], [x, #i, mul vl]`: one slice register and base address
+  // per 16 vectors, the offset folded into both.
+  for (int64_t block = 0; block < 4; ++block) {
+    Value base = leaf.vectorOffset(groupPartials, 16 * block);
+    for (int64_t i = 0; i < 16; ++i)
+      leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
+                     {leaf.i32(16 * block), base, leaf.i32(i)});
+  }
 }
 
 /// The GEMV leaf (one unpacked activation row).
