@@ -63,14 +63,6 @@ Errors compare(const std::vector<float> &y, const std::vector<double> &ref) {
   return e;
 }
 
-std::vector<float> randomActivations(uint64_t rows, uint64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gaussian(0.0f, 1.0f);
-  std::vector<float> x(rows * k);
-  for (float &v : x)
-    v = gaussian(rng);
-  return x;
-}
 
 /// A panel file written to disk and mapped, with its fp64 dequantization.
 struct MappedLayer {
@@ -142,7 +134,7 @@ TEST(Kernels, LinearMatchesTheOracleOverTheShapeGrid) {
                          "->" + std::to_string(c.n) + " gs" +
                          std::to_string(c.gs);
       SCOPED_TRACE(name);
-      std::vector<float> x = randomActivations(m, c.k, seed++);
+      std::vector<float> x = gaussianRows(m, c.k, seed++);
       std::vector<float> y(m * c.n, std::nanf(""));
       Status ran = linear->run(*pool, x.data(), y.data(), int64_t(m), scratch);
       ASSERT_TRUE(ran) << ran.message();
@@ -161,7 +153,7 @@ TEST(Kernels, ResultsAreBitIdenticalForAnyThreadCountAndSplit) {
     std::unique_ptr<LinearLayer> linear;
     ASSERT_TRUE(LinearLayer::bind(library(), *layer.file, linear));
     for (uint64_t m : {1, 5}) {
-      std::vector<float> x = randomActivations(m, c.k, 78);
+      std::vector<float> x = gaussianRows(m, c.k, 78);
       std::vector<float> first;
       for (int threads : {1, 2, 3})
         for (int64_t perTask : {1, 8}) {
@@ -192,7 +184,7 @@ TEST(Kernels, OrthogonalLmHeadMatchesTheOracle) {
   ASSERT_TRUE(ThreadPool::create(2, pool));
   ActivationScratch scratch;
   for (uint64_t m : {1, 3}) {
-    std::vector<float> x = randomActivations(m, 1536, 6);
+    std::vector<float> x = gaussianRows(m, 1536, 6);
     std::vector<float> y(m * 1024);
     ASSERT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(m), scratch));
     Errors e = compare(y, referenceOrthogonalLinear(*layer.file, x, m));
@@ -309,9 +301,9 @@ void checkAttention(const KernelLibrary &lib, const std::string &label) {
                          (c.window ? " w" + std::to_string(c.window) : "") +
                          " S" + std::to_string(seq);
       SCOPED_TRACE(name);
-      std::vector<float> q = randomActivations(seq, heads * c.dim, seed++);
-      std::vector<float> k = randomActivations(seq, kvHeads * c.dim, seed++);
-      std::vector<float> v = randomActivations(seq, kvHeads * c.dim, seed++);
+      std::vector<float> q = gaussianRows(seq, heads * c.dim, seed++);
+      std::vector<float> k = gaussianRows(seq, kvHeads * c.dim, seed++);
+      std::vector<float> v = gaussianRows(seq, kvHeads * c.dim, seed++);
       std::vector<float> out(q.size(), std::nanf(""));
       double scale = 1.0 / std::sqrt(double(c.dim));
       // Two calls over head ranges, as two threads would make them.
@@ -386,7 +378,7 @@ TEST(Sme2, TheBackendFollowsTheCpu) {
   }
   // Whatever was chosen computes what NEON computes, bit for bit.
   MappedLayer layer(100, 256, 128, false, 31);
-  std::vector<float> x = randomActivations(3, 256, 32);
+  std::vector<float> x = gaussianRows(3, 256, 32);
   std::vector<float> neon = runWith(CQ4P_TEST_KERNEL_LIBRARY, *layer.file, x, 3);
   std::vector<float> chosenY = runWith(lib->path(), *layer.file, x, 3);
   ASSERT_EQ(neon.size(), chosenY.size());
@@ -405,7 +397,7 @@ TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
     for (uint64_t m : {1, 2, 5, 16, 20, 64}) {
       SCOPED_TRACE(::testing::Message() << m << "x" << c.k << "->" << c.n
                                         << " gs" << c.gs);
-      std::vector<float> x = randomActivations(m, c.k, seed++);
+      std::vector<float> x = gaussianRows(m, c.k, seed++);
       std::vector<float> neon = runWith(CQ4P_TEST_KERNEL_LIBRARY, *layer.file, x, m);
       std::vector<float> sme2 =
           runWith(CQ4P_TEST_SME2_KERNEL_LIBRARY, *layer.file, x, m);
@@ -449,7 +441,7 @@ TEST(Sme2, SmeAndNeonWorkersShareALayerBitForBit) {
     EXPECT_EQ(mixed->smeThreadsFor(3), 2);
     for (uint64_t m : {1, 5}) {
       SCOPED_TRACE(::testing::Message() << m << "x" << c.k << "->" << c.n);
-      std::vector<float> x = randomActivations(m, c.k, 301);
+      std::vector<float> x = gaussianRows(m, c.k, 301);
       ActivationScratch scratch;
       std::vector<float> want(m * c.n, std::nanf(""));
       ASSERT_TRUE(neonOnly->run(*one, x.data(), want.data(), int64_t(m), scratch));

@@ -6,6 +6,8 @@
 
 #include "cq4p/runtime/KernelLibrary.h"
 
+#include "Refusals.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -16,18 +18,6 @@ using namespace cq4p::test;
 
 namespace {
 
-bool contains(const std::string &text, const std::string &part) {
-  return text.find(part) != std::string::npos;
-}
-
-#define EXPECT_REFUSED(status, code_, ...)                                     \
-  do {                                                                         \
-    const Status &s_ = (status);                                               \
-    EXPECT_EQ(s_.code(), code_) << s_.message();                               \
-    for (const char *part_ : {__VA_ARGS__})                                    \
-      EXPECT_TRUE(contains(s_.message(), part_))                               \
-          << "message lacks \"" << part_ << "\": " << s_.message();           \
-  } while (0)
 
 std::vector<uint8_t> readAll(const std::string &path) {
   std::ifstream in(path, std::ios::binary);

@@ -244,6 +244,16 @@ inline std::vector<double> dequantize(const runtime::TensorFile &file) {
   return w;
 }
 
+/// rows x k activations drawn from N(0, 1), deterministic per seed.
+inline std::vector<float> gaussianRows(uint64_t rows, uint64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gaussian(0.0f, 1.0f);
+  std::vector<float> x(rows * k);
+  for (float &v : x)
+    v = gaussian(rng);
+  return x;
+}
+
 /// y[rows][N] = x[rows][K] * W^T in fp64 for an orthogonal file, without
 /// forming W (O(rows * (K^2 + N*K)) instead of O(N * K^2)):
 ///   y[r][n] = norm[n] * sum_j cb[idx(n, j)] * u[r][j],

@@ -15,6 +15,8 @@
 #include "cq4p/runtime/CpuFeatures.h"
 #include "cq4p/runtime/Linear.h"
 
+#include "Refusals.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,18 +30,6 @@ using namespace cq4p::test;
 
 namespace {
 
-bool contains(const std::string &text, const std::string &part) {
-  return text.find(part) != std::string::npos;
-}
-
-#define EXPECT_REFUSED(status, code_, ...)                                     \
-  do {                                                                         \
-    const Status &s_ = (status);                                               \
-    EXPECT_EQ(s_.code(), code_) << s_.message();                               \
-    for (const char *part_ : {__VA_ARGS__})                                    \
-      EXPECT_TRUE(contains(s_.message(), part_))                               \
-          << "message lacks \"" << part_ << "\": " << s_.message();           \
-  } while (0)
 
 // Measured with the fake kernels, the same on x86-64 and under QEMU (the
 // accuracy tests print them): relative error 0.7% - 1.2%, MSE 1.7e-4 -
@@ -66,14 +56,6 @@ Errors compare(const std::vector<float> &got, const std::vector<double> &want) {
   return {squared / double(want.size()), std::sqrt(squared / reference), maxAbs};
 }
 
-std::vector<float> gaussianRows(uint64_t rows, uint64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gaussian(0.0f, 1.0f);
-  std::vector<float> x(rows * k);
-  for (float &v : x)
-    v = gaussian(rng);
-  return x;
-}
 
 /// y filled with NaN, so an output the kernels never wrote shows.
 std::vector<float> poisoned(size_t size) {
