@@ -386,6 +386,24 @@ void quantizeGroup(OpBuilder &b, Location loc, Value values, int64_t groupSize,
   });
 }
 
+/// sum_{i < n} lhs_i * rhs_i in fp32, accumulated in index order, with
+/// (lhs_i, rhs_i) = operands(i).
+Value sumOfProducts(
+    OpBuilder &b, Location loc, Value n,
+    function_ref<std::pair<Value, Value>(OpBuilder &, Value)> operands) {
+  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0), n, cIndex(b, loc, 1),
+                                 ValueRange{zero});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  auto [lhs, rhs] = operands(b, loop.getInductionVar());
+  scf::YieldOp::create(
+      b, loc,
+      ValueRange{arith::AddFOp::create(b, loc, loop.getRegionIterArgs()[0],
+                                       arith::MulFOp::create(b, loc, lhs, rhs))});
+  return loop.getResult(0);
+}
+
 Value rowsOf(OpBuilder &b, Location loc, Value memref) {
   auto type = cast<MemRefType>(memref.getType());
   if (!type.isDynamicDim(0))
@@ -490,22 +508,12 @@ struct RotateQuantizeActivationsLowering
         // basis[j] = sum_k a[k] * rotation_t[j][k]
         forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
           Value basisIndex = arith::AddIOp::create(b, loc, jBase, j);
-          Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-          auto sum = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, 1),
-                                        ValueRange{zero});
-          {
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(sum.getBody());
-            Value kk = sum.getInductionVar();
-            Value a = memref::LoadOp::create(b, loc, scaled, kk);
-            Value r = loadAsF32(b, loc, op.getRotationT(), ValueRange{basisIndex, kk});
-            scf::YieldOp::create(
-                b, loc,
-                ValueRange{arith::AddFOp::create(
-                    b, loc, sum.getRegionIterArgs()[0],
-                    arith::MulFOp::create(b, loc, a, r))});
-          }
-          memref::StoreOp::create(b, loc, sum.getResult(0), work, j);
+          Value sum = sumOfProducts(b, loc, cK, [&](OpBuilder &b, Value kk) {
+            return std::make_pair(
+                Value(memref::LoadOp::create(b, loc, scaled, kk)),
+                loadAsF32(b, loc, op.getRotationT(), ValueRange{basisIndex, kk}));
+          });
+          memref::StoreOp::create(b, loc, sum, work, j);
         });
         quantizeGroup(b, loc, work, gs, Value(), op.getAct(), op.getActScales(),
                       row, g);
@@ -563,23 +571,13 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
       });
       // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
       forRange(b, loc, c0, cK, [&](OpBuilder &b, Value j) {
-        Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-        auto sum = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, 1),
-                                      ValueRange{zero});
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(sum.getBody());
-          Value c = sum.getInductionVar();
-          Value r = loadAsF32(b, loc, op.getRotation(), ValueRange{j, c});
-          Value v = memref::LoadOp::create(b, loc, decoded, c);
-          scf::YieldOp::create(
-              b, loc,
-              ValueRange{arith::AddFOp::create(b, loc, sum.getRegionIterArgs()[0],
-                                               arith::MulFOp::create(b, loc, r, v))});
-        }
+        Value sum = sumOfProducts(b, loc, cK, [&](OpBuilder &b, Value c) {
+          return std::make_pair(
+              loadAsF32(b, loc, op.getRotation(), ValueRange{j, c}),
+              Value(memref::LoadOp::create(b, loc, decoded, c)));
+        });
         Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), j);
-        memref::StoreOp::create(b, loc,
-                                arith::MulFOp::create(b, loc, sum.getResult(0), isr),
+        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sum, isr),
                                 op.getOut(), ValueRange{i, j});
       });
     });
