@@ -440,17 +440,16 @@ struct QuantizeActivationsLowering
               b, loc, arith::MulFOp::create(b, loc, x, isr), left);
           memref::StoreOp::create(b, loc, w, work, j);
         });
-        // The fast Walsh-Hadamard transform in natural order.
+        // The fast Walsh-Hadamard transform in natural order: per stage h,
+        // blocks of 2h, butterflies (i, i + h) for the first h of each.
         for (int64_t h = 1; h < gs; h *= 2) {
-          forRange(b, loc, c0, cIndex(b, loc, gs / 2), [&](OpBuilder &b, Value t) {
-            // Pair t: i = (t / h) * 2h + t % h, partner i + h.
-            Value cH = cIndex(b, loc, h);
-            Value block = arith::DivUIOp::create(b, loc, t, cH);
-            Value offset = arith::RemUIOp::create(b, loc, t, cH);
-            Value i = arith::AddIOp::create(
-                b, loc,
-                arith::MulIOp::create(b, loc, block, cIndex(b, loc, 2 * h)),
-                offset);
+          Value cH = cIndex(b, loc, h);
+          auto blocks = scf::ForOp::create(b, loc, c0, cGs, cIndex(b, loc, 2 * h));
+          OpBuilder::InsertionGuard stageGuard(b);
+          b.setInsertionPointToStart(blocks.getBody());
+          Value blockStart = blocks.getInductionVar();
+          forRange(b, loc, c0, cH, [&](OpBuilder &b, Value offset) {
+            Value i = arith::AddIOp::create(b, loc, blockStart, offset);
             Value partner = arith::AddIOp::create(b, loc, i, cH);
             Value u = memref::LoadOp::create(b, loc, work, i);
             Value v = memref::LoadOp::create(b, loc, work, partner);
