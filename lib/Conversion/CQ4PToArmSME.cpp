@@ -110,6 +110,22 @@ public:
             LLVM::ExtractValueOp::create(b, loc, pair, 1)};
   }
 
+  /// The four consecutive streaming vectors (256 bytes) at `address`.
+  SmallVector<Value> loadQuad(Value address) {
+    if (!allBytes)
+      allBytes = intrinsic(LLVM::LLVMTargetExtType::get(
+                               b.getContext(), "aarch64.svcount", {}, {}),
+                           "llvm.aarch64.sve.ptrue.c8", {});
+    auto quadType = LLVM::LLVMStructType::getLiteral(
+        b.getContext(), {nxv16i8, nxv16i8, nxv16i8, nxv16i8});
+    Value quad = intrinsic(quadType, "llvm.aarch64.sve.ld1.pn.x4.nxv16i8",
+                           {allBytes, address});
+    SmallVector<Value> vectors;
+    for (int64_t i = 0; i < 4; ++i)
+      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quad, i));
+    return vectors;
+  }
+
   OpBuilder &b;
   Location loc;
   Type ptrType;
@@ -132,14 +148,13 @@ void loadCodebookIntoZt0(LeafBuilder &leaf, Value cb) {
   leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), leaf.base(table)});
 }
 
-/// The four [16 channels][4 K] vectors of the kg-block at `address`: one
-/// two-vector load of its 128 bytes, then two LUTI4 (x2) of 64 bytes each,
+/// The four [16 channels][4 K] vectors of a kg-block whose 128 bytes are
+/// the streaming vectors `low` and `high`: two LUTI4 (x2) of 64 bytes each,
 /// nibble j to byte j.
-SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
+SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value low, Value high) {
   OpBuilder &b = leaf.b;
   auto pairType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), {leaf.nxv16i8, leaf.nxv16i8});
-  auto [low, high] = leaf.loadPair(address);
   SmallVector<Value> vectors;
   for (Value packed : {low, high}) {
     Value pair = leaf.intrinsic(pairType,
@@ -149,6 +164,12 @@ SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
     vectors.push_back(LLVM::ExtractValueOp::create(b, leaf.loc, pair, 1));
   }
   return vectors;
+}
+
+/// The same for the kg-block at `address`, loaded with one two-vector load.
+SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
+  auto [low, high] = leaf.loadPair(address);
+  return expandKgBlock(leaf, low, high);
 }
 
 /// The GEMM leaf: per group, 4-way outer products of the packed
@@ -187,24 +208,28 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       packedBase,
       arith::MulIOp::create(b, loc, g, leaf.index(kgPerGroup * kStreamingBytes)));
   {
-    // Two kg-blocks per step: one load brings both activation vectors; the
-    // kg-blocks' panels are 2 and 4 streaming vectors from the step's base.
+    // Four kg-blocks per step: one four-vector load brings their activation
+    // vectors, two more their 512 panel bytes.
     auto kgLoop =
-        scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), leaf.index(2));
+        scf::ForOp::create(b, loc, c0, leaf.index(kgPerGroup), leaf.index(4));
     OpBuilder::InsertionGuard kgGuard(b);
     b.setInsertionPointToStart(kgLoop.getBody());
     Value kg = kgLoop.getInductionVar();
-    auto [first, second] = leaf.loadPair(leaf.offset(
+    SmallVector<Value> activations = leaf.loadQuad(leaf.offset(
         groupPacked, arith::MulIOp::create(b, loc, kg, leaf.index(kStreamingBytes))));
     Value stepPanels = leaf.offset(
         groupPanels, arith::MulIOp::create(b, loc, kg, leaf.index(CQ4P_KG_BLOCK_BYTES)));
-    for (int64_t step = 0; step < 2; ++step) {
-      SmallVector<Value> weights =
-          expandKgBlock(leaf, leaf.vectorOffset(stepPanels, 2 * step));
-      for (int64_t tile = 0; tile < 4; ++tile)
-        leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
-                       {leaf.i32(tile), allLanes, allLanes,
-                        step == 0 ? first : second, weights[tile]});
+    for (int64_t half = 0; half < 2; ++half) {
+      SmallVector<Value> packed =
+          leaf.loadQuad(leaf.vectorOffset(stepPanels, 4 * half));
+      for (int64_t step = 0; step < 2; ++step) {
+        SmallVector<Value> weights =
+            expandKgBlock(leaf, packed[2 * step], packed[2 * step + 1]);
+        for (int64_t tile = 0; tile < 4; ++tile)
+          leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
+                         {leaf.i32(tile), allLanes, allLanes,
+                          activations[2 * half + step], weights[tile]});
+      }
     }
   }
   Value groupPartials = leaf.offset(

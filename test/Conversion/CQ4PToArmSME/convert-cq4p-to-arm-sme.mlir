@@ -33,8 +33,8 @@ func.func @cq4p_gemv_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 
 // -----
 
-// GEMM: per group and pair of kg-blocks, one two-vector load of the packed
-// activation tile; per kg-block one two-vector load of the panel, two LUTI4
+// GEMM: per group and four kg-blocks, one four-vector load of the packed
+// activation tile and two of the panels (512 bytes); per kg-block two LUTI4
 // x2 and four 4-way SMOPA, one per 32-bit ZA tile (16 channels each); the
 // group's [16 rows][64 channels] partials are ZA's 64 array vectors in
 // order, stored with `str za`.
@@ -42,17 +42,17 @@ func.func @cq4p_gemv_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
 // CHECK: scf.for
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.zero"
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2
-// CHECK: %[[ACTS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
+// CHECK: %[[ACTS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
 // CHECK: %[[ACT0:.*]] = llvm.extractvalue %[[ACTS]][0]
 // CHECK: %[[ACT1:.*]] = llvm.extractvalue %[[ACTS]][1]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT0]], %{{.*}})
-// CHECK-COUNT-3: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT0]]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT0]]
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
 // CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT1]]
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"
 // CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.smopa
 // CHECK-COUNT-64: llvm.call_intrinsic "llvm.aarch64.sme.str"
 func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
