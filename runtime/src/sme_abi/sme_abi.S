@@ -36,6 +36,27 @@
   .size \name, . - \name
 .endm
 
+// Stores (str) or loads (ldr) the first w17 horizontal ZA slices to or
+// from the buffer at x16, one streaming vector each; x12, the only slice
+// index register used, is preserved.
+.macro za_slices op
+  str x12, [sp, #-16]!
+  .cfi_adjust_cfa_offset 16
+  .cfi_rel_offset x12, 0
+  mov w12, wzr
+1:
+  cmp w12, w17
+  b.hs 2f
+  \op za[w12, 0], [x16]
+  addsvl x16, x16, #1
+  add w12, w12, #1
+  b 1b
+2:
+  ldr x12, [sp], #16
+  .cfi_adjust_cfa_offset -16
+  .cfi_restore x12
+.endm
+
 // Aborts from any mode: a corrupt TPIDR2 block must not be used.
   .p2align 2
   .type cq4p_sme_abi_abort, %function
@@ -78,21 +99,7 @@ begin_routine __arm_tpidr2_save
   tst x17, #0xffffffffffff0000      // reserved bytes 10..15
   b.ne cq4p_sme_abi_abort
   ldr x16, [x16]                    // za_save_buffer
-  str x12, [sp, #-16]!
-  .cfi_adjust_cfa_offset 16
-  .cfi_rel_offset x12, 0
-  mov w12, wzr
-1:
-  cmp w12, w17
-  b.hs 2f
-  str za[w12, 0], [x16]
-  addsvl x16, x16, #1
-  add w12, w12, #1
-  b 1b
-2:
-  ldr x12, [sp], #16
-  .cfi_adjust_cfa_offset -16
-  .cfi_restore x12
+  za_slices str
 3:
   ret
 end_routine __arm_tpidr2_save
@@ -107,21 +114,7 @@ begin_routine __arm_tpidr2_restore
   tst x17, #0xffffffffffff0000
   b.ne cq4p_sme_abi_abort
   ldr x16, [x0]
-  str x12, [sp, #-16]!
-  .cfi_adjust_cfa_offset 16
-  .cfi_rel_offset x12, 0
-  mov w12, wzr
-1:
-  cmp w12, w17
-  b.hs 2f
-  ldr za[w12, 0], [x16]
-  addsvl x16, x16, #1
-  add w12, w12, #1
-  b 1b
-2:
-  ldr x12, [sp], #16
-  .cfi_adjust_cfa_offset -16
-  .cfi_restore x12
+  za_slices ldr
   ret
 end_routine __arm_tpidr2_restore
 
