@@ -85,6 +85,11 @@ static cl::opt<std::string>
              cl::init("lib"), cl::cat(category));
 static cl::opt<int64_t> gemmRows("gemm-rows", cl::desc("Rows per GEMM tile"),
                                  cl::init(4), cl::cat(category));
+static cl::opt<int64_t>
+    prefillChunk("prefill-chunk",
+                 cl::desc("Most tokens one prefill step of a model takes "
+                          "(2 to 65536; a longer prompt runs as chunks)"),
+                 cl::init(128), cl::cat(category));
 static cl::opt<std::string>
     tuneCpu("tune-cpu",
             cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
@@ -252,6 +257,10 @@ int main(int argc, char **argv) {
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;
   options.gemmRows = gemmRows;
+  if (prefillChunk < 2 || prefillChunk > 65536)
+    return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
+                " is out of range (2 to 65536)");
+  options.prefillChunk = prefillChunk;
   options.x86Ssse3 = choice->x86Ssse3;
   options.x86Vnni = choice->x86Vnni;
   options.features = choice->kernelFeatures;

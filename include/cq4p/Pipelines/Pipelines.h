@@ -26,6 +26,10 @@ struct KernelPipelineOptions
       *this, "x86-vnni",
       llvm::cl::desc("Host path: use AVX-512 VNNI vpdpbusd for the 4-way dot"),
       llvm::cl::init(false)};
+  PassOptions::Option<int64_t> prefillChunk{
+      *this, "prefill-chunk",
+      llvm::cl::desc("Most rows one prefill step of a model takes"),
+      llvm::cl::init(128)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
       llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),
@@ -34,7 +38,7 @@ struct KernelPipelineOptions
 
 /// Graph-level cq4p IR to LLVM dialect kernels with the C ABI and the
 /// kernel table, for `target`:
-///   cq4p-lower-to-kernels, cq4p-tile-super-blocks,
+///   cq4p-lower-model, cq4p-lower-to-kernels, cq4p-tile-super-blocks,
 ///   [convert-cq4p-to-arm-sme,] convert-cq4p-to-neon | convert-cq4p-to-vector,
 ///   canonicalize,
 ///   the upstream lowering to LLVM, cq4p-export-kernels.

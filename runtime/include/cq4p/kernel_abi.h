@@ -27,7 +27,9 @@
 extern "C" {
 #endif
 
-#define CQ4P_KERNEL_ABI_VERSION 2u
+/* Version 3 added the model steps (cq4p_model_desc below). A library of an
+ * older version is refused with a message naming both versions. */
+#define CQ4P_KERNEL_ABI_VERSION 3u
 
 typedef enum cq4p_kernel_op {
   CQ4P_KERNEL_QUANTIZE_HADAMARD = 1,   /* cq4p_quantize_fn */
@@ -124,6 +126,97 @@ typedef struct cq4p_kernel_table {
 } cq4p_kernel_table;
 
 #define CQ4P_KERNEL_TABLE_SYMBOL "cq4p_kernel_table"
+
+/*===----------------------------------------------------------------------===*
+ * Model steps (ABI version 3).
+ *
+ * A library compiled from a bundle's model graph (model.mlir with a
+ * `@forward` function) also exports `cq4p_model`, describing two compiled
+ * step functions:
+ *   - prefill: `rows` tokens (1 <= rows <= prefill_chunk) at positions
+ *     [position, position + rows): appends their keys and values to the KV
+ *     cache and writes the logits of the last of them;
+ *   - decode: the same for rows == 1 (GEMV kernels throughout).
+ * The compiler decides the sequence of kernel calls. Each parallel region of
+ * a step is a task function over a range of work items (super-blocks,
+ * groups, heads or rows) that the step hands to the runtime's parallel-for;
+ * the runtime splits [0, count) into ranges over its threads as it likes
+ * (results do not depend on the split) and returns when all have run.
+ *===----------------------------------------------------------------------===*/
+
+#define CQ4P_MODEL_SYMBOL "cq4p_model"
+
+/* What a binding is: the runtime fills cq4p_step_args.bindings[i] with a
+ * `const cq4p_weight_view *` for a CQ4 binding and with the tensor file's
+ * data region (its elements, row-major) for a dense one. */
+typedef enum cq4p_binding_kind {
+  CQ4P_BINDING_CQ4 = 1,  /* packed-panel CQ4 tensor file */
+  CQ4P_BINDING_FP16 = 2, /* dense FP16 tensor file */
+  CQ4P_BINDING_FP32 = 3  /* dense FP32 tensor file */
+} cq4p_binding_kind;
+
+typedef struct cq4p_model_binding {
+  const char *tensor; /* the bundle tensor's name (manifest "name") */
+  uint32_t kind;      /* cq4p_binding_kind */
+  uint32_t orthogonal; /* CQ4: 1 for an orthogonal rotation */
+  uint64_t n;          /* CQ4: N; dense: element count */
+  uint64_t k;          /* CQ4: K; dense: 0 */
+  uint32_t group_size; /* CQ4 */
+  uint32_t reserved;   /* 0 */
+} cq4p_model_binding;
+
+struct cq4p_step_args;
+
+/* One parallel region's work items [begin, end). */
+typedef void (*cq4p_task_fn)(const struct cq4p_step_args *args, int64_t begin,
+                             int64_t end);
+
+/* Supplied by the runtime: runs task over [0, count), split into ranges
+ * across threads, and returns when every range has finished (their writes
+ * visible to the caller). `pool` is cq4p_step_args.pool. */
+typedef void (*cq4p_parallel_for_fn)(void *pool, cq4p_task_fn task,
+                                     const struct cq4p_step_args *args,
+                                     int64_t count);
+
+typedef struct cq4p_step_args {
+  const void *const *bindings; /* [binding_count], see cq4p_binding_kind */
+  void *kv_cache;      /* [layers][2 (keys, values)][context][kv_width] of
+                        * kv_dtype elements */
+  void *workspace;     /* workspace_bytes, 64-byte aligned, per step call */
+  const int64_t *ids;  /* [rows] token ids, each < vocab */
+  float *logits;       /* [vocab]: the last row's logits */
+  int64_t rows;        /* tokens in this step */
+  int64_t position;    /* sequence position of ids[0] */
+  int64_t context;     /* KV cache capacity, positions; position + rows <= context */
+  cq4p_parallel_for_fn parallel_for;
+  void *pool;
+} cq4p_step_args;
+
+typedef void (*cq4p_step_fn)(const cq4p_step_args *args);
+
+typedef enum cq4p_kv_dtype {
+  CQ4P_KV_F32 = 1,
+  CQ4P_KV_F16 = 2
+} cq4p_kv_dtype;
+
+typedef struct cq4p_model_desc {
+  uint32_t abi_version;   /* CQ4P_KERNEL_ABI_VERSION */
+  uint32_t binding_count;
+  const cq4p_model_binding *bindings;
+  const char *architecture; /* "llama", "qwen3", "gemma3" */
+  const char *digest;       /* the bundle's model_digest (manifest.json) */
+  uint64_t vocab;
+  uint64_t hidden;
+  uint64_t layers;
+  uint64_t kv_width;        /* kv_heads * head_dim */
+  uint32_t kv_dtype;        /* cq4p_kv_dtype */
+  uint32_t target;          /* cq4p_target */
+  uint64_t features;        /* CQ4P_FEATURE_* the steps need */
+  uint64_t prefill_chunk;   /* most rows one prefill call takes */
+  uint64_t workspace_bytes; /* workspace one step call needs */
+  cq4p_step_fn prefill;     /* 1 <= rows <= prefill_chunk */
+  cq4p_step_fn decode;      /* rows == 1 */
+} cq4p_model_desc;
 
 #ifdef __cplusplus
 }

@@ -375,3 +375,131 @@ LogicalResult AttentionOp::verify() {
       cast<ShapedType>(getV().getType()), cast<ShapedType>(getOut().getType()),
       getNumHeads(), getNumKvHeads(), getHeadDim(), getWindow());
 }
+
+//===----------------------------------------------------------------------===//
+// Model ops
+//===----------------------------------------------------------------------===//
+
+/// A `[M, W]` activation: rank 2 with a static width.
+static LogicalResult verifyRows(Operation *op, StringRef what,
+                                RankedTensorType type) {
+  if (type.getRank() != 2)
+    return op->emitOpError() << "expected " << what
+                             << " to have rank 2 ([M, width]), got rank "
+                             << type.getRank();
+  if (type.isDynamicDim(1))
+    return op->emitOpError() << "expected " << what << " to have a static width";
+  return success();
+}
+
+/// `a` and `b` are the same `[M, W]` shape (M may be dynamic in both).
+static LogicalResult verifySameShape(Operation *op, StringRef whatA,
+                                     RankedTensorType a, StringRef whatB,
+                                     RankedTensorType b) {
+  if (a.getShape() != b.getShape())
+    return op->emitOpError()
+           << "expected " << whatB << " ([" << formatDim(b.getDimSize(0)) << ", "
+           << formatDim(b.getDimSize(1)) << "]) to have the shape of " << whatA
+           << " ([" << formatDim(a.getDimSize(0)) << ", "
+           << formatDim(a.getDimSize(1)) << "])";
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifySameShape(*this, "the input", getInput().getType(),
+                             "the result", getResult().getType())))
+    return failure();
+  RankedTensorType weight = getWeight().getType();
+  if (weight.getRank() != 1 || weight.isDynamicDim(0) || weight.getDimSize(0) <= 0)
+    return emitOpError() << "expected a static 1-d weight, got rank "
+                         << weight.getRank();
+  int64_t width = getInput().getType().getDimSize(1);
+  int64_t d = weight.getDimSize(0);
+  if (width % d != 0)
+    return emitOpError() << "expected the weight's length (" << d
+                         << ") to divide the row width (" << width << ")";
+  if (!(getEpsilon().convertToFloat() >= 0.0f))
+    return emitOpError() << "expected epsilon >= 0, got "
+                         << getEpsilon().convertToFloat();
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifySameShape(*this, "the input", getInput().getType(),
+                             "the result", getResult().getType())))
+    return failure();
+  int64_t width = getInput().getType().getDimSize(1);
+  int64_t d = getHeadDim();
+  if (d <= 0 || d % 2 != 0)
+    return emitOpError() << "expected an even, positive head dim, got " << d;
+  if (width % d != 0)
+    return emitOpError() << "expected the head dim (" << d
+                         << ") to divide the row width (" << width << ")";
+  if (!(getTheta().convertToFloat() > 0.0f) ||
+      !(getScaling().convertToFloat() > 0.0f))
+    return emitOpError() << "expected theta (" << getTheta().convertToFloat()
+                         << ") and scaling (" << getScaling().convertToFloat()
+                         << ") > 0";
+  return success();
+}
+
+LogicalResult CachedAttentionOp::verify() {
+  for (auto [what, type] :
+       {std::pair<StringRef, RankedTensorType>{"the queries", getQueries().getType()},
+        {"the keys", getKeys().getType()},
+        {"the values", getValues().getType()}})
+    if (failed(verifyRows(*this, what, type)))
+      return failure();
+  if (getLayer() < 0)
+    return emitOpError() << "expected a layer >= 0, got " << getLayer();
+  if (getHeadDim() % 16 != 0)
+    return emitOpError() << "expected the head dim (" << getHeadDim()
+                         << ") to be a multiple of 16";
+  return verifyAttentionShapes(*this, getQueries().getType(),
+                               getKeys().getType(), getValues().getType(),
+                               getResult().getType(), getNumHeads(),
+                               getNumKvHeads(), getHeadDim(), getWindow());
+}
+
+LogicalResult GluOp::verify() {
+  if (failed(verifyRows(*this, "the gate", getGate().getType())) ||
+      failed(verifySameShape(*this, "the gate", getGate().getType(), "the up",
+                             getUp().getType())) ||
+      failed(verifySameShape(*this, "the gate", getGate().getType(),
+                             "the result", getResult().getType())))
+    return failure();
+  if (getActivation() != "silu" && getActivation() != "gelu_tanh")
+    return emitOpError() << "expected the activation 'silu' or 'gelu_tanh', got '"
+                         << getActivation() << "'";
+  return success();
+}
+
+LogicalResult DispatchOp::verify() {
+  if (getSplit() != "range" && getSplit() != "rows")
+    return emitOpError() << "expected split 'range' or 'rows', got '"
+                         << getSplit() << "'";
+  if (getWork().size() != 2 || getWork()[0] < 0 || getWork()[1] < 0)
+    return emitOpError() << "expected work = [rows factor >= 0, constant >= 0]";
+  for (Attribute pointer : getPointers()) {
+    auto dict = dyn_cast<DictionaryAttr>(pointer);
+    auto base = dict ? dict.getAs<StringAttr>("base") : StringAttr();
+    if (!base || !llvm::is_contained(
+                     ArrayRef<StringRef>{"binding", "workspace", "keys",
+                                         "values", "ids", "logits"},
+                     base.getValue()))
+      return emitOpError() << "expected each pointer to be a dictionary with a "
+                              "base binding, workspace, keys, values, ids or "
+                              "logits, got "
+                           << pointer;
+  }
+  for (Attribute scalar : getScalars()) {
+    StringRef name = cast<StringAttr>(scalar).getValue();
+    if (!llvm::is_contained(ArrayRef<StringRef>{"rows", "position", "begin",
+                                                "end", "context"},
+                            name))
+      return emitOpError() << "unknown scalar '" << name << "'";
+  }
+  return success();
+}

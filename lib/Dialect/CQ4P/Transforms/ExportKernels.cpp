@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ExportSteps.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/kernel_abi.h"
 
@@ -34,7 +35,7 @@ namespace {
 
 /// The C parameters of each op's entry point, in order.
 struct AbiSignature {
-  cq4p_kernel_op op;
+  cq4p_kernel_op op; ///< 0: a model kernel, called by the steps only
   SmallVector<StringRef> params; ///< pointer params first, then i64 ones
   unsigned pointerCount;
   StringRef rowsParam; ///< fills the buffers' dynamic dimension
@@ -68,6 +69,31 @@ std::optional<AbiSignature> signatureOf(StringRef op) {
   return std::nullopt;
 }
 
+/// A model kernel's entry (called by the model's steps, not listed in the
+/// table): a `weight` view pointer when it reads weight regions, then its
+/// buffers' pointers and its integer parameters, in the kernel's order.
+AbiSignature genericSignature(ArrayAttr params, ArrayAttr types) {
+  AbiSignature abi{cq4p_kernel_op(0), {}, 0, "rows"};
+  SmallVector<StringRef> scalars;
+  bool weight = false;
+  for (auto [param, type] : llvm::zip(params, types)) {
+    StringRef name = cast<StringAttr>(param).getValue();
+    if (name.starts_with("weight.")) {
+      weight = true;
+      continue;
+    }
+    if (isa<MemRefType>(cast<TypeAttr>(type).getValue()))
+      abi.params.push_back(name);
+    else
+      scalars.push_back(name);
+  }
+  if (weight)
+    abi.params.insert(abi.params.begin(), "weight");
+  abi.pointerCount = abi.params.size();
+  abi.params.append(scalars);
+  return abi;
+}
+
 /// Field index of a region in cq4p_weight_view.
 std::optional<unsigned> weightField(StringRef region) {
   return llvm::StringSwitch<std::optional<unsigned>>(region)
@@ -93,6 +119,7 @@ struct ExportedKernel {
   LLVM::LLVMFuncOp entry;
   int64_t window;
 };
+
 
 class ExportKernels
     : public mlir::cq4p::impl::CQ4PExportKernelsBase<ExportKernels> {
@@ -124,9 +151,12 @@ public:
       FailureOr<ExportedKernel> entry = exportKernel(func);
       if (failed(entry))
         return signalPassFailure();
-      exported.push_back(*entry);
+      if (entry->op != 0)
+        exported.push_back(*entry);
     }
     emitTable(module, exported, *targetId);
+    if (failed(mlir::cq4p::exportModelSteps(module, *targetId, features)))
+      return signalPassFailure();
   }
 
 private:
@@ -153,7 +183,11 @@ private:
     auto types = info.getAs<ArrayAttr>("param_types");
     std::optional<AbiSignature> abi =
         opName ? signatureOf(opName.getValue()) : std::nullopt;
-    if (!abi || !params || !types || params.size() != types.size())
+    if (opName && !abi && params && types)
+      abi = genericSignature(params, types);
+    auto dynamicSizes = info.getAs<ArrayAttr>("dynamic_sizes");
+    if (!abi || !params || !types || params.size() != types.size() ||
+        (dynamicSizes && dynamicSizes.size() != params.size()))
       return impl.emitError() << "cq4p-export-kernels: malformed cq4p.kernel "
                                  "attribute "
                               << info;
@@ -190,8 +224,12 @@ private:
       return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
     };
 
+    if (abi->op == 0)
+      wrapper.setLinkage(LLVM::Linkage::Internal);
+
     SmallVector<Value> callArgs;
-    for (auto [paramAttr, typeAttr] : llvm::zip(params, types)) {
+    for (auto [index, paramAttr, typeAttr] :
+         llvm::enumerate(params, types)) {
       StringRef param = cast<StringAttr>(paramAttr).getValue();
       Type type = cast<TypeAttr>(typeAttr).getValue();
       Value pointer;
@@ -220,10 +258,23 @@ private:
       callArgs.push_back(pointer);
       callArgs.push_back(pointer);
       callArgs.push_back(constant(0));
+      StringRef sizeParam = abi->rowsParam;
+      if (dynamicSizes &&
+          !cast<StringAttr>(dynamicSizes[index]).getValue().empty())
+        sizeParam = cast<StringAttr>(dynamicSizes[index]).getValue();
       SmallVector<Value> sizes;
-      for (int64_t dim : memref.getShape())
-        sizes.push_back(ShapedType::isDynamic(dim) ? abiArg(abi->rowsParam)
-                                                   : constant(dim));
+      for (int64_t dim : memref.getShape()) {
+        if (!ShapedType::isDynamic(dim)) {
+          sizes.push_back(constant(dim));
+          continue;
+        }
+        Value size = abiArg(sizeParam);
+        if (!size)
+          return impl.emitError() << "cq4p-export-kernels: " << name
+                                  << " has no size parameter '" << sizeParam
+                                  << "' for its buffer '" << param << "'";
+        sizes.push_back(size);
+      }
       callArgs.append(sizes);
       SmallVector<int64_t> strides(memref.getRank(), 1);
       for (int64_t d = memref.getRank() - 2; d >= 0; --d)

@@ -3,6 +3,7 @@
 #ifndef CQ4P_DIALECT_CQ4P_IR_CQ4POPS_TD
 #define CQ4P_DIALECT_CQ4P_IR_CQ4POPS_TD
 
+include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "cq4p/Dialect/CQ4P/IR/CQ4PTypes.td"
 
@@ -54,7 +55,8 @@ def CQ4P_EmbeddingOp : CQ4P_Op<"embedding", [Pure]> {
         !cq4p.weight<262144x1536, gs = 128, orthogonal, panels> -> tensor<?x1536xf32>
     ```
   }];
-  let arguments = (ins RankedTensorOf<[I64]>:$ids, CQ4P_WeightType:$weight);
+  let arguments = (ins RankedTensorOf<[I64]>:$ids, CQ4P_WeightType:$weight,
+                       OptionalAttr<F32Attr>:$scale);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $ids `,` $weight attr-dict `:` type($ids) `,` qualified(type($weight))
@@ -89,6 +91,189 @@ def CQ4P_PrefillAttentionOp : CQ4P_Op<"prefill_attention", [Pure]> {
     $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v) `->`
     type($result)
   }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_RmsNormOp : CQ4P_Op<"rms_norm", [Pure]> {
+  let summary = "RMS normalization of each row, or of each head of a row";
+  let description = [{
+    With D the weight's length and the rows of `input` `[M, W]` (W a
+    multiple of D) cut into chunks of D: `out = x * rsqrt(mean(x^2) +
+    epsilon) * w` per chunk, in fp32, or `* (1 + w)` with `unit_offset`
+    (Gemma). D = W normalizes whole rows; D = head_dim normalizes each head
+    (Qwen3's and Gemma 3's q/k norms). The weight is fp16 or fp32, as the
+    bundle stores it.
+
+    Example:
+
+    ```mlir
+    %y = cq4p.rms_norm %x, %w {epsilon = 1.0e-06 : f32}
+        : tensor<?x2048xf32>, tensor<2048xf16> -> tensor<?x2048xf32>
+    %qn = cq4p.rms_norm %q, %qw {epsilon = 1.0e-06 : f32, unit_offset}
+        : tensor<?x1024xf32>, tensor<256xf16> -> tensor<?x1024xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input,
+                       RankedTensorOf<[F16, F32]>:$weight,
+                       F32Attr:$epsilon, UnitAttr:$unit_offset);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_RopeOp : CQ4P_Op<"rope", [Pure]> {
+  let summary = "rotary position embedding of every head of a row";
+  let description = [{
+    Row r of `input` (`[M, heads * head_dim]`) is the token at position
+    `position + r`. Per head, pairs (i, i + head_dim/2) rotate by the angle
+    `(position + r) * inv_freq[i]`, `inv_freq[i] = theta^(-2i/head_dim) /
+    scaling` (rotate-half pairing; `scaling` is linear position scaling).
+
+    Example:
+
+    ```mlir
+    %qr = cq4p.rope %q, %pos {head_dim = 128 : i64, theta = 1.0e+06 : f32,
+        scaling = 1.0 : f32} : tensor<?x2048xf32>, index -> tensor<?x2048xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input, Index:$position,
+                       I64Attr:$head_dim, F32Attr:$theta, F32Attr:$scaling);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $position attr-dict `:` type($input) `,` type($position) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_CachedAttentionOp : CQ4P_Op<"cached_attention"> {
+  let summary = "grouped-query attention of new tokens over a layer's KV cache";
+  let description = [{
+    Appends `keys` and `values` (`[M, num_kv_heads * head_dim]`, the tokens
+    at positions `position + r`) to the KV cache of `layer`, then for query
+    row r and head h: `out[r, h] = sum_j p_j v[j, h / (H / Hkv)]`, `p =
+    softmax_j(scale * q[r, h] . k[j, h / (H / Hkv)])` over the cached
+    positions j <= position + r (and j > position + r - window when
+    `window` > 0). The cache is state owned by the runtime and sized for a
+    context length chosen at run time; this op reads and writes it, so it
+    is not pure.
+
+    Example:
+
+    ```mlir
+    %o = cq4p.cached_attention %q, %k, %v, %pos {layer = 3 : i64,
+        num_heads = 16 : i64, num_kv_heads = 8 : i64, head_dim = 64 : i64,
+        window = 0 : i64, scale = 0.125 : f32}
+        : tensor<?x1024xf32>, tensor<?x512xf32>, tensor<?x512xf32>, index
+        -> tensor<?x1024xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$queries,
+                       RankedTensorOf<[F32]>:$keys,
+                       RankedTensorOf<[F32]>:$values, Index:$position,
+                       I64Attr:$layer, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, I64Attr:$head_dim,
+                       I64Attr:$window, F32Attr:$scale);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $queries `,` $keys `,` $values `,` $position attr-dict `:`
+    type($queries) `,` type($keys) `,` type($values) `,` type($position)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_GluOp : CQ4P_Op<"glu", [Pure]> {
+  let summary = "gated activation: act(gate) * up";
+  let description = [{
+    `out = act(gate) * up` element by element, `act` = `silu` (`x /
+    (1 + exp(-x))`) or `gelu_tanh` (`0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3)))`): the gating of a dense MLP.
+
+    Example:
+
+    ```mlir
+    %m = cq4p.glu %g, %u {activation = "silu"}
+        : tensor<?x6144xf32>, tensor<?x6144xf32> -> tensor<?x6144xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$gate, RankedTensorOf<[F32]>:$up,
+                       StrAttr:$activation);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $gate `,` $up attr-dict `:` type($gate) `,` type($up) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Model steps: the compiler's schedule of kernel calls.
+//===----------------------------------------------------------------------===//
+
+def CQ4P_StepOp : CQ4P_Op<"step", [NoTerminator, SingleBlock, Symbol]> {
+  let summary = "a model step: the sequence of dispatches it runs";
+  let description = [{
+    A compiled step of the model (`prefill` or `decode`, kernel_abi.h): its
+    dispatches in order. `cq4p-export-steps` turns it into a C-ABI function
+    over `cq4p_step_args` that hands each dispatch to the runtime's
+    parallel-for. `max_rows` is the most rows the step takes (1 for
+    decode); a step with `single_row` names the step that runs it when a
+    call has one row.
+
+    Example:
+
+    ```mlir
+    cq4p.step @decode {max_rows = 1 : i64} {
+      cq4p.dispatch @cq4p_gemv_512x512_gs128 {...}
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$max_rows,
+                       OptionalAttr<FlatSymbolRefAttr>:$single_row);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+}
+
+def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
+  let summary = "one kernel call of a step, over a range of work items";
+  let description = [{
+    Calls the C-ABI entry of `kernel` (`cq4p-export-kernels`) over
+    `count = work[0] * rows + work[1]` work items, which the runtime's
+    parallel-for splits into ranges (`serial`: one call on the step's
+    thread). Each of the entry's pointer parameters is a dictionary in
+    `pointers`:
+
+    - `base`: `binding` (cq4p_step_args.bindings[index]), `workspace`,
+      `keys` / `values` (the KV cache of layer `index`), `ids`, `logits`;
+    - `offset` (bytes), and `row_bytes`: the pointer then moves by
+      `row_bytes` per row: by the range's first row for a `rows` split, by
+      the step's position with `at_position`, to the last row with
+      `last_row`.
+
+    Each integer parameter in `scalars` is `rows` (the rows of this call:
+    the step's, 1 with `single_row`, or the range's for a `rows` split),
+    `position` (plus the range's first row for a `rows` split), `begin`,
+    `end` (the range, for a `range` split) or `context`.
+
+    Example:
+
+    ```mlir
+    cq4p.dispatch @cq4p_gemv_512x512_gs128 {split = "range", work = [0, 8],
+        pointers = [{base = "binding", index = 3 : i64},
+                    {base = "workspace", offset = 0 : i64},
+                    {base = "workspace", offset = 1024 : i64},
+                    {base = "workspace", offset = 2048 : i64} ],
+        scalars = ["rows", "begin", "end"]}
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, StrAttr:$split,
+                       DenseI64ArrayAttr:$work, ArrayAttr:$pointers,
+                       StrArrayAttr:$scalars, UnitAttr:$serial,
+                       UnitAttr:$single_row);
+  let assemblyFormat = "$kernel attr-dict";
   let hasVerifier = 1;
 }
 

@@ -30,6 +30,32 @@ def CQ4PLowerToKernels : Pass<"cq4p-lower-to-kernels", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::func::FuncDialect", "mlir::memref::MemRefDialect"];
 }
 
+def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
+  let summary = "Lower a model graph (@forward) to kernels and planned steps";
+  let description = [{
+    For a module with a `cq4p.model` attribute and a `@forward` graph
+    function (docs/MODEL.md), creates every kernel the graph needs (the
+    linears' activation transforms, GEMVs and GEMMs, the embedding decoder,
+    and the model kernels: RMSNorm, rotary embedding, attention over the KV
+    cache, gated activation, residual add, scale) and plans two steps,
+    `cq4p.step @decode` (one row) and `cq4p.step @prefill` (up to
+    `prefill-chunk` rows; one row runs @decode): each value of the graph
+    gets a place (a workspace slot reused once the value is dead, the KV
+    cache for keys and values, the logits for the result), linears that
+    read the same value with the same activation transform share one
+    quantization, and every kernel call becomes a `cq4p.dispatch` over its
+    work items. The graph function is then erased. A module without
+    `@forward` is left alone.
+  }];
+  let options = [
+    Option<"prefillChunk", "prefill-chunk", "int64_t", /*default=*/"128",
+           "Most rows one prefill step takes">,
+  ];
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
+                           "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
+                           "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
+}
+
 def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
   let summary = "Split panel matmuls into int32 partials and fp32 rescale per super-block";
   let description = [{

@@ -1,0 +1,382 @@
+//===- ExportSteps.cpp - model steps as C-ABI functions -------------------===//
+//
+// After the kernels have their C-ABI entries (cq4p-export-kernels), each
+// `cq4p.step` becomes `cq4p_step_<name>(const cq4p_step_args *)` and each of
+// its dispatches a task function `(args, begin, end)` that computes the
+// entry's pointers and integers from the step arguments and calls it:
+//
+//   cq4p.dispatch @cq4p_gemv_512x512_gs128 {split = "range", work = [0, 8],
+//       pointers = [{base = "binding", index = 3}, {base = "workspace",
+//       offset = 0}, ...], scalars = ["rows", "begin", "end"]}
+//
+// becomes a call of `args->parallel_for(args->pool, task, args, 8)` in the
+// step, and
+//
+//   task(args, begin, end):
+//     cq4p_gemv_512x512_gs128(args->bindings[3], args->workspace + 0, ...,
+//                             args->rows, begin, end)
+//
+// Then `cq4p_model` describes the steps (kernel_abi.h, cq4p_model_desc).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExportSteps.h"
+
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/kernel_abi.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+/// Fields of cq4p_step_args, in order.
+enum StepArg {
+  kBindings = 0,
+  kKvCache,
+  kWorkspace,
+  kIds,
+  kLogits,
+  kRows,
+  kPosition,
+  kContext,
+  kParallelFor,
+  kPool,
+};
+
+class StepExporter {
+public:
+  StepExporter(ModuleOp module) : module(module), ctx(module.getContext()) {
+    ptr = LLVM::LLVMPointerType::get(ctx);
+    i32 = IntegerType::get(ctx, 32);
+    i64 = IntegerType::get(ctx, 64);
+    argsType = LLVM::LLVMStructType::getLiteral(
+        ctx, {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr});
+  }
+
+  LogicalResult run(StringRef target, uint32_t targetId, uint64_t features);
+
+private:
+  Value field(OpBuilder &b, Location loc, Value args, StepArg index, Type type) {
+    Value address = LLVM::GEPOp::create(b, loc, ptr, argsType, args,
+                                        ArrayRef<LLVM::GEPArg>{0, int32_t(index)});
+    return LLVM::LoadOp::create(b, loc, type, address);
+  }
+  Value constant(OpBuilder &b, Location loc, int64_t value) {
+    return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
+  }
+  Value byteOffset(OpBuilder &b, Location loc, Value base, Value bytes) {
+    return LLVM::GEPOp::create(b, loc, ptr, IntegerType::get(ctx, 8), base,
+                               ArrayRef<LLVM::GEPArg>{bytes});
+  }
+
+  FailureOr<LLVM::LLVMFuncOp> task(DispatchOp dispatch, StringRef stepName,
+                                   unsigned number);
+  FailureOr<LLVM::LLVMFuncOp> step(StepOp stepOp);
+  void emitModel(DictionaryAttr model, DictionaryAttr plan,
+                 LLVM::LLVMFuncOp prefill, LLVM::LLVMFuncOp decode,
+                 uint32_t targetId, uint64_t features);
+  LLVM::GlobalOp string(OpBuilder &b, Location loc, StringRef name,
+                        StringRef text);
+
+  ModuleOp module;
+  MLIRContext *ctx;
+  Type ptr, i32, i64;
+  LLVM::LLVMStructType argsType;
+  int64_t kvRowBytes = 0, layers = 0;
+  unsigned strings = 0;
+};
+
+FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
+                                               StringRef stepName,
+                                               unsigned number) {
+  auto entry = module.lookupSymbol<LLVM::LLVMFuncOp>(dispatch.getKernel());
+  if (!entry)
+    return dispatch.emitOpError() << "no C-ABI entry @" << dispatch.getKernel()
+                                  << " (run cq4p-export-kernels first)";
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = dispatch.getLoc();
+  auto func = LLVM::LLVMFuncOp::create(
+      b, loc, ("__cq4p_task_" + stepName + "_" + Twine(number)).str(),
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), {ptr, i64, i64}),
+      LLVM::Linkage::Internal);
+  Block *block = func.addEntryBlock(b);
+  b.setInsertionPointToStart(block);
+  Value args = block->getArgument(0), begin = block->getArgument(1),
+        end = block->getArgument(2);
+  bool rowsSplit = dispatch.getSplit() == "rows";
+  Value stepRows = dispatch.getSingleRow() ? constant(b, loc, 1)
+                                           : field(b, loc, args, kRows, i64);
+  Value position = field(b, loc, args, kPosition, i64);
+  Value context = field(b, loc, args, kContext, i64);
+
+  SmallVector<Value> operands;
+  for (Attribute attr : dispatch.getPointers()) {
+    auto place = cast<DictionaryAttr>(attr);
+    StringRef base = place.getAs<StringAttr>("base").getValue();
+    auto intOf = [&](StringRef key) {
+      auto value = place.getAs<IntegerAttr>(key);
+      return value ? value.getInt() : int64_t(0);
+    };
+    Value pointer;
+    if (base == "binding") {
+      Value table = field(b, loc, args, kBindings, ptr);
+      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, table,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(intOf("index"))});
+      pointer = LLVM::LoadOp::create(b, loc, ptr, slot);
+    } else if (base == "workspace") {
+      pointer = field(b, loc, args, kWorkspace, ptr);
+    } else if (base == "ids") {
+      pointer = field(b, loc, args, kIds, ptr);
+    } else if (base == "logits") {
+      pointer = field(b, loc, args, kLogits, ptr);
+    } else { // keys, values: [layers][2][context][kv_width]
+      int64_t which = base == "keys" ? 0 : 1;
+      Value cacheRows = LLVM::MulOp::create(
+          b, loc, context, constant(b, loc, 2 * intOf("index") + which));
+      pointer = byteOffset(b, loc, field(b, loc, args, kKvCache, ptr),
+                           LLVM::MulOp::create(b, loc, cacheRows,
+                                               constant(b, loc, kvRowBytes)));
+    }
+    int64_t rowBytes = intOf("row_bytes");
+    Value rowsAhead = constant(b, loc, 0);
+    if (rowsSplit && rowBytes)
+      rowsAhead = begin;
+    if (place.get("at_position"))
+      rowsAhead = LLVM::AddOp::create(b, loc, rowsAhead, position);
+    if (place.get("last_row"))
+      rowsAhead = LLVM::AddOp::create(
+          b, loc, rowsAhead,
+          LLVM::SubOp::create(b, loc, field(b, loc, args, kRows, i64),
+                              constant(b, loc, 1)));
+    Value bytes = LLVM::AddOp::create(
+        b, loc, constant(b, loc, intOf("offset")),
+        LLVM::MulOp::create(b, loc, rowsAhead, constant(b, loc, rowBytes)));
+    operands.push_back(byteOffset(b, loc, pointer, bytes));
+  }
+  for (Attribute attr : dispatch.getScalars()) {
+    StringRef name = cast<StringAttr>(attr).getValue();
+    if (name == "rows")
+      operands.push_back(rowsSplit ? LLVM::SubOp::create(b, loc, end, begin)
+                                   : stepRows);
+    else if (name == "position")
+      operands.push_back(rowsSplit ? LLVM::AddOp::create(b, loc, position, begin)
+                                   : position);
+    else if (name == "begin")
+      operands.push_back(begin);
+    else if (name == "end")
+      operands.push_back(end);
+    else
+      operands.push_back(context);
+  }
+  LLVM::LLVMFunctionType entryType = entry.getFunctionType();
+  if (entryType.getNumParams() != operands.size())
+    return dispatch.emitOpError()
+           << "@" << dispatch.getKernel() << " takes "
+           << entryType.getNumParams() << " parameters, the dispatch gives "
+           << operands.size();
+  LLVM::CallOp::create(b, loc, entry, operands);
+  LLVM::ReturnOp::create(b, loc, ValueRange{});
+  return func;
+}
+
+FailureOr<LLVM::LLVMFuncOp> StepExporter::step(StepOp stepOp) {
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = stepOp.getLoc();
+  SmallVector<LLVM::LLVMFuncOp> tasks;
+  for (auto [number, dispatch] :
+       llvm::enumerate(stepOp.getBody().front().getOps<DispatchOp>())) {
+    FailureOr<LLVM::LLVMFuncOp> fn = task(dispatch, stepOp.getSymName(), number);
+    if (failed(fn))
+      return failure();
+    tasks.push_back(*fn);
+  }
+  auto func = LLVM::LLVMFuncOp::create(
+      b, loc, ("cq4p_step_" + stepOp.getSymName()).str(),
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx), {ptr}),
+      LLVM::Linkage::Internal);
+  Block *entry = func.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  Value args = entry->getArgument(0);
+  Value rows = field(b, loc, args, kRows, i64);
+
+  if (FlatSymbolRefAttr single = stepOp.getSingleRowAttr()) {
+    // One row runs the single-row step (GEMV kernels throughout).
+    auto target = module.lookupSymbol<LLVM::LLVMFuncOp>(
+        ("cq4p_step_" + single.getValue()).str());
+    if (!target)
+      return stepOp.emitOpError() << "single-row step @" << single.getValue()
+                                  << " must be exported first";
+    Block *oneRow = func.addBlock();
+    Block *many = func.addBlock();
+    Value isOne = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, rows,
+                                       constant(b, loc, 1));
+    LLVM::CondBrOp::create(b, loc, isOne, oneRow, many);
+    b.setInsertionPointToStart(oneRow);
+    LLVM::CallOp::create(b, loc, target, ValueRange{args});
+    LLVM::ReturnOp::create(b, loc, ValueRange{});
+    b.setInsertionPointToStart(many);
+  }
+
+  Value parallelFor = field(b, loc, args, kParallelFor, ptr);
+  Value pool = field(b, loc, args, kPool, ptr);
+  auto forType = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx),
+                                             {ptr, ptr, ptr, i64});
+  for (auto [dispatch, fn] :
+       llvm::zip(stepOp.getBody().front().getOps<DispatchOp>(), tasks)) {
+    ArrayRef<int64_t> work = dispatch.getWork();
+    Value count = constant(b, loc, work[1]);
+    if (work[0])
+      count = LLVM::AddOp::create(
+          b, loc,
+          LLVM::MulOp::create(b, loc, rows, constant(b, loc, work[0])), count);
+    Value taskAddress = LLVM::AddressOfOp::create(b, loc, fn);
+    SmallVector<Value> callArgs = {parallelFor, pool, taskAddress, args, count};
+    LLVM::CallOp::create(b, loc, forType, callArgs);
+  }
+  LLVM::ReturnOp::create(b, loc, ValueRange{});
+  return func;
+}
+
+LLVM::GlobalOp StepExporter::string(OpBuilder &b, Location loc, StringRef name,
+                                    StringRef text) {
+  std::string value = text.str() + std::string(1, '\0');
+  return LLVM::GlobalOp::create(
+      b, loc, LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), value.size()),
+      /*isConstant=*/true, LLVM::Linkage::Private,
+      ("__cq4p_model_" + name + "_" + Twine(strings++)).str(),
+      b.getStringAttr(value));
+}
+
+void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
+                             LLVM::LLVMFuncOp prefill, LLVM::LLVMFuncOp decode,
+                             uint32_t targetId, uint64_t features) {
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = module.getLoc();
+  auto bindingType =
+      LLVM::LLVMStructType::getLiteral(ctx, {ptr, i32, i32, i64, i64, i32, i32});
+  auto descType = LLVM::LLVMStructType::getLiteral(
+      ctx, {i32, i32, ptr, ptr, ptr, i64, i64, i64, i64, i32, i32, i64, i64,
+            i64, ptr, ptr});
+  auto intOf = [](DictionaryAttr dict, StringRef key) {
+    auto value = dict.getAs<IntegerAttr>(key);
+    return value ? value.getInt() : int64_t(0);
+  };
+  auto bindings = plan.getAs<ArrayAttr>("bindings");
+  SmallVector<LLVM::GlobalOp> names;
+  for (Attribute attr : bindings)
+    names.push_back(string(b, loc, "tensor",
+                           cast<DictionaryAttr>(attr).getAs<StringAttr>("tensor")));
+  auto arch = model.getAs<StringAttr>("architecture");
+  auto digest = model.getAs<StringAttr>("digest");
+  LLVM::GlobalOp archName = string(b, loc, "architecture", arch ? arch.getValue() : "");
+  LLVM::GlobalOp digestText = string(b, loc, "digest", digest ? digest.getValue() : "");
+
+  auto arrayType = LLVM::LLVMArrayType::get(bindingType, std::max<size_t>(bindings.size(), 1));
+  auto table = LLVM::GlobalOp::create(b, loc, arrayType, /*isConstant=*/true,
+                                      LLVM::Linkage::Private,
+                                      "__cq4p_model_bindings", Attribute());
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(b.createBlock(&table.getInitializerRegion()));
+    Value array = LLVM::ZeroOp::create(b, loc, arrayType);
+    for (auto [i, attr] : llvm::enumerate(bindings)) {
+      auto dict = cast<DictionaryAttr>(attr);
+      auto orthogonal = dict.getAs<BoolAttr>("orthogonal");
+      Value values[] = {
+          LLVM::AddressOfOp::create(b, loc, names[i]),
+          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(intOf(dict, "kind"))),
+          LLVM::ConstantOp::create(b, loc, i32,
+                                   b.getI32IntegerAttr(orthogonal && orthogonal.getValue())),
+          LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(intOf(dict, "n"))),
+          LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(intOf(dict, "k"))),
+          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(intOf(dict, "group_size"))),
+          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(0))};
+      Value entry = LLVM::UndefOp::create(b, loc, bindingType);
+      for (auto [f, value] : llvm::enumerate(values))
+        entry = LLVM::InsertValueOp::create(b, loc, entry, value,
+                                            ArrayRef<int64_t>{int64_t(f)});
+      array = LLVM::InsertValueOp::create(b, loc, array, entry,
+                                          ArrayRef<int64_t>{int64_t(i)});
+    }
+    LLVM::ReturnOp::create(b, loc, array);
+  }
+
+  auto desc = LLVM::GlobalOp::create(b, loc, descType, /*isConstant=*/true,
+                                     LLVM::Linkage::External, CQ4P_MODEL_SYMBOL,
+                                     Attribute());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(b.createBlock(&desc.getInitializerRegion()));
+  auto c32 = [&](int64_t v) -> Value {
+    return LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(v));
+  };
+  auto c64 = [&](int64_t v) -> Value {
+    return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(v));
+  };
+  Value values[] = {
+      c32(CQ4P_KERNEL_ABI_VERSION),
+      c32(bindings.size()),
+      LLVM::AddressOfOp::create(b, loc, table),
+      LLVM::AddressOfOp::create(b, loc, archName),
+      LLVM::AddressOfOp::create(b, loc, digestText),
+      c64(intOf(model, "vocab")),
+      c64(intOf(model, "hidden")),
+      c64(intOf(model, "layers")),
+      c64(intOf(model, "num_kv_heads") * intOf(model, "head_dim")),
+      c32(CQ4P_KV_F32),
+      c32(targetId),
+      c64(int64_t(features)),
+      c64(intOf(plan, "prefill_chunk")),
+      c64(intOf(plan, "workspace_bytes")),
+      LLVM::AddressOfOp::create(b, loc, prefill),
+      LLVM::AddressOfOp::create(b, loc, decode)};
+  Value value = LLVM::UndefOp::create(b, loc, descType);
+  for (auto [f, v] : llvm::enumerate(values))
+    value = LLVM::InsertValueOp::create(b, loc, value, v,
+                                        ArrayRef<int64_t>{int64_t(f)});
+  LLVM::ReturnOp::create(b, loc, value);
+}
+
+LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features) {
+  auto model = module->getAttrOfType<DictionaryAttr>("cq4p.model");
+  auto plan = module->getAttrOfType<DictionaryAttr>("cq4p.model_plan");
+  SmallVector<StepOp> steps(module.getOps<StepOp>());
+  if (steps.empty())
+    return success();
+  if (!model || !plan)
+    return module.emitError()
+           << "cq4p.step ops need the cq4p.model and cq4p.model_plan "
+              "attributes (run cq4p-lower-model)";
+  kvRowBytes = model.getAs<IntegerAttr>("num_kv_heads").getInt() *
+               model.getAs<IntegerAttr>("head_dim").getInt() * 4;
+  LLVM::LLVMFuncOp decode, prefill;
+  // The single-row step first: the others branch to it.
+  llvm::stable_sort(steps, [](StepOp a, StepOp b) {
+    return !a.getSingleRowAttr() && b.getSingleRowAttr();
+  });
+  for (StepOp stepOp : steps) {
+    FailureOr<LLVM::LLVMFuncOp> fn = step(stepOp);
+    if (failed(fn))
+      return failure();
+    if (stepOp.getSymName() == "decode")
+      decode = *fn;
+    else if (stepOp.getSymName() == "prefill")
+      prefill = *fn;
+  }
+  if (!decode || !prefill)
+    return module.emitError() << "a model needs the steps @decode and @prefill";
+  emitModel(model, plan, prefill, decode, targetId, features);
+  for (StepOp stepOp : steps)
+    stepOp.erase();
+  return success();
+}
+
+} // namespace
+
+LogicalResult mlir::cq4p::exportModelSteps(ModuleOp module, uint32_t targetId,
+                                           uint64_t features) {
+  return StepExporter(module).run("", targetId, features);
+}

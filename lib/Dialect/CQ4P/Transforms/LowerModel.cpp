@@ -1,0 +1,670 @@
+//===- LowerModel.cpp - a model graph to kernels and planned steps --------===//
+//
+// A bundle's model.mlir is the forward pass of the model (docs/MODEL.md):
+// `func.func @forward(%ids, %pos, <bound tensors>...)` of graph-level ops.
+// The runtime runs it as two compiled steps (kernel_abi.h): `decode` for
+// one token and `prefill` for up to `prefill-chunk` tokens. This pass plans
+// both:
+//
+//   %x = cq4p.rms_norm %h, %ln {epsilon = 1.0e-06 : f32} : ...
+//   %q = cq4p.linear %x, %wq : ...
+//
+// becomes, in `cq4p.step @prefill {max_rows = 128, single_row = @decode}`,
+//
+//   cq4p.dispatch @cq4p_rms_norm_512_d512_f16_e... {split = "rows",
+//       work = [1, 0], pointers = [<h>, <ln>, <x>], scalars = ["rows"]}
+//   cq4p.dispatch @cq4p_quantize_512_gs128_hadamard {split = "range",
+//       work = [0, 4], ...}
+//   cq4p.dispatch @cq4p_gemm_512x512_gs128 {split = "range", work = [0, 8], ...}
+//
+// Places: every value gets a workspace slot sized for the step's rows; a
+// slot is reused once every value in it is dead, and an elementwise op
+// writes over an input that dies with it. Keys and values are written by
+// their producers straight into the layer's KV cache at the step's
+// position; the graph's result is the logits. Linears that read the same
+// value with the same activation transform (`cq4p.transform`) share one
+// quantization. The order of dispatches is the graph's order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelBuilder.h"
+#include "ModelKernels.h"
+
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
+#include "cq4p/format.h"
+#include "cq4p/kernel_abi.h"
+
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <map>
+
+namespace mlir::cq4p {
+#define GEN_PASS_DEF_CQ4PLOWERMODEL
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h.inc"
+} // namespace mlir::cq4p
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t alignUp(int64_t value) {
+  return (value + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+/// Where a value lives while a step runs.
+struct Place {
+  std::string base = "workspace"; ///< workspace, keys, values, logits, ids
+  int64_t index = 0;               ///< the layer, for keys and values
+  int64_t offset = 0;              ///< bytes
+  int64_t rowBytes = 0;
+  bool atPosition = false; ///< row 0 is the step's position (KV cache)
+  bool lastRow = false;    ///< a view of the last row of a workspace value
+  int slot = -1;           ///< the workspace slot (refcounted)
+
+  DictionaryAttr attr(Builder &b) const {
+    SmallVector<NamedAttribute> fields = {
+        b.getNamedAttr("base", b.getStringAttr(base))};
+    if (base == "keys" || base == "values" || base == "binding")
+      fields.push_back(b.getNamedAttr("index", b.getI64IntegerAttr(index)));
+    if (offset)
+      fields.push_back(b.getNamedAttr("offset", b.getI64IntegerAttr(offset)));
+    if (rowBytes)
+      fields.push_back(
+          b.getNamedAttr("row_bytes", b.getI64IntegerAttr(rowBytes)));
+    if (atPosition)
+      fields.push_back(b.getNamedAttr("at_position", b.getUnitAttr()));
+    if (lastRow)
+      fields.push_back(b.getNamedAttr("last_row", b.getUnitAttr()));
+    return b.getDictionaryAttr(fields);
+  }
+
+  static Place binding(int64_t index) {
+    Place place;
+    place.base = "binding";
+    place.index = index;
+    return place;
+  }
+};
+
+/// First-fit allocation of 64-byte aligned blocks in one workspace.
+class Arena {
+public:
+  int64_t allocate(int64_t size) {
+    size = alignUp(std::max<int64_t>(size, 1));
+    int64_t offset = 0;
+    for (auto [start, length] : blocks) {
+      if (start - offset >= size)
+        break;
+      offset = std::max(offset, start + length);
+    }
+    blocks[offset] = size;
+    high = std::max(high, offset + size);
+    return offset;
+  }
+  void release(int64_t offset) { blocks.erase(offset); }
+  int64_t size() const { return high; }
+
+private:
+  std::map<int64_t, int64_t> blocks; ///< offset -> size
+  int64_t high = 0;
+};
+
+struct Slot {
+  int64_t offset;
+  int refs;
+};
+
+/// Plans one step of the graph.
+class StepPlanner {
+public:
+  StepPlanner(func::FuncOp forward, KernelBuilder &kernels, int64_t maxRows,
+              DictionaryAttr model, OpBuilder &stepBuilder)
+      : forward(forward), kernels(kernels), maxRows(maxRows), model(model),
+        b(stepBuilder) {}
+
+  LogicalResult plan();
+  int64_t workspaceBytes() const { return arena.size(); }
+
+private:
+  LogicalResult placeSpecialValues();
+  LogicalResult planOp(Operation *op, int64_t index);
+  LogicalResult planLinear(LinearOp linear, int64_t index);
+
+  /// The bound tensor an operand is (a @forward argument after ids and pos).
+  FailureOr<int64_t> bindingOf(Operation *op, Value value, StringRef what) {
+    auto arg = dyn_cast<BlockArgument>(value);
+    if (!arg || arg.getOwner() != &forward.getBody().front() ||
+        arg.getArgNumber() < 2)
+      return op->emitOpError() << "expected " << what
+                               << " to be a bound tensor (an argument of "
+                                  "@forward after the ids and the position)";
+    return int64_t(arg.getArgNumber() - 2);
+  }
+
+  LogicalResult checkPosition(Operation *op, Value position) {
+    if (position != forward.getArgument(1))
+      return op->emitOpError()
+             << "expected the position to be @forward's position argument";
+    return success();
+  }
+
+  /// Rows of a value: 1 when static, the step's rows otherwise.
+  static bool singleRow(Value value) {
+    return cast<ShapedType>(value.getType()).getDimSize(0) == 1;
+  }
+  int64_t capacityRows(Value value) const {
+    return singleRow(value) ? 1 : maxRows;
+  }
+  static int64_t rowBytesOf(Value value) {
+    auto type = cast<ShapedType>(value.getType());
+    return type.getDimSize(1) * int64_t(type.getElementTypeBitWidth() / 8);
+  }
+
+  int newSlot(int64_t bytes) {
+    slots.push_back({arena.allocate(bytes), 1});
+    return int(slots.size()) - 1;
+  }
+  void releaseSlot(int slot) {
+    if (slot >= 0 && --slots[slot].refs == 0)
+      arena.release(slots[slot].offset);
+  }
+  Place workspacePlace(int slot, int64_t rowBytes) {
+    Place place;
+    place.offset = slots[slot].offset;
+    place.rowBytes = rowBytes;
+    place.slot = slot;
+    return place;
+  }
+
+  /// The place of a new value: its special place, else the slot of an
+  /// input that dies here (same row size, not a view), else a new slot.
+  Place placeResult(Value result, int64_t index, ArrayRef<Value> inPlace) {
+    auto special = places.find(result);
+    if (special != places.end())
+      return special->second;
+    int64_t rowBytes = rowBytesOf(result);
+    for (Value input : inPlace) {
+      auto it = places.find(input);
+      if (it == places.end() || it->second.slot < 0 || it->second.lastRow ||
+          lastUse.lookup(input) != index || rowBytesOf(input) != rowBytes ||
+          singleRow(input) != singleRow(result) || donated.contains(input))
+        continue;
+      donated.insert(input); // the result takes the input's reference
+      Place place = it->second;
+      places[result] = place;
+      return place;
+    }
+    Place place = workspacePlace(newSlot(capacityRows(result) * rowBytes),
+                                 rowBytes);
+    places[result] = place;
+    return place;
+  }
+
+  void dispatch(FlatSymbolRefAttr kernel, StringRef split,
+                std::array<int64_t, 2> work, ArrayRef<Place> pointers,
+                ArrayRef<StringRef> scalars, bool single) {
+    SmallVector<Attribute> pointerAttrs;
+    for (const Place &place : pointers)
+      pointerAttrs.push_back(place.attr(b));
+    auto op = DispatchOp::create(
+        b, forward.getLoc(), kernel, b.getStringAttr(split),
+        b.getDenseI64ArrayAttr(work), b.getArrayAttr(pointerAttrs),
+        b.getStrArrayAttr(scalars), /*serial=*/nullptr,
+        single ? b.getUnitAttr() : nullptr);
+    (void)op;
+  }
+  /// A kernel over rows (a rows split), of `rowsOf`'s row count.
+  void rowsDispatch(FlatSymbolRefAttr kernel, Value rowsOf,
+                    ArrayRef<Place> pointers, ArrayRef<StringRef> scalars) {
+    bool single = singleRow(rowsOf);
+    dispatch(kernel, "rows", {single ? 0 : 1, single ? 1 : 0}, pointers,
+             scalars, single);
+  }
+
+  func::FuncOp forward;
+  KernelBuilder &kernels;
+  int64_t maxRows;
+  DictionaryAttr model;
+  OpBuilder &b;
+
+  Arena arena;
+  SmallVector<Slot> slots;
+  llvm::DenseMap<Value, Place> places;
+  llvm::DenseMap<Value, int64_t> lastUse;
+  llvm::DenseSet<Value> donated;
+  /// Shared activation transforms: key -> (act, scales) places, last use.
+  struct Quantized {
+    Place act, scales;
+    int64_t lastUse;
+  };
+  std::map<std::string, Quantized> quantized;
+  /// Slots to release after the op of the given index.
+  std::map<int64_t, SmallVector<int>> deferred;
+};
+
+std::string quantizeKey(LinearOp linear, Value input, int64_t index) {
+  WeightType w = linear.getWeight().getType();
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(
+                        input.getAsOpaquePointer())) +
+                    "/" + std::to_string(w.getK()) + "/" +
+                    std::to_string(w.getGroupSize()) + "/" +
+                    (w.getRotation() == Rotation::orthogonal ? "o" : "h");
+  auto forward = linear->getParentOfType<func::FuncOp>();
+  auto arg = dyn_cast<BlockArgument>(linear.getWeight());
+  StringAttr digest =
+      arg ? forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                 "cq4p.transform")
+          : StringAttr();
+  if (digest && w.getRotation() == Rotation::hadamard)
+    return key + "/" + digest.getValue().str();
+  return key + "/op" + std::to_string(index); // not shared
+}
+
+LogicalResult StepPlanner::placeSpecialValues() {
+  auto width = [&](StringRef key) {
+    auto attr = model.getAs<IntegerAttr>(key);
+    return attr ? attr.getInt() : int64_t(-1);
+  };
+  int64_t layers = width("layers");
+  int64_t kvWidth = width("num_kv_heads") * width("head_dim");
+  WalkResult walk = forward.walk([&](CachedAttentionOp attention) {
+    if (int64_t(attention.getLayer()) >= layers) {
+      attention.emitOpError() << "layer " << attention.getLayer()
+                              << " is past the model's " << layers << " layers";
+      return WalkResult::interrupt();
+    }
+    for (auto [value, base] : {std::pair<Value, StringRef>{attention.getKeys(), "keys"},
+                               {attention.getValues(), "values"}}) {
+      auto type = cast<ShapedType>(value.getType());
+      if (type.getDimSize(1) != kvWidth) {
+        attention.emitOpError()
+            << "expected the " << base << "' width (" << type.getDimSize(1)
+            << ") to equal the model's KV cache width (num_kv_heads * "
+               "head_dim = "
+            << kvWidth << ")";
+        return WalkResult::interrupt();
+      }
+      if (!value.hasOneUse() || !value.getDefiningOp()) {
+        attention.emitOpError()
+            << "expected the " << base
+            << " to be computed for this attention alone (they are written "
+               "straight into the KV cache)";
+        return WalkResult::interrupt();
+      }
+      Place place;
+      place.base = base.str();
+      place.index = attention.getLayer();
+      place.rowBytes = kvWidth * 4;
+      place.atPosition = true;
+      places[value] = place;
+    }
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+
+  auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
+  if (ret.getNumOperands() != 1)
+    return ret.emitOpError() << "expected @forward to return the logits alone";
+  Value logits = ret.getOperand(0);
+  auto logitsType = cast<ShapedType>(logits.getType());
+  if (!logits.getDefiningOp<LinearOp>() || logitsType.getDimSize(0) != 1 ||
+      logitsType.getDimSize(1) != width("vocab"))
+    return ret.emitOpError()
+           << "expected @forward to return the logits of one row ([1, vocab = "
+           << width("vocab") << "]) computed by a cq4p.linear";
+  Place place;
+  place.base = "logits";
+  place.rowBytes = logitsType.getDimSize(1) * 4;
+  places[logits] = place;
+  lastUse[logits] = INT64_MAX;
+  return success();
+}
+
+LogicalResult StepPlanner::plan() {
+  Block &body = forward.getBody().front();
+  int64_t index = 0;
+  llvm::DenseMap<Operation *, int64_t> order;
+  for (Operation &op : body)
+    order[&op] = index++;
+  for (Operation &op : body)
+    for (Value result : op.getResults())
+      for (Operation *user : result.getUsers())
+        lastUse[result] = std::max(lastUse.lookup(result), order[user]);
+  if (failed(placeSpecialValues()))
+    return failure();
+
+  // Which linears share an activation transform, and until when.
+  for (Operation &op : body)
+    if (auto linear = dyn_cast<LinearOp>(op)) {
+      std::string key = quantizeKey(linear, linear.getInput(), order[&op]);
+      quantized[key].lastUse = order[&op];
+    }
+
+  Value ids = forward.getArgument(0);
+  Place idsPlace;
+  idsPlace.base = "ids";
+  idsPlace.rowBytes = 8;
+  places[ids] = idsPlace;
+
+  for (Operation &op : body) {
+    if (failed(planOp(&op, order[&op])))
+      return failure();
+    // Values that die here give their slot back (a donated value's
+    // reference went to the result that took its slot).
+    for (Value operand : op.getOperands()) {
+      if (lastUse.lookup(operand) != order[&op] || !places.count(operand))
+        continue;
+      if (donated.contains(operand))
+        continue;
+      Place &place = places[operand];
+      if (place.slot >= 0 && !place.lastRow) {
+        releaseSlot(place.slot);
+        place.slot = -1;
+      }
+    }
+    for (int slot : deferred[order[&op]])
+      releaseSlot(slot);
+    for (auto &[key, q] : quantized)
+      if (q.lastUse == order[&op] && q.act.slot >= 0) {
+        releaseSlot(q.act.slot);
+        releaseSlot(q.scales.slot);
+        q.act.slot = q.scales.slot = -1;
+      }
+  }
+  return success();
+}
+
+LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
+  WeightType w = linear.getWeight().getType();
+  FailureOr<int64_t> binding = bindingOf(linear, linear.getWeight(), "the weight");
+  if (failed(binding))
+    return failure();
+  Value x = linear.getInput();
+  bool single = singleRow(x) || maxRows == 1;
+  SmallVector<FlatSymbolRefAttr> refs =
+      createLinearKernels(kernels, w, /*gemv=*/true, /*gemm=*/!single);
+  Place weight = Place::binding(*binding);
+
+  std::string key = quantizeKey(linear, x, index);
+  Quantized &q = quantized[key];
+  if (q.act.rowBytes == 0) {
+    int64_t rows = capacityRows(x);
+    q.act = workspacePlace(newSlot(rows * w.getK()), w.getK());
+    q.scales = workspacePlace(newSlot(rows * w.getNumGroups() * 4),
+                              w.getNumGroups() * 4);
+    dispatch(refs[0], "range", {0, w.getNumGroups()},
+             {weight, places[x], q.act, q.scales}, {"rows", "begin", "end"},
+             singleRow(x));
+  }
+  Place y = placeResult(linear.getResult(), index, {});
+  dispatch(single ? refs[1] : refs[2], "range", {0, w.getNumSuperBlocks()},
+           {weight, q.act, q.scales, y}, {"rows", "begin", "end"},
+           singleRow(x));
+  return success();
+}
+
+LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
+  if (auto linear = dyn_cast<LinearOp>(op))
+    return planLinear(linear, index);
+
+  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+    FailureOr<int64_t> binding =
+        bindingOf(op, embedding.getWeight(), "the embedding table");
+    if (failed(binding))
+      return failure();
+    if (embedding.getIds() != forward.getArgument(0))
+      return op->emitOpError() << "expected the ids to be @forward's ids";
+    Value out = embedding.getResult();
+    Place place = placeResult(out, index, {});
+    rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType()),
+                 out, {Place::binding(*binding), places[embedding.getIds()], place},
+                 {"rows"});
+    if (FloatAttr scale = embedding.getScaleAttr())
+      rowsDispatch(createScaleKernel(kernels,
+                                     cast<ShapedType>(out.getType()).getDimSize(1),
+                                     scale.getValue().convertToFloat()),
+                   out, {place, place}, {"rows"});
+    return success();
+  }
+
+  if (auto norm = dyn_cast<RmsNormOp>(op)) {
+    FailureOr<int64_t> binding = bindingOf(op, norm.getWeight(), "the weight");
+    if (failed(binding))
+      return failure();
+    auto weightType = norm.getWeight().getType();
+    int64_t width = norm.getInput().getType().getDimSize(1);
+    int64_t d = weightType.getDimSize(0);
+    if (d % 16 != 0)
+      return op->emitOpError() << "expected the weight's length (" << d
+                               << ") to be a multiple of 16 to compile it";
+    Place in = places[norm.getInput()];
+    Place out = placeResult(norm.getResult(), index, {norm.getInput()});
+    rowsDispatch(createRmsNormKernel(kernels, width, weightType.getElementType(),
+                                     d, norm.getEpsilon().convertToFloat(),
+                                     norm.getUnitOffset()),
+                 norm.getResult(), {in, Place::binding(*binding), out}, {"rows"});
+    return success();
+  }
+
+  if (auto rope = dyn_cast<RopeOp>(op)) {
+    if (failed(checkPosition(op, rope.getPosition())))
+      return failure();
+    int64_t width = rope.getInput().getType().getDimSize(1);
+    Place in = places[rope.getInput()];
+    Place out = placeResult(rope.getResult(), index, {rope.getInput()});
+    rowsDispatch(createRopeKernel(kernels, width, rope.getHeadDim(),
+                                  rope.getTheta().convertToFloat(),
+                                  rope.getScaling().convertToFloat()),
+                 rope.getResult(), {in, out}, {"rows", "position"});
+    return success();
+  }
+
+  if (auto attention = dyn_cast<CachedAttentionOp>(op)) {
+    if (failed(checkPosition(op, attention.getPosition())))
+      return failure();
+    Place q = places[attention.getQueries()];
+    Place out =
+        placeResult(attention.getResult(), index, {attention.getQueries()});
+    Place keys = places[attention.getKeys()], values = places[attention.getValues()];
+    keys.atPosition = values.atPosition = false; // the kernel reads the whole cache
+    dispatch(createCachedAttentionKernel(
+                 kernels, attention.getNumHeads(), attention.getNumKvHeads(),
+                 attention.getHeadDim(), attention.getWindow(),
+                 attention.getScale().convertToFloat()),
+             "range", {0, int64_t(attention.getNumHeads())}, {q, keys, values, out},
+             {"rows", "position", "context", "begin", "end"},
+             singleRow(attention.getQueries()));
+    return success();
+  }
+
+  if (auto glu = dyn_cast<GluOp>(op)) {
+    Place gate = places[glu.getGate()], up = places[glu.getUp()];
+    Place out = placeResult(glu.getResult(), index, {glu.getGate(), glu.getUp()});
+    rowsDispatch(createGluKernel(kernels, glu.getGate().getType().getDimSize(1),
+                                 glu.getActivation()),
+                 glu.getResult(), {gate, up, out}, {"rows"});
+    return success();
+  }
+
+  if (auto add = dyn_cast<arith::AddFOp>(op)) {
+    auto type = dyn_cast<RankedTensorType>(add.getType());
+    if (!type || type.getRank() != 2 || !type.getElementType().isF32())
+      return op->emitOpError() << "expected fp32 activations [M, width]";
+    Place lhs = places[add.getLhs()], rhs = places[add.getRhs()];
+    Place out = placeResult(add.getResult(), index, {add.getLhs(), add.getRhs()});
+    rowsDispatch(createAddKernel(kernels, type.getDimSize(1)), add.getResult(),
+                 {lhs, rhs, out}, {"rows"});
+    return success();
+  }
+
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    // Only the last row: offsets [dim(source, 0) - 1, 0], sizes [1, width].
+    auto sub = slice.getOffsets().size() == 1
+                   ? slice.getOffsets()[0].getDefiningOp<arith::SubIOp>()
+                   : arith::SubIOp();
+    auto dim = sub ? sub.getLhs().getDefiningOp<tensor::DimOp>() : tensor::DimOp();
+    std::optional<int64_t> one = sub ? getConstantIntValue(sub.getRhs()) : std::nullopt;
+    std::optional<int64_t> dimIndex = dim ? dim.getConstantIndex() : std::nullopt;
+    auto resultType = slice.getResultType();
+    if (!dim || dim.getSource() != slice.getSource() || !one || *one != 1 ||
+        !dimIndex || *dimIndex != 0 || resultType.getRank() != 2 ||
+        resultType.getDimSize(0) != 1 ||
+        resultType.getDimSize(1) != slice.getSourceType().getDimSize(1))
+      return op->emitOpError()
+             << "only the last row of an activation can be sliced "
+                "(offsets [dim(x, 0) - 1, 0], sizes [1, width])";
+    Place view = places[slice.getSource()];
+    view.lastRow = true;
+    places[slice.getResult()] = view;
+    // The source's slot lives as long as its view: released after the
+    // view's last use instead of its own.
+    int64_t viewEnd = lastUse.lookup(slice.getResult());
+    if (viewEnd > lastUse.lookup(slice.getSource()) && view.slot >= 0) {
+      lastUse[slice.getSource()] = INT64_MAX;
+      deferred[viewEnd].push_back(view.slot);
+    }
+    return success();
+  }
+
+  if (isa<tensor::DimOp, arith::SubIOp, arith::ConstantOp, func::ReturnOp>(op))
+    return success();
+  return op->emitOpError() << "is not supported in a model graph";
+}
+
+class LowerModel : public mlir::cq4p::impl::CQ4PLowerModelBase<LowerModel> {
+public:
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward)
+      return;
+    auto model = module->getAttrOfType<DictionaryAttr>("cq4p.model");
+    if (!model) {
+      forward.emitError() << "a model graph needs the module attribute "
+                             "cq4p.model (architecture, digest, vocab, "
+                             "hidden, layers, num_kv_heads, head_dim)";
+      return signalPassFailure();
+    }
+    for (StringRef key : {"vocab", "hidden", "layers", "num_kv_heads", "head_dim"}) {
+      auto value = model.getAs<IntegerAttr>(key);
+      if (!value || value.getInt() <= 0) {
+        module.emitError() << "cq4p.model: expected a positive integer '"
+                           << key << "'";
+        return signalPassFailure();
+      }
+    }
+    if (prefillChunk < 2 || prefillChunk > 65536) {
+      module.emitError() << "prefill chunk " << prefillChunk
+                         << " is out of range (2 to 65536)";
+      return signalPassFailure();
+    }
+    if (failed(checkSignature(forward)))
+      return signalPassFailure();
+
+    KernelBuilder kernels(module);
+    OpBuilder b(module.getContext());
+    b.setInsertionPointToEnd(module.getBody());
+    int64_t workspace = 0;
+    for (auto [name, rows] : {std::pair<StringRef, int64_t>{"decode", 1},
+                              {"prefill", int64_t(prefillChunk)}}) {
+      auto step = StepOp::create(
+          b, forward.getLoc(), b.getStringAttr(name), b.getI64IntegerAttr(rows),
+          rows > 1 ? FlatSymbolRefAttr::get(b.getContext(), "decode")
+                   : FlatSymbolRefAttr());
+      step.getBody().emplaceBlock();
+      OpBuilder stepBuilder = OpBuilder::atBlockEnd(&step.getBody().front());
+      StepPlanner planner(forward, kernels, rows, model, stepBuilder);
+      if (failed(planner.plan()))
+        return signalPassFailure();
+      workspace = std::max(workspace, planner.workspaceBytes());
+      b.setInsertionPointToEnd(module.getBody());
+    }
+
+    // What the library's model descriptor records.
+    SmallVector<Attribute> bindings;
+    for (unsigned i = 2; i < forward.getNumArguments(); ++i) {
+      Type type = forward.getArgument(i).getType();
+      auto name = forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor");
+      SmallVector<NamedAttribute> fields = {b.getNamedAttr("tensor", name)};
+      if (auto w = dyn_cast<WeightType>(type)) {
+        fields.push_back(b.getNamedAttr("kind", b.getI64IntegerAttr(CQ4P_BINDING_CQ4)));
+        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(w.getN())));
+        fields.push_back(b.getNamedAttr("k", b.getI64IntegerAttr(w.getK())));
+        fields.push_back(b.getNamedAttr("group_size", b.getI64IntegerAttr(w.getGroupSize())));
+        fields.push_back(b.getNamedAttr(
+            "orthogonal", b.getBoolAttr(w.getRotation() == Rotation::orthogonal)));
+      } else {
+        auto tensor = cast<RankedTensorType>(type);
+        fields.push_back(b.getNamedAttr(
+            "kind", b.getI64IntegerAttr(tensor.getElementType().isF16()
+                                            ? CQ4P_BINDING_FP16
+                                            : CQ4P_BINDING_FP32)));
+        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(tensor.getNumElements())));
+      }
+      bindings.push_back(b.getDictionaryAttr(fields));
+    }
+    module->setAttr("cq4p.model_plan",
+                    b.getDictionaryAttr({
+                        b.getNamedAttr("bindings", b.getArrayAttr(bindings)),
+                        b.getNamedAttr("prefill_chunk", b.getI64IntegerAttr(prefillChunk)),
+                        b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
+                    }));
+    forward.erase();
+
+    // exp and tanh as polynomials: vector code instead of a libm call per
+    // lane, and the same bits on every target.
+    RewritePatternSet patterns(&getContext());
+    populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+      return name == "exp" || name == "tanh" || name == "math.exp" ||
+             name == "math.tanh";
+    });
+    FrozenRewritePatternSet frozen(std::move(patterns));
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
+      auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
+      if (op && (op.getValue() == "glu" || op.getValue() == "cached_attention"))
+        if (failed(applyPatternsGreedily(func, frozen)))
+          return signalPassFailure();
+    }
+  }
+
+private:
+  static LogicalResult checkSignature(func::FuncOp forward) {
+    FunctionType type = forward.getFunctionType();
+    auto ids = type.getNumInputs() > 0 ? dyn_cast<RankedTensorType>(type.getInput(0))
+                                       : RankedTensorType();
+    if (!ids || ids.getRank() != 1 || !ids.getElementType().isInteger(64) ||
+        type.getNumInputs() < 2 || !type.getInput(1).isIndex())
+      return forward.emitOpError()
+             << "expected @forward(%ids: tensor<?xi64>, %pos: index, <bound "
+                "tensors>...)";
+    for (unsigned i = 2; i < type.getNumInputs(); ++i) {
+      if (!forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor"))
+        return forward.emitOpError() << "argument " << i
+                                     << " has no cq4p.tensor name";
+      Type t = type.getInput(i);
+      auto tensor = dyn_cast<RankedTensorType>(t);
+      if (!isa<WeightType>(t) &&
+          !(tensor && tensor.getRank() == 1 && tensor.hasStaticShape() &&
+            (tensor.getElementType().isF16() || tensor.getElementType().isF32())))
+        return forward.emitOpError()
+               << "argument " << i
+               << " must be a !cq4p.weight or a static 1-d f16/f32 tensor";
+    }
+    return success();
+  }
+};
+
+} // namespace

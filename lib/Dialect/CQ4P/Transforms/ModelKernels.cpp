@@ -1,0 +1,413 @@
+//===- ModelKernels.cpp - the non-matmul kernels of a model ---------------===//
+//
+// RMSNorm, rotary embedding, attention over the KV cache, gated activation,
+// residual add and scale, written once as scf + vector code over buffers
+// and lowered by the same upstream passes for every target (so NEON and
+// SME2 libraries run the same instructions here and agree bit for bit).
+// Rows are independent, so the steps split them across threads; the
+// attention splits its heads.
+//
+// Vectors are 16 fp32 lanes (one zmm, four q registers). Sums are kept in
+// 16 lanes and folded by halves (16 -> 8 -> 4 -> 2 -> 1), an order that
+// does not depend on the target.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ModelKernels.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/bit.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+constexpr int64_t kLanes = 16;
+constexpr int64_t kDynamic = ShapedType::kDynamic;
+
+std::string floatTag(float value) {
+  return std::to_string(llvm::bit_cast<uint32_t>(value));
+}
+
+/// Small helpers over an OpBuilder at a location.
+struct Emitter {
+  OpBuilder &b;
+  Location loc;
+
+  Type f32() { return b.getF32Type(); }
+  VectorType vec() { return VectorType::get({kLanes}, f32()); }
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32c(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value splat(Value scalar) {
+    return vector::BroadcastOp::create(b, loc, vec(), scalar);
+  }
+  Value splatc(float v) { return splat(f32c(v)); }
+  Value load(Value memref, ValueRange indices) {
+    auto type = cast<MemRefType>(memref.getType());
+    Value v = vector::LoadOp::create(
+        b, loc, VectorType::get({kLanes}, type.getElementType()), memref,
+        indices);
+    if (!type.getElementType().isF32())
+      v = arith::ExtFOp::create(b, loc, vec(), v);
+    return v;
+  }
+  void store(Value v, Value memref, ValueRange indices) {
+    vector::StoreOp::create(b, loc, v, memref, indices);
+  }
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value div(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+
+  /// The sum of a 16-lane vector, folded by halves.
+  Value sum(Value v) {
+    for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
+      Value low = vector::ExtractStridedSliceOp::create(
+          b, loc, v, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{width},
+          ArrayRef<int64_t>{1});
+      Value high = vector::ExtractStridedSliceOp::create(
+          b, loc, v, ArrayRef<int64_t>{width}, ArrayRef<int64_t>{width},
+          ArrayRef<int64_t>{1});
+      v = add(low, high);
+    }
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
+  }
+
+  /// for (i = lb; i < ub; i += step) body(i)
+  void loop(Value lb, Value ub, int64_t step,
+            function_ref<void(OpBuilder &, Location, Value)> body) {
+    scf::ForOp::create(b, loc, lb, ub, index(step), ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value i, ValueRange) {
+                         body(nb, nl, i);
+                         scf::YieldOp::create(nb, nl);
+                       });
+  }
+};
+
+MemRefType rowsType(MLIRContext *ctx, int64_t width) {
+  return MemRefType::get({kDynamic, width}, Float32Type::get(ctx));
+}
+
+} // namespace
+
+FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
+                                                  int64_t width,
+                                                  Type weightElement,
+                                                  int64_t d, float epsilon,
+                                                  bool unitOffset) {
+  MLIRContext *ctx = weightElement.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_rms_norm_" + std::to_string(width) + "_d" +
+              std::to_string(d) + (weightElement.isF16() ? "_f16" : "_f32") +
+              (unitOffset ? "_unit" : "") + "_e" + floatTag(epsilon);
+  spec.op = "rms_norm";
+  spec.n = width;
+  spec.k = d;
+  spec.params = {{"x", rowsType(ctx, width)},
+                 {"w", MemRefType::get({d}, weightElement)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", IndexType::get(ctx)}};
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value x = args[0], w = args[1], out = args[2], rows = args[3];
+    Emitter e{b, loc};
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), d,
+              [&](OpBuilder &b2, Location l2, Value base) {
+                Emitter e2{b2, l2};
+                auto sumLoop = scf::ForOp::create(
+                    b2, l2, e2.index(0), e2.index(d), e2.index(kLanes),
+                    ValueRange{e2.splatc(0.0f)},
+                    [&](OpBuilder &b3, Location l3, Value i, ValueRange acc) {
+                      Emitter e3{b3, l3};
+                      Value v = e3.load(x, {r, e3.addi(base, i)});
+                      scf::YieldOp::create(
+                          b3, l3, ValueRange{e3.add(acc[0], e3.mul(v, v))});
+                    });
+                Value mean = e2.div(e2.sum(sumLoop.getResult(0)),
+                                    e2.f32c(float(d)));
+                Value root =
+                    math::SqrtOp::create(b2, l2, e2.add(mean, e2.f32c(epsilon)));
+                Value inv = e2.splat(e2.div(e2.f32c(1.0f), root));
+                e2.loop(e2.index(0), e2.index(d), kLanes,
+                        [&](OpBuilder &b3, Location l3, Value i) {
+                          Emitter e3{b3, l3};
+                          Value col = e3.addi(base, i);
+                          Value scale = e3.load(w, {i});
+                          if (unitOffset)
+                            scale = e3.add(e3.splatc(1.0f), scale);
+                          Value v = e3.load(x, {r, col});
+                          e3.store(e3.mul(e3.mul(v, inv), scale), out, {r, col});
+                        });
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
+                                               int64_t width, int64_t d,
+                                               float theta, float scaling) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_rope_" + std::to_string(width) + "_d" + std::to_string(d) +
+              "_t" + floatTag(theta) + "_s" + floatTag(scaling);
+  spec.op = "rope";
+  spec.n = width;
+  spec.k = d;
+  Type index = IndexType::get(ctx);
+  spec.params = {{"x", rowsType(ctx, width)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", index},
+                 {"position", index}};
+  int64_t half = d / 2;
+  // inv_freq[i] = theta^(-2i/d) / scaling, computed as fp32 does it.
+  SmallVector<float> invFreq;
+  for (int64_t i = 0; i < half; ++i) {
+    float exponent = float(2 * i) / float(d);
+    invFreq.push_back(float(1.0 / std::pow(double(theta), double(exponent))) /
+                      scaling);
+  }
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value x = args[0], out = args[1], rows = args[2], position = args[3];
+    Emitter e{b, loc};
+    auto halfType = VectorType::get({half}, e.f32());
+    Value freqs = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(halfType, ArrayRef<float>(invFreq)));
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      Value p = arith::IndexCastOp::create(b1, l1, b1.getI64Type(),
+                                           e1.addi(position, r));
+      Value pf = arith::SIToFPOp::create(b1, l1, e1.f32(), p);
+      Value angles = e1.mul(vector::BroadcastOp::create(b1, l1, halfType, pf),
+                            freqs);
+      Value cos = math::CosOp::create(b1, l1, angles);
+      Value sin = math::SinOp::create(b1, l1, angles);
+      SmallVector<Value> cosParts, sinParts;
+      for (int64_t i = 0; i < half; i += kLanes) {
+        int64_t n = std::min(kLanes, half - i);
+        auto part = [&](Value v) {
+          return vector::ExtractStridedSliceOp::create(
+              b1, l1, v, ArrayRef<int64_t>{i}, ArrayRef<int64_t>{n},
+              ArrayRef<int64_t>{1});
+        };
+        cosParts.push_back(part(cos));
+        sinParts.push_back(part(sin));
+      }
+      e1.loop(e1.index(0), e1.index(width), d,
+              [&](OpBuilder &b2, Location l2, Value head) {
+                Emitter e2{b2, l2};
+                for (auto [j, c] : llvm::enumerate(cosParts)) {
+                  int64_t lanes = cast<VectorType>(c.getType()).getNumElements();
+                  auto partType = VectorType::get({lanes}, e2.f32());
+                  Value lo = e2.addi(head, e2.index(int64_t(j) * kLanes));
+                  Value hi = e2.addi(lo, e2.index(half));
+                  Value x1 = vector::LoadOp::create(b2, l2, partType, x,
+                                                    ValueRange{r, lo});
+                  Value x2 = vector::LoadOp::create(b2, l2, partType, x,
+                                                    ValueRange{r, hi});
+                  Value s = sinParts[j];
+                  e2.store(e2.sub(e2.mul(x1, c), e2.mul(x2, s)), out, {r, lo});
+                  e2.store(e2.add(e2.mul(x2, c), e2.mul(x1, s)), out, {r, hi});
+                }
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
+                                              int64_t width,
+                                              StringRef activation) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_glu_" + activation.str() + "_" + std::to_string(width);
+  spec.op = "glu";
+  spec.n = width;
+  spec.params = {{"gate", rowsType(ctx, width)},
+                 {"up", rowsType(ctx, width)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", IndexType::get(ctx)}};
+  bool silu = activation == "silu";
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value gate = args[0], up = args[1], out = args[2], rows = args[3];
+    Emitter e{b, loc};
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), kLanes,
+              [&](OpBuilder &b2, Location l2, Value i) {
+                Emitter e2{b2, l2};
+                Value g = e2.load(gate, {r, i});
+                Value act;
+                if (silu) {
+                  // x * sigmoid(x) = x / (1 + exp(-x))
+                  Value negExp = math::ExpOp::create(
+                      b2, l2, arith::NegFOp::create(b2, l2, g));
+                  act = e2.div(g, e2.add(e2.splatc(1.0f), negExp));
+                } else {
+                  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                  Value cube = e2.mul(e2.mul(g, g), g);
+                  Value inner = e2.mul(e2.splatc(0.7978845608028654f),
+                                       e2.add(g, e2.mul(e2.splatc(0.044715f), cube)));
+                  Value t = math::TanhOp::create(b2, l2, inner);
+                  act = e2.mul(e2.mul(e2.splatc(0.5f), g),
+                               e2.add(e2.splatc(1.0f), t));
+                }
+                e2.store(e2.mul(act, e2.load(up, {r, i})), out, {r, i});
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createAddKernel(KernelBuilder &kernels,
+                                              int64_t width) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_add_" + std::to_string(width);
+  spec.op = "add";
+  spec.n = width;
+  spec.params = {{"a", rowsType(ctx, width)},
+                 {"b", rowsType(ctx, width)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", IndexType::get(ctx)}};
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Emitter e{b, loc};
+    e.loop(e.index(0), args[3], 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), kLanes,
+              [&](OpBuilder &b2, Location l2, Value i) {
+                Emitter e2{b2, l2};
+                e2.store(e2.add(e2.load(args[0], {r, i}), e2.load(args[1], {r, i})),
+                         args[2], {r, i});
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
+                                                int64_t width, float factor) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_scale_" + std::to_string(width) + "_f" + floatTag(factor);
+  spec.op = "scale";
+  spec.n = width;
+  spec.params = {{"x", rowsType(ctx, width)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", IndexType::get(ctx)}};
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Emitter e{b, loc};
+    e.loop(e.index(0), args[2], 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), kLanes,
+              [&](OpBuilder &b2, Location l2, Value i) {
+                Emitter e2{b2, l2};
+                e2.store(e2.mul(e2.load(args[0], {r, i}), e2.splatc(factor)),
+                         args[1], {r, i});
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
+    KernelBuilder &kernels, int64_t heads, int64_t kvHeads, int64_t d,
+    int64_t window, float scale) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_cached_attention_h" + std::to_string(heads) + "_kv" +
+              std::to_string(kvHeads) + "_d" + std::to_string(d) + "_w" +
+              std::to_string(window) + "_s" + floatTag(scale);
+  spec.op = "cached_attention";
+  spec.n = heads;
+  spec.k = d;
+  spec.groupSize = kvHeads;
+  spec.window = window;
+  Type index = IndexType::get(ctx);
+  int64_t kvWidth = kvHeads * d;
+  spec.params = {{"q", rowsType(ctx, heads * d)},
+                 {"keys", rowsType(ctx, kvWidth), "context"},
+                 {"values", rowsType(ctx, kvWidth), "context"},
+                 {"out", rowsType(ctx, heads * d)},
+                 {"rows", index},
+                 {"position", index},
+                 {"context", index},
+                 {"head_begin", index},
+                 {"head_end", index}};
+  int64_t chunks = d / kLanes;
+  int64_t group = heads / kvHeads;
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value q = args[0], keys = args[1], values = args[2], out = args[3];
+    Value rows = args[4], position = args[5];
+    Value headBegin = args[7], headEnd = args[8];
+    Emitter e{b, loc};
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      Value p = e1.addi(position, r);
+      Value first = e1.index(0);
+      if (window > 0) {
+        // Keys j > p - window: from max(0, p + 1 - window).
+        Value start = arith::SubIOp::create(b1, l1, e1.addi(p, e1.index(1)),
+                                            e1.index(window));
+        first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
+      }
+      e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
+        Emitter e2{b2, l2};
+        Value qBase = e2.muli(h, e2.index(d));
+        Value kvBase = e2.muli(arith::DivUIOp::create(b2, l2, h, e2.index(group)),
+                               e2.index(d));
+        SmallVector<Value> qv;
+        for (int64_t c = 0; c < chunks; ++c)
+          qv.push_back(e2.load(q, {r, e2.addi(qBase, e2.index(c * kLanes))}));
+        auto score = [&](Emitter &em, Value j) {
+          Value acc = em.splatc(0.0f);
+          for (int64_t c = 0; c < chunks; ++c)
+            acc = em.add(acc, em.mul(qv[c], em.load(keys, {j, em.addi(kvBase, em.index(c * kLanes))})));
+          return em.mul(em.sum(acc), em.f32c(scale));
+        };
+        // Online softmax; the first key starts it (max = its score, weight 1).
+        SmallVector<Value> init = {score(e2, first), e2.f32c(1.0f)};
+        for (int64_t c = 0; c < chunks; ++c)
+          init.push_back(e2.load(values, {first, e2.addi(kvBase, e2.index(c * kLanes))}));
+        auto keysLoop = scf::ForOp::create(
+            b2, l2, e2.addi(first, e2.index(1)), e2.addi(p, e2.index(1)),
+            e2.index(1), init,
+            [&](OpBuilder &b3, Location l3, Value j, ValueRange state) {
+              Emitter e3{b3, l3};
+              Value s = score(e3, j);
+              Value maxOld = state[0];
+              Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, s);
+              Value correction =
+                  math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew));
+              Value weight = math::ExpOp::create(b3, l3, e3.sub(s, maxNew));
+              SmallVector<Value> next = {
+                  maxNew, e3.add(e3.mul(state[1], correction), weight)};
+              Value corrV = e3.splat(correction), weightV = e3.splat(weight);
+              for (int64_t c = 0; c < chunks; ++c) {
+                Value v = e3.load(values, {j, e3.addi(kvBase, e3.index(c * kLanes))});
+                next.push_back(
+                    e3.add(e3.mul(state[2 + c], corrV), e3.mul(weightV, v)));
+              }
+              scf::YieldOp::create(b3, l3, next);
+            });
+        Value inv = e2.splat(e2.div(e2.f32c(1.0f), keysLoop.getResult(1)));
+        for (int64_t c = 0; c < chunks; ++c)
+          e2.store(e2.mul(keysLoop.getResult(2 + c), inv), out,
+                   {r, e2.addi(qBase, e2.index(c * kLanes))});
+      });
+    });
+  });
+}
