@@ -3,10 +3,17 @@
 The manifest names each tensor's logical file `<stem>.weights`; a loader
 opens `<stem>.cq4p.weights`, then `<stem>.cq4.weights`, then the plain name
 (`cq4p.files.resolve`). Entries: name, file, shape (as stored),
-original_shape (the checkpoint's), dtype (CQ4, FP16 or FP32) and, for CQ4,
-rotation, layout and group_size.
+original_shape (the checkpoint's), dtype (CQ4, FP16 or FP32), sha256 (of
+the file's bytes) and, for CQ4, rotation, layout and group_size.
+
+A bundle of a whole model also records `model_digest`: the sha256 of a
+canonical JSON of its config and tensor list. Since the list carries each
+file's sha256, the digest names these exact weights; a library compiled from
+the bundle's model.mlir carries it too, and the runtime refuses a library
+whose digest differs from the bundle's.
 """
 
+import hashlib
 import json
 import os
 import tempfile
@@ -28,11 +35,30 @@ def logical_file(name):
     return name + ".weights"
 
 
-def manifest(config, tensors):
-    return {"format": FORMAT_NAME, "version": VERSION,
-            "model_type": config.get("model_type"),
-            "architectures": list(config.get("architectures") or []),
-            "config": config, "tensors": tensors}
+def manifest(config, tensors, model_digest=None):
+    content = {"format": FORMAT_NAME, "version": VERSION,
+               "model_type": config.get("model_type"),
+               "architectures": list(config.get("architectures") or []),
+               "config": config, "tensors": tensors}
+    if model_digest is not None:
+        content["model_digest"] = model_digest
+    return content
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_digest(config, tensors):
+    """sha256 of {"config", "tensors"} as JSON with sorted keys and no
+    whitespace."""
+    canonical = json.dumps({"config": config, "tensors": tensors}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 def write_manifest(directory, content):

@@ -1,5 +1,12 @@
 """`python -m cq4p convert`: a safetensors checkpoint -> a cq4p bundle.
 
+The checkpoint must be a model cq4p runs (`cq4p.architecture`): its config
+and tensor names and shapes are checked before any tensor is converted.
+The bundle holds one file per tensor, manifest.json (with each file's
+sha256 and the model_digest), model.mlir (the forward pass,
+`cq4p.ir.model_graph`) and the tokenizer files found next to the
+checkpoint.
+
 Tensor policy:
 - token embeddings (names containing 'embed_tokens') and lm_head: orthogonal
   CQ4; panels when K % 128 == 0, else legacy 4-row interleaved when
@@ -24,6 +31,7 @@ import tempfile
 
 import numpy as np
 
+from cq4p import architecture as arch
 from cq4p import bundle as bd
 from cq4p import files as fl
 from cq4p import format as fmt
@@ -34,6 +42,8 @@ from cq4p import safetensors as st
 HADAMARD_GROUP_SIZE = 128
 LEGACY_LAYOUTS = (fl.INTERLEAVED, fl.ROW_MAJOR)
 MODEL_GRAPH = "model.mlir"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json")
 
 
 class ConvertError(ValueError):
@@ -105,6 +115,21 @@ def checkpoint_tensors(model_dir):
             seen[entry.name] = shard
             entries.append(entry)
     return entries
+
+
+def checked_model(model_dir, config, entries):
+    """(ModelSpec, names of the tensors to convert) of a checkpoint; a
+    ConvertError naming what cq4p cannot run."""
+    try:
+        spec = arch.model_spec(config)
+    except arch.ArchitectureError as error:
+        raise ConvertError(f"{os.path.join(model_dir, 'config.json')}: {error}") from error
+    shapes = {entry.name: entry.shape for entry in entries}
+    spec = arch.with_checkpoint_names(spec, shapes)
+    try:
+        return spec, spec.check_tensors(shapes)
+    except arch.ArchitectureError as error:
+        raise ConvertError(f"{model_dir}: {error}") from error
 
 
 def read_calibration(path):
@@ -218,6 +243,42 @@ def _replace(temporary, out):
         os.remove(old)
 
 
+def _write_atomically(directory, name, text):
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def write_model_files(directory, config, tensors, spec):
+    """manifest.json with the model_digest, and model.mlir; returns why
+    there is no model.mlir (None when it was written)."""
+    digest = bd.model_digest(config, tensors)
+    transforms = {}
+    for entry in tensors:
+        if entry["dtype"] == "CQ4" and entry.get("rotation") == qz.HADAMARD:
+            with fl.read_tensor(fl.resolve(directory, entry["file"])) as tensor:
+                if tensor.layout == fl.PANELS:
+                    transforms[entry["name"]] = tensor.transform_digest()
+    graph_path = os.path.join(directory, MODEL_GRAPH)
+    try:
+        graph = ir.model_graph(spec, tensors, digest, transforms)
+    except ir.GraphError as error:
+        if os.path.exists(graph_path):
+            os.remove(graph_path)
+        graph, reason = None, str(error)
+    if graph is not None:
+        _write_atomically(directory, MODEL_GRAPH, graph)
+        reason = None
+    bd.write_manifest(directory, bd.manifest(config, tensors, digest))
+    return reason
+
+
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             progress=None):
     """Converts the checkpoint in model_dir into a bundle at out; progress
@@ -230,24 +291,33 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         raise ConvertError(f"{out}: already exists (use --force to replace it)")
     config = read_config(model_dir)
     entries = checkpoint_tensors(model_dir)
+    spec, names = checked_model(model_dir, config, entries)
+    wanted = set(names)
+    skipped = [entry.name for entry in entries if entry.name not in wanted]
+    entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
     try:
+        for name in skipped:
+            print(f"{name}: skipped (the lm_head is tied to the embedding)", file=progress)
         tensors = []
         for number, entry in enumerate(entries, 1):
             try:
                 record, line = convert_tensor(temporary, entry, seed, statistics, legacy)
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
+            record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
             tensors.append(record)
             print(f"[{number}/{len(entries)}] {entry.name}: {line}", file=progress, flush=True)
-        bd.write_manifest(temporary, bd.manifest(config, tensors))
-        tied = bool(config.get("tie_word_embeddings")) and not any(
-            t["name"] == "lm_head.weight" for t in tensors)
-        with open(os.path.join(temporary, MODEL_GRAPH), "w") as graph:
-            graph.write(ir.model_graph(tensors, tied_lm_head=tied))
+        reason = write_model_files(temporary, config, tensors, spec)
+        if reason:
+            print(f"{MODEL_GRAPH}: not written: {reason}", file=progress)
+        for name in TOKENIZER_FILES:
+            source = os.path.join(model_dir, name)
+            if os.path.isfile(source):
+                shutil.copyfile(source, os.path.join(temporary, name))
         _replace(temporary, out)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)

@@ -10,6 +10,7 @@ first field that does not follow the format, naming that field exactly as the
 runtime's C++ reader does, so the two can be compared on malformed files.
 """
 
+import hashlib
 import mmap
 import os
 import struct
@@ -593,6 +594,18 @@ class TensorFile:
                                   left_signs=np.array(self.left_signs),
                                   right_signs=np.array(self.right_signs),
                                   permutation=np.array(self.permutation), **common)
+
+    def transform_digest(self):
+        """sha256 hex of the regions the activation transform reads
+        (input_scale_recip, left_signs, right_signs, permutation): Hadamard
+        linears with equal digests transform an input identically."""
+        if self.layout == DENSE or self.orthogonal:
+            raise ValueError(f"{self.path}: only a Hadamard CQ4 file has an activation "
+                             f"transform")
+        digest = hashlib.sha256()
+        for name in ("input_scale_recip", "left_signs", "right_signs", "permutation"):
+            digest.update(getattr(self, name).tobytes())
+        return digest.hexdigest()
 
     def dequantize(self):
         """float32: the dense tensor (CQ4: FORMAT.md section 2's meaning)."""

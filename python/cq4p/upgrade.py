@@ -8,14 +8,17 @@ dequantized weight is unchanged. The panel file is written under a
 temporary name and renamed into place, the manifest is updated atomically,
 and only then is the legacy file removed. Tensors that cannot be panels
 (orthogonal K % 128 != 0, a Hadamard group size panels do not allow) stay
-as they are and are reported.
+as they are and are reported. The model_digest and model.mlir follow the
+new tensor list.
 """
 
 import os
 import tempfile
 from dataclasses import dataclass
 
+from cq4p import architecture as arch
 from cq4p import bundle as bd
+from cq4p import convert as cv
 from cq4p import files as fl
 from cq4p import format as fmt
 
@@ -66,6 +69,7 @@ def upgrade_tensor(directory, manifest, record):
                       else tensor.group_size)
         _write_panels(directory, fl.file_stem(record["file"]), tensor)
     record["layout"], record["group_size"] = fl.PANELS, group_size
+    record["sha256"] = bd.file_sha256(fl.resolve(directory, record["file"]))
     bd.write_manifest(directory, manifest)
     os.remove(path)
     return Outcome(name, "upgraded", f"{legacy_layout} -> panels")
@@ -81,5 +85,19 @@ def upgrade(directory):
         outcome = upgrade_tensor(directory, manifest, record)
         if outcome is not None:
             outcomes.append(outcome)
-    bd.write_manifest(directory, manifest)
+    _rewrite_model_files(directory, manifest)
     return outcomes
+
+
+def _rewrite_model_files(directory, manifest):
+    """The tensor list changed, so the model_digest did; model.mlir is
+    rewritten with it (or written at last, once every weight is panels).
+    A bundle that is not a model cq4p runs keeps a plain manifest."""
+    config = manifest.get("config") or {}
+    try:
+        spec = arch.model_spec(config)
+    except arch.ArchitectureError:
+        bd.write_manifest(directory, manifest)
+        return
+    spec = arch.with_checkpoint_names(spec, [entry["name"] for entry in manifest["tensors"]])
+    cv.write_model_files(directory, config, manifest["tensors"], spec)

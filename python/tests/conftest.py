@@ -33,3 +33,26 @@ def orthogonal_weight():
     rotation is the slow part, so it is made once)."""
     w = gaussian_weight(68, 1536, 11)
     return w, qz.quantize_orthogonal(w, seed=5)
+
+
+@pytest.fixture(scope="session")
+def synthetic_model(tmp_path_factory):
+    """make(arch, seed=0) -> (checkpoint dir, bundle dir, config) of a
+    synthetic model at its default sizes, converted once per session."""
+    import os
+
+    from cq4p import convert as cv
+    from cq4p import synthetic
+
+    made = {}
+
+    def make(arch, seed=0):
+        if (arch, seed) not in made:
+            root = tmp_path_factory.mktemp(f"{arch}-seed{seed}")
+            config = synthetic.write_model(str(root / "checkpoint"), arch, seed=seed)
+            with open(os.devnull, "w") as quiet:
+                cv.convert(str(root / "checkpoint"), str(root / "bundle"), progress=quiet)
+            made[arch, seed] = (root / "checkpoint", root / "bundle", config)
+        return made[arch, seed]
+
+    return make
