@@ -452,8 +452,9 @@ LogicalResult CachedAttentionOp::verify() {
         {"the values", getValues().getType()}})
     if (failed(verifyRows(*this, what, type)))
       return failure();
-  if (getLayer() < 0)
-    return emitOpError() << "expected a layer >= 0, got " << getLayer();
+  if (getLayerAttr().getInt() < 0)
+    return emitOpError() << "expected a layer >= 0, got "
+                         << getLayerAttr().getInt();
   if (getHeadDim() % 16 != 0)
     return emitOpError() << "expected the head dim (" << getHeadDim()
                          << ") to be a multiple of 16";

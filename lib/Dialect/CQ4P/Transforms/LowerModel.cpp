@@ -566,7 +566,7 @@ public:
       }
     }
     if (prefillChunk < 2 || prefillChunk > 65536) {
-      module.emitError() << "prefill chunk " << prefillChunk
+      module.emitError() << "prefill chunk " << int64_t(prefillChunk)
                          << " is out of range (2 to 65536)";
       return signalPassFailure();
     }

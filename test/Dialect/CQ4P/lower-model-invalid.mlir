@@ -1,0 +1,90 @@
+// RUN: cq4p-opt %s -split-input-file -cq4p-lower-model -verify-diagnostics
+// RUN: not cq4p-opt %s -split-input-file -cq4p-lower-model=prefill-chunk=1 2>&1 | FileCheck %s --check-prefix=CHUNK
+
+// CHUNK: prefill chunk 1 is out of range (2 to 65536)
+
+// expected-error @+1 {{a model graph needs the module attribute cq4p.model}}
+func.func @forward(%ids: tensor<?xi64>, %pos: index) {
+  return
+}
+
+// -----
+
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x128xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %t = tensor.extract_slice %h[0, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    // expected-error @+1 {{expected @forward to return the logits of one row ([1, vocab = 256]) computed by a cq4p.linear}}
+    return %t : tensor<1x128xf32>
+  }
+}
+
+// -----
+
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{only the last row of an activation can be sliced (offsets [dim(x, 0) - 1, 0], sizes [1, width])}}
+    %t = tensor.extract_slice %h[0, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
+      %wk: !cq4p.weight<64x128, gs = 128, hadamard, panels> {cq4p.tensor = "k"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %k = cq4p.linear %h, %wk : tensor<?x128xf32>, !cq4p.weight<64x128, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+    %q = arith.addf %h, %h : tensor<?x128xf32>
+    // expected-error @+1 {{expected the keys to be computed for this attention alone (they are written straight into the KV cache)}}
+    %a = cq4p.cached_attention %q, %k, %k, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x128xf32>, tensor<?x64xf32>, tensor<?x64xf32>, index -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %a, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %a[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{'arith.mulf' op is not supported in a model graph}}
+    %m = arith.mulf %h, %h : tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %m, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %m[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  // expected-error @+1 {{argument 2 has no cq4p.tensor name}}
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels>) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %h, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}

@@ -1,0 +1,85 @@
+// RUN: cq4p-opt %s -cq4p-lower-model=prefill-chunk=8 | FileCheck %s
+
+// One llama-style layer. The decode step runs GEMVs, the prefill step
+// GEMMs and hands a single row to @decode; q, k and v (and gate, up) share
+// one activation transform; keys and values go straight into the KV cache;
+// the last row feeds the final norm and the lm_head, which writes the
+// logits; the graph function is gone.
+
+// The descriptor's facts: bindings in argument order, the workspace.
+// CHECK: cq4p.model_plan = {bindings = [{group_size = 128 : i64, k = 128 : i64, kind = 1 : i64, n = 256 : i64, orthogonal = true, tensor = "model.embed_tokens.weight"}, {kind = 2 : i64, n = 128 : i64, tensor = "l0.ln"},
+// CHECK-SAME: prefill_chunk = 8 : i64, workspace_bytes = {{[0-9]+}} : i64}
+// CHECK-NOT: func.func @forward
+// CHECK-LABEL: cq4p.step @decode attributes {max_rows = 1 : i64} {
+// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 {pointers = [{base = "binding", index = 0 : i64}, {base = "ids", row_bytes = 8 : i64}, {base = "workspace", row_bytes = 512 : i64}], scalars = ["rows"], split = "rows", work = array<i64: 1, 0>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} {pointers = [{base = "workspace", row_bytes = 512 : i64}, {base = "binding", index = 1 : i64}, {base = "workspace", offset = [[X:[0-9]+]] : i64, row_bytes = 512 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[X]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[A:[0-9]+]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S:[0-9]+]] : i64, row_bytes = 4 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 1>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128 {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[A]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S]] : i64, row_bytes = 4 : i64}, {base = "workspace", offset = [[Q:[0-9]+]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 2>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 3 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {base = "workspace", offset = [[K:[0-9]+]] : i64, row_bytes = 256 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {at_position, base = "values", index = 0 : i64, row_bytes = 256 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_t{{[0-9]+}}_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position"], split = "rows"
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_t{{[0-9]+}}_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[K]] : i64, row_bytes = 256 : i64}, {at_position, base = "keys", index = 0 : i64, row_bytes = 256 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "keys", index = 0 : i64, row_bytes = 256 : i64}, {base = "values", index = 0 : i64, row_bytes = 256 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position", "context", "begin", "end"], split = "range", work = array<i64: 0, 2>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128
+// CHECK-NEXT: cq4p.dispatch @cq4p_add_128
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
+// CHECK-NEXT: cq4p.dispatch @cq4p_glu_silu_256
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x256_gs128
+// CHECK-NEXT: cq4p.dispatch @cq4p_add_128
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} {pointers = [{base = "workspace", last_row, row_bytes = 512 : i64}, {base = "binding", index = 10 : i64}, {{.*}}], scalars = ["rows"], single_row, split = "rows", work = array<i64: 0, 1>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_orthogonal
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {pointers = [{base = "binding", index = 11 : i64}, {{.*}}, {base = "logits", row_bytes = 1024 : i64}], scalars = ["rows", "begin", "end"], single_row
+// CHECK-NEXT: {{^  \}$}}
+// CHECK-LABEL: cq4p.step @prefill attributes {max_rows = 8 : i64, single_row = @decode} {
+// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemm_128x128_gs128
+// CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}}base = "logits"
+// CHECK-NEXT: {{^  \}$}}
+
+module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "model.embed_tokens.weight"},
+      %ln: tensor<128xf16> {cq4p.tensor = "l0.ln"},
+      %wq: !cq4p.weight<128x128, gs = 128, hadamard, panels> {cq4p.tensor = "q", cq4p.transform = "t"},
+      %wk: !cq4p.weight<64x128, gs = 128, hadamard, panels> {cq4p.tensor = "k", cq4p.transform = "t"},
+      %wv: !cq4p.weight<64x128, gs = 128, hadamard, panels> {cq4p.tensor = "v", cq4p.transform = "t"},
+      %wo: !cq4p.weight<128x128, gs = 128, hadamard, panels> {cq4p.tensor = "o", cq4p.transform = "t"},
+      %ln2: tensor<128xf16> {cq4p.tensor = "l0.ln2"},
+      %wg: !cq4p.weight<256x128, gs = 128, hadamard, panels> {cq4p.tensor = "g", cq4p.transform = "t"},
+      %wu: !cq4p.weight<256x128, gs = 128, hadamard, panels> {cq4p.tensor = "u", cq4p.transform = "t"},
+      %wd: !cq4p.weight<128x256, gs = 128, hadamard, panels> {cq4p.tensor = "d", cq4p.transform = "t2"},
+      %fn: tensor<128xf16> {cq4p.tensor = "norm"},
+      %head: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "lm_head"}) -> tensor<1x256xf32> {
+    %h0 = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %x = cq4p.rms_norm %h0, %ln {epsilon = 1.0e-06 : f32} : tensor<?x128xf32>, tensor<128xf16> -> tensor<?x128xf32>
+    %q = cq4p.linear %x, %wq : tensor<?x128xf32>, !cq4p.weight<128x128, gs = 128, hadamard, panels> -> tensor<?x128xf32>
+    %k = cq4p.linear %x, %wk : tensor<?x128xf32>, !cq4p.weight<64x128, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+    %v = cq4p.linear %x, %wv : tensor<?x128xf32>, !cq4p.weight<64x128, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+    %qr = cq4p.rope %q, %pos {head_dim = 64 : i64, theta = 1.0e+04 : f32, scaling = 1.0 : f32} : tensor<?x128xf32>, index -> tensor<?x128xf32>
+    %kr = cq4p.rope %k, %pos {head_dim = 64 : i64, theta = 1.0e+04 : f32, scaling = 1.0 : f32} : tensor<?x64xf32>, index -> tensor<?x64xf32>
+    %a = cq4p.cached_attention %qr, %kr, %v, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x128xf32>, tensor<?x64xf32>, tensor<?x64xf32>, index -> tensor<?x128xf32>
+    %o = cq4p.linear %a, %wo : tensor<?x128xf32>, !cq4p.weight<128x128, gs = 128, hadamard, panels> -> tensor<?x128xf32>
+    %h1 = arith.addf %h0, %o : tensor<?x128xf32>
+    %x2 = cq4p.rms_norm %h1, %ln2 {epsilon = 1.0e-06 : f32} : tensor<?x128xf32>, tensor<128xf16> -> tensor<?x128xf32>
+    %g = cq4p.linear %x2, %wg : tensor<?x128xf32>, !cq4p.weight<256x128, gs = 128, hadamard, panels> -> tensor<?x256xf32>
+    %u = cq4p.linear %x2, %wu : tensor<?x128xf32>, !cq4p.weight<256x128, gs = 128, hadamard, panels> -> tensor<?x256xf32>
+    %m = cq4p.glu %g, %u {activation = "silu"} : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
+    %d = cq4p.linear %m, %wd : tensor<?x256xf32>, !cq4p.weight<128x256, gs = 128, hadamard, panels> -> tensor<?x128xf32>
+    %h2 = arith.addf %h1, %d : tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %h2, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %h2[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %f = cq4p.rms_norm %t, %fn {epsilon = 1.0e-06 : f32} : tensor<1x128xf32>, tensor<128xf16> -> tensor<1x128xf32>
+    %logits = cq4p.linear %f, %head : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %logits : tensor<1x256xf32>
+  }
+}

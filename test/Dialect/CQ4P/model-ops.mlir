@@ -1,0 +1,29 @@
+// RUN: cq4p-opt %s | cq4p-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @decoder_ops
+func.func @decoder_ops(%ids: tensor<?xi64>, %pos: index,
+                       %e: !cq4p.weight<512x256, gs = 128, orthogonal, panels>,
+                       %w: tensor<256xf16>, %hw: tensor<64xf32>,
+                       %k: tensor<?x128xf32>, %v: tensor<?x128xf32>)
+    -> tensor<?x256xf32> {
+  // CHECK: cq4p.embedding %{{.*}}, %{{.*}} {scale = 1.600000e+01 : f32}
+  %h = cq4p.embedding %ids, %e {scale = 16.0 : f32} : tensor<?xi64>,
+      !cq4p.weight<512x256, gs = 128, orthogonal, panels> -> tensor<?x256xf32>
+  // CHECK: cq4p.rms_norm %{{.*}}, %{{.*}} {epsilon = 9.99999997E-7 : f32, unit_offset}
+  %x = cq4p.rms_norm %h, %w {epsilon = 1.0e-06 : f32, unit_offset}
+      : tensor<?x256xf32>, tensor<256xf16> -> tensor<?x256xf32>
+  // CHECK: cq4p.rms_norm %{{.*}}, %{{.*}} {epsilon = 9.99999997E-7 : f32} : tensor<?x256xf32>, tensor<64xf32>
+  %qn = cq4p.rms_norm %x, %hw {epsilon = 1.0e-06 : f32}
+      : tensor<?x256xf32>, tensor<64xf32> -> tensor<?x256xf32>
+  // CHECK: cq4p.rope %{{.*}}, %{{.*}} {head_dim = 64 : i64, scaling = 8.000000e+00 : f32, theta = 1.000000e+06 : f32}
+  %q = cq4p.rope %qn, %pos {head_dim = 64 : i64, theta = 1.0e+06 : f32, scaling = 8.0 : f32}
+      : tensor<?x256xf32>, index -> tensor<?x256xf32>
+  // CHECK: cq4p.cached_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 64 : i64, layer = 2 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 1.250000e-01 : f32, window = 512 : i64}
+  %a = cq4p.cached_attention %q, %k, %v, %pos {layer = 2 : i64, num_heads = 4 : i64,
+      num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 512 : i64, scale = 0.125 : f32}
+      : tensor<?x256xf32>, tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x256xf32>
+  // CHECK: cq4p.glu %{{.*}}, %{{.*}} {activation = "gelu_tanh"}
+  %m = cq4p.glu %a, %x {activation = "gelu_tanh"}
+      : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
+  return %m : tensor<?x256xf32>
+}
