@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <utility>
 
 namespace cq4p::runtime {
 namespace {
@@ -81,6 +82,41 @@ bool isKnownOp(uint32_t op) {
 
 bool isKnownTarget(uint32_t target) {
   return target >= CQ4P_TARGET_HOST && target <= CQ4P_TARGET_AARCH64_SME2;
+}
+
+/// What to do about a library of another ABI version.
+std::string abiAdvice(uint32_t version) {
+  return version < CQ4P_KERNEL_ABI_VERSION
+             ? ": an older cq4p-compile built it; recompile it with "
+               "cq4p-compile"
+             : ": a newer cq4p-compile built it; recompile it with the "
+               "cq4p-compile of this runtime";
+}
+
+/// Why code of `target` needing `features` cannot run on `cpu`, or an
+/// empty string when it can. Shared by kernels and model steps.
+std::string whyNotRunnable(uint32_t target, uint64_t features,
+                           const CpuFeatures &cpu) {
+  std::string name = kernelTargetName(target);
+  // Host code is built for the machine that compiled it; the ELF header
+  // check has already matched that machine to this process.
+  if (target != CQ4P_TARGET_HOST && cpu.arch != CpuArch::AArch64)
+    return "targets " + name + "; this process is " + archName(cpu.arch);
+  if (target == CQ4P_TARGET_AARCH64_SME2) {
+    if (!(cpu.features & CQ4P_FEATURE_AARCH64_SME2))
+      return "targets aarch64-sme2, which needs SME2; this CPU has no SME2 "
+             "(it has: " +
+             featureList(cpu.features) + ")";
+    if (cpu.smeVectorBits != kSme2VectorBits)
+      return "targets aarch64-sme2, built for a " + str(kSme2VectorBits) +
+             "-bit streaming vector length; this CPU's is " +
+             str(cpu.smeVectorBits) + " bits";
+  }
+  if (uint64_t missing = features & ~cpu.features)
+    return "needs " + featureList(missing) +
+           ", which this CPU lacks (it has: " + featureList(cpu.features) +
+           ")";
+  return "";
 }
 
 /// Reads up to `want` bytes from the start of `path`.
@@ -217,7 +253,8 @@ Status validateKernelTable(const std::string &path,
                         "kernel ABI version: expected " +
                             str(CQ4P_KERNEL_ABI_VERSION) +
                             " (this runtime's), found " +
-                            str(table.abi_version));
+                            str(table.abi_version) +
+                            abiAdvice(table.abi_version));
   if (table.count > kMaxKernelCount)
     return libraryError(CQ4P_ERROR_FORMAT, path,
                         "kernel count: expected at most " +
@@ -297,32 +334,154 @@ Status checkKernelsRunnable(const std::string &path,
                             const CpuFeatures &cpu) {
   for (size_t i = 0; i < table.count; ++i) {
     const cq4p_kernel_desc &kernel = table.kernels[i];
-    std::string label = kernelLabel(i, kernel);
-    auto refuse = [&](const std::string &why) {
-      return libraryError(CQ4P_ERROR_UNSUPPORTED, path, label + " " + why);
-    };
-    std::string target = kernelTargetName(kernel.target);
-    // A host kernel is built for the machine that compiled it; the ELF
-    // header check has already matched that machine to this process.
-    if (kernel.target != CQ4P_TARGET_HOST && cpu.arch != CpuArch::AArch64)
-      return refuse("targets " + target + "; this process is " +
-                    archName(cpu.arch));
-    if (kernel.target == CQ4P_TARGET_AARCH64_SME2) {
-      if (!(cpu.features & CQ4P_FEATURE_AARCH64_SME2))
-        return refuse("targets aarch64-sme2, which needs SME2; this CPU has "
-                      "no SME2 (it has: " +
-                      featureList(cpu.features) + ")");
-      if (cpu.smeVectorBits != kSme2VectorBits)
-        return refuse("targets aarch64-sme2, built for a " +
-                      str(kSme2VectorBits) +
-                      "-bit streaming vector length; this CPU's is " +
-                      str(cpu.smeVectorBits) + " bits");
-    }
-    if (uint64_t missing = kernel.features & ~cpu.features)
-      return refuse("needs " + featureList(missing) +
-                    ", which this CPU lacks (it has: " +
-                    featureList(cpu.features) + ")");
+    std::string why = whyNotRunnable(kernel.target, kernel.features, cpu);
+    if (!why.empty())
+      return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                          kernelLabel(i, kernel) + " " + why);
   }
+  return Status::ok();
+}
+
+std::string bindingKindName(uint32_t kind) {
+  switch (kind) {
+  case CQ4P_BINDING_CQ4:
+    return "CQ4";
+  case CQ4P_BINDING_FP16:
+    return "FP16";
+  case CQ4P_BINDING_FP32:
+    return "FP32";
+  default:
+    return "kind " + str(kind);
+  }
+}
+
+std::string kvDtypeName(uint32_t dtype) {
+  switch (dtype) {
+  case CQ4P_KV_F32:
+    return "f32";
+  case CQ4P_KV_F16:
+    return "f16";
+  default:
+    return "kv dtype " + str(dtype);
+  }
+}
+
+size_t kvDtypeBytes(uint32_t dtype) {
+  switch (dtype) {
+  case CQ4P_KV_F32:
+    return 4;
+  case CQ4P_KV_F16:
+    return 2;
+  default:
+    return 0;
+  }
+}
+
+Status validateModelDesc(const std::string &path,
+                         const cq4p_model_desc &model) {
+  auto refuse = [&](const std::string &field, const std::string &expected,
+                    const std::string &found) {
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "model steps: " + field + ": expected " + expected +
+                            ", found " + found);
+  };
+  if (model.abi_version != CQ4P_KERNEL_ABI_VERSION)
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                        "model steps: ABI version: expected " +
+                            str(CQ4P_KERNEL_ABI_VERSION) +
+                            " (this runtime's), found " +
+                            str(model.abi_version) +
+                            abiAdvice(model.abi_version));
+  if (model.prefill == nullptr)
+    return refuse("prefill", "a function", "null");
+  if (model.decode == nullptr)
+    return refuse("decode", "a function", "null");
+  if (model.architecture == nullptr)
+    return refuse("architecture", "a string", "null");
+  if (model.digest == nullptr)
+    return refuse("digest", "a string (empty: any bundle)", "null");
+  const std::pair<const char *, uint64_t> sizes[] = {
+      {"vocab", model.vocab},
+      {"hidden", model.hidden},
+      {"layers", model.layers},
+      {"kv_width", model.kv_width}};
+  for (const auto &[field, value] : sizes)
+    if (value == 0)
+      return refuse(field, "> 0", "0");
+  if (kvDtypeBytes(model.kv_dtype) == 0)
+    return refuse("kv_dtype", "1 (f32) or 2 (f16)", str(model.kv_dtype));
+  if (!isKnownTarget(model.target))
+    return refuse("target", "1..3 (host, aarch64-neon, aarch64-sme2)",
+                  str(model.target));
+  if (uint64_t unknown = model.features & ~knownFeatureBits())
+    return refuse("features", "CQ4P_FEATURE_* bits only",
+                  featureList(unknown));
+  if (model.prefill_chunk < 1 || model.prefill_chunk > kMaxPrefillChunk)
+    return refuse("prefill_chunk", "1.." + str(kMaxPrefillChunk),
+                  str(model.prefill_chunk));
+  if (model.binding_count > kMaxModelBindingCount)
+    return refuse("binding_count", "at most " + str(kMaxModelBindingCount),
+                  str(model.binding_count));
+  if (model.binding_count > 0 && model.bindings == nullptr)
+    return refuse("bindings", str(model.binding_count) + " bindings",
+                  "a null pointer");
+
+  for (uint32_t i = 0; i < model.binding_count; ++i) {
+    const cq4p_model_binding &binding = model.bindings[i];
+    std::string label = "binding " + str(i);
+    if (binding.tensor == nullptr)
+      return refuse(label + ": tensor", "a tensor name", "null");
+    if (binding.tensor[0] == '\0')
+      return refuse(label + ": tensor", "a tensor name", "an empty string");
+    label += " ('" + std::string(binding.tensor) + "')";
+    auto refuseField = [&](const char *field, const std::string &expected,
+                           const std::string &found) {
+      return refuse(label + ": " + field, expected, found);
+    };
+    if (binding.reserved != 0)
+      return refuseField("reserved", "0", str(binding.reserved));
+    if (binding.orthogonal > 1)
+      return refuseField("orthogonal", "0 or 1", str(binding.orthogonal));
+    if (binding.n == 0)
+      return refuseField("n", "> 0", "0");
+    switch (binding.kind) {
+    case CQ4P_BINDING_CQ4:
+      if (binding.k == 0)
+        return refuseField("k", "> 0", "0");
+      if (binding.group_size == 0)
+        return refuseField("group_size", "> 0", "0");
+      if (binding.k % binding.group_size != 0)
+        return refuseField("group_size",
+                           "a divisor of K (" + str(binding.k) + ")",
+                           str(binding.group_size));
+      break;
+    case CQ4P_BINDING_FP16:
+    case CQ4P_BINDING_FP32:
+      // A dense binding is its element count alone; anything else set
+      // would be a field the runtime ignores, so it is refused instead.
+      if (binding.k != 0)
+        return refuseField("k", "0 (a dense binding)", str(binding.k));
+      if (binding.group_size != 0)
+        return refuseField("group_size", "0 (a dense binding)",
+                           str(binding.group_size));
+      if (binding.orthogonal != 0)
+        return refuseField("orthogonal", "0 (a dense binding)",
+                           str(binding.orthogonal));
+      break;
+    default:
+      return refuseField("kind", "1 (CQ4), 2 (FP16) or 3 (FP32)",
+                         str(binding.kind));
+    }
+  }
+  return Status::ok();
+}
+
+Status checkModelRunnable(const std::string &path,
+                          const cq4p_model_desc &model,
+                          const CpuFeatures &cpu) {
+  std::string why = whyNotRunnable(model.target, model.features, cpu);
+  if (!why.empty())
+    return libraryError(CQ4P_ERROR_UNSUPPORTED, path, "model steps: " + why);
   return Status::ok();
 }
 
@@ -373,6 +532,17 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
   if (Status status = checkKernelsRunnable(path, *library->table_, cpu);
       !status)
     return status;
+
+  // Optional: a library compiled from kernels alone has no model steps.
+  dlerror();
+  if (void *model = ::dlsym(handle, CQ4P_MODEL_SYMBOL)) {
+    const auto *desc = static_cast<const cq4p_model_desc *>(model);
+    if (Status status = validateModelDesc(path, *desc); !status)
+      return status;
+    if (Status status = checkModelRunnable(path, *desc, cpu); !status)
+      return status;
+    library->model_ = desc;
+  }
   out = std::move(library);
   return Status::ok();
 }

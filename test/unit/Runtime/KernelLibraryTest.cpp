@@ -76,13 +76,15 @@ TEST(KernelLibrary, OpensTheFakeLibrary) {
   EXPECT_TRUE(contains(library->listKernels(CQ4P_KERNEL_MATMUL, 2), "more"));
 }
 
-TEST(KernelLibrary, RefusesAnotherAbiVersion) {
-  FakeKernelModule module(CQ4P_FAKE_KERNELS_ABI3_PATH);
+TEST(KernelLibrary, RefusesAnOlderAbiVersion) {
+  FakeKernelModule module(CQ4P_FAKE_KERNELS_ABI2_PATH);
   ASSERT_TRUE(module.loaded());
   std::unique_ptr<KernelLibrary> library;
-  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI3_PATH, library),
-                 CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI3_PATH,
-                 "kernel ABI version: expected 2", "found 3");
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI2_PATH, library),
+                 CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI2_PATH,
+                 "kernel ABI version: expected 3 (this runtime's), found 2: "
+                 "an older cq4p-compile built it; recompile it with "
+                 "cq4p-compile");
   EXPECT_EQ(library, nullptr);
   EXPECT_EQ(module.totalCalls(), 0);
 }
@@ -349,9 +351,180 @@ TEST(KernelLibrary, ValidatesEveryDescriptorField) {
   cq4p_kernel_table null = {CQ4P_KERNEL_ABI_VERSION, 3, nullptr};
   EXPECT_REFUSED(validateKernelTable("lib.so", null), CQ4P_ERROR_FORMAT,
                  "kernels: expected 3 descriptors, found a null pointer");
-  cq4p_kernel_table old = {0, 2, kernels};
+  cq4p_kernel_table old = {2, 2, kernels};
   EXPECT_REFUSED(validateKernelTable("lib.so", old), CQ4P_ERROR_UNSUPPORTED,
-                 "kernel ABI version: expected 2 (this runtime's), found 0");
+                 "kernel ABI version: expected 3 (this runtime's), found 2",
+                 "recompile it with cq4p-compile");
+  cq4p_kernel_table newer = {99, 2, kernels};
+  EXPECT_REFUSED(validateKernelTable("lib.so", newer), CQ4P_ERROR_UNSUPPORTED,
+                 "kernel ABI version: expected 3 (this runtime's), found 99",
+                 "a newer cq4p-compile built it");
+}
+
+TEST(KernelLibrary, AKernelOnlyLibraryHasNoModel) {
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, library));
+  EXPECT_EQ(library->model(), nullptr);
+}
+
+TEST(KernelLibrary, OpensTheModelSteps) {
+  std::unique_ptr<KernelLibrary> library;
+  Status status = KernelLibrary::open(CQ4P_FAKE_MODEL_PATH, library);
+  ASSERT_TRUE(status) << status.message();
+  ASSERT_NE(library->model(), nullptr);
+  const cq4p_model_desc &model = *library->model();
+  EXPECT_EQ(model.abi_version, CQ4P_KERNEL_ABI_VERSION);
+  EXPECT_STREQ(model.architecture, "toy");
+  EXPECT_STREQ(model.digest, "toy-digest-1");
+  EXPECT_EQ(model.binding_count, 3u);
+  EXPECT_STREQ(model.bindings[2].tensor, "toy.head");
+  EXPECT_EQ(library->kernelCount(), 0u);
+}
+
+TEST(KernelLibrary, ModelStepsMustRunOnThisCpu) {
+  std::unique_ptr<KernelLibrary> library;
+  Status status = KernelLibrary::open(CQ4P_FAKE_MODEL_SME2_PATH, library);
+#if defined(__aarch64__)
+  CpuFeatures here = detectCpuFeatures();
+  bool runnable = (here.features & CQ4P_FEATURE_AARCH64_SME2) &&
+                  here.smeVectorBits == kSme2VectorBits;
+  EXPECT_EQ(bool(status), runnable) << status.message();
+  if (!status)
+    EXPECT_TRUE(contains(status.message(), "model steps: targets aarch64-sme2"))
+        << status.message();
+#else
+  EXPECT_REFUSED(status, CQ4P_ERROR_UNSUPPORTED,
+                 "model steps: targets aarch64-sme2; this process is x86-64");
+#endif
+  cq4p_model_desc model = {};
+  model.target = CQ4P_TARGET_AARCH64_SME2;
+  model.features = CQ4P_FEATURE_AARCH64_SME2;
+  CpuFeatures phone;
+  phone.arch = CpuArch::AArch64;
+  phone.features = CQ4P_FEATURE_AARCH64_DOTPROD;
+  EXPECT_REFUSED(checkModelRunnable("lib.so", model, phone),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "lib.so: model steps: targets aarch64-sme2, which needs SME2; "
+                 "this CPU has no SME2 (it has: dotprod)");
+  phone.features |= CQ4P_FEATURE_AARCH64_SME2;
+  phone.smeVectorBits = 512;
+  EXPECT_TRUE(checkModelRunnable("lib.so", model, phone));
+  model.target = CQ4P_TARGET_AARCH64_NEON;
+  model.features = CQ4P_FEATURE_AARCH64_I8MM;
+  phone.features = CQ4P_FEATURE_AARCH64_DOTPROD;
+  EXPECT_REFUSED(checkModelRunnable("lib.so", model, phone),
+                 CQ4P_ERROR_UNSUPPORTED, "model steps: needs i8mm");
+}
+
+void noStep(const cq4p_step_args *) {}
+
+TEST(KernelLibrary, ValidatesEveryModelField) {
+  static const cq4p_model_binding goodBindings[] = {
+      {"embed", CQ4P_BINDING_CQ4, 1, 1024, 512, 128, 0},
+      {"norm", CQ4P_BINDING_FP16, 0, 512, 0, 0, 0},
+  };
+  cq4p_model_binding bindings[2] = {goodBindings[0], goodBindings[1]};
+  const cq4p_model_desc good = {
+      CQ4P_KERNEL_ABI_VERSION, 2, bindings, "llama", "abc", 1024, 512, 2, 256,
+      CQ4P_KV_F32, CQ4P_TARGET_HOST, 0, 64, 4096, noStep, noStep};
+  struct Case {
+    const char *what;
+    void (*breakIt)(cq4p_model_desc &, cq4p_model_binding *);
+    const char *message;
+  };
+  const Case cases[] = {
+      {"old abi", [](cq4p_model_desc &d, cq4p_model_binding *) { d.abi_version = 2; },
+       "model steps: ABI version: expected 3 (this runtime's), found 2: an "
+       "older cq4p-compile built it; recompile it with cq4p-compile"},
+      {"prefill", [](cq4p_model_desc &d, cq4p_model_binding *) { d.prefill = nullptr; },
+       "model steps: prefill: expected a function, found null"},
+      {"decode", [](cq4p_model_desc &d, cq4p_model_binding *) { d.decode = nullptr; },
+       "model steps: decode: expected a function, found null"},
+      {"architecture",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.architecture = nullptr; },
+       "model steps: architecture: expected a string, found null"},
+      {"digest", [](cq4p_model_desc &d, cq4p_model_binding *) { d.digest = nullptr; },
+       "model steps: digest: expected a string (empty: any bundle), found null"},
+      {"vocab", [](cq4p_model_desc &d, cq4p_model_binding *) { d.vocab = 0; },
+       "model steps: vocab: expected > 0, found 0"},
+      {"hidden", [](cq4p_model_desc &d, cq4p_model_binding *) { d.hidden = 0; },
+       "model steps: hidden: expected > 0, found 0"},
+      {"layers", [](cq4p_model_desc &d, cq4p_model_binding *) { d.layers = 0; },
+       "model steps: layers: expected > 0, found 0"},
+      {"kv_width", [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_width = 0; },
+       "model steps: kv_width: expected > 0, found 0"},
+      {"kv_dtype", [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_dtype = 7; },
+       "model steps: kv_dtype: expected 1 (f32) or 2 (f16), found 7"},
+      {"target", [](cq4p_model_desc &d, cq4p_model_binding *) { d.target = 4; },
+       "model steps: target: expected 1..3 (host, aarch64-neon, aarch64-sme2), "
+       "found 4"},
+      {"features",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.features = 1ull << 40; },
+       "model steps: features: expected CQ4P_FEATURE_* bits only, found "
+       "unknown feature bit 40"},
+      {"chunk 0", [](cq4p_model_desc &d, cq4p_model_binding *) { d.prefill_chunk = 0; },
+       "model steps: prefill_chunk: expected 1..1048576, found 0"},
+      {"chunk huge",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.prefill_chunk = 1ull << 40; },
+       "model steps: prefill_chunk: expected 1..1048576, found 1099511627776"},
+      {"binding count",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.binding_count = 70000; },
+       "model steps: binding_count: expected at most 65536, found 70000"},
+      {"bindings null",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.bindings = nullptr; },
+       "model steps: bindings: expected 2 bindings, found a null pointer"},
+      {"tensor null",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].tensor = nullptr; },
+       "model steps: binding 1: tensor: expected a tensor name, found null"},
+      {"tensor empty",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].tensor = ""; },
+       "model steps: binding 1: tensor: expected a tensor name, found an "
+       "empty string"},
+      {"kind", [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].kind = 4; },
+       "model steps: binding 1 ('norm'): kind: expected 1 (CQ4), 2 (FP16) or "
+       "3 (FP32), found 4"},
+      {"reserved", [](cq4p_model_desc &, cq4p_model_binding *b) { b[0].reserved = 1; },
+       "model steps: binding 0 ('embed'): reserved: expected 0, found 1"},
+      {"orthogonal",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[0].orthogonal = 2; },
+       "binding 0 ('embed'): orthogonal: expected 0 or 1, found 2"},
+      {"n", [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].n = 0; },
+       "binding 1 ('norm'): n: expected > 0, found 0"},
+      {"cq4 k", [](cq4p_model_desc &, cq4p_model_binding *b) { b[0].k = 0; },
+       "binding 0 ('embed'): k: expected > 0, found 0"},
+      {"cq4 gs", [](cq4p_model_desc &, cq4p_model_binding *b) { b[0].group_size = 0; },
+       "binding 0 ('embed'): group_size: expected > 0, found 0"},
+      {"cq4 k % gs",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[0].group_size = 96; },
+       "binding 0 ('embed'): group_size: expected a divisor of K (512), found 96"},
+      {"dense k", [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].k = 3; },
+       "binding 1 ('norm'): k: expected 0 (a dense binding), found 3"},
+      {"dense gs",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].group_size = 32; },
+       "binding 1 ('norm'): group_size: expected 0 (a dense binding), found 32"},
+      {"dense orthogonal",
+       [](cq4p_model_desc &, cq4p_model_binding *b) { b[1].orthogonal = 1; },
+       "binding 1 ('norm'): orthogonal: expected 0 (a dense binding), found 1"},
+  };
+  EXPECT_TRUE(validateModelDesc("lib.so", good));
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    cq4p_model_desc model = good;
+    bindings[0] = goodBindings[0];
+    bindings[1] = goodBindings[1];
+    c.breakIt(model, bindings);
+    Status status = validateModelDesc("lib.so", model);
+    EXPECT_FALSE(status);
+    EXPECT_TRUE(contains(status.message(), std::string("lib.so: ")))
+        << status.message();
+    EXPECT_TRUE(contains(status.message(), c.message)) << status.message();
+  }
+  cq4p_model_desc none = good;
+  none.binding_count = 0;
+  none.bindings = nullptr;
+  none.digest = "";
+  none.kv_dtype = CQ4P_KV_F16;
+  EXPECT_TRUE(validateModelDesc("lib.so", none));
 }
 
 TEST(CpuFeatures, DetectsThisProcess) {

@@ -10,7 +10,11 @@
 //   2. dlopen (RTLD_NOW | RTLD_LOCAL: every symbol resolved now, none leaked
 //      to other libraries) and the table symbol;
 //   3. the table: ABI version, kernel count, every descriptor's fields;
-//   4. the CPU: every kernel's target and features must be runnable here.
+//   4. the CPU: every kernel's target and features must be runnable here;
+//   5. the optional model steps (`cq4p_model`, ABI version 3): every field
+//      of the descriptor and of its bindings, then the steps' target and
+//      features against the CPU, as for the kernels. A kernel-only library
+//      has no such symbol and model() is null.
 //
 // Loading runs the library's own initialisers (unavoidable with dlopen);
 // kernels run only through the layers that bind them (Linear.h).
@@ -34,6 +38,11 @@ namespace cq4p::runtime {
 
 /// More kernels than any model needs: a count above this is a corrupt table.
 constexpr uint32_t kMaxKernelCount = 65536;
+/// More bound tensors than any model has (a 100-layer model with 20 tensors
+/// a layer binds 2000): a count above this is a corrupt descriptor.
+constexpr uint32_t kMaxModelBindingCount = 65536;
+/// More rows than a prefill chunk can sensibly hold in its workspace.
+constexpr uint64_t kMaxPrefillChunk = uint64_t(1) << 20;
 
 /// Checks the start of a file (at least its first 64 bytes when it has them)
 /// as the ELF header of a shared library this process can load. `path` only
@@ -49,6 +58,20 @@ Status validateKernelTable(const std::string &path,
 Status checkKernelsRunnable(const std::string &path,
                             const cq4p_kernel_table &table,
                             const CpuFeatures &cpu);
+
+/// Checks a model descriptor's version, sizes, steps and bindings.
+Status validateModelDesc(const std::string &path, const cq4p_model_desc &model);
+
+/// Checks that the steps of a validated model descriptor can run on `cpu`.
+Status checkModelRunnable(const std::string &path,
+                          const cq4p_model_desc &model, const CpuFeatures &cpu);
+
+/// "CQ4", "FP16", "FP32" ("kind N" when unknown).
+std::string bindingKindName(uint32_t kind);
+/// "f32", "f16" ("kv dtype N" when unknown).
+std::string kvDtypeName(uint32_t dtype);
+/// Bytes of one KV cache element of `dtype` (0 when unknown).
+size_t kvDtypeBytes(uint32_t dtype);
 
 /// "MATMUL", "QUANTIZE_HADAMARD", ... ("op N" when unknown).
 std::string kernelOpName(uint32_t op);
@@ -96,6 +119,9 @@ public:
   const cq4p_kernel_desc &kernel(size_t index) const {
     return table_->kernels[index];
   }
+  /// The model steps, validated and runnable here; null for a kernel-only
+  /// library.
+  const cq4p_model_desc *model() const { return model_; }
 
   /// The kernels of `op` for a tensor of the given shape, in table order.
   /// Quantize kernels are matched on K, the group size and the rotation
@@ -115,6 +141,7 @@ private:
   std::string path_;
   void *handle_ = nullptr;
   const cq4p_kernel_table *table_ = nullptr;
+  const cq4p_model_desc *model_ = nullptr;
 };
 
 } // namespace cq4p::runtime
