@@ -78,6 +78,13 @@ const BundleTensor *Bundle::find(const std::string &name) const {
   return nullptr;
 }
 
+std::optional<int64_t> Bundle::configInteger(const std::string &key) const {
+  for (const auto &[name, value] : configIntegers_)
+    if (name == key)
+      return value;
+  return std::nullopt;
+}
+
 Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) {
   out.reset();
   std::string manifestPath = directory + "/manifest.json";
@@ -113,6 +120,19 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
 
   std::unique_ptr<Bundle> bundle(new Bundle());
   bundle->directory_ = directory;
+  if (const json::Value *digest = manifest.get("model_digest")) {
+    if (digest->kind != json::Value::Kind::String || digest->string.empty())
+      return refuse("model_digest: expected a non-empty string");
+    bundle->modelDigest_ = digest->string;
+    bundle->hasModelDigest_ = true;
+  }
+  if (const json::Value *config = manifest.get("config")) {
+    if (config->kind != json::Value::Kind::Object)
+      return refuse("config: expected an object");
+    for (const auto &[key, value] : config->object)
+      if (value.isInteger)
+        bundle->configIntegers_.emplace_back(key, value.integer);
+  }
   for (size_t i = 0; i < entries->array.size(); ++i) {
     const json::Value &entry = entries->array[i];
     std::string where = "tensors[" + std::to_string(i) + "]";

@@ -7,6 +7,11 @@
 // bundle maps and validates every tensor and refuses, by name, a tensor that
 // is missing or whose file disagrees with the manifest.
 //
+// Besides the tensors, the manifest may carry `model_digest` (the digest a
+// model library's steps were compiled for; older bundles have none) and
+// `config` (the checkpoint's configuration), of which the integer members
+// are kept.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_RUNTIME_BUNDLE_H
@@ -17,7 +22,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cq4p::runtime {
@@ -48,10 +55,21 @@ public:
   /// The tensor named `name`, or null.
   const BundleTensor *find(const std::string &name) const;
 
+  /// manifest.json's top-level `model_digest` (empty when it has none).
+  const std::string &modelDigest() const { return modelDigest_; }
+  bool hasModelDigest() const { return hasModelDigest_; }
+
+  /// The integer member `key` of manifest.json's `config` object, if there
+  /// is one (e.g. "max_position_embeddings").
+  std::optional<int64_t> configInteger(const std::string &key) const;
+
 private:
   Bundle() = default;
   std::string directory_;
   std::vector<BundleTensor> tensors_;
+  std::string modelDigest_;
+  bool hasModelDigest_ = false;
+  std::vector<std::pair<std::string, int64_t>> configIntegers_;
 };
 
 } // namespace cq4p::runtime
