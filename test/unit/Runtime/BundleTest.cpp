@@ -58,6 +58,43 @@ TEST_F(BundleTest, OpensEveryTensor) {
   EXPECT_EQ(bundle->find("missing"), nullptr);
 }
 
+TEST_F(BundleTest, ReadsTheModelDigestAndConfigIntegers) {
+  writeText(dir.file("manifest.json"), manifest(kNorm));
+  std::unique_ptr<Bundle> bundle;
+  ASSERT_TRUE(open(bundle));
+  EXPECT_FALSE(bundle->hasModelDigest());
+  EXPECT_EQ(bundle->modelDigest(), "");
+  EXPECT_FALSE(bundle->configInteger("max_position_embeddings"));
+
+  writeText(dir.file("manifest.json"),
+            R"({"format": "cq4p-bundle", "version": 1, "model_digest": "ab12",
+                "config": {"max_position_embeddings": 4096, "rope_theta": 1e4,
+                           "model_type": "llama", "vocab_size": 1024},
+                "tensors": [)" + std::string(kNorm) + "]}");
+  Status status = open(bundle);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_TRUE(bundle->hasModelDigest());
+  EXPECT_EQ(bundle->modelDigest(), "ab12");
+  EXPECT_EQ(bundle->configInteger("max_position_embeddings"), 4096);
+  EXPECT_EQ(bundle->configInteger("vocab_size"), 1024);
+  EXPECT_FALSE(bundle->configInteger("rope_theta")); // not an integer literal
+  EXPECT_FALSE(bundle->configInteger("model_type"));
+
+  writeText(dir.file("manifest.json"),
+            R"({"format": "cq4p-bundle", "version": 1, "model_digest": "",
+                "tensors": []})");
+  status = open(bundle);
+  EXPECT_NE(status.message().find("model_digest: expected a non-empty string"),
+            std::string::npos)
+      << status.message();
+  writeText(dir.file("manifest.json"),
+            R"({"format": "cq4p-bundle", "version": 1, "config": [1],
+                "tensors": []})");
+  status = open(bundle);
+  EXPECT_NE(status.message().find("config: expected an object"), std::string::npos)
+      << status.message();
+}
+
 TEST_F(BundleTest, ResolvesPanelsThenLegacyThenPlain) {
   std::string d = dir.path();
   EXPECT_EQ(Bundle::resolveWeightFile(d, "layers.0.q_proj.weights"),
