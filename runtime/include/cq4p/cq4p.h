@@ -1,7 +1,8 @@
 /*===- cq4p/cq4p.h - the runtime's C API -----------------------------------===*
  *
  * The C ABI of the cq4p runtime: opening and validating CQ4 tensor files
- * (zero-copy views of every region), and the reference panel encoder.
+ * (zero-copy views of every region), the reference panel encoder, and whole
+ * models (a bundle run by a model library's compiled steps).
  * Used from C, from other languages, and from Python through ctypes
  * (python/cq4p/native.py). Errors are values: every call that can fail
  * returns a cq4p_code and writes a message naming the file, the field, what
@@ -122,6 +123,63 @@ CQ4P_API int cq4p_encode_panels(int source_layout, const uint8_t *source,
 CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
+
+/* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
+ * the steps of a model library compiled from its model.mlir. A model is a
+ * sequence's state (its KV cache and position): one call at a time. */
+typedef struct cq4p_model cq4p_model;
+
+typedef struct cq4p_model_options {
+  int32_t threads;       /* >= 1 */
+  int64_t context;       /* KV cache positions; 0: default */
+  int64_t prefill_chunk; /* expected chunk; 0: accept the library's */
+} cq4p_model_options;
+
+typedef struct cq4p_model_info {
+  uint64_t vocab, hidden, layers, context, prefill_chunk, position;
+  uint32_t kv_dtype, target; /* cq4p_kv_dtype, cq4p_target (kernel_abi.h) */
+  char architecture[32];     /* NUL-terminated, truncated to 31 bytes */
+} cq4p_model_info;
+
+typedef struct cq4p_sampling {
+  float temperature; /* <= 0: greedy */
+  int32_t top_k;     /* 0: off */
+  float top_p;       /* >= 1: off */
+  uint64_t seed;
+} cq4p_sampling;
+
+typedef struct cq4p_generate_stats {
+  int64_t prompt_tokens, generated_tokens;
+  double prefill_seconds, decode_seconds, time_to_first_token_seconds;
+} cq4p_generate_stats;
+
+/* Opens the bundle in bundle_dir and the model library at library_path
+ * (checked against this CPU), binds the library's tensors and allocates the
+ * KV cache, workspace and threads. options may be NULL (1 thread, the
+ * defaults). On success *out owns all of it until cq4p_model_close. */
+CQ4P_API int cq4p_model_open(const char *bundle_dir, const char *library_path,
+                             const cq4p_model_options *options,
+                             cq4p_model **out, char *error, size_t error_size);
+CQ4P_API void cq4p_model_close(cq4p_model *model);
+CQ4P_API void cq4p_model_get_info(const cq4p_model *model,
+                                  cq4p_model_info *info);
+/* Position 0: a new sequence. */
+CQ4P_API void cq4p_model_reset(cq4p_model *model);
+/* Appends count tokens at the current position; logits ([vocab]) receives
+ * the last one's when not NULL. Refused calls change nothing. */
+CQ4P_API int cq4p_model_prefill(cq4p_model *model, const int64_t *ids,
+                                int64_t count, float *logits, char *error,
+                                size_t error_size);
+CQ4P_API int cq4p_model_decode(cq4p_model *model, int64_t id, float *logits,
+                               char *error, size_t error_size);
+/* Resets, prefills the prompt, then samples and decodes until
+ * max_new_tokens ids are in out_ids (the last one is not decoded). sampling
+ * NULL is greedy; stats may be NULL. */
+CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
+                                 int64_t prompt_count, int64_t max_new_tokens,
+                                 const cq4p_sampling *sampling,
+                                 int64_t *out_ids, cq4p_generate_stats *stats,
+                                 char *error, size_t error_size);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,219 @@
+//===- Model.h - a whole model: a bundle run by compiled steps -*- C++ -*-===//
+//
+// A Model runs the two step functions a model library exports
+// (`cq4p_model`, kernel_abi.h, docs/MODEL.md) over a bundle's tensors. The
+// runtime knows no architecture: the steps decide every kernel call; the
+// Model supplies what they run on:
+//
+//   - the bindings: each tensor the library names, checked against its
+//     descriptor (a CQ4 packed-panel file of the same N, K, group size and
+//     rotation, as a cq4p_weight_view; a dense FP16/FP32 file of the same
+//     element count, as its data pointer), refused by name otherwise;
+//   - memory, allocated once when the model opens: the KV cache
+//     ([layers][2][context][kv_width] of the library's kv dtype), the
+//     workspace one step needs (64-byte aligned) and the logits [vocab];
+//   - threads: a ThreadPool, reached by the steps through parallelFor.
+//
+// Positions. prefill() appends tokens at the current position (full chunks
+// of the library's prefill_chunk, then the rest, all through the prefill
+// step), decode() appends one through the decode step, reset() starts a
+// new sequence at position 0. Every argument (count, context room, each
+// id against the vocabulary) is checked before any step runs, so a refused
+// call leaves the model as it was.
+//
+// Steady state allocates nothing: after open(), a decode (checks, one
+// step, its parallel loops) and sampling use only the buffers made then.
+//
+// A Model refers to its Bundle and KernelLibrary: both must outlive it. One
+// call at a time (the model is a sequence's state).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_RUNTIME_MODEL_H
+#define CQ4P_RUNTIME_MODEL_H
+
+#include "cq4p/kernel_abi.h"
+#include "cq4p/runtime/Bundle.h"
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Status.h"
+#include "cq4p/runtime/ThreadPool.h"
+#include "cq4p/runtime/WeightView.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cq4p::runtime {
+
+struct ModelOptions {
+  int threads = 1;
+  /// KV cache positions; 0: Model::defaultContext(bundle).
+  int64_t context = 0;
+  /// The prefill chunk the caller expects the library to have been
+  /// compiled with; 0 accepts the library's.
+  int64_t expectedPrefillChunk = 0;
+};
+
+struct SamplingOptions {
+  /// <= 0: greedy (the lowest id of the largest logit).
+  float temperature = 0.0f;
+  int32_t topK = 0;         ///< 0: off
+  float topP = 1.0f;        ///< >= 1: off
+  uint64_t seed = 0;
+};
+
+struct GenerateStats {
+  int64_t promptTokens = 0;
+  int64_t generatedTokens = 0;
+  /// The prompt's prefill steps.
+  double prefillSeconds = 0;
+  /// After the first token: decode steps and sampling.
+  double decodeSeconds = 0;
+  /// The prompt's prefill plus the first sample.
+  double timeToFirstTokenSeconds = 0;
+
+  double prefillTokensPerSecond() const;
+  /// Tokens the decode steps produced (all but the first) per second.
+  double decodeTokensPerSecond() const;
+};
+
+/// xoshiro256** seeded through splitmix64: the same ids for the same seed
+/// on every machine.
+class Rng {
+public:
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
+  void reseed(uint64_t seed);
+  uint64_t next();
+  /// Uniform in [0, 1), from the top 53 bits of next().
+  double uniform();
+
+private:
+  uint64_t state_[4];
+};
+
+/// Picks a token id from logits. Scratch is sized once (reserve); sample()
+/// never allocates.
+class Sampler {
+public:
+  /// Makes room for a vocabulary of `vocab` ids.
+  void reserve(size_t vocab);
+  size_t capacity() const { return order_.size(); }
+
+  /// Checks temperature, top_k and top_p (NaN, negative top_k, top_p <= 0).
+  static Status validate(const SamplingOptions &options);
+
+  /// Greedy when temperature <= 0 or top_k == 1. Otherwise softmax of
+  /// logits / temperature over the top_k largest logits (all when 0), then
+  /// the smallest prefix of them, largest first, whose probability reaches
+  /// top_p; one draw of `rng` picks among those. Ties between equal logits
+  /// go to the lower id throughout. NaN or +inf logits are refused by index.
+  Status sample(const float *logits, size_t vocab,
+                const SamplingOptions &options, Rng &rng, int64_t &id);
+
+private:
+  std::vector<uint32_t> order_;
+  std::vector<double> weights_;
+};
+
+class Model {
+public:
+  /// The KV cache positions when the options ask for none, unless the
+  /// bundle's config says the model was trained for fewer
+  /// (max_position_embeddings).
+  static constexpr int64_t kDefaultContext = 2048;
+  /// Range tasks per thread in parallelFor: enough that a slow thread
+  /// costs little, few enough that each range amortises its hand-out.
+  static constexpr int64_t kRangesPerThread = 4;
+
+  /// Binds `library`'s model steps to `bundle`'s tensors and allocates the
+  /// model's memory and threads.
+  static Status open(const Bundle &bundle, const KernelLibrary &library,
+                     const ModelOptions &options, std::unique_ptr<Model> &out);
+
+  Model(const Model &) = delete;
+  Model &operator=(const Model &) = delete;
+  ~Model();
+
+  /// The context Model::open uses for `bundle` when asked for none.
+  static int64_t defaultContext(const Bundle &bundle);
+
+  /// Appends `count` tokens at position(); writes the last one's logits to
+  /// `logits` ([vocab]) when it is not null.
+  Status prefill(const int64_t *ids, int64_t count, float *logits = nullptr);
+  /// Appends one token at position(); writes its logits when asked.
+  Status decode(int64_t id, float *logits = nullptr);
+  /// Starts a new sequence at position 0.
+  void reset() { position_ = 0; }
+
+  /// Called with each generated id in order (index 0 first); returning
+  /// false stops the generation there.
+  using TokenCallback = bool (*)(void *context, int64_t index, int64_t id);
+
+  /// reset(), prefill of the prompt, then sample, decode, sample... until
+  /// maxNewTokens ids are produced (the last one is not decoded) or the
+  /// callback stops it. Everything is checked first: the prompt's ids, the
+  /// sampling options, and that the prompt and the decoded tokens fit the
+  /// context.
+  Status generate(const int64_t *prompt, int64_t promptCount,
+                  int64_t maxNewTokens, const SamplingOptions &sampling,
+                  TokenCallback callback, void *context,
+                  GenerateStats *stats = nullptr);
+  /// The same, writing the ids to outIds[maxNewTokens].
+  Status generate(const int64_t *prompt, int64_t promptCount,
+                  int64_t maxNewTokens, const SamplingOptions &sampling,
+                  int64_t *outIds, GenerateStats *stats = nullptr);
+
+  /// Samples from the last step's logits.
+  Status sample(const SamplingOptions &options, Rng &rng, int64_t &id);
+
+  /// The last step's logits, [vocab].
+  const float *logits() const { return logits_.data(); }
+  int64_t position() const { return position_; }
+  int64_t context() const { return context_; }
+  int64_t vocab() const { return int64_t(desc_->vocab); }
+  int64_t prefillChunk() const { return int64_t(desc_->prefill_chunk); }
+  const cq4p_model_desc &desc() const { return *desc_; }
+  const KernelLibrary &library() const { return *library_; }
+  ThreadPool &pool() { return *pool_; }
+  uint64_t kvCacheBytes() const { return kvCacheBytes_; }
+  uint64_t workspaceBytes() const { return desc_->workspace_bytes; }
+
+  /// The cq4p_parallel_for_fn the steps call: `pool` is a ThreadPool.
+  /// Splits [0, count) into parallelRanges(count, threads) ranges of
+  /// nearly equal size and runs them over the pool; with one range (one
+  /// item, or one thread) it calls the task inline without waking the
+  /// pool.
+  static void parallelFor(void *pool, cq4p_task_fn task,
+                          const cq4p_step_args *args, int64_t count);
+  /// min(count, threads * kRangesPerThread); 1 for one thread; 0 for an
+  /// empty loop. Never an empty range.
+  static int64_t parallelRanges(int64_t count, int threads);
+
+private:
+  Model() = default;
+  Status bindTensors(const Bundle &bundle);
+  Status allocate(uint64_t kvBytes);
+  Status checkTokens(const char *what, const int64_t *ids, int64_t count) const;
+  void runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows);
+  void prefillChecked(const int64_t *ids, int64_t count);
+  void copyLogits(float *out) const;
+
+  const KernelLibrary *library_ = nullptr;
+  const cq4p_model_desc *desc_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<WeightView[]> weightViews_; // one per binding; CQ4 ones used
+  std::vector<const void *> bindings_;
+  void *kvCache_ = nullptr;
+  uint64_t kvCacheBytes_ = 0;
+  void *workspace_ = nullptr;
+  uint64_t workspaceMapped_ = 0;
+  std::vector<float> logits_;
+  Sampler sampler_;
+  int64_t context_ = 0;
+  int64_t position_ = 0;
+};
+
+} // namespace cq4p::runtime
+
+#endif // CQ4P_RUNTIME_MODEL_H

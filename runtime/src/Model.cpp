@@ -1,0 +1,620 @@
+//===- Model.cpp - binding, memory, threads and sampling for model steps --===//
+
+#include "cq4p/runtime/Model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sys/mman.h>
+
+namespace cq4p::runtime {
+namespace {
+
+std::string str(uint64_t value) { return std::to_string(value); }
+std::string signedStr(int64_t value) { return std::to_string(value); }
+
+std::string tokens(int64_t count) {
+  return signedStr(count) + (count == 1 ? " token" : " tokens");
+}
+
+/// Zero-filled, page-aligned (so 64-byte aligned) memory the kernel
+/// provides lazily: a KV cache of gigabytes costs nothing until written.
+void *mapZeroed(uint64_t bytes) {
+  void *memory = ::mmap(nullptr, std::max<uint64_t>(bytes, 1),
+                        PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+  return memory == MAP_FAILED ? nullptr : memory;
+}
+
+void unmap(void *memory, uint64_t bytes) {
+  if (memory != nullptr)
+    ::munmap(memory, std::max<uint64_t>(bytes, 1));
+}
+
+const char *layoutName(uint32_t layout) {
+  switch (layout) {
+  case CQ4P_LAYOUT_PANELS: return "packed panels";
+  case CQ4P_LAYOUT_ROW_MAJOR: return "legacy row-major";
+  case CQ4P_LAYOUT_INTERLEAVED_4ROW: return "legacy interleaved 4-row";
+  default: return "dense";
+  }
+}
+
+const char *precisionName(uint32_t precision) {
+  switch (precision) {
+  case CQ4P_PRECISION_FP16: return "FP16";
+  case CQ4P_PRECISION_FP32: return "FP32";
+  case CQ4P_PRECISION_CQ4: return "CQ4";
+  default: return "another precision";
+  }
+}
+
+std::string cq4Shape(uint64_t n, uint64_t k, uint64_t groupSize,
+                     bool orthogonal) {
+  return "N=" + str(n) + " K=" + str(k) + " gs=" + str(groupSize) +
+         (orthogonal ? " orthogonal" : " hadamard");
+}
+
+/// The order sampling ranks ids in: larger logit first, then lower id.
+struct ByLogit {
+  const float *logits;
+  bool operator()(uint32_t a, uint32_t b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  }
+};
+
+double secondsBetween(std::chrono::steady_clock::time_point start,
+                      std::chrono::steady_clock::time_point end) {
+  return std::chrono::duration<double>(end - start).count();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Statistics and sampling
+//===----------------------------------------------------------------------===//
+
+double GenerateStats::prefillTokensPerSecond() const {
+  return prefillSeconds > 0 ? double(promptTokens) / prefillSeconds : 0.0;
+}
+
+double GenerateStats::decodeTokensPerSecond() const {
+  return decodeSeconds > 0 && generatedTokens > 1
+             ? double(generatedTokens - 1) / decodeSeconds
+             : 0.0;
+}
+
+void Rng::reseed(uint64_t seed) {
+  // splitmix64 spreads any seed (0 included) over xoshiro's whole state,
+  // which must not be all zero.
+  for (uint64_t &word : state_) {
+    seed += 0x9E3779B97F4A7C15ull;
+    uint64_t z = seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    word = z ^ (z >> 31);
+  }
+}
+
+uint64_t Rng::next() {
+  auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  uint64_t result = rotl(state_[1] * 5, 7) * 9;
+  uint64_t t = state_[1] << 17;
+  state_[2] ^= state_[0];
+  state_[3] ^= state_[1];
+  state_[1] ^= state_[2];
+  state_[0] ^= state_[3];
+  state_[2] ^= t;
+  state_[3] = rotl(state_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return double(next() >> 11) * 0x1.0p-53; }
+
+void Sampler::reserve(size_t vocab) {
+  if (order_.size() < vocab) {
+    order_.resize(vocab);
+    weights_.resize(vocab);
+  }
+}
+
+Status Sampler::validate(const SamplingOptions &options) {
+  if (std::isnan(options.temperature))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: temperature: expected a number (<= 0: greedy), "
+                  "found nan");
+  if (options.topK < 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: top_k: expected >= 0 (0: off), found " +
+                      std::to_string(options.topK));
+  if (!(options.topP > 0.0f))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: top_p: expected > 0 (>= 1: off), found " +
+                      std::to_string(options.topP));
+  return Status::ok();
+}
+
+Status Sampler::sample(const float *logits, size_t vocab,
+                       const SamplingOptions &options, Rng &rng, int64_t &id) {
+  if (vocab == 0 || vocab > order_.size())
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: vocabulary of " + str(vocab) +
+                      " ids; this sampler has room for 1.." +
+                      str(order_.size()));
+  if (Status status = validate(options); !status)
+    return status;
+  size_t best = 0;
+  for (size_t i = 0; i < vocab; ++i) {
+    float logit = logits[i];
+    if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
+      return Status(CQ4P_ERROR_ARGUMENT,
+                    "sampling: logits[" + str(i) + "] is " +
+                        (std::isnan(logit) ? "nan" : "+inf"));
+    if (logit > logits[best])
+      best = i;
+  }
+  if (logits[best] == -std::numeric_limits<float>::infinity())
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: every one of the " + str(vocab) +
+                      " logits is -inf");
+  if (options.temperature <= 0.0f || options.topK == 1) {
+    id = int64_t(best);
+    return Status::ok();
+  }
+
+  for (size_t i = 0; i < vocab; ++i)
+    order_[i] = uint32_t(i);
+  ByLogit byLogit{logits};
+  size_t candidates = vocab;
+  size_t sorted = 0; // order_[0, sorted) holds the largest, in order
+  if (options.topK > 0 && size_t(options.topK) < vocab) {
+    candidates = size_t(options.topK);
+    std::partial_sort(order_.begin(), order_.begin() + candidates,
+                      order_.begin() + vocab, byLogit);
+    sorted = candidates;
+  }
+  // Weights relative to the largest logit, so the largest weighs 1.
+  double inverseTemperature = 1.0 / double(options.temperature);
+  auto weight = [&](uint32_t candidate) {
+    return std::exp((double(logits[candidate]) - double(logits[best])) *
+                    inverseTemperature);
+  };
+  double total = 0;
+  for (size_t i = 0; i < candidates; ++i)
+    total += weight(order_[i]);
+
+  if (options.topP < 1.0f) {
+    // The nucleus is usually a handful of ids: sort a growing prefix
+    // rather than the whole vocabulary.
+    double target = double(options.topP) * total, kept = 0;
+    size_t nucleus = 0, want = 64;
+    for (;;) {
+      size_t end = std::min(want, candidates);
+      if (end > sorted) {
+        std::partial_sort(order_.begin() + sorted, order_.begin() + end,
+                          order_.begin() + candidates, byLogit);
+        sorted = end;
+      }
+      for (; nucleus < end && kept < target; ++nucleus)
+        kept += weight(order_[nucleus]);
+      if (kept >= target || end == candidates)
+        break;
+      want *= 4;
+    }
+    candidates = std::max<size_t>(nucleus, 1);
+  }
+  total = 0;
+  for (size_t i = 0; i < candidates; ++i) {
+    weights_[i] = weight(order_[i]);
+    total += weights_[i];
+  }
+
+  double threshold = rng.uniform() * total, sum = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < candidates; ++i) {
+    if (weights_[i] <= 0.0)
+      continue;
+    last = i;
+    sum += weights_[i];
+    if (threshold < sum)
+      break;
+  }
+  id = int64_t(order_[last]);
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Opening
+//===----------------------------------------------------------------------===//
+
+int64_t Model::defaultContext(const Bundle &bundle) {
+  std::optional<int64_t> trained =
+      bundle.configInteger("max_position_embeddings");
+  if (trained && *trained > 0 && *trained < kDefaultContext)
+    return *trained;
+  return kDefaultContext;
+}
+
+Status Model::open(const Bundle &bundle, const KernelLibrary &library,
+                   const ModelOptions &options, std::unique_ptr<Model> &out) {
+  out.reset();
+  const cq4p_model_desc *desc = library.model();
+  if (desc == nullptr)
+    return Status(CQ4P_ERROR_NOT_FOUND,
+                  library.path() + ": has no model steps (compiled from a "
+                                   "kernel-only model.mlir?)");
+  std::string libraryDigest = desc->digest;
+  if (!libraryDigest.empty() && libraryDigest != bundle.modelDigest())
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  library.path() + ": library built for bundle digest " +
+                      libraryDigest +
+                      (bundle.hasModelDigest()
+                           ? ", this bundle's is " + bundle.modelDigest()
+                           : ", this bundle has none (no model_digest in "
+                             "its manifest.json)") +
+                      " (" + bundle.directory() + ")");
+  if (options.expectedPrefillChunk < 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "prefill chunk: expected >= 0 (0: the library's), found " +
+                      signedStr(options.expectedPrefillChunk));
+  if (options.expectedPrefillChunk != 0 &&
+      uint64_t(options.expectedPrefillChunk) != desc->prefill_chunk)
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  library.path() + ": prefill chunk: expected " +
+                      signedStr(options.expectedPrefillChunk) +
+                      " (as asked), found " + str(desc->prefill_chunk) +
+                      " (the library's); recompile with that chunk or ask "
+                      "for none");
+  if (options.context < 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "context: expected > 0 positions (0: the default), found " +
+                      signedStr(options.context));
+  // Ids are ranked as uint32 when sampling; no vocabulary comes near.
+  if (desc->vocab > uint64_t(std::numeric_limits<int32_t>::max()))
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  library.path() +
+                      ": vocab: expected at most 2^31 - 1, found " +
+                      str(desc->vocab));
+
+  std::unique_ptr<Model> model(new Model());
+  model->library_ = &library;
+  model->desc_ = desc;
+  model->context_ =
+      options.context != 0 ? options.context : defaultContext(bundle);
+
+  uint64_t elementBytes = kvDtypeBytes(desc->kv_dtype);
+  uint64_t kvBytes = 0;
+  bool overflow = __builtin_mul_overflow(desc->layers, uint64_t(2), &kvBytes) ||
+                  __builtin_mul_overflow(kvBytes, uint64_t(model->context_),
+                                         &kvBytes) ||
+                  __builtin_mul_overflow(kvBytes, desc->kv_width, &kvBytes) ||
+                  __builtin_mul_overflow(kvBytes, elementBytes, &kvBytes);
+  std::string kvShape = str(desc->layers) + " layers x 2 x " +
+                        signedStr(model->context_) + " positions x " +
+                        str(desc->kv_width) + " x " + str(elementBytes) +
+                        " bytes (" + kvDtypeName(desc->kv_dtype) + ")";
+  if (overflow)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "KV cache: " + kvShape + " does not fit in 64 bits");
+
+  if (Status status = model->bindTensors(bundle); !status)
+    return status;
+  if (Status status = ThreadPool::create(options.threads, model->pool_);
+      !status)
+    return status;
+
+  errno = 0;
+  model->kvCache_ = mapZeroed(kvBytes);
+  if (model->kvCache_ == nullptr)
+    return Status(CQ4P_ERROR_IO, "KV cache: cannot allocate " + str(kvBytes) +
+                                     " bytes (" + kvShape +
+                                     "): " + std::strerror(errno));
+  model->kvCacheBytes_ = kvBytes;
+  model->workspace_ = mapZeroed(desc->workspace_bytes);
+  if (model->workspace_ == nullptr)
+    return Status(CQ4P_ERROR_IO, "workspace: cannot allocate " +
+                                     str(desc->workspace_bytes) +
+                                     " bytes: " + std::strerror(errno));
+  model->workspaceMapped_ = desc->workspace_bytes;
+  model->logits_.assign(desc->vocab, 0.0f);
+  model->sampler_.reserve(desc->vocab);
+  out = std::move(model);
+  return Status::ok();
+}
+
+Model::~Model() {
+  // Workers first: none may be inside a step when its memory goes.
+  pool_.reset();
+  unmap(kvCache_, kvCacheBytes_);
+  unmap(workspace_, workspaceMapped_);
+}
+
+Status Model::bindTensors(const Bundle &bundle) {
+  const std::string &path = library_->path();
+  uint32_t count = desc_->binding_count;
+  weightViews_.reset(new WeightView[count]);
+  bindings_.assign(count, nullptr);
+  for (uint32_t i = 0; i < count; ++i) {
+    const cq4p_model_binding &binding = desc_->bindings[i];
+    std::string label = path + ": binding " + str(i) + " ('" +
+                        binding.tensor + "')";
+    const BundleTensor *tensor = bundle.find(binding.tensor);
+    if (tensor == nullptr)
+      return Status(CQ4P_ERROR_NOT_FOUND,
+                    label + ": no such tensor in the bundle (" +
+                        bundle.directory() + ")");
+    const TensorFile &file = *tensor->file;
+    const cq4p_tensor_info &info = file.info();
+    std::string wanted = bindingKindName(binding.kind);
+    if (binding.kind == CQ4P_BINDING_CQ4)
+      wanted += " " + cq4Shape(binding.n, binding.k, binding.group_size,
+                               binding.orthogonal != 0) + " packed panels";
+    else
+      wanted += " of " + str(binding.n) + " elements";
+    auto mismatch = [&](const std::string &found) {
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    label + ": the library expects " + wanted +
+                        ", the bundle's tensor is " + found + " (" +
+                        file.path() + ")");
+    };
+
+    switch (binding.kind) {
+    case CQ4P_BINDING_CQ4: {
+      if (info.precision != CQ4P_PRECISION_CQ4)
+        return mismatch(std::string(precisionName(info.precision)) +
+                        " (dense)");
+      std::string found = "CQ4 " +
+                          cq4Shape(file.n(), file.k(), info.group_size,
+                                   file.isOrthogonal()) +
+                          " " + layoutName(info.layout);
+      if (file.n() != binding.n || file.k() != binding.k ||
+          info.group_size != binding.group_size ||
+          file.isOrthogonal() != (binding.orthogonal != 0) ||
+          info.layout != CQ4P_LAYOUT_PANELS)
+        return mismatch(found);
+      if (Status status = weightViews_[i].bind(file); !status)
+        return Status(status.code(), label + ": " + status.message());
+      bindings_[i] = &weightViews_[i].view();
+      break;
+    }
+    case CQ4P_BINDING_FP16:
+    case CQ4P_BINDING_FP32: {
+      uint32_t precision = binding.kind == CQ4P_BINDING_FP16
+                               ? CQ4P_PRECISION_FP16
+                               : CQ4P_PRECISION_FP32;
+      uint64_t elementBytes = binding.kind == CQ4P_BINDING_FP16 ? 2 : 4;
+      // A validated dense file's element count fits: its bytes do.
+      uint64_t elements = 1;
+      for (uint32_t d = 0; d < info.ndim; ++d)
+        elements *= info.dims[d];
+      std::string found = std::string(precisionName(info.precision)) +
+                          " of " + str(elements) + " elements";
+      if (info.precision != precision || elements != binding.n)
+        return mismatch(info.precision == CQ4P_PRECISION_CQ4
+                            ? "CQ4 " + cq4Shape(file.n(), file.k(),
+                                                info.group_size,
+                                                file.isOrthogonal())
+                            : found);
+      ByteSpan data = file.region(CQ4P_REGION_DATA);
+      // Steps load these as typed elements (a file may be 1-byte aligned).
+      if (reinterpret_cast<uintptr_t>(data.data) % elementBytes != 0)
+        return Status(CQ4P_ERROR_UNSUPPORTED,
+                      label + ": " + file.path() +
+                          ": data: expected an address aligned to " +
+                          str(elementBytes) +
+                          " bytes (its element type), found one that is not");
+      bindings_[i] = data.data;
+      break;
+    }
+    default:
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    label + ": binding kind " + str(binding.kind) +
+                        " is not one this runtime binds");
+    }
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Steps
+//===----------------------------------------------------------------------===//
+
+int64_t Model::parallelRanges(int64_t count, int threads) {
+  if (count <= 0)
+    return 0;
+  if (threads <= 1)
+    return 1;
+  return std::min<int64_t>(count, int64_t(threads) * kRangesPerThread);
+}
+
+void Model::parallelFor(void *pool, cq4p_task_fn task,
+                        const cq4p_step_args *args, int64_t count) {
+  auto *threads = static_cast<ThreadPool *>(pool);
+  int64_t ranges =
+      parallelRanges(count, threads != nullptr ? threads->threadCount() : 1);
+  if (ranges == 0)
+    return;
+  if (ranges == 1) {
+    task(args, 0, count);
+    return;
+  }
+  // Range r is [r * base + min(r, extra), ...): sizes differ by at most
+  // one, computed without a product that could overflow.
+  struct Loop {
+    cq4p_task_fn task;
+    const cq4p_step_args *args;
+    int64_t base, extra;
+  } loop{task, args, count / ranges, count % ranges};
+  threads->run(
+      ranges,
+      [](void *context, int64_t range) {
+        const Loop &l = *static_cast<const Loop *>(context);
+        int64_t begin = range * l.base + std::min(range, l.extra);
+        int64_t end = begin + l.base + (range < l.extra ? 1 : 0);
+        l.task(l.args, begin, end);
+      },
+      &loop);
+}
+
+Status Model::checkTokens(const char *what, const int64_t *ids,
+                          int64_t count) const {
+  if (count < 1)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  std::string(what) + ": expected at least 1 token, found " +
+                      signedStr(count));
+  if (ids == nullptr)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  std::string(what) + ": expected " + tokens(count) +
+                      ", found a null pointer");
+  if (count > context_ - position_)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "context overflow: position " + signedStr(position_) +
+                      " + " + tokens(count) + " > context " +
+                      signedStr(context_));
+  int64_t vocabulary = vocab();
+  for (int64_t i = 0; i < count; ++i) {
+    if (ids[i] < 0)
+      return Status(CQ4P_ERROR_ARGUMENT,
+                    "token id " + signedStr(ids[i]) + " at index " +
+                        signedStr(i) + " < 0");
+    if (ids[i] >= vocabulary)
+      return Status(CQ4P_ERROR_ARGUMENT,
+                    "token id " + signedStr(ids[i]) + " at index " +
+                        signedStr(i) + " >= vocab " + signedStr(vocabulary));
+  }
+  return Status::ok();
+}
+
+void Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
+  cq4p_step_args args = {};
+  args.bindings = bindings_.data();
+  args.kv_cache = kvCache_;
+  args.workspace = workspace_;
+  args.ids = ids;
+  args.logits = logits_.data();
+  args.rows = rows;
+  args.position = position_;
+  args.context = context_;
+  args.parallel_for = &Model::parallelFor;
+  args.pool = pool_.get();
+  step(&args);
+  position_ += rows;
+}
+
+void Model::prefillChecked(const int64_t *ids, int64_t count) {
+  int64_t chunk = prefillChunk();
+  for (int64_t done = 0; done < count; done += chunk)
+    runStep(desc_->prefill, ids + done, std::min(chunk, count - done));
+}
+
+void Model::copyLogits(float *out) const {
+  if (out != nullptr)
+    std::memcpy(out, logits_.data(), logits_.size() * sizeof(float));
+}
+
+Status Model::prefill(const int64_t *ids, int64_t count, float *logits) {
+  if (Status status = checkTokens("prefill", ids, count); !status)
+    return status;
+  prefillChecked(ids, count);
+  copyLogits(logits);
+  return Status::ok();
+}
+
+Status Model::decode(int64_t id, float *logits) {
+  if (Status status = checkTokens("decode", &id, 1); !status)
+    return status;
+  runStep(desc_->decode, &id, 1);
+  copyLogits(logits);
+  return Status::ok();
+}
+
+Status Model::sample(const SamplingOptions &options, Rng &rng, int64_t &id) {
+  return sampler_.sample(logits_.data(), logits_.size(), options, rng, id);
+}
+
+//===----------------------------------------------------------------------===//
+// Generation
+//===----------------------------------------------------------------------===//
+
+Status Model::generate(const int64_t *prompt, int64_t promptCount,
+                       int64_t maxNewTokens, const SamplingOptions &sampling,
+                       TokenCallback callback, void *context,
+                       GenerateStats *stats) {
+  if (maxNewTokens < 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "generate: max new tokens: expected >= 0, found " +
+                      signedStr(maxNewTokens));
+  if (maxNewTokens > 0 && callback == nullptr)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "generate: expected somewhere to put " +
+                      tokens(maxNewTokens) + ", found a null pointer");
+  if (Status status = Sampler::validate(sampling); !status)
+    return status;
+  // The whole sequence must fit before anything runs: the prompt, then a
+  // decode step for every generated token but the last.
+  int64_t decodeSteps = std::max<int64_t>(maxNewTokens - 1, 0);
+  if (promptCount > 0 && decodeSteps > context_ - promptCount)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "context overflow: a prompt of " + tokens(promptCount) +
+                      " and " + signedStr(maxNewTokens) +
+                      " new tokens need " +
+                      signedStr(promptCount + decodeSteps) +
+                      " positions > context " + signedStr(context_));
+  int64_t savedPosition = position_;
+  position_ = 0;
+  Status status = checkTokens("generate: prompt", prompt, promptCount);
+  position_ = savedPosition;
+  if (!status)
+    return status;
+
+  GenerateStats local;
+  GenerateStats &out = stats != nullptr ? *stats : local;
+  out = GenerateStats();
+  out.promptTokens = promptCount;
+  Rng rng(sampling.seed);
+  auto start = std::chrono::steady_clock::now();
+  reset();
+  prefillChecked(prompt, promptCount);
+  auto prefilled = std::chrono::steady_clock::now();
+  out.prefillSeconds = secondsBetween(start, prefilled);
+  if (maxNewTokens == 0)
+    return Status::ok();
+
+  int64_t id = 0;
+  if (status = sample(sampling, rng, id); !status)
+    return status;
+  auto first = std::chrono::steady_clock::now();
+  out.timeToFirstTokenSeconds = secondsBetween(start, first);
+  out.generatedTokens = 1;
+  bool more = callback(context, 0, id);
+  for (int64_t index = 1; more && index < maxNewTokens; ++index) {
+    runStep(desc_->decode, &id, 1);
+    if (status = sample(sampling, rng, id); !status)
+      break;
+    out.generatedTokens = index + 1;
+    more = callback(context, index, id);
+  }
+  out.decodeSeconds = secondsBetween(first, std::chrono::steady_clock::now());
+  return status;
+}
+
+Status Model::generate(const int64_t *prompt, int64_t promptCount,
+                       int64_t maxNewTokens, const SamplingOptions &sampling,
+                       int64_t *outIds, GenerateStats *stats) {
+  if (maxNewTokens > 0 && outIds == nullptr)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "generate: expected room for " + tokens(maxNewTokens) +
+                      ", found a null pointer");
+  return generate(
+      prompt, promptCount, maxNewTokens, sampling,
+      [](void *context, int64_t index, int64_t id) {
+        static_cast<int64_t *>(context)[index] = id;
+        return true;
+      },
+      outIds, stats);
+}
+
+} // namespace cq4p::runtime

@@ -1,0 +1,851 @@
+//===- ModelTest.cpp - whole models: binding, steps, threads, sampling ----===//
+//
+// The Model runs the toy model of FakeModel.c over a bundle written here.
+// The toy's logits depend on every token so far and its position, so the
+// tests can check the runtime against an independent evaluation of the toy
+// (toyLogits) and prefill in chunks against decoding token by token, bit
+// for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Refusals.h"
+#include "TempDir.h"
+#include "TestFiles.h"
+
+#include "cq4p/cq4p.h"
+#include "cq4p/runtime/Model.h"
+
+#include "fp16.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <fstream>
+#include <new>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CQ4P_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define CQ4P_TEST_SANITIZED 1
+#endif
+
+// Counts every allocation through operator new in this test binary, so a
+// test can see that a decode step allocates nothing. Not under the
+// sanitizers, which own operator new there.
+#ifndef CQ4P_TEST_SANITIZED
+namespace {
+std::atomic<int64_t> allocations{0};
+} // namespace
+
+void *operator new(std::size_t size) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void *memory = std::malloc(size ? size : 1))
+    return memory;
+  std::abort(); // built without exceptions: nothing to throw
+}
+void operator delete(void *memory) noexcept { std::free(memory); }
+void operator delete(void *memory, std::size_t) noexcept { std::free(memory); }
+#endif
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+// FakeModel.c's shape.
+constexpr int64_t kVocab = 64;
+constexpr int64_t kLayers = 2;
+constexpr int64_t kKvWidth = 8;
+constexpr int64_t kChunk = 4;
+constexpr uint64_t kHeadK = 256;
+constexpr uint32_t kHeadGroupSize = 128;
+
+float toFloat(uint16_t half) { return cq4p_half_to_float(half); }
+
+/// A dense FP32 file of the given shape holding `values`.
+std::vector<uint8_t> fp32File(const std::vector<uint64_t> &shape,
+                              const std::vector<float> &values) {
+  Bytes data;
+  for (float value : values)
+    data.f32(value);
+  uint64_t dims[4] = {};
+  for (size_t i = 0; i < shape.size() && i < 4; ++i)
+    dims[i] = shape[i];
+  return assemble(header(0, uint32_t(shape.size()), dims, CQ4P_PRECISION_FP32,
+                         data.data.size(), 0, 0, 0, shape[0]),
+                  Bytes(), data.data);
+}
+
+std::vector<float> embedValues(uint64_t count) {
+  std::vector<float> values(count);
+  for (uint64_t i = 0; i < count; ++i)
+    values[i] = float(int64_t(i * 7 % 23) - 11);
+  return values;
+}
+
+/// The toy model's bundle: what FakeModel.c binds, each part replaceable
+/// to make the bundle a test needs.
+struct ToyBundle {
+  TempDir dir;
+  CqTensor head = randomTensor(kVocab, kHeadK, kHeadGroupSize, false, 7);
+  std::string digest = "\"model_digest\": \"toy-digest-1\", ";
+  std::string config = "\"config\": {\"max_position_embeddings\": 512}, ";
+  std::string embedEntry = entry("toy.embed", "[64, 8]", "FP32");
+  std::string scaleEntry = entry("toy.scale", "[8]", "FP16");
+  std::string headEntry = entry("toy.head", "[64, 256]", "CQ4");
+
+  static std::string entry(const char *name, const char *shape,
+                           const char *dtype) {
+    return std::string("{\"name\": \"") + name + "\", \"file\": \"" + name +
+           ".weights\", \"shape\": " + shape + ", \"dtype\": \"" + dtype +
+           "\"}";
+  }
+
+  ToyBundle() {
+    writeBytes(dir.file("toy.embed.weights"),
+               fp32File({uint64_t(kVocab), uint64_t(kKvWidth)},
+                        embedValues(kVocab * kKvWidth)));
+    writeBytes(dir.file("toy.scale.weights"), fp16File({uint64_t(kKvWidth)}));
+    writeBytes(dir.file("toy.head.cq4p.weights"), panelFile(head, toFloat));
+  }
+
+  /// Writes manifest.json from the parts (an empty entry is left out).
+  Status open(std::unique_ptr<Bundle> &out) {
+    std::string tensors;
+    for (const std::string *part : {&embedEntry, &scaleEntry, &headEntry})
+      if (!part->empty())
+        tensors += (tensors.empty() ? "" : ", ") + *part;
+    std::ofstream(dir.file("manifest.json"))
+        << "{\"format\": \"cq4p-bundle\", \"version\": 1, " << digest << config
+        << "\"tensors\": [" << tensors << "]}";
+    return Bundle::open(dir.path(), out);
+  }
+};
+
+/// The fake model library's counters (FakeModel.c), through its own handle:
+/// dlopen of a loaded path returns the same module.
+class FakeModelModule {
+public:
+  explicit FakeModelModule(const char *path)
+      : handle_(dlopen(path, RTLD_NOW | RTLD_LOCAL)) {}
+  ~FakeModelModule() {
+    if (handle_ != nullptr)
+      dlclose(handle_);
+  }
+  bool loaded() const { return counter("cq4p_fake_model_violations"); }
+  int64_t prefillSteps() const { return load("cq4p_fake_model_steps", 0); }
+  int64_t decodeSteps() const { return load("cq4p_fake_model_steps", 1); }
+  int64_t prefillStepsOf(int64_t rows) const {
+    return load("cq4p_fake_model_rows", rows);
+  }
+  int64_t ranges() const { return load("cq4p_fake_model_ranges", 0); }
+  int64_t violations() const { return load("cq4p_fake_model_violations", 0); }
+
+private:
+  int64_t *counter(const char *name) const {
+    return handle_ ? static_cast<int64_t *>(dlsym(handle_, name)) : nullptr;
+  }
+  int64_t load(const char *name, int64_t index) const {
+    int64_t *values = counter(name);
+    return values ? __atomic_load_n(&values[index], __ATOMIC_RELAXED) : -1;
+  }
+  void *handle_;
+};
+
+/// The toy evaluated independently of the runtime and the library: the
+/// logits after the tokens `ids` (positions 0..), as FakeModel.c defines
+/// them.
+std::vector<float> toyLogits(const CqTensor &head,
+                             const std::vector<int64_t> &ids) {
+  std::vector<float> embed = embedValues(kVocab * kKvWidth);
+  int64_t count = int64_t(ids.size());
+  std::vector<float> keys(kLayers * count * kKvWidth),
+      values(kLayers * count * kKvWidth);
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (int64_t p = 0; p < count; ++p)
+      for (int64_t w = 0; w < kKvWidth; ++w) {
+        // fp16File stores 0, 1, 2, ...: scale[w] = w.
+        float key = embed[ids[p] * kKvWidth + w] * float(w) +
+                    float((l + 1) * p);
+        keys[(l * count + p) * kKvWidth + w] = key;
+        values[(l * count + p) * kKvWidth + w] = key + float(w + 1);
+      }
+  std::vector<float> logits(kVocab);
+  for (int64_t v = 0; v < kVocab; ++v) {
+    int64_t acc = 0;
+    for (int64_t l = 0; l < kLayers; ++l)
+      for (int64_t j = 0; j < count; ++j)
+        for (int64_t w = 0; w < kKvWidth; ++w) {
+          // A pre-scaled codebook: cb_i8 holds the levels themselves.
+          int64_t coef = int64_t(toFloat(head.codebook[head.indices[v * kHeadK + w]]));
+          acc += int64_t(keys[(l * count + j) * kKvWidth + w]) * coef * (j + 1) +
+                 int64_t(values[(l * count + j) * kKvWidth + w]);
+        }
+    logits[v] = float((acc % 1009 + 1009) % 1009) / 64.0f;
+  }
+  return logits;
+}
+
+std::vector<int64_t> tokenIds(int64_t count, int64_t seed = 3) {
+  std::vector<int64_t> ids(count);
+  for (int64_t i = 0; i < count; ++i)
+    ids[i] = (seed + i * 29 + i * i * 5) % kVocab;
+  return ids;
+}
+
+class ModelTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_TRUE(module.loaded());
+    Status status = toy.open(bundle);
+    ASSERT_TRUE(status) << status.message();
+    status = KernelLibrary::open(CQ4P_FAKE_MODEL_PATH, library);
+    ASSERT_TRUE(status) << status.message();
+  }
+  void TearDown() override { EXPECT_EQ(module.violations(), violationsBefore); }
+
+  std::unique_ptr<Model> open(int threads = 1, int64_t context = 0) {
+    ModelOptions options;
+    options.threads = threads;
+    options.context = context;
+    std::unique_ptr<Model> model;
+    Status status = Model::open(*bundle, *library, options, model);
+    EXPECT_TRUE(status) << status.message();
+    return model;
+  }
+
+  FakeModelModule module{CQ4P_FAKE_MODEL_PATH};
+  int64_t violationsBefore = module.violations();
+  ToyBundle toy;
+  std::unique_ptr<Bundle> bundle;
+  std::unique_ptr<KernelLibrary> library;
+};
+
+TEST_F(ModelTest, OpensWithTheLibrarysShapeAndTheBundlesContext) {
+  std::unique_ptr<Model> model = open();
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->vocab(), kVocab);
+  EXPECT_EQ(model->prefillChunk(), kChunk);
+  // The config's max_position_embeddings (512) is below the default.
+  EXPECT_EQ(model->context(), 512);
+  EXPECT_EQ(model->kvCacheBytes(), uint64_t(kLayers * 2 * 512 * kKvWidth * 4));
+  EXPECT_EQ(model->position(), 0);
+  EXPECT_EQ(model->pool().threadCount(), 1);
+
+  toy.config = "";
+  ASSERT_TRUE(toy.open(bundle));
+  model = open();
+  EXPECT_EQ(model->context(), Model::kDefaultContext);
+  model = open(1, 40);
+  EXPECT_EQ(model->context(), 40);
+}
+
+TEST_F(ModelTest, PrefillMatchesTheToyAndTokenByTokenDecode) {
+  std::unique_ptr<Model> chunked = open(1, 64), stepped = open(1, 64);
+  for (int64_t length : {int64_t(1), kChunk - 1, kChunk, kChunk + 1, 3 * kChunk + 5}) {
+    SCOPED_TRACE("length " + std::to_string(length));
+    std::vector<int64_t> ids = tokenIds(length, length);
+    std::vector<float> prefilled(kVocab), decoded(kVocab);
+    int64_t prefillSteps = module.prefillSteps(), decodeSteps = module.decodeSteps();
+    int64_t fullChunks = module.prefillStepsOf(kChunk);
+
+    chunked->reset();
+    Status status = chunked->prefill(ids.data(), length, prefilled.data());
+    ASSERT_TRUE(status) << status.message();
+    EXPECT_EQ(chunked->position(), length);
+    // Full chunks, then one step for the rest.
+    EXPECT_EQ(module.prefillSteps() - prefillSteps, (length + kChunk - 1) / kChunk);
+    EXPECT_EQ(module.prefillStepsOf(kChunk) - fullChunks, length / kChunk);
+    EXPECT_EQ(module.decodeSteps(), decodeSteps);
+
+    stepped->reset();
+    for (int64_t id : ids)
+      ASSERT_TRUE(stepped->decode(id, decoded.data()));
+    EXPECT_EQ(stepped->position(), length);
+    EXPECT_EQ(module.decodeSteps() - decodeSteps, length);
+
+    EXPECT_EQ(prefilled, decoded);
+    EXPECT_EQ(prefilled, toyLogits(toy.head, ids));
+    EXPECT_EQ(std::vector<float>(chunked->logits(), chunked->logits() + kVocab),
+              prefilled);
+  }
+}
+
+TEST_F(ModelTest, PrefillContinuesAtThePosition) {
+  std::unique_ptr<Model> model = open(1, 64);
+  std::vector<int64_t> ids = tokenIds(14);
+  ASSERT_TRUE(model->prefill(ids.data(), 5));
+  ASSERT_TRUE(model->decode(ids[5]));
+  ASSERT_TRUE(model->prefill(ids.data() + 6, 7));
+  std::vector<float> logits(kVocab);
+  ASSERT_TRUE(model->decode(ids[13], logits.data()));
+  EXPECT_EQ(model->position(), 14);
+  EXPECT_EQ(logits, toyLogits(toy.head, ids));
+  // A prefill without somewhere to put the logits still computes them.
+  model->reset();
+  ASSERT_TRUE(model->prefill(ids.data(), 14, nullptr));
+  EXPECT_EQ(std::vector<float>(model->logits(), model->logits() + kVocab), logits);
+}
+
+TEST_F(ModelTest, ThreadCountsGiveIdenticalLogits) {
+  std::vector<int64_t> ids = tokenIds(3 * kChunk + 5);
+  std::vector<float> expected = toyLogits(toy.head, tokenIds(3 * kChunk + 8));
+  for (int threads = 1; threads <= 3; ++threads) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    std::unique_ptr<Model> model = open(threads, 64);
+    int64_t ranges = module.ranges();
+    ASSERT_TRUE(model->prefill(ids.data(), int64_t(ids.size())));
+    std::vector<float> logits(kVocab);
+    std::vector<int64_t> all = tokenIds(3 * kChunk + 8);
+    for (size_t i = ids.size(); i < all.size(); ++i)
+      ASSERT_TRUE(model->decode(all[i], logits.data()));
+    EXPECT_EQ(logits, expected);
+    // Three parallel regions a step; with one thread each is one range.
+    int64_t steps = 5 + 3;
+    if (threads == 1)
+      EXPECT_EQ(module.ranges() - ranges, 3 * steps);
+    else
+      EXPECT_GT(module.ranges() - ranges, 3 * steps);
+  }
+}
+
+TEST_F(ModelTest, TheFakeModelNoticesABrokenContract) {
+  // The checks the other tests rely on are live: a step the runtime must
+  // never make (more rows than the chunk, past the context) is counted.
+  std::unique_ptr<Model> model = open(1, 8);
+  std::vector<int64_t> ids = tokenIds(kChunk + 1);
+  std::vector<float> logits(kVocab);
+  cq4p_step_args args = {};
+  args.ids = ids.data();
+  args.logits = logits.data();
+  args.rows = kChunk + 1;
+  args.context = 8;
+  library->model()->prefill(&args);
+  args.rows = 1;
+  args.position = 8;
+  library->model()->decode(&args);
+  // Each: its row or position check, the null pointers, and the refusal
+  // to run.
+  EXPECT_EQ(module.violations() - violationsBefore, 6);
+  violationsBefore = module.violations();
+}
+
+/// Records the ranges parallelFor hands a task (FakeModel-free).
+struct RangeLog {
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> covered[200] = {};
+  std::atomic<int64_t> empty{0};
+};
+
+void logRange(const cq4p_step_args *args, int64_t begin, int64_t end) {
+  auto *log = static_cast<RangeLog *>(args->workspace);
+  log->calls.fetch_add(1);
+  if (begin >= end)
+    log->empty.fetch_add(1);
+  for (int64_t i = begin; i < end; ++i)
+    log->covered[i].fetch_add(1);
+}
+
+TEST(ModelParallelFor, SplitsIntoNonEmptyRangesCoveringEveryItemOnce) {
+  EXPECT_EQ(Model::parallelRanges(0, 4), 0);
+  EXPECT_EQ(Model::parallelRanges(1, 4), 1);
+  EXPECT_EQ(Model::parallelRanges(100, 1), 1);
+  EXPECT_EQ(Model::parallelRanges(5, 2), 5);
+  EXPECT_EQ(Model::parallelRanges(100, 3), 12);
+  for (int threads = 1; threads <= 4; ++threads) {
+    std::unique_ptr<ThreadPool> pool;
+    ASSERT_TRUE(ThreadPool::create(threads, pool));
+    for (int64_t count : {0, 1, 2, 3, 7, 8, 9, 31, 100, 200}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " +
+                   std::to_string(count) + " items");
+      RangeLog log;
+      cq4p_step_args args = {};
+      args.workspace = &log;
+      Model::parallelFor(pool.get(), logRange, &args, count);
+      EXPECT_EQ(log.calls.load(), Model::parallelRanges(count, threads));
+      EXPECT_EQ(log.empty.load(), 0);
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(log.covered[i].load(), 1) << "item " << i;
+    }
+  }
+}
+
+TEST_F(ModelTest, RefusesALibraryWithoutModelSteps) {
+  std::unique_ptr<KernelLibrary> kernels;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, kernels));
+  std::unique_ptr<Model> model;
+  Status status = Model::open(*bundle, *kernels, ModelOptions(), model);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_NOT_FOUND);
+  EXPECT_EQ(status.message(), std::string(CQ4P_FAKE_KERNELS_PATH) +
+                                  ": has no model steps (compiled from a "
+                                  "kernel-only model.mlir?)");
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST_F(ModelTest, RefusesABundleOfAnotherDigest) {
+  std::unique_ptr<Model> model;
+  toy.digest = "\"model_digest\": \"f00d\", ";
+  ASSERT_TRUE(toy.open(bundle));
+  EXPECT_REFUSED(Model::open(*bundle, *library, ModelOptions(), model),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "library built for bundle digest toy-digest-1, this "
+                 "bundle's is f00d");
+  toy.digest = "";
+  ASSERT_TRUE(toy.open(bundle));
+  EXPECT_REFUSED(Model::open(*bundle, *library, ModelOptions(), model),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "library built for bundle digest toy-digest-1, this bundle "
+                 "has none (no model_digest in its manifest.json)");
+  EXPECT_EQ(model, nullptr);
+  // A library with no digest takes any bundle.
+  std::unique_ptr<KernelLibrary> any;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_MODEL_ANY_DIGEST_PATH, any));
+  EXPECT_TRUE(Model::open(*bundle, *any, ModelOptions(), model));
+  toy.digest = "\"model_digest\": 7, ";
+  EXPECT_REFUSED(toy.open(bundle), CQ4P_ERROR_FORMAT,
+                 "model_digest: expected a non-empty string");
+}
+
+TEST_F(ModelTest, RefusesAnotherPrefillChunk) {
+  ModelOptions options;
+  options.expectedPrefillChunk = 8;
+  std::unique_ptr<Model> model;
+  EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "prefill chunk: expected 8 (as asked), found 4 (the "
+                 "library's)");
+  options.expectedPrefillChunk = kChunk;
+  EXPECT_TRUE(Model::open(*bundle, *library, options, model));
+  options.expectedPrefillChunk = -1;
+  EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
+                 CQ4P_ERROR_ARGUMENT, "prefill chunk: expected >= 0");
+}
+
+TEST_F(ModelTest, RefusesBadOptions) {
+  ModelOptions options;
+  std::unique_ptr<Model> model;
+  options.threads = 0;
+  EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
+                 CQ4P_ERROR_ARGUMENT, "thread count: expected 1..1024",
+                 "found 0");
+  options.threads = 1;
+  options.context = -5;
+  EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
+                 CQ4P_ERROR_ARGUMENT,
+                 "context: expected > 0 positions (0: the default), found -5");
+  options.context = int64_t(1) << 62;
+  EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
+                 CQ4P_ERROR_ARGUMENT,
+                 "KV cache: 2 layers x 2 x 4611686018427387904 positions x 8 "
+                 "x 4 bytes (f32) does not fit in 64 bits");
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST_F(ModelTest, RefusesAMissingTensorByName) {
+  toy.scaleEntry = "";
+  ASSERT_TRUE(toy.open(bundle));
+  std::unique_ptr<Model> model;
+  EXPECT_REFUSED(Model::open(*bundle, *library, ModelOptions(), model),
+                 CQ4P_ERROR_NOT_FOUND,
+                 "binding 1 ('toy.scale'): no such tensor in the bundle");
+}
+
+TEST_F(ModelTest, RefusesTensorsOfAnotherShapeOrKind) {
+  struct Case {
+    const char *what;
+    void (*change)(ToyBundle &);
+    const char *message;
+  };
+  const Case cases[] = {
+      {"head N",
+       [](ToyBundle &t) {
+         writeBytes(t.dir.file("toy.head.cq4p.weights"),
+                    panelFile(randomTensor(100, kHeadK, kHeadGroupSize, false, 1), toFloat));
+         t.headEntry = ToyBundle::entry("toy.head", "[100, 256]", "CQ4");
+       },
+       "binding 2 ('toy.head'): the library expects CQ4 N=64 K=256 gs=128 "
+       "hadamard packed panels, the bundle's tensor is CQ4 N=100 K=256 gs=128 "
+       "hadamard packed panels"},
+      {"head group size",
+       [](ToyBundle &t) {
+         writeBytes(t.dir.file("toy.head.cq4p.weights"),
+                    panelFile(randomTensor(kVocab, kHeadK, 64, false, 1), toFloat));
+       },
+       "tensor is CQ4 N=64 K=256 gs=64 hadamard packed panels"},
+      {"head rotation",
+       [](ToyBundle &t) {
+         writeBytes(t.dir.file("toy.head.cq4p.weights"),
+                    panelFile(randomTensor(kVocab, kHeadK, 128, true, 1), toFloat));
+       },
+       "tensor is CQ4 N=64 K=256 gs=128 orthogonal packed panels"},
+      {"head legacy layout",
+       [](ToyBundle &t) {
+         std::remove(t.dir.file("toy.head.cq4p.weights").c_str());
+         writeBytes(t.dir.file("toy.head.cq4.weights"),
+                    legacyFile(t.head, CQ4P_LAYOUT_ROW_MAJOR));
+       },
+       "tensor is CQ4 N=64 K=256 gs=128 hadamard legacy row-major"},
+      {"head dense",
+       [](ToyBundle &t) {
+         std::remove(t.dir.file("toy.head.cq4p.weights").c_str());
+         writeBytes(t.dir.file("toy.head.weights"), fp16File({64, 256}));
+         t.headEntry = ToyBundle::entry("toy.head", "[64, 256]", "FP16");
+       },
+       "binding 2 ('toy.head'): the library expects CQ4 N=64 K=256 gs=128 "
+       "hadamard packed panels, the bundle's tensor is FP16 (dense)"},
+      {"scale precision",
+       [](ToyBundle &t) {
+         writeBytes(t.dir.file("toy.scale.weights"), fp32File({8}, embedValues(8)));
+         t.scaleEntry = ToyBundle::entry("toy.scale", "[8]", "FP32");
+       },
+       "binding 1 ('toy.scale'): the library expects FP16 of 8 elements, the "
+       "bundle's tensor is FP32 of 8 elements"},
+      {"embed elements",
+       [](ToyBundle &t) {
+         writeBytes(t.dir.file("toy.embed.weights"), fp32File({64, 9}, embedValues(576)));
+         t.embedEntry = ToyBundle::entry("toy.embed", "[64, 9]", "FP32");
+       },
+       "binding 0 ('toy.embed'): the library expects FP32 of 512 elements, "
+       "the bundle's tensor is FP32 of 576 elements"},
+      {"embed as CQ4",
+       [](ToyBundle &t) {
+         std::remove(t.dir.file("toy.embed.weights").c_str());
+         writeBytes(t.dir.file("toy.embed.cq4p.weights"),
+                    panelFile(randomTensor(64, 256, 128, false, 2), toFloat));
+         t.embedEntry = ToyBundle::entry("toy.embed", "[64, 256]", "CQ4");
+       },
+       "the library expects FP32 of 512 elements, the bundle's tensor is CQ4 "
+       "N=64 K=256 gs=128 hadamard"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ToyBundle changed;
+    c.change(changed);
+    std::unique_ptr<Bundle> other;
+    Status status = changed.open(other);
+    ASSERT_TRUE(status) << status.message();
+    std::unique_ptr<Model> model;
+    EXPECT_REFUSED(Model::open(*other, *library, ModelOptions(), model),
+                   CQ4P_ERROR_UNSUPPORTED, c.message, CQ4P_FAKE_MODEL_PATH);
+    EXPECT_EQ(model, nullptr);
+  }
+}
+
+TEST_F(ModelTest, RefusesBadTokensBeforeRunningAnything) {
+  std::unique_ptr<Model> model = open(2, 8);
+  std::vector<int64_t> ids = tokenIds(5);
+  ASSERT_TRUE(model->prefill(ids.data(), 5));
+  std::vector<float> before(model->logits(), model->logits() + kVocab);
+  int64_t steps = module.prefillSteps() + module.decodeSteps();
+
+  std::vector<int64_t> four = {1, 2, 3, 4};
+  EXPECT_REFUSED(model->prefill(four.data(), 4), CQ4P_ERROR_ARGUMENT,
+                 "context overflow: position 5 + 4 tokens > context 8");
+  EXPECT_REFUSED(model->prefill(four.data(), 0), CQ4P_ERROR_ARGUMENT,
+                 "prefill: expected at least 1 token, found 0");
+  EXPECT_REFUSED(model->prefill(nullptr, 2), CQ4P_ERROR_ARGUMENT,
+                 "prefill: expected 2 tokens, found a null pointer");
+  std::vector<int64_t> big = {1, 2, 64};
+  EXPECT_REFUSED(model->prefill(big.data(), 3), CQ4P_ERROR_ARGUMENT,
+                 "token id 64 at index 2 >= vocab 64");
+  std::vector<int64_t> negative = {1, -1};
+  EXPECT_REFUSED(model->prefill(negative.data(), 2), CQ4P_ERROR_ARGUMENT,
+                 "token id -1 at index 1 < 0");
+  EXPECT_REFUSED(model->decode(5000), CQ4P_ERROR_ARGUMENT,
+                 "token id 5000 at index 0 >= vocab 64");
+  EXPECT_REFUSED(model->decode(-3), CQ4P_ERROR_ARGUMENT,
+                 "token id -3 at index 0 < 0");
+  EXPECT_EQ(model->position(), 5);
+  EXPECT_EQ(module.prefillSteps() + module.decodeSteps(), steps);
+  EXPECT_EQ(std::vector<float>(model->logits(), model->logits() + kVocab), before);
+
+  ASSERT_TRUE(model->prefill(four.data(), 3));
+  EXPECT_REFUSED(model->decode(1), CQ4P_ERROR_ARGUMENT,
+                 "context overflow: position 8 + 1 token > context 8");
+  model->reset();
+  EXPECT_TRUE(model->decode(1));
+}
+
+TEST_F(ModelTest, GreedyGenerationFollowsTheLogits) {
+  std::unique_ptr<Model> model = open(2, 64);
+  std::vector<int64_t> prompt = tokenIds(6);
+  std::vector<int64_t> ids(10);
+  GenerateStats stats;
+  Status status = model->generate(prompt.data(), 6, 10, SamplingOptions(),
+                                  ids.data(), &stats);
+  ASSERT_TRUE(status) << status.message();
+  // The last id is sampled, not decoded.
+  EXPECT_EQ(model->position(), 6 + 9);
+  EXPECT_EQ(stats.promptTokens, 6);
+  EXPECT_EQ(stats.generatedTokens, 10);
+  EXPECT_GE(stats.timeToFirstTokenSeconds, stats.prefillSeconds);
+  EXPECT_GT(stats.prefillSeconds, 0.0);
+  EXPECT_GE(stats.decodeSeconds, 0.0);
+
+  // The same by hand: argmax (lowest id of the largest), decode, argmax...
+  std::vector<int64_t> sequence = prompt;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<float> logits = toyLogits(toy.head, sequence);
+    int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    EXPECT_EQ(ids[i], best) << "token " << i;
+    sequence.push_back(best);
+  }
+
+  std::vector<int64_t> again(10);
+  ASSERT_TRUE(model->generate(prompt.data(), 6, 10, SamplingOptions(), again.data()));
+  EXPECT_EQ(again, ids);
+}
+
+TEST_F(ModelTest, SeededSamplingIsReproducible) {
+  std::unique_ptr<Model> model = open(3, 64);
+  std::vector<int64_t> prompt = tokenIds(5);
+  auto generate = [&](const SamplingOptions &sampling) {
+    std::vector<int64_t> ids(16);
+    Status status = model->generate(prompt.data(), 5, 16, sampling, ids.data());
+    EXPECT_TRUE(status) << status.message();
+    return ids;
+  };
+  SamplingOptions sampling;
+  sampling.temperature = 1.0f;
+  sampling.seed = 42;
+  std::vector<int64_t> first = generate(sampling);
+  EXPECT_EQ(generate(sampling), first);
+  sampling.seed = 43;
+  EXPECT_NE(generate(sampling), first);
+  sampling.topK = 5;
+  sampling.topP = 0.8f;
+  std::vector<int64_t> nucleus = generate(sampling);
+  EXPECT_EQ(generate(sampling), nucleus);
+
+  std::vector<int64_t> greedy = generate(SamplingOptions());
+  EXPECT_NE(first, greedy);
+  sampling.topK = 1;
+  sampling.topP = 1.0f;
+  EXPECT_EQ(generate(sampling), greedy);
+  // A nucleus of one: the largest logit alone.
+  sampling.topK = 0;
+  sampling.topP = 1e-6f;
+  EXPECT_EQ(generate(sampling), greedy);
+}
+
+TEST_F(ModelTest, GenerateChecksEverythingFirst) {
+  std::unique_ptr<Model> model = open(1, 16);
+  std::vector<int64_t> prompt = tokenIds(10), ids(8);
+  ASSERT_TRUE(model->prefill(prompt.data(), 3));
+  int64_t steps = module.prefillSteps() + module.decodeSteps();
+  SamplingOptions sampling;
+  EXPECT_REFUSED(model->generate(prompt.data(), 10, 8, sampling, ids.data()),
+                 CQ4P_ERROR_ARGUMENT,
+                 "context overflow: a prompt of 10 tokens and 8 new tokens "
+                 "need 17 positions > context 16");
+  prompt[4] = 99;
+  EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, ids.data()),
+                 CQ4P_ERROR_ARGUMENT, "token id 99 at index 4 >= vocab 64");
+  prompt[4] = 1;
+  sampling.topK = -2;
+  EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, ids.data()),
+                 CQ4P_ERROR_ARGUMENT, "top_k: expected >= 0 (0: off), found -2");
+  sampling = SamplingOptions();
+  sampling.topP = 0.0f;
+  EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, ids.data()),
+                 CQ4P_ERROR_ARGUMENT, "top_p: expected > 0");
+  sampling = SamplingOptions();
+  EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, nullptr),
+                 CQ4P_ERROR_ARGUMENT, "expected room for 7 tokens");
+  EXPECT_REFUSED(model->generate(prompt.data(), 0, 7, sampling, ids.data()),
+                 CQ4P_ERROR_ARGUMENT, "prompt: expected at least 1 token");
+  EXPECT_EQ(model->position(), 3);
+  EXPECT_EQ(module.prefillSteps() + module.decodeSteps(), steps);
+  // Exactly full: the prompt and 6 decode steps.
+  EXPECT_TRUE(model->generate(prompt.data(), 10, 7, sampling, ids.data()));
+  EXPECT_EQ(model->position(), 16);
+}
+
+TEST_F(ModelTest, ACallbackCanStopTheGeneration) {
+  std::unique_ptr<Model> model = open(1, 64);
+  std::vector<int64_t> prompt = tokenIds(4), seen;
+  GenerateStats stats;
+  ASSERT_TRUE(model->generate(
+      prompt.data(), 4, 20, SamplingOptions(),
+      [](void *context, int64_t index, int64_t id) {
+        auto &ids = *static_cast<std::vector<int64_t> *>(context);
+        ids.push_back(id);
+        return index < 2;
+      },
+      &seen, &stats));
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_EQ(stats.generatedTokens, 3);
+  EXPECT_EQ(model->position(), 4 + 2);
+}
+
+#ifndef CQ4P_TEST_SANITIZED
+TEST_F(ModelTest, DecodeAndGenerateAllocateNothing) {
+  int64_t before = allocations.load();
+  std::unique_ptr<Model> model = open(2, 256);
+  EXPECT_GT(allocations.load(), before); // the counter counts
+  std::vector<int64_t> prompt = tokenIds(9), ids(100);
+  std::vector<float> logits(kVocab);
+  ASSERT_TRUE(model->prefill(prompt.data(), 9, logits.data()));
+  before = allocations.load();
+  for (int64_t i = 0; i < 20; ++i)
+    ASSERT_TRUE(model->decode(i % kVocab, logits.data()));
+  ASSERT_TRUE(model->prefill(prompt.data(), 9, logits.data()));
+  EXPECT_EQ(allocations.load() - before, 0);
+
+  SamplingOptions sampling;
+  sampling.temperature = 0.8f;
+  sampling.topK = 40;
+  sampling.topP = 0.9f;
+  before = allocations.load();
+  ASSERT_TRUE(model->generate(prompt.data(), 9, 100, sampling, ids.data()));
+  ASSERT_TRUE(model->generate(prompt.data(), 9, 100, SamplingOptions(), ids.data()));
+  EXPECT_EQ(allocations.load() - before, 0);
+}
+#endif
+
+TEST(Sampler, PicksFromTheLogitsAsConfigured) {
+  Sampler sampler;
+  sampler.reserve(4);
+  Rng rng(1);
+  int64_t id = -1;
+  const float logits[4] = {1.0f, 3.0f, 3.0f, 0.5f};
+  ASSERT_TRUE(sampler.sample(logits, 4, SamplingOptions(), rng, id));
+  EXPECT_EQ(id, 1); // the lower id of a tie
+
+  // Frequencies follow softmax(logits / T); fixed seed, so no flakiness.
+  const float spread[4] = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  int counts[4] = {};
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_TRUE(sampler.sample(spread, 4, options, rng, id));
+    ++counts[id];
+  }
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(counts[i] / 20000.0, (i + 1) / 10.0, 0.015) << "id " << i;
+
+  options.topK = 2; // ids 3 and 2 only, 4:3
+  int top[4] = {};
+  for (int i = 0; i < 7000; ++i) {
+    ASSERT_TRUE(sampler.sample(spread, 4, options, rng, id));
+    ++top[id];
+  }
+  EXPECT_EQ(top[0] + top[1], 0);
+  EXPECT_NEAR(top[3] / 7000.0, 4.0 / 7.0, 0.02);
+
+  options.topK = 0;
+  options.topP = 0.65f; // 0.4 + 0.3 reaches it: ids 3 and 2
+  int nucleus[4] = {};
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(sampler.sample(spread, 4, options, rng, id));
+    ++nucleus[id];
+  }
+  EXPECT_EQ(nucleus[0] + nucleus[1], 0);
+  EXPECT_GT(nucleus[2], 0);
+  options.topP = 0.35f; // id 3 alone
+  ASSERT_TRUE(sampler.sample(spread, 4, options, rng, id));
+  EXPECT_EQ(id, 3);
+
+  const float bad[4] = {0.0f, 1.0f, std::nanf(""), 2.0f};
+  EXPECT_REFUSED(sampler.sample(bad, 4, SamplingOptions(), rng, id),
+                 CQ4P_ERROR_ARGUMENT, "sampling: logits[2] is nan");
+  const float none[2] = {-INFINITY, -INFINITY};
+  EXPECT_REFUSED(sampler.sample(none, 2, SamplingOptions(), rng, id),
+                 CQ4P_ERROR_ARGUMENT, "every one of the 2 logits is -inf");
+  EXPECT_REFUSED(sampler.sample(logits, 5, SamplingOptions(), rng, id),
+                 CQ4P_ERROR_ARGUMENT, "vocabulary of 5 ids");
+}
+
+TEST(Sampler, TheGeneratorDependsOnTheSeedAlone) {
+  Rng a(7), b(7), c(8);
+  bool differs = false;
+  for (int i = 0; i < 100; ++i) {
+    uint64_t value = a.next();
+    EXPECT_EQ(value, b.next());
+    differs |= value != c.next();
+    double u = a.uniform();
+    b.uniform();
+    c.uniform();
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+  EXPECT_TRUE(differs);
+  // splitmix64 then xoshiro256**: fixed for every machine.
+  EXPECT_EQ(Rng(0).next(), Rng(0).next());
+}
+
+TEST_F(ModelTest, TheCApiRunsAModel) {
+  cq4p_model_options options = {2, 32, kChunk};
+  cq4p_model *model = nullptr;
+  char error[512] = "";
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &model, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  cq4p_model_info info;
+  cq4p_model_get_info(model, &info);
+  EXPECT_EQ(info.vocab, uint64_t(kVocab));
+  EXPECT_EQ(info.layers, uint64_t(kLayers));
+  EXPECT_EQ(info.context, 32u);
+  EXPECT_EQ(info.prefill_chunk, uint64_t(kChunk));
+  EXPECT_EQ(info.kv_dtype, uint32_t(CQ4P_KV_F32));
+  EXPECT_STREQ(info.architecture, "toy");
+
+  std::vector<int64_t> ids = tokenIds(7);
+  std::vector<float> logits(kVocab);
+  ASSERT_EQ(cq4p_model_prefill(model, ids.data(), 6, nullptr, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  ASSERT_EQ(cq4p_model_decode(model, ids[6], logits.data(), error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(logits, toyLogits(toy.head, ids));
+  cq4p_model_get_info(model, &info);
+  EXPECT_EQ(info.position, 7u);
+
+  EXPECT_EQ(cq4p_model_decode(model, 64, nullptr, error, sizeof(error)),
+            CQ4P_ERROR_ARGUMENT);
+  EXPECT_STREQ(error, "token id 64 at index 0 >= vocab 64");
+
+  std::vector<int64_t> generated(5), again(5);
+  cq4p_sampling sampling = {0.9f, 10, 0.95f, 1234};
+  cq4p_generate_stats stats = {};
+  ASSERT_EQ(cq4p_model_generate(model, ids.data(), 7, 5, &sampling,
+                                generated.data(), &stats, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(stats.prompt_tokens, 7);
+  EXPECT_EQ(stats.generated_tokens, 5);
+  EXPECT_GT(stats.prefill_seconds, 0.0);
+  ASSERT_EQ(cq4p_model_generate(model, ids.data(), 7, 5, &sampling, again.data(),
+                                nullptr, error, sizeof(error)),
+            CQ4P_OK);
+  EXPECT_EQ(generated, again);
+  cq4p_model_reset(model);
+  cq4p_model_get_info(model, &info);
+  EXPECT_EQ(info.position, 0u);
+  cq4p_model_close(model);
+
+  model = reinterpret_cast<cq4p_model *>(&options);
+  EXPECT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_KERNELS_PATH,
+                            nullptr, &model, error, sizeof(error)),
+            CQ4P_ERROR_NOT_FOUND);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_TRUE(contains(error, "has no model steps")) << error;
+  options.prefill_chunk = 16;
+  EXPECT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &model, error, sizeof(error)),
+            CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(contains(error, "prefill chunk: expected 16 (as asked), found 4"))
+      << error;
+  EXPECT_EQ(cq4p_model_prefill(nullptr, ids.data(), 1, nullptr, error, sizeof(error)),
+            CQ4P_ERROR_ARGUMENT);
+  cq4p_model_close(nullptr);
+}
+
+} // namespace
