@@ -1,4 +1,26 @@
-//===- cq4p-run.cpp - runs a bundle's tensors through compiled kernels ----===//
+//===- cq4p-run.cpp - runs a bundle: a model's generation, or its tensors -===//
+//
+// Generation (with --prompt-ids):
+//
+//   cq4p-run --bundle B --library libmodel.so --prompt-ids "1 2 3" [-n 32]
+//            [--threads T] [--context C] [--prefill-chunk N]
+//            [--temperature t --top-k k --top-p p --seed s]
+//            [--backend auto|neon|sme2] [--sme2-library libmodel-sme2.so]
+//
+// opens the model library's compiled steps over the bundle (Model.h),
+// prefills the prompt, samples (greedy unless --temperature > 0) and
+// decodes until -n ids are generated, then prints them (`ids: ...`) and one
+// line with the prefill and decode rates and the time to the first token.
+// --library is the model library compiled for this machine (the NEON one on
+// AArch64); its steps decide every kernel. With --sme2-library, `auto`
+// takes the SME2 model library where this CPU runs it and --library
+// otherwise, `sme2` insists on it (a refusal where the CPU cannot run it),
+// `neon` takes --library. --context is the KV cache's positions (default
+// 2048, or fewer when the bundle's config says the model was trained for
+// fewer); --prefill-chunk states the chunk the library must have been
+// compiled with (a refusal otherwise).
+//
+// Per tensor (without --prompt-ids):
 //
 //   cq4p-run --bundle B --library libmodel.so [--tensor NAME] [--rows M]
 //            [--threads T] [--input x.f32 --output y.f32] [--repeat R]
@@ -10,9 +32,7 @@
 // layer; the token embedding to its embedding kernel) and runs it: on the
 // rows of --input (raw little-endian fp32, [M][K]; embeddings: int64 ids)
 // writing --output, or on deterministic random activations, printing the
-// time per call. Any refusal (a tensor without kernels, a library for
-// another CPU, a file that does not validate) is one line on stderr and
-// exit status 2.
+// time per call.
 //
 // --library is the NEON library (the host library off AArch64): it always
 // quantizes and runs the matmuls of the threads that are not SME workers.
@@ -23,21 +43,28 @@
 // the CPU cannot run it is a refusal. The backend chosen, and why SME2 was
 // declined, go to stderr before the table.
 //
+// In both modes any refusal (a tensor without kernels, a library for
+// another CPU or another bundle, a file that does not validate, a bad flag
+// value) is one line on stderr and exit status 2.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/runtime/Bundle.h"
 #include "cq4p/runtime/CpuFeatures.h"
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Linear.h"
+#include "cq4p/runtime/Model.h"
 #include "cq4p/runtime/ThreadPool.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,6 +73,9 @@ using namespace cq4p::runtime;
 
 namespace {
 
+constexpr long long kMaxInt64 = std::numeric_limits<int64_t>::max();
+constexpr long long kMaxInt32 = std::numeric_limits<int32_t>::max();
+
 struct Options {
   std::string bundle, library, sme2Library, tensor, input, output;
   Backend backend = Backend::Auto;
@@ -53,16 +83,34 @@ struct Options {
   int threads = 1;
   int repeat = 5;
   int smeWorkers = LinearLayer::kDefaultSmeWorkers;
+  // Generation.
+  bool generate = false; ///< --prompt-ids given
+  std::vector<int64_t> promptIds;
+  int64_t maxNewTokens = 32;
+  ModelOptions model;
+  SamplingOptions sampling;
+  std::vector<std::string> tensorFlags, modelFlags; ///< given, for conflicts
 };
 
-int usage(const char *message) {
+int usage(const std::string &message) {
   std::fprintf(stderr,
                "cq4p-run: %s\nusage: cq4p-run --bundle DIR --library LIB "
-               "[--tensor NAME] [--rows M] [--threads T] [--repeat R] "
-               "[--input FILE --output FILE] [--backend auto|neon|sme2] "
-               "[--sme2-library LIB] [--sme-workers N]\n",
-               message);
+               "--prompt-ids \"ID ...\" [-n N] [--threads T] [--context C] "
+               "[--prefill-chunk N] [--temperature t] [--top-k k] [--top-p p] "
+               "[--seed s] [--backend auto|neon|sme2] [--sme2-library LIB]\n"
+               "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
+               "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
+               "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
+               "[--sme-workers N]\n",
+               message.c_str());
   return 2;
+}
+
+/// "<flag> must be <what>, found '<text>'" (or "needs a value").
+int badValue(const std::string &flag, const char *text, const char *what) {
+  if (text == nullptr)
+    return usage(flag + " needs a value (" + what + ")");
+  return usage(flag + " must be " + what + ", found '" + text + "'");
 }
 
 bool parseBackend(const std::string &text, Backend &out) {
@@ -85,6 +133,59 @@ bool parseInt(const char *text, long long low, long long high, long long &out) {
   out = std::strtoll(text, &end, 10);
   return errno == 0 && end && *end == '\0' && end != text && out >= low &&
          out <= high;
+}
+
+bool parseUnsigned(const char *text, uint64_t &out) {
+  // strtoull accepts "-1" as 2^64 - 1: only digits are a seed.
+  if (text[0] < '0' || text[0] > '9')
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  out = value;
+  return errno == 0 && end && *end == '\0';
+}
+
+bool parseFloat(const char *text, float &out) {
+  char *end = nullptr;
+  errno = 0;
+  out = std::strtof(text, &end);
+  return errno == 0 && end && *end == '\0' && end != text &&
+         std::isfinite(out);
+}
+
+/// Token ids separated by spaces or commas: "1 2 3", "1,2,3".
+bool parseIds(const char *text, std::vector<int64_t> &out, std::string &error) {
+  out.clear();
+  std::string list = text;
+  for (char &c : list)
+    if (c == ',' || c == '\t' || c == '\n')
+      c = ' ';
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t begin = list.find_first_not_of(' ', at);
+    if (begin == std::string::npos)
+      break;
+    size_t end = list.find(' ', begin);
+    std::string item = list.substr(begin, end == std::string::npos
+                                              ? std::string::npos
+                                              : end - begin);
+    long long id = 0;
+    if (!parseInt(item.c_str(), 0, kMaxInt64, id)) {
+      error = "--prompt-ids: item " + std::to_string(out.size()) + " ('" +
+              item + "') is not a token id (an integer >= 0)";
+      return false;
+    }
+    out.push_back(id);
+    at = end == std::string::npos ? list.size() : end;
+  }
+  if (out.empty()) {
+    error = std::string("--prompt-ids: expected at least one token id, "
+                        "found '") +
+            text + "'";
+    return false;
+  }
+  return true;
 }
 
 template <typename T>
@@ -117,6 +218,62 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+/// Generation: the model library's steps over the bundle.
+int runModel(const Options &options, const Bundle &bundle) {
+  CpuFeatures cpu = detectCpuFeatures();
+  std::unique_ptr<KernelLibrary> library;
+  Backend chosen = Backend::Neon;
+  std::string declined;
+  if (Status status = KernelLibrary::openForBackend(
+          options.backend, options.library, options.sme2Library, cpu, library,
+          chosen, &declined);
+      !status)
+    return refuse(std::string("backend ") + backendName(options.backend) +
+                  ": " + status.message());
+  if (chosen == Backend::Sme2)
+    std::fprintf(stderr, "cq4p-run: model library %s (SME2)\n",
+                 options.sme2Library.c_str());
+  else if (!declined.empty())
+    std::fprintf(stderr, "cq4p-run: model library %s; SME2 declined: %s\n",
+                 options.library.c_str(), declined.c_str());
+  else
+    std::fprintf(stderr, "cq4p-run: model library %s\n",
+                 options.library.c_str());
+
+  std::unique_ptr<Model> model;
+  if (Status status = Model::open(bundle, *library, options.model, model);
+      !status)
+    return refuse(status.message());
+  const cq4p_model_desc &desc = model->desc();
+  std::fprintf(stderr,
+               "cq4p-run: %s model: vocab %llu, hidden %llu, %llu layers, "
+               "KV %s; context %lld, prefill chunk %lld, %d thread(s)\n",
+               desc.architecture, (unsigned long long)desc.vocab,
+               (unsigned long long)desc.hidden, (unsigned long long)desc.layers,
+               kvDtypeName(desc.kv_dtype).c_str(), (long long)model->context(),
+               (long long)model->prefillChunk(), model->pool().threadCount());
+
+  std::vector<int64_t> ids(size_t(options.maxNewTokens));
+  GenerateStats stats;
+  if (Status status = model->generate(
+          options.promptIds.data(), int64_t(options.promptIds.size()),
+          options.maxNewTokens, options.sampling, ids.data(), &stats);
+      !status)
+    return refuse(status.message());
+  std::printf("ids:");
+  for (int64_t i = 0; i < stats.generatedTokens; ++i)
+    std::printf(" %lld", (long long)ids[size_t(i)]);
+  std::printf("\n");
+  std::printf("prefill: %.1f tok/s (%lld tokens in %.3f ms), decode: %.1f "
+              "tok/s (%lld tokens in %.3f ms), time to first token: %.3f ms\n",
+              stats.prefillTokensPerSecond(), (long long)stats.promptTokens,
+              stats.prefillSeconds * 1e3, stats.decodeTokensPerSecond(),
+              (long long)std::max<int64_t>(stats.generatedTokens - 1, 0),
+              stats.decodeSeconds * 1e3,
+              stats.timeToFirstTokenSeconds * 1e3);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -127,11 +284,18 @@ int main(int argc, char **argv) {
       return i + 1 < argc ? argv[++i] : nullptr;
     };
     long long number = 0;
+    if (arg == "--tensor" || arg == "--input" || arg == "--output" ||
+        arg == "--rows" || arg == "--repeat" || arg == "--sme-workers")
+      options.tensorFlags.push_back(arg);
+    if (arg == "-n" || arg == "--max-new-tokens" || arg == "--context" ||
+        arg == "--prefill-chunk" || arg == "--temperature" ||
+        arg == "--top-k" || arg == "--top-p" || arg == "--seed")
+      options.modelFlags.push_back(arg);
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
         arg == "--input" || arg == "--output" || arg == "--sme2-library") {
       const char *text = value();
       if (!text)
-        return usage((arg + " needs a value").c_str());
+        return usage(arg + " needs a value");
       (arg == "--bundle"         ? options.bundle
        : arg == "--library"      ? options.library
        : arg == "--sme2-library" ? options.sme2Library
@@ -141,43 +305,93 @@ int main(int argc, char **argv) {
     } else if (arg == "--backend") {
       const char *text = value();
       if (!text || !parseBackend(text, options.backend))
-        return usage("--backend must be auto, neon or sme2");
+        return badValue(arg, text, "auto, neon or sme2");
     } else if (arg == "--sme-workers") {
       const char *text = value();
       if (!text || !parseInt(text, 0, ThreadPool::kMaxThreads, number))
-        return usage("--sme-workers must be an integer in [0, 1024] (0 "
-                     "disables the SME workers)");
+        return badValue(arg, text,
+                        "an integer in [0, 1024] (0 disables the SME workers)");
       options.smeWorkers = int(number);
     } else if (arg == "--rows") {
       const char *text = value();
       if (!text || !parseInt(text, 1, 1 << 20, number))
-        return usage("--rows must be an integer in [1, 1048576]");
+        return badValue(arg, text, "an integer in [1, 1048576]");
       options.rows = number;
     } else if (arg == "--threads") {
       const char *text = value();
       if (!text || !parseInt(text, 1, ThreadPool::kMaxThreads, number))
-        return usage("--threads must be an integer in [1, 1024]");
+        return badValue(arg, text, "an integer in [1, 1024]");
       options.threads = int(number);
     } else if (arg == "--repeat") {
       const char *text = value();
       if (!text || !parseInt(text, 1, 1000, number))
-        return usage("--repeat must be an integer in [1, 1000]");
+        return badValue(arg, text, "an integer in [1, 1000]");
       options.repeat = int(number);
+    } else if (arg == "--prompt-ids") {
+      const char *text = value();
+      if (!text)
+        return usage("--prompt-ids needs a value (token ids, e.g. \"1 2 3\")");
+      std::string error;
+      if (!parseIds(text, options.promptIds, error))
+        return usage(error);
+      options.generate = true;
+    } else if (arg == "-n" || arg == "--max-new-tokens") {
+      const char *text = value();
+      if (!text || !parseInt(text, 0, 1 << 30, number))
+        return badValue(arg, text, "an integer in [0, 1073741824]");
+      options.maxNewTokens = number;
+    } else if (arg == "--context") {
+      const char *text = value();
+      if (!text || !parseInt(text, 0, kMaxInt64, number))
+        return badValue(arg, text, "an integer >= 0 (0: the default)");
+      options.model.context = number;
+    } else if (arg == "--prefill-chunk") {
+      const char *text = value();
+      if (!text || !parseInt(text, 0, kMaxInt64, number))
+        return badValue(arg, text, "an integer >= 0 (0: the library's)");
+      options.model.expectedPrefillChunk = number;
+    } else if (arg == "--temperature") {
+      const char *text = value();
+      if (!text || !parseFloat(text, options.sampling.temperature))
+        return badValue(arg, text, "a finite number (<= 0: greedy)");
+    } else if (arg == "--top-k") {
+      const char *text = value();
+      if (!text || !parseInt(text, 0, kMaxInt32, number))
+        return badValue(arg, text, "an integer >= 0 (0: off)");
+      options.sampling.topK = int32_t(number);
+    } else if (arg == "--top-p") {
+      const char *text = value();
+      if (!text || !parseFloat(text, options.sampling.topP) ||
+          !(options.sampling.topP > 0.0f && options.sampling.topP <= 1.0f))
+        return badValue(arg, text, "a number in (0, 1] (1: off)");
+    } else if (arg == "--seed") {
+      const char *text = value();
+      if (!text || !parseUnsigned(text, options.sampling.seed))
+        return badValue(arg, text, "an integer in [0, 2^64)");
     } else {
-      return usage(("unknown argument '" + arg + "'").c_str());
+      return usage("unknown argument '" + arg + "'");
     }
   }
   if (options.bundle.empty() || options.library.empty())
     return usage("--bundle and --library are required");
+  if (options.generate && !options.tensorFlags.empty())
+    return usage(options.tensorFlags[0] +
+                 " is for running tensors; it does not apply with "
+                 "--prompt-ids");
+  if (!options.generate && !options.modelFlags.empty())
+    return usage(options.modelFlags[0] + " needs --prompt-ids (generation)");
   if ((!options.input.empty() || !options.output.empty()) &&
       options.tensor.empty())
     return usage("--input and --output need --tensor");
+  if (options.backend == Backend::Sme2 && options.sme2Library.empty())
+    return usage("--backend sme2 needs --sme2-library");
 
   std::unique_ptr<Bundle> bundle;
   if (Status status = Bundle::open(options.bundle, bundle); !status)
     return refuse(status.message());
-  if (options.backend == Backend::Sme2 && options.sme2Library.empty())
-    return usage("--backend sme2 needs --sme2-library");
+  options.model.threads = options.threads;
+  if (options.generate)
+    return runModel(options, *bundle);
 
   // The NEON library always; the SME2 one as well when it is chosen.
   CpuFeatures cpu = detectCpuFeatures();
