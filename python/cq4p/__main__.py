@@ -1,4 +1,5 @@
-"""python -m cq4p {convert, upgrade, inspect, synthetic, check}."""
+"""python -m cq4p {convert, upgrade, inspect, synthetic, margin, check, generate,
+check-model}."""
 
 import argparse
 import sys
@@ -7,7 +8,10 @@ from cq4p import bundle as bd
 from cq4p import check as ck
 from cq4p import convert as cv
 from cq4p import files as fl
+from cq4p import generate as gn
 from cq4p import inspection
+from cq4p import native
+from cq4p import reference as rf
 from cq4p import synthetic
 from cq4p import tools
 from cq4p import upgrade as up
@@ -37,11 +41,56 @@ def _inspect(args):
 
 
 def _synthetic(args):
-    synthetic.write_llama(args.out, hidden=args.hidden, ffn=args.ffn, vocab=args.vocab,
-                          layers=args.layers, seed=args.seed)
-    print(f"{args.out}: llama-shaped checkpoint, hidden {args.hidden}, ffn {args.ffn}, "
-          f"vocab {args.vocab}, {args.layers} layers")
+    try:
+        shape = synthetic.default_shape(args.arch, hidden=args.hidden, ffn=args.ffn,
+                                        vocab=args.vocab, layers=args.layers, heads=args.heads,
+                                        kv_heads=args.kv_heads, head_dim=args.head_dim)
+        shape = shape.resolved()
+    except ValueError as error:
+        raise gn.GenerateError(str(error)) from error
+    synthetic.write_model(args.out, args.arch, shape, seed=args.seed)
+    print(f"{args.out}: {args.arch} checkpoint, hidden {shape.hidden}, ffn {shape.ffn}, "
+          f"vocab {shape.vocab}, {shape.layers} layers, {shape.heads} heads "
+          f"({shape.kv_heads} kv) of {shape.head_dim}")
     return 0
+
+
+def _margin(args):
+    oracle = rf.Reference.from_bundle(args.bundle)
+    prompt = synthetic.prompt(oracle_config(args.bundle), args.prompt_length, args.seed)
+    tokens, margins = rf.greedy_margins(oracle, prompt, args.steps)
+    print("greedy: " + " ".join(map(str, tokens)))
+    print(f"top-1 minus top-2 logit / logit std over {args.steps} steps after "
+          f"{args.prompt_length} tokens: min {margins.min():.3f}, mean {margins.mean():.3f}")
+    return 0
+
+
+def oracle_config(bundle):
+    config = bd.read_manifest(bundle)["config"]
+    return config.get("text_config", config) if config.get("model_type") == "gemma3" else config
+
+
+def _prompt(args):
+    if (args.prompt is None) == (args.prompt_ids is None):
+        raise gn.GenerateError("give one of --prompt and --prompt-ids")
+    return gn.prompt_ids(args.bundle, args.prompt, args.prompt_ids)
+
+
+def _generate(args):
+    gn.generate(args.bundle, args.library, _prompt(args), args.n, threads=args.threads,
+                context=args.context, temperature=args.temperature, top_k=args.top_k,
+                top_p=args.top_p, seed=args.seed)
+    return 0
+
+
+def _check_model(args):
+    prompt = None
+    if args.prompt is not None or args.prompt_ids is not None:
+        prompt = _prompt(args)
+    ok = gn.check_model(args.bundle, args.library, prompt, steps=args.steps,
+                        threads=args.threads, context=args.context, tolerance=args.tolerance,
+                        seed=args.seed)
+    return 0 if ok else 1
 
 
 def _check(args):
@@ -59,7 +108,7 @@ def _check(args):
 
 def parser():
     main_parser = argparse.ArgumentParser(prog="python -m cq4p",
-                                          description="CQ4 bundles: convert, upgrade, inspect")
+                                          description="CQ4 bundles and the models they hold")
     commands = main_parser.add_subparsers(dest="command", required=True)
 
     convert = commands.add_parser("convert", help="a safetensors checkpoint -> a cq4p bundle")
@@ -81,14 +130,22 @@ def parser():
     inspect = commands.add_parser("inspect", help="describe a tensor file or a bundle")
     inspect.add_argument("path")
     inspect.set_defaults(run=_inspect)
-    synth = commands.add_parser("synthetic", help="write a small llama-shaped checkpoint")
+    synth = commands.add_parser("synthetic", help="write a small checkpoint of a supported "
+                                "architecture, with wide greedy margins")
+    synth.add_argument("--arch", choices=synthetic.ARCHITECTURES, default="llama")
     synth.add_argument("--out", required=True)
-    synth.add_argument("--hidden", type=int, default=512)
-    synth.add_argument("--ffn", type=int, default=1536)
-    synth.add_argument("--vocab", type=int, default=1024)
-    synth.add_argument("--layers", type=int, default=2)
+    for option in ("hidden", "ffn", "vocab", "layers", "heads", "kv-heads", "head-dim"):
+        synth.add_argument(f"--{option}", type=int, help="default: the architecture's")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(run=_synthetic)
+
+    margin = commands.add_parser("margin", help="greedy top-1 margins of a bundle's dequantized "
+                                 "model on a prompt of synthetic-table tokens")
+    margin.add_argument("--bundle", required=True)
+    margin.add_argument("--prompt-length", type=int, default=gn.DEFAULT_PROMPT_TOKENS)
+    margin.add_argument("--steps", type=int, default=gn.DEFAULT_STEPS)
+    margin.add_argument("--seed", type=int, default=1)
+    margin.set_defaults(run=_margin)
 
     check = commands.add_parser("check", help="a bundle's tensors through a compiled kernel "
                                 "library vs an fp32 numpy reference")
@@ -96,6 +153,36 @@ def parser():
     check.add_argument("--library", required=True, help="built by cq4p-compile")
     check.add_argument("--rows", type=int, default=3)
     check.set_defaults(run=_check)
+
+    def model_command(name, help_text):
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("--bundle", required=True)
+        command.add_argument("--library", required=True,
+                             help="built by cq4p-compile from the bundle's model.mlir")
+        command.add_argument("--prompt-ids", help='token ids, e.g. "1 2 3"')
+        command.add_argument("--prompt", help="text (needs the bundle's tokenizer.model and "
+                             "python3-sentencepiece)")
+        command.add_argument("--threads", type=int, default=1)
+        command.add_argument("--context", type=int, default=0,
+                             help="KV cache positions (default: the runtime's)")
+        return command
+
+    generate = model_command("generate", "generate tokens with a compiled model")
+    generate.add_argument("-n", type=int, default=gn.DEFAULT_STEPS, help="tokens to generate")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    generate.add_argument("--top-k", type=int, default=0, help="0: off")
+    generate.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    generate.add_argument("--seed", type=int, default=0)
+    generate.set_defaults(run=_generate)
+
+    check_model = model_command("check-model", "a compiled model's logits vs the numpy oracle "
+                                "of its dequantized weights, step by step")
+    check_model.add_argument("--steps", type=int, default=gn.DEFAULT_STEPS)
+    check_model.add_argument("--tolerance", type=float, default=gn.LOGIT_TOLERANCE,
+                             help="max |logit diff| / logit std")
+    check_model.add_argument("--seed", type=int, default=0,
+                             help="of the random prompt used without --prompt(-ids)")
+    check_model.set_defaults(run=_check_model)
     return main_parser
 
 
@@ -104,7 +191,8 @@ def main(argv=None):
     try:
         return args.run(args)
     except (cv.ConvertError, bd.BundleError, fl.FormatError, ck.CheckError,
-            tools.ToolError, OSError) as error:
+            tools.ToolError, gn.GenerateError, native.NativeError,
+            native.LibraryNotFoundError, OSError) as error:
         print(f"cq4p {args.command}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -2,7 +2,8 @@
 
 Used to check the Python side against the runtime: the C++ reader
 (`open_tensor`) and the reference panel encoder (`encode_panels`,
-`codebook_int8`). The library is $CQ4P_RUNTIME_LIB, else the source tree's
+`codebook_int8`); and to run whole models (`NativeModel`: a bundle and the
+model library cq4p-compile built from its model.mlir). The library is $CQ4P_RUNTIME_LIB, else the source tree's
 build/lib/libcq4p_runtime.so; the enumerations come from the C header.
 """
 
@@ -205,3 +206,156 @@ def encode_panels(source_layout, source, n, k, source_gs, norms_f16, codebook_f1
         ERROR_BUFFER_BYTES)
     _check(code, error)
     return panels, norm_panels
+
+
+# --- whole models (cq4p_model_*) ---------------------------------------------
+
+class ModelOptions(ctypes.Structure):
+    """struct cq4p_model_options."""
+
+    _fields_ = [("threads", ctypes.c_int32), ("context", ctypes.c_int64),
+                ("prefill_chunk", ctypes.c_int64)]
+
+
+class ModelInfo(ctypes.Structure):
+    """struct cq4p_model_info."""
+
+    _fields_ = [("vocab", ctypes.c_uint64), ("hidden", ctypes.c_uint64),
+                ("layers", ctypes.c_uint64), ("context", ctypes.c_uint64),
+                ("prefill_chunk", ctypes.c_uint64), ("position", ctypes.c_uint64),
+                ("kv_dtype", ctypes.c_uint32), ("target", ctypes.c_uint32),
+                ("architecture", ctypes.c_char * 32)]
+
+
+class Sampling(ctypes.Structure):
+    """struct cq4p_sampling."""
+
+    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int32),
+                ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64)]
+
+
+class GenerateStats(ctypes.Structure):
+    """struct cq4p_generate_stats."""
+
+    _fields_ = [("prompt_tokens", ctypes.c_int64), ("generated_tokens", ctypes.c_int64),
+                ("prefill_seconds", ctypes.c_double), ("decode_seconds", ctypes.c_double),
+                ("time_to_first_token_seconds", ctypes.c_double)]
+
+
+MODEL_FUNCTIONS = {
+    "cq4p_model_open": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ModelOptions),
+                         ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t],
+                        ctypes.c_int),
+    "cq4p_model_close": ([ctypes.c_void_p], None),
+    "cq4p_model_get_info": ([ctypes.c_void_p, ctypes.POINTER(ModelInfo)], None),
+    "cq4p_model_reset": ([ctypes.c_void_p], None),
+    "cq4p_model_prefill": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                            ctypes.POINTER(ctypes.c_float), ctypes.c_char_p, ctypes.c_size_t],
+                           ctypes.c_int),
+    "cq4p_model_decode": ([ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_float),
+                           ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+    "cq4p_model_generate": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                             ctypes.c_int64, ctypes.POINTER(Sampling),
+                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(GenerateStats),
+                             ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+}
+
+
+def model_library():
+    """The runtime library with its model functions declared; a
+    LibraryNotFoundError when it predates them."""
+    lib = library()
+    for name, (argtypes, restype) in MODEL_FUNCTIONS.items():
+        if not hasattr(lib, name):
+            raise LibraryNotFoundError(f"{library_path()} has no {name}: rebuild the runtime "
+                                       f"(`scripts/build cq4p_runtime`)")
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, restype
+    return lib
+
+
+class NativeModel:
+    """A bundle bound to a model library compiled from its model.mlir
+    (cq4p_model_open): a sequence with its KV cache, threads and position.
+    Every refused call raises NativeError with the runtime's message."""
+
+    def __init__(self, bundle_dir, library_path, threads=1, context=0, prefill_chunk=0):
+        self._handle = None
+        self._lib = model_library()
+        options = ModelOptions(threads, context, prefill_chunk)
+        handle = ctypes.c_void_p()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_model_open(os.fsencode(str(bundle_dir)),
+                                         os.fsencode(str(library_path)), ctypes.byref(options),
+                                         ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
+        _check(code, error)
+        self._handle = handle
+
+    def info(self):
+        info = ModelInfo()
+        self._lib.cq4p_model_get_info(self._handle, ctypes.byref(info))
+        values = {name: getattr(info, name) for name, _ in ModelInfo._fields_}
+        values["architecture"] = info.architecture.decode("utf-8", "replace")
+        return values
+
+    @property
+    def vocab(self):
+        return self.info()["vocab"]
+
+    @property
+    def position(self):
+        return self.info()["position"]
+
+    def reset(self):
+        self._lib.cq4p_model_reset(self._handle)
+
+    def prefill(self, ids):
+        """Appends `ids`; the logits of the last, float32 [vocab]."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        logits = np.empty(self.vocab, dtype=np.float32)
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_model_prefill(self._handle, _pointer(ids, ctypes.c_int64),
+                                            ids.size, _pointer(logits, ctypes.c_float), error,
+                                            ERROR_BUFFER_BYTES)
+        _check(code, error)
+        return logits
+
+    def decode(self, token):
+        """Appends one token; the next position's logits, float32 [vocab]."""
+        logits = np.empty(self.vocab, dtype=np.float32)
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_model_decode(self._handle, int(token),
+                                           _pointer(logits, ctypes.c_float), error,
+                                           ERROR_BUFFER_BYTES)
+        _check(code, error)
+        return logits
+
+    def generate(self, prompt, count, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+        """(new ids, stats dict) of `count` tokens after `prompt` (from
+        position 0; temperature <= 0 is greedy)."""
+        prompt = np.ascontiguousarray(prompt, dtype=np.int64).reshape(-1)
+        out = np.zeros(max(count, 1), dtype=np.int64)
+        sampling = Sampling(temperature, top_k, top_p, seed)
+        stats = GenerateStats()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_model_generate(
+            self._handle, _pointer(prompt, ctypes.c_int64), prompt.size, count,
+            ctypes.byref(sampling), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
+            ERROR_BUFFER_BYTES)
+        _check(code, error)
+        values = {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
+        return [int(t) for t in out[:stats.generated_tokens]], values
+
+    def close(self):
+        if self._handle:
+            self._lib.cq4p_model_close(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()

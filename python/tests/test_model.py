@@ -379,3 +379,40 @@ def test_a_tied_checkpoint_with_an_lm_head_copy_skips_it(synthetic_model, tmp_pa
     cv.convert(str(source), str(tmp_path / "bundle"), progress=open(os.devnull, "w"))
     names = [entry["name"] for entry in bd.read_manifest(str(tmp_path / "bundle"))["tensors"]]
     assert "lm_head.weight" not in names
+
+
+# --- commands that need no runtime -------------------------------------------
+
+def test_synthetic_command(tmp_path, capsys):
+    status, out, _ = run(capsys, "synthetic", "--arch", "qwen3", "--out", tmp_path / "q",
+                         "--hidden", "128", "--ffn", "256", "--vocab", "256", "--layers", "1")
+    assert status == 0
+    assert out == (f"{tmp_path / 'q'}: qwen3 checkpoint, hidden 128, ffn 256, vocab 256, "
+                   f"1 layers, 2 heads (1 kv) of 64\n")
+    config = json.loads((tmp_path / "q/config.json").read_text())
+    assert (config["model_type"], config["tie_word_embeddings"], config["head_dim"]) == \
+        ("qwen3", True, 64)
+    status, _, err = run(capsys, "synthetic", "--out", tmp_path / "x", "--ffn", "200")
+    assert status == 2
+    assert "ffn (200) must be a multiple of 128: it is the K of a projection" in err
+
+
+def test_margin_command(synthetic_model, capsys):
+    _, bundle, _ = synthetic_model("llama")
+    status, out, _ = run(capsys, "margin", "--bundle", bundle, "--steps", "4")
+    assert status == 0
+    assert re.search(r"over 4 steps after 40 tokens: min \d+\.\d+, mean", out)
+
+
+def test_a_text_prompt_needs_a_tokenizer(synthetic_model, capsys):
+    _, bundle, _ = synthetic_model("llama")
+    status, _, err = run(capsys, "generate", "--bundle", bundle, "--library", "unused.so",
+                         "--prompt", "hello")
+    assert status == 2
+    assert f"--prompt needs a tokenizer: {bundle} has no tokenizer.model" in err
+    status, _, err = run(capsys, "generate", "--bundle", bundle, "--library", "unused.so",
+                         "--prompt", "hello", "--prompt-ids", "1")
+    assert status == 2 and "give one of --prompt and --prompt-ids" in err
+    status, _, err = run(capsys, "check-model", "--bundle", bundle, "--library", "unused.so",
+                         "--prompt-ids", "1 x")
+    assert status == 2 and "--prompt-ids: expected integers, found '1 x'" in err

@@ -1,0 +1,166 @@
+"""Running a compiled model: `python -m cq4p generate` and `check-model`.
+
+Both go through the runtime's C API (`cq4p.native.NativeModel`): a bundle
+and the model library cq4p-compile built from its model.mlir. `generate`
+samples new tokens and reports the runtime's timings; `check-model` runs
+the compiled model and the oracle (`cq4p.reference`, the dequantized model
+in fp32) side by side and compares their logits step by step.
+
+Text prompts and detokenized output need the bundle's tokenizer.model and
+Debian's python3-sentencepiece; token ids work without them.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from cq4p import bundle as bd
+from cq4p import native
+from cq4p import reference as rf
+
+# Compiled vs oracle: max |logit difference| over the vocabulary, relative
+# to the oracle's logit std. The compiled model quantizes every linear's
+# activations to int8 per group of 128 (FORMAT.md section 5); emulating that
+# in numpy on the synthetic models gives 0.03 to 0.056, mostly on the
+# peaked top logit.
+LOGIT_TOLERANCE = 0.1
+DEFAULT_PROMPT_TOKENS = 40
+DEFAULT_STEPS = 32
+
+
+class GenerateError(ValueError):
+    """A request that cannot run; the message is one line."""
+
+
+def load_tokenizer(bundle_dir):
+    """(SentencePieceProcessor, None), or (None, what is missing)."""
+    path = os.path.join(bundle_dir, "tokenizer.model")
+    if not os.path.isfile(path):
+        present = [name for name in ("tokenizer.json",) if os.path.isfile(
+            os.path.join(bundle_dir, name))]
+        return None, (f"{bundle_dir} has no tokenizer.model"
+                      + (f" (only {', '.join(present)}, which needs a tokenizer library cq4p "
+                         f"does not use)" if present else ""))
+    try:
+        import sentencepiece
+    except ImportError:
+        return None, "the sentencepiece module is not installed (apt install python3-sentencepiece)"
+    return sentencepiece.SentencePieceProcessor(model_file=path), None
+
+
+def _adds_bos(bundle_dir, tokenizer):
+    path = os.path.join(bundle_dir, "tokenizer_config.json")
+    settings = {}
+    if os.path.isfile(path):
+        with open(path) as handle:
+            settings = json.load(handle)
+    return bool(settings.get("add_bos_token", True)) and tokenizer.bos_id() >= 0
+
+
+def parse_ids(text):
+    try:
+        ids = [int(token) for token in text.replace(",", " ").split()]
+    except ValueError as error:
+        raise GenerateError(f"--prompt-ids: expected integers, found {text!r}") from error
+    if not ids:
+        raise GenerateError("--prompt-ids: no ids")
+    return ids
+
+
+def prompt_ids(bundle_dir, prompt=None, ids=None):
+    """The prompt's token ids: `ids` (text of integers) as given, or the
+    encoded `prompt` text (with BOS when the tokenizer adds one)."""
+    if ids is not None:
+        return parse_ids(ids)
+    tokenizer, missing = load_tokenizer(bundle_dir)
+    if tokenizer is None:
+        raise GenerateError(f"--prompt needs a tokenizer: {missing}; give --prompt-ids instead")
+    encoded = list(tokenizer.encode(prompt))
+    return ([tokenizer.bos_id()] if _adds_bos(bundle_dir, tokenizer) else []) + encoded
+
+
+def detokenize(bundle_dir, ids):
+    tokenizer, _ = load_tokenizer(bundle_dir)
+    return None if tokenizer is None else tokenizer.decode(ids)
+
+
+def _rate(tokens, seconds):
+    return f"{tokens / seconds:.1f} tok/s" if seconds > 0 else "n/a"
+
+
+def generate(bundle_dir, library, prompt, count, threads=1, context=0, temperature=0.0,
+             top_k=0, top_p=1.0, seed=0, out=None):
+    """Generates `count` tokens after the ids `prompt`, printing ids, text
+    and timings to `out`; returns the new ids."""
+    with native.NativeModel(bundle_dir, library, threads=threads, context=context) as model:
+        ids, stats = model.generate(prompt, count, temperature, top_k, top_p, seed)
+    print(f"prompt: {len(prompt)} tokens", file=out)
+    print("ids: " + " ".join(map(str, ids)), file=out)
+    text = detokenize(bundle_dir, ids)
+    if text is not None:
+        print(f"text: {text}", file=out)
+    decoded = max(stats["generated_tokens"] - 1, 0)  # the last id is sampled, not decoded
+    print(f"prefill: {stats['prompt_tokens']} tokens in {stats['prefill_seconds']:.4f} s "
+          f"({_rate(stats['prompt_tokens'], stats['prefill_seconds'])})", file=out)
+    print(f"decode: {decoded} tokens in {stats['decode_seconds']:.4f} s "
+          f"({_rate(decoded, stats['decode_seconds'])})", file=out)
+    print(f"time to first token: {stats['time_to_first_token_seconds']:.4f} s", file=out)
+    return ids
+
+
+def compare(model, oracle, prompt, steps):
+    """Prefills `prompt` into both, then decodes `steps` tokens (the
+    oracle's greedy choice, fed to both). One row per step: (step, max
+    |diff| / oracle logit std, oracle top-1, compiled top-1, oracle top-1
+    minus top-2 over its std)."""
+    model.reset()
+    oracle.reset()
+    compiled, expected = model.prefill(prompt), oracle.prefill(prompt)[-1]
+    rows = []
+    for step in range(steps + 1):
+        std = float(np.std(expected))
+        top2 = np.partition(expected, -2)[-2:]
+        token = int(np.argmax(expected))
+        rows.append((step, float(np.max(np.abs(compiled - expected))) / std, token,
+                     int(np.argmax(compiled)), float(top2[1] - top2[0]) / std))
+        if step < steps:
+            compiled, expected = model.decode(token), oracle.decode(token)
+    return rows
+
+
+def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1, context=0,
+                tolerance=LOGIT_TOLERANCE, seed=0, out=None):
+    """Compiled model vs oracle; prints a row per step and a verdict;
+    returns True when every step is within `tolerance` and every clear
+    greedy decision (oracle margin above twice the tolerance) agrees."""
+    manifest = bd.read_manifest(bundle_dir)
+    vocab = manifest["config"].get("vocab_size") or manifest["config"]["text_config"][
+        "vocab_size"]
+    if prompt is None:
+        prompt = [int(t) for t in np.random.default_rng(seed).integers(0, vocab,
+                                                                       DEFAULT_PROMPT_TOKENS)]
+    oracle = rf.Reference.from_bundle(bundle_dir)
+    with native.NativeModel(bundle_dir, library, threads=threads, context=context) as model:
+        rows = compare(model, oracle, prompt, steps)
+    print(f"prompt: {len(prompt)} tokens; {steps} greedy steps (the oracle's tokens fed to "
+          f"both)", file=out)
+    print(f"{'step':>4} {'max|diff|/std':>13} {'oracle':>7} {'compiled':>8} {'margin':>7}",
+          file=out)
+    ok, disagreements = True, 0
+    for step, error, expected, got, margin in rows:
+        note = ""
+        if error > tolerance:
+            ok, note = False, "  over tolerance"
+        if got != expected:
+            disagreements += 1
+            if margin > 2 * tolerance:
+                ok, note = False, note + "  tokens differ"
+            else:
+                note += "  tokens differ (a near tie)"
+        print(f"{step:>4} {error:>13.4f} {expected:>7} {got:>8} {margin:>7.2f}{note}", file=out)
+    worst = max(row[1] for row in rows)
+    print(f"{len(rows)} steps: worst {worst:.4f} (tolerance {tolerance}), greedy tokens agree "
+          f"at {len(rows) - disagreements} of {len(rows)}: {'ok' if ok else 'FAILED'}",
+          file=out)
+    return ok

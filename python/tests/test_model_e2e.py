@@ -1,0 +1,176 @@
+"""Whole models end to end: synthetic checkpoint -> convert -> cq4p-compile
+-> the runtime (ctypes, cq4p_model_*) -> compared with the oracle.
+
+Needs the build tree's cq4p-compile and cq4p-opt (or $CQ4P_COMPILE,
+$CQ4P_OPT) and the runtime library with the model API
+($CQ4P_RUNTIME_LIB, else build/lib/libcq4p_runtime.so).
+"""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from cq4p import __main__ as cli
+from cq4p import bundle as bd
+from cq4p import generate as gn
+from cq4p import native
+from cq4p import reference as rf
+from cq4p import synthetic
+from cq4p import tools
+
+CHUNK = 8
+PROMPT_TOKENS = 40
+GREEDY_STEPS = 32
+# Compiled vs oracle: max |logit diff| / oracle logit std (int8 activations
+# over the dequantized weights; measured 0.03 to 0.06).
+LOGIT_TOLERANCE = gn.LOGIT_TOLERANCE
+# Prefill in chunks vs one token at a time: the same kernels' arithmetic
+# up to summation order (bit-identical on the host).
+CHUNKING_TOLERANCE = 1e-4
+
+
+def compile_model(bundle, library, chunk=CHUNK):
+    result = subprocess.run([tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"),
+                             "--target=host", "--prefill-chunk", str(chunk), "-o", library],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return library
+
+
+@pytest.fixture(scope="module")
+def compiled(synthetic_model, tmp_path_factory):
+    """compiled(arch, seed=0) -> (bundle, library, config)."""
+    made = {}
+
+    def make(arch, seed=0):
+        if (arch, seed) not in made:
+            _, bundle, config = synthetic_model(arch, seed)
+            library = str(tmp_path_factory.mktemp(f"lib-{arch}-{seed}") / "libmodel.so")
+            made[arch, seed] = (str(bundle), compile_model(str(bundle), library), config)
+        return made[arch, seed]
+
+    return make
+
+
+def relative(got, expected):
+    return float(np.max(np.abs(got - expected)) / np.std(expected))
+
+
+@pytest.mark.parametrize("arch", synthetic.ARCHITECTURES)
+def test_the_graph_verifies(synthetic_model, arch):
+    _, bundle, _ = synthetic_model(arch)
+    printed = tools.run_opt((bundle / "model.mlir").read_text())
+    assert "cq4p.cached_attention" in printed
+
+
+@pytest.mark.parametrize("arch", synthetic.ARCHITECTURES)
+def test_logits_match_the_oracle(compiled, arch):
+    bundle, library, config = compiled(arch)
+    prompt = synthetic.prompt(config, PROMPT_TOKENS, seed=1)
+    oracle = rf.Reference.from_bundle(bundle)
+    expected = oracle.prefill(prompt)[-1]
+    with native.NativeModel(bundle, library, threads=2) as model:
+        info = model.info()
+        assert (info["architecture"], info["vocab"], info["prefill_chunk"]) == \
+            ({"gemma3": "gemma3"}.get(arch, arch), 512, CHUNK)
+        got = model.prefill(prompt)
+        assert model.position == PROMPT_TOKENS
+    error = relative(got, expected)
+    print(f"{arch}: last-position logits after {PROMPT_TOKENS} tokens: max |diff| / std = "
+          f"{error:.4f} (tolerance {LOGIT_TOLERANCE})")
+    assert error <= LOGIT_TOLERANCE
+    assert int(np.argmax(got)) == int(np.argmax(expected))
+
+
+@pytest.mark.parametrize("arch", synthetic.ARCHITECTURES)
+def test_greedy_generation_matches_the_oracle(compiled, arch):
+    bundle, library, config = compiled(arch)
+    prompt = synthetic.prompt(config, PROMPT_TOKENS, seed=1)
+    expected = rf.Reference.from_bundle(bundle).generate(prompt, GREEDY_STEPS)
+    with native.NativeModel(bundle, library, threads=2) as model:
+        ids, stats = model.generate(prompt, GREEDY_STEPS)
+        # Stepping by hand, the oracle's tokens fed to both, every step's
+        # logits stay within the tolerance.
+        rows = gn.compare(model, rf.Reference.from_bundle(bundle), prompt, GREEDY_STEPS)
+    assert ids == expected
+    assert (stats["prompt_tokens"], stats["generated_tokens"]) == (PROMPT_TOKENS, GREEDY_STEPS)
+    worst = max(row[1] for row in rows)
+    print(f"{arch}: {GREEDY_STEPS} greedy tokens equal the oracle's; worst step max |diff| / "
+          f"std = {worst:.4f}")
+    assert worst <= LOGIT_TOLERANCE
+
+
+@pytest.mark.parametrize("arch", synthetic.ARCHITECTURES)
+def test_chunked_prefill_equals_decoding_one_token_at_a_time(compiled, arch):
+    bundle, library, config = compiled(arch)
+    with native.NativeModel(bundle, library, threads=2) as model:
+        for length in (1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5):
+            prompt = synthetic.prompt(config, length, seed=length)
+            model.reset()
+            chunked = model.prefill(prompt)
+            model.reset()
+            for token in prompt:
+                stepped = model.decode(token)
+            assert model.position == length
+            error = relative(chunked, stepped)
+            print(f"{arch}: prompt of {length}: chunked vs token by token max |diff| / std = "
+                  f"{error:.2e}")
+            assert error <= CHUNKING_TOLERANCE, (length, error)
+
+
+def test_bad_input_is_refused_and_changes_nothing(compiled):
+    bundle, library, config = compiled("llama")
+    with native.NativeModel(bundle, library, context=16) as model:
+        assert model.info()["context"] == 16
+        model.prefill([1, 2, 3])
+        with pytest.raises(native.NativeError, match=r"token id 512 at index 1 >= vocab 512"):
+            model.prefill([4, 512])
+        with pytest.raises(native.NativeError, match=r"token id -1"):
+            model.decode(-1)
+        assert model.position == 3
+        with pytest.raises(native.NativeError, match=r"context overflow: .*context 16"):
+            model.prefill(list(range(14)))
+        assert model.position == 3
+        model.prefill(list(range(13)))
+        with pytest.raises(native.NativeError, match=r"context overflow"):
+            model.decode(1)
+        assert model.position == 16
+
+
+def test_a_library_for_another_bundle_is_refused_by_digest(compiled, synthetic_model):
+    _, library_a, _ = compiled("llama", seed=0)
+    _, bundle_b, _ = synthetic_model("llama", seed=1)
+    digest_a = bd.read_manifest(compiled("llama")[0])["model_digest"]
+    digest_b = bd.read_manifest(str(bundle_b))["model_digest"]
+    assert digest_a != digest_b
+    with pytest.raises(native.NativeError) as refusal:
+        native.NativeModel(str(bundle_b), library_a)
+    assert digest_a in refusal.value.message and digest_b in refusal.value.message
+
+
+def test_generate_and_check_model_commands(compiled, capsys):
+    bundle, library, config = compiled("qwen3")
+    prompt = synthetic.prompt(config, 12, seed=4)
+    expected = rf.Reference.from_bundle(bundle).generate(prompt, 8)
+    status = cli.main(["generate", "--bundle", bundle, "--library", library, "--prompt-ids",
+                       " ".join(map(str, prompt)), "-n", "8", "--threads", "2"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert f"ids: {' '.join(map(str, expected))}\n" in out
+    assert "prefill: 12 tokens in " in out and "decode: 7 tokens in " in out
+    assert "time to first token: " in out
+
+    status = cli.main(["check-model", "--bundle", bundle, "--library", library, "--steps", "4"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "5 steps: worst " in out and "greedy tokens agree at 5 of 5: ok" in out
+
+    status = cli.main(["check-model", "--bundle", bundle, "--library", library, "--steps", "2",
+                       "--tolerance", "1e-6"])
+    assert status == 1 and "over tolerance" in capsys.readouterr().out
+
+    status = cli.main(["generate", "--bundle", bundle, "--library", library, "--prompt-ids",
+                       "1 2 100000"])
+    assert status == 2 and "token id 100000 at index 2 >= vocab 512" in capsys.readouterr().err
