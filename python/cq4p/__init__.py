@@ -11,4 +11,11 @@ checkpoints to bundles (`cq4p.safetensors`, `cq4p.bundle`, `cq4p.convert`,
 `cq4p.upgrade`, `cq4p.inspection`; `python -m cq4p`), malformed files for the
 readers' tests (`cq4p.corpus`) and the runtime's C API through ctypes
 (`cq4p.native`).
+
+Whole models: the architectures cq4p runs, read from a Hugging Face config
+(`cq4p.architecture`); their forward pass as a graph (`cq4p.ir.model_graph`,
+written by convert as model.mlir); the numpy oracle of a bundle's
+dequantized model (`cq4p.reference`); synthetic checkpoints of each
+architecture (`cq4p.synthetic`); running a compiled model and checking it
+against the oracle (`cq4p.generate`).
 """

@@ -15,7 +15,6 @@ import os
 
 import numpy as np
 
-from cq4p import bundle as bd
 from cq4p import native
 from cq4p import reference as rf
 
@@ -37,11 +36,10 @@ def load_tokenizer(bundle_dir):
     """(SentencePieceProcessor, None), or (None, what is missing)."""
     path = os.path.join(bundle_dir, "tokenizer.model")
     if not os.path.isfile(path):
-        present = [name for name in ("tokenizer.json",) if os.path.isfile(
-            os.path.join(bundle_dir, name))]
+        only_json = os.path.isfile(os.path.join(bundle_dir, "tokenizer.json"))
         return None, (f"{bundle_dir} has no tokenizer.model"
-                      + (f" (only {', '.join(present)}, which needs a tokenizer library cq4p "
-                         f"does not use)" if present else ""))
+                      + (" (its tokenizer.json needs a library cq4p does not use)"
+                         if only_json else ""))
     try:
         import sentencepiece
     except ImportError:
@@ -134,13 +132,10 @@ def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1
     """Compiled model vs oracle; prints a row per step and a verdict;
     returns True when every step is within `tolerance` and every clear
     greedy decision (oracle margin above twice the tolerance) agrees."""
-    manifest = bd.read_manifest(bundle_dir)
-    vocab = manifest["config"].get("vocab_size") or manifest["config"]["text_config"][
-        "vocab_size"]
-    if prompt is None:
-        prompt = [int(t) for t in np.random.default_rng(seed).integers(0, vocab,
-                                                                       DEFAULT_PROMPT_TOKENS)]
     oracle = rf.Reference.from_bundle(bundle_dir)
+    if prompt is None:
+        rng = np.random.default_rng(seed)
+        prompt = [int(t) for t in rng.integers(0, oracle.vocab, DEFAULT_PROMPT_TOKENS)]
     with native.NativeModel(bundle_dir, library, threads=threads, context=context) as model:
         rows = compare(model, oracle, prompt, steps)
     print(f"prompt: {len(prompt)} tokens; {steps} greedy steps (the oracle's tokens fed to "

@@ -94,8 +94,9 @@ class GraphError(ValueError):
 def _argument_type(entry):
     if entry["dtype"] == "CQ4":
         if entry.get("layout") != "panels":
-            raise GraphError(f"tensor {entry['name']} is a {entry.get('layout')} CQ4 file; the "
-                             f"model graph needs packed panels (python -m cq4p upgrade)")
+            raise GraphError(f"tensor {entry['name']} is CQ4 in the {entry.get('layout')} "
+                             f"layout; the model graph needs packed panels "
+                             f"(python -m cq4p upgrade)")
         n, k = entry["shape"]
         return WeightType(n, k, entry["group_size"], entry["rotation"], "panels")
     if len(entry["shape"]) != 1:

@@ -3,8 +3,9 @@
 Used to check the Python side against the runtime: the C++ reader
 (`open_tensor`) and the reference panel encoder (`encode_panels`,
 `codebook_int8`); and to run whole models (`NativeModel`: a bundle and the
-model library cq4p-compile built from its model.mlir). The library is $CQ4P_RUNTIME_LIB, else the source tree's
-build/lib/libcq4p_runtime.so; the enumerations come from the C header.
+model library cq4p-compile built from its model.mlir). The library is
+$CQ4P_RUNTIME_LIB, else the source tree's build/lib/libcq4p_runtime.so; the
+enumerations come from the C header.
 """
 
 import ctypes

@@ -357,8 +357,9 @@ def test_a_legacy_bundle_gets_its_graph_once_upgraded(synthetic_model, tmp_path,
     status, _, err = run(capsys, "convert", "--model", checkpoint, "--out", out, "--legacy",
                          "interleaved4row")
     assert status == 0, err
-    assert "model.mlir: not written: tensor model.embed_tokens.weight is a interleaved4row " \
-        "CQ4 file; the model graph needs packed panels (python -m cq4p upgrade)" in err
+    assert "model.mlir: not written: tensor model.embed_tokens.weight is CQ4 in the " \
+        "interleaved4row layout; the model graph needs packed panels (python -m cq4p " \
+        "upgrade)" in err
     assert not (out / "model.mlir").exists()
     up.upgrade(str(out))
     manifest = bd.read_manifest(str(out))
@@ -416,3 +417,26 @@ def test_a_text_prompt_needs_a_tokenizer(synthetic_model, capsys):
     status, _, err = run(capsys, "check-model", "--bundle", bundle, "--library", "unused.so",
                          "--prompt-ids", "1 x")
     assert status == 2 and "--prompt-ids: expected integers, found '1 x'" in err
+
+
+def test_a_sentencepiece_tokenizer_encodes_and_decodes(synthetic_model, tmp_path):
+    spm = pytest.importorskip("sentencepiece")
+    from cq4p import generate as gn
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(["the quick brown fox jumps over the lazy dog",
+                               "a model of four bit weights runs on arm cores",
+                               "every layer adds to the residual stream"] * 20))
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "tokenizer"),
+                                   vocab_size=60, model_type="bpe")
+    checkpoint, _, _ = synthetic_model("llama")
+    source = tmp_path / "model"
+    shutil.copytree(checkpoint, source)
+    shutil.copy(tmp_path / "tokenizer.model", source / "tokenizer.model")
+    cv.convert(str(source), str(tmp_path / "bundle"), progress=open(os.devnull, "w"))
+    bundle = str(tmp_path / "bundle")
+    ids = gn.prompt_ids(bundle, prompt="the lazy fox")
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "tokenizer.model"))
+    assert ids == [processor.bos_id()] + processor.encode("the lazy fox")
+    assert gn.detokenize(bundle, ids[1:]) == "the lazy fox"
+    (tmp_path / "bundle" / "tokenizer_config.json").write_text('{"add_bos_token": false}')
+    assert gn.prompt_ids(bundle, prompt="the lazy fox") == ids[1:]
