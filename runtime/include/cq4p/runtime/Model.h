@@ -154,7 +154,8 @@ public:
   /// maxNewTokens ids are produced (the last one is not decoded) or the
   /// callback stops it. Everything is checked first: the prompt's ids, the
   /// sampling options, and that the prompt and the decoded tokens fit the
-  /// context.
+  /// context. Only logits the sampler refuses (NaN, +inf) can stop it
+  /// later, with the ids so far delivered and the position where it was.
   Status generate(const int64_t *prompt, int64_t promptCount,
                   int64_t maxNewTokens, const SamplingOptions &sampling,
                   TokenCallback callback, void *context,
