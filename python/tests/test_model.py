@@ -15,6 +15,7 @@ from cq4p import bundle as bd
 from cq4p import convert as cv
 from cq4p import files as fl
 from cq4p import ir
+from cq4p import reference as rf
 from cq4p import safetensors as st
 from cq4p import synthetic
 from cq4p import upgrade as up
@@ -183,6 +184,19 @@ def test_model_spec_defaults_and_variants():
     # sqrt(640) = 25.298 rounds to bf16 25.25, as Gemma's embedding scale does.
     assert arch.model_spec(dict(gemma, hidden_size=640)).embedding_scale == 25.25
 
+    # Newer configs keep the rotary settings in rope_parameters.
+    newer = dict(llama, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    assert {(layer.theta, layer.scaling) for layer in arch.model_spec(newer).layers} == \
+        {(500000.0, 1.0)}
+    assert rf.Config(newer).ropes == [(500000.0, 1.0)] * 2
+    per_type = dict(gemma, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    expected = [(1e4, 1.0), (1e4, 1.0), (1e6, 4.0)] * 2
+    assert [(layer.theta, layer.scaling) for layer in arch.model_spec(per_type).layers] == \
+        expected
+    assert rf.Config(per_type).ropes == expected
+
 
 def test_a_text_only_gemma3_wrapper_converts_with_its_tensor_names(synthetic_model, tmp_path):
     checkpoint, bundle, config = synthetic_model("gemma3")
@@ -199,6 +213,9 @@ def test_a_text_only_gemma3_wrapper_converts_with_its_tensor_names(synthetic_mod
     assert '{cq4p.tensor = "language_model.model.embed_tokens.weight"}' in graph
     body = lambda text: text[text.index(") -> tensor<"):]  # noqa: E731
     assert body(graph).split("\n", 1)[1] == body(graph_of(bundle)).split("\n", 1)[1]
+    ids = synthetic.prompt(config, 12, seed=0)
+    np.testing.assert_array_equal(rf.Reference.from_bundle(str(tmp_path / "bundle")).forward(ids),
+                                  rf.Reference.from_bundle(str(bundle)).forward(ids))
 
 
 def test_mistral_window_reaches_every_attention(synthetic_model, tmp_path):
