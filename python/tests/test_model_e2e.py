@@ -14,6 +14,8 @@ import pytest
 
 from cq4p import __main__ as cli
 from cq4p import bundle as bd
+from cq4p import check as ck
+from cq4p import convert as cv
 from cq4p import generate as gn
 from cq4p import native
 from cq4p import reference as rf
@@ -174,3 +176,21 @@ def test_generate_and_check_model_commands(compiled, capsys):
     status = cli.main(["generate", "--bundle", bundle, "--library", library, "--prompt-ids",
                        "1 2 100000"])
     assert status == 2 and "token id 100000 at index 2 >= vocab 512" in capsys.readouterr().err
+
+
+def test_check_runs_every_tensor_through_a_model_library(tmp_path):
+    # vocab 384: no other linear shares the lm_head's shape, whose library
+    # kernel is then the one-row GEMV alone.
+    checkpoint, bundle = str(tmp_path / "checkpoint"), str(tmp_path / "bundle")
+    synthetic.write_model(checkpoint, "llama", synthetic.default_shape("llama", vocab=384,
+                                                                       layers=1))
+    cv.convert(checkpoint, bundle, progress=open(os.devnull, "w"))
+    library = compile_model(bundle, str(tmp_path / "libmodel.so"))
+    results = ck.check_bundle(bundle, library, rows=3)
+    assert {name for name, _, _ in results} == {
+        "model.embed_tokens.weight", "lm_head.weight"} | {
+        f"model.layers.0.{part}.weight" for part in (
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    for name, kind, error in results:
+        assert error < ck.TOLERANCE, (name, kind, error)
