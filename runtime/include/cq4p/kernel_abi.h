@@ -131,7 +131,8 @@ typedef struct cq4p_kernel_table {
  * Model steps (ABI version 3).
  *
  * A library compiled from a bundle's model graph (model.mlir with a
- * `@forward` function) also exports `cq4p_model`, describing two compiled
+ * `@forward` function) also exports `cq4p_model_steps` (a cq4p_model_desc;
+ * not `cq4p_model`, the C API's handle type in cq4p.h), describing two compiled
  * step functions:
  *   - prefill: `rows` tokens (1 <= rows <= prefill_chunk) at positions
  *     [position, position + rows): appends their keys and values to the KV
@@ -144,7 +145,7 @@ typedef struct cq4p_kernel_table {
  * (results do not depend on the split) and returns when all have run.
  *===----------------------------------------------------------------------===*/
 
-#define CQ4P_MODEL_SYMBOL "cq4p_model"
+#define CQ4P_MODEL_SYMBOL "cq4p_model_steps"
 
 /* What a binding is: the runtime fills cq4p_step_args.bindings[i] with a
  * `const cq4p_weight_view *` for a CQ4 binding and with the tensor file's

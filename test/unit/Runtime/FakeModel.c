@@ -189,7 +189,7 @@ static const cq4p_model_binding kBindings[] = {
 #define FEATURES 0
 #endif
 
-EXPORT const cq4p_model_desc cq4p_model = {
+EXPORT const cq4p_model_desc cq4p_model_steps = {
     CQ4P_KERNEL_ABI_VERSION,
     sizeof(kBindings) / sizeof(kBindings[0]),
     kBindings,

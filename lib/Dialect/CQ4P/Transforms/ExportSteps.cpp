@@ -16,7 +16,7 @@
 //     cq4p_gemv_512x512_gs128(args->bindings[3], args->workspace + 0, ...,
 //                             args->rows, begin, end)
 //
-// Then `cq4p_model` describes the steps (kernel_abi.h, cq4p_model_desc).
+// Then `cq4p_model_steps` describes the steps (kernel_abi.h, cq4p_model_desc).
 //
 //===----------------------------------------------------------------------===//
 

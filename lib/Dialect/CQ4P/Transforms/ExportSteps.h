@@ -8,7 +8,7 @@
 namespace mlir::cq4p {
 
 /// Lowers the module's `cq4p.step` ops (cq4p-lower-model) to the step
-/// functions and the `cq4p_model` descriptor of kernel_abi.h; the kernels'
+/// functions and the `cq4p_model_steps` descriptor of kernel_abi.h; the kernels'
 /// C-ABI entries must exist. A module without steps is left alone.
 LogicalResult exportModelSteps(ModuleOp module, uint32_t targetId,
                                uint64_t features);
