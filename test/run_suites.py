@@ -48,6 +48,9 @@ def main():
         env["CQ4P_" + tool[len("cq4p-"):].upper()] = str(build / "bin" / tool)
     env["PYTHONPATH"] = str(SOURCE / "python")
     env["CQ4P_RUNTIME_LIB"] = str(build / "lib" / "libcq4p_runtime.so")
+    # Whole models on AArch64 (python/tests/test_model_aarch64.py): the
+    # cross-built cq4p-run under QEMU 11.1.
+    env["CQ4P_AARCH64_RUN"] = str(build / "aarch64" / "bin" / "cq4p-run")
 
     suites = [
         ("lit", [str(LLVM_BIN / "lit"), "-sv", str(build / "test"),

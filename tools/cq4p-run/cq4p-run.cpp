@@ -89,6 +89,7 @@ struct Options {
   int64_t maxNewTokens = 32;
   ModelOptions model;
   SamplingOptions sampling;
+  std::string logitsOut; ///< --logits-out: every step's logits, fp32
   std::vector<std::string> tensorFlags, modelFlags; ///< given, for conflicts
 };
 
@@ -97,7 +98,8 @@ int usage(const std::string &message) {
                "cq4p-run: %s\nusage: cq4p-run --bundle DIR --library LIB "
                "--prompt-ids \"ID ...\" [-n N] [--threads T] [--context C] "
                "[--prefill-chunk N] [--temperature t] [--top-k k] [--top-p p] "
-               "[--seed s] [--backend auto|neon|sme2] [--sme2-library LIB]\n"
+               "[--seed s] [--logits-out FILE] [--backend auto|neon|sme2] "
+               "[--sme2-library LIB]\n"
                "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
@@ -255,11 +257,40 @@ int runModel(const Options &options, const Bundle &bundle) {
 
   std::vector<int64_t> ids(size_t(options.maxNewTokens));
   GenerateStats stats;
-  if (Status status = model->generate(
-          options.promptIds.data(), int64_t(options.promptIds.size()),
-          options.maxNewTokens, options.sampling, ids.data(), &stats);
-      !status)
-    return refuse(status.message());
+  // With --logits-out, each sampled token's logits (the prompt's last, then
+  // every decode step's) are appended to the file as raw little-endian fp32,
+  // vocab values per step: what tests compare across backends bit for bit.
+  struct Sink {
+    Model *model;
+    std::vector<int64_t> *ids;
+    FILE *file;
+    bool failed;
+  } sink{model.get(), &ids, nullptr, false};
+  if (!options.logitsOut.empty()) {
+    sink.file = std::fopen(options.logitsOut.c_str(), "wb");
+    if (!sink.file)
+      return refuse("--logits-out " + options.logitsOut + ": cannot create: " +
+                    std::strerror(errno));
+  }
+  Model::TokenCallback record = [](void *context, int64_t index, int64_t id) {
+    auto *sink = static_cast<Sink *>(context);
+    (*sink->ids)[size_t(index)] = id;
+    if (sink->file) {
+      size_t vocab = size_t(sink->model->vocab());
+      sink->failed |= std::fwrite(sink->model->logits(), sizeof(float), vocab,
+                                  sink->file) != vocab;
+    }
+    return !sink->failed;
+  };
+  Status generated = model->generate(
+      options.promptIds.data(), int64_t(options.promptIds.size()),
+      options.maxNewTokens, options.sampling, record, &sink, &stats);
+  if (sink.file && std::fclose(sink.file) != 0)
+    sink.failed = true;
+  if (!generated)
+    return refuse(generated.message());
+  if (sink.failed)
+    return refuse("--logits-out " + options.logitsOut + ": write failed");
   std::printf("ids:");
   for (int64_t i = 0; i < stats.generatedTokens; ++i)
     std::printf(" %lld", (long long)ids[size_t(i)]);
@@ -289,7 +320,8 @@ int main(int argc, char **argv) {
       options.tensorFlags.push_back(arg);
     if (arg == "-n" || arg == "--max-new-tokens" || arg == "--context" ||
         arg == "--prefill-chunk" || arg == "--temperature" ||
-        arg == "--top-k" || arg == "--top-p" || arg == "--seed")
+        arg == "--top-k" || arg == "--top-p" || arg == "--seed" ||
+        arg == "--logits-out")
       options.modelFlags.push_back(arg);
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
         arg == "--input" || arg == "--output" || arg == "--sme2-library") {
@@ -340,6 +372,11 @@ int main(int argc, char **argv) {
       if (!text || !parseInt(text, 0, 1 << 30, number))
         return badValue(arg, text, "an integer in [0, 1073741824]");
       options.maxNewTokens = number;
+    } else if (arg == "--logits-out") {
+      const char *text = value();
+      if (!text || !*text)
+        return usage("--logits-out needs a file name");
+      options.logitsOut = text;
     } else if (arg == "--context") {
       const char *text = value();
       if (!text || !parseInt(text, 0, kMaxInt64, number))

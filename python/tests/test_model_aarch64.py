@@ -1,0 +1,88 @@
+"""Whole models on AArch64: the same bundle compiled for aarch64-neon and
+aarch64-sme2, run by the cross-built cq4p-run under QEMU 11.1 (SME2 with a
+512-bit streaming vector length).
+
+- greedy tokens equal the numpy oracle's on the dequantized weights;
+- every step's logits are within the model tolerance of the oracle's;
+- NEON and SME2 logits are equal bit for bit (the SME2 library computes the
+  same int32 partials in its streaming leaves and shares every fp32 step);
+- a prompt longer than the prefill chunk (full chunks plus a tail).
+
+Needs $CQ4P_AARCH64_RUN (build/aarch64/bin/cq4p-run), $CQ4P_QEMU and the
+cross sysroot; test/run_suites.py sets them for the aarch64 build.
+"""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from cq4p import generate as gn
+from cq4p import reference as rf
+from cq4p import tools
+
+CHUNK = 16
+PROMPT_TOKENS = 40  # two full chunks and a tail of 8
+NEW_TOKENS = 12
+SYSROOT = "/usr/aarch64-linux-gnu"
+CPU = {"aarch64-neon": "max", "aarch64-sme2": "max,sme-default-vector-length=64"}
+
+RUNNER = os.environ.get("CQ4P_AARCH64_RUN")
+QEMU = os.environ.get("CQ4P_QEMU")
+pytestmark = pytest.mark.skipif(
+    not (RUNNER and QEMU and os.path.exists(RUNNER) and os.path.exists(QEMU)),
+    reason="needs the aarch64 build's cq4p-run ($CQ4P_AARCH64_RUN) and QEMU 11.1 ($CQ4P_QEMU)")
+
+
+def run_on_aarch64(bundle, target, work, prompt):
+    library = os.path.join(work, f"model-{target}.so")
+    compiled = subprocess.run(
+        [tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"), f"--target={target}",
+         f"--prefill-chunk={CHUNK}", "-o", library], capture_output=True, text=True, check=False)
+    assert compiled.returncode == 0, compiled.stderr
+    logits_file = os.path.join(work, f"logits-{target}.bin")
+    if target == "aarch64-sme2":
+        backend = ["--sme2-library", library, "--backend", "sme2"]
+    else:
+        backend = ["--backend", "neon"]
+    command = [QEMU, "-L", SYSROOT, "-cpu", CPU[target], RUNNER, "--bundle", bundle,
+               "--library", library, *backend, "--prompt-ids", " ".join(map(str, prompt)),
+               "-n", str(NEW_TOKENS), "--threads", "2", "--logits-out", logits_file]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    if target == "aarch64-sme2":
+        assert "(SME2)" in result.stderr, result.stderr
+    ids_line = next(line for line in result.stdout.splitlines() if line.startswith("ids:"))
+    ids = [int(token) for token in ids_line.split()[1:]]
+    logits = np.fromfile(logits_file, dtype="<f4")
+    return ids, logits
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_model, tmp_path):
+    _, bundle, config = synthetic_model(arch)
+    vocab = config["vocab_size"]
+    prompt = [(5 * i + 2) % vocab for i in range(PROMPT_TOKENS)]
+
+    oracle = rf.Reference.from_bundle(str(bundle))
+    expected_ids, expected_logits = [], []
+    step = oracle.prefill(prompt)[-1]
+    for _ in range(NEW_TOKENS):
+        expected_logits.append(step)
+        expected_ids.append(int(np.argmax(step)))
+        step = oracle.decode(expected_ids[-1])
+
+    results = {target: run_on_aarch64(str(bundle), target, str(tmp_path), prompt)
+               for target in CPU}
+    for target, (ids, logits) in results.items():
+        assert ids == expected_ids, f"{target}: {ids} != oracle {expected_ids}"
+        logits = logits.reshape(NEW_TOKENS, vocab)
+        for number, (got, want) in enumerate(zip(logits, expected_logits)):
+            error = np.max(np.abs(got - want)) / np.std(want)
+            assert error <= gn.LOGIT_TOLERANCE, (
+                f"{target} step {number}: max |diff| / std {error:.4f} > {gn.LOGIT_TOLERANCE}")
+    neon, sme2 = results["aarch64-neon"][1], results["aarch64-sme2"][1]
+    assert neon.shape == sme2.shape
+    differing = int(np.count_nonzero(neon.view(np.uint32) != sme2.view(np.uint32)))
+    assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"
