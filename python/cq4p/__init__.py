@@ -19,3 +19,6 @@ dequantized model (`cq4p.reference`); synthetic checkpoints of each
 architecture (`cq4p.synthetic`); running a compiled model and checking it
 against the oracle (`cq4p.generate`).
 """
+
+# The package's version, the CMake project's (CMakeLists.txt; a test checks both).
+__version__ = "0.1.0"

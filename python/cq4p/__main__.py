@@ -1,8 +1,15 @@
-"""python -m cq4p {convert, upgrade, inspect, synthetic, margin, check, generate,
-check-model}."""
+"""cq4p (or python -m cq4p) {convert, upgrade, inspect, synthetic, margin, check,
+generate, check-model}."""
 
 import argparse
+import os
 import sys
+
+from cq4p import locate
+
+# Every command needs numpy: a Python without it gets one line naming the fix
+# (here, before the modules below import it).
+locate.require_numpy()
 
 from cq4p import bundle as bd
 from cq4p import check as ck
@@ -15,6 +22,7 @@ from cq4p import reference as rf
 from cq4p import synthetic
 from cq4p import tools
 from cq4p import upgrade as up
+from cq4p import __version__
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -107,8 +115,11 @@ def _check(args):
 
 
 def parser():
-    main_parser = argparse.ArgumentParser(prog="python -m cq4p",
+    # `cq4p` is the installed command; `python -m cq4p` runs this file.
+    prog = "python -m cq4p" if os.path.basename(sys.argv[0]) == "__main__.py" else "cq4p"
+    main_parser = argparse.ArgumentParser(prog=prog,
                                           description="CQ4 bundles and the models they hold")
+    main_parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = main_parser.add_subparsers(dest="command", required=True)
 
     convert = commands.add_parser("convert", help="a safetensors checkpoint -> a cq4p bundle")

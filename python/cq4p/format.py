@@ -9,7 +9,9 @@ enumerations).
 import re
 from pathlib import Path
 
-_INCLUDE = Path(__file__).resolve().parent.parent.parent / "runtime" / "include" / "cq4p"
+# The package's include/: in the source tree a link to runtime/include/cq4p,
+# in an installed package a copy of its C headers (pyproject.toml).
+_INCLUDE = Path(__file__).resolve().parent / "include"
 HEADER = _INCLUDE / "format.h"
 # The runtime's C API: its enumerations (status codes, layouts, regions).
 API_HEADER = _INCLUDE / "cq4p.h"

@@ -4,8 +4,8 @@ Used to check the Python side against the runtime: the C++ reader
 (`open_tensor`) and the reference panel encoder (`encode_panels`,
 `codebook_int8`); and to run whole models (`NativeModel`: a bundle and the
 model library cq4p-compile built from its model.mlir). The library is
-$CQ4P_RUNTIME_LIB, else the source tree's build/lib/libcq4p_runtime.so; the
-enumerations come from the C header.
+$CQ4P_RUNTIME_LIB, else found under $CQ4P_PREFIX, the source tree's build or
+an install prefix (cq4p.locate); the enumerations come from the C header.
 """
 
 import ctypes
@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from cq4p import format as fmt
+from cq4p import locate
 from cq4p import panels as pn
 
-LIBRARY_VARIABLE = "CQ4P_RUNTIME_LIB"
-DEFAULT_LIBRARY = (Path(__file__).resolve().parent.parent.parent / "build" / "lib"
-                   / "libcq4p_runtime.so")
+LIBRARY_VARIABLE = locate.RUNTIME_VARIABLE
 API = fmt.load(fmt.API_HEADER)
 ERROR_BUFFER_BYTES = 4096
 
@@ -79,7 +78,10 @@ class TensorInfo(ctypes.Structure):
 
 
 def library_path():
-    return Path(os.environ.get(LIBRARY_VARIABLE) or DEFAULT_LIBRARY)
+    try:
+        return Path(locate.runtime_library())
+    except locate.NotFoundError as error:
+        raise LibraryNotFoundError(str(error)) from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,11 +1,8 @@
 """Drives cq4p's command-line tools (no MLIR Python bindings are packaged)."""
 
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent.parent
+from cq4p import locate
 
 
 class ToolError(RuntimeError):
@@ -13,14 +10,12 @@ class ToolError(RuntimeError):
 
 
 def find_tool(name):
-    """The path of a cq4p tool: $CQ4P_<NAME>, the source tree's build/bin,
-    then PATH."""
-    variable = "CQ4P_" + name.upper().replace("CQ4P-", "").replace("-", "_")
-    candidates = [os.environ.get(variable), str(_ROOT / "build" / "bin" / name), shutil.which(name)]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise ToolError(f"{name} not found: set {variable} or build it with scripts/build")
+    """The path of a cq4p tool: $CQ4P_<NAME>, $CQ4P_PREFIX, the source tree's
+    build, this Python's prefix, then PATH (cq4p.locate)."""
+    try:
+        return locate.tool(name)
+    except locate.NotFoundError as error:
+        raise ToolError(str(error)) from None
 
 
 def run_opt(ir, *options):
