@@ -76,20 +76,179 @@ def write_manifest(directory, content):
         raise
 
 
-def read_manifest(directory):
-    path = os.path.join(directory, MANIFEST)
+# The runtime's limits (runtime/include/cq4p/runtime/Bundle.h, Json.cpp).
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_JSON_DEPTH = 64
+MAX_SHAPE_DIMS = 8
+DTYPES = ("CQ4", "FP16", "FP32")
+
+
+def _refuse_duplicates(pairs):
+    names = set()
+    for key, _ in pairs:
+        if key in names:
+            raise _JsonRefusal(f"duplicate member name \"{key}\"")
+        names.add(key)
+    return dict(pairs)
+
+
+def _refuse_constant(name):
+    raise _JsonRefusal(f"{name} is not JSON")
+
+
+class _JsonRefusal(ValueError):
+    pass
+
+
+def _depth(value):
+    """Nesting depth of a parsed document, the top value at 0 (the
+    runtime's reader refuses a value deeper than MAX_JSON_DEPTH)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((member, depth + 1) for member in item.values())
+        elif isinstance(item, list):
+            stack.extend((member, depth + 1) for member in item)
+    return deepest
+
+
+def _read_manifest_text(directory, path):
+    """The bytes of manifest.json, read as the runtime reads them: a regular
+    file directly in the bundle, not a symbolic link, bounded in size."""
+    from cq4p import files as fl  # files imports nothing of bundles
     try:
-        with open(path) as handle:
-            content = json.load(handle)
+        fd = fl.open_regular(path, confined=True)
+    except fl.FormatError as error:
+        raise BundleError(str(error)) from None
     except OSError as error:
-        raise BundleError(f"{path}: cannot read: {error.strerror}") from error
+        raise BundleError(f"{path}: cannot open: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise BundleError(f"{path}: size: expected at most {MAX_MANIFEST_BYTES} bytes, "
+                              f"found {size}")
+        return handle.read(MAX_MANIFEST_BYTES + 1)
+
+
+def read_manifest(directory):
+    """manifest.json, checked as the runtime's Bundle::open checks it (the
+    same rules in the same order, the same wording), before any tensor
+    file is touched. Raises BundleError."""
+    path = os.path.join(directory, MANIFEST)
+    raw = _read_manifest_text(directory, path)
+    try:
+        text = raw.decode("utf-8")
+        content = json.loads(text, object_pairs_hook=_refuse_duplicates,
+                             parse_constant=_refuse_constant)
+    except UnicodeDecodeError as error:
+        raise BundleError(f"{path}: invalid JSON: not UTF-8 at byte {error.start}") from None
+    except _JsonRefusal as error:
+        raise BundleError(f"{path}: invalid JSON: {error}") from None
     except json.JSONDecodeError as error:
-        raise BundleError(f"{path}: not JSON ({error})") from error
-    if not isinstance(content, dict) or content.get("format") != FORMAT_NAME:
-        raise BundleError(f"{path}: expected format {FORMAT_NAME!r}, found "
-                          f"{content.get('format') if isinstance(content, dict) else content!r}")
-    if content.get("version") != VERSION:
-        raise BundleError(f"{path}: expected version {VERSION}, found {content.get('version')!r}")
-    if not isinstance(content.get("tensors"), list):
-        raise BundleError(f"{path}: no tensor list")
+        raise BundleError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: "
+                          f"{error.msg}") from None
+    except RecursionError:
+        raise BundleError(f"{path}: invalid JSON: nesting deeper than "
+                          f"{MAX_JSON_DEPTH}") from None
+    if _depth(content) > MAX_JSON_DEPTH:
+        raise BundleError(f"{path}: invalid JSON: nesting deeper than {MAX_JSON_DEPTH}")
+    _check_manifest(path, content)
     return content
+
+
+def _is_integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_manifest(path, content):
+    def refuse(message):
+        raise BundleError(f"{path}: {message}")
+
+    if not isinstance(content, dict):
+        refuse("expected a JSON object at the top")
+    if content.get("format") != FORMAT_NAME:
+        refuse(f"format: expected \"{FORMAT_NAME}\"")
+    version = content.get("version")
+    if not _is_integer(version) or version != VERSION:
+        refuse(f"version: expected {VERSION}, found "
+               f"{version if isinstance(version, (int, float)) else 'none'}")
+    tensors = content.get("tensors")
+    if not isinstance(tensors, list):
+        refuse("tensors: expected an array")
+    if "model_digest" in content and (not isinstance(content["model_digest"], str)
+                                      or not content["model_digest"]):
+        refuse("model_digest: expected a non-empty string")
+    if "config" in content and not isinstance(content["config"], dict):
+        refuse("config: expected an object")
+    names = set()
+    for i, entry in enumerate(tensors):
+        entry = entry if isinstance(entry, dict) else {}
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            refuse(f"tensors[{i}]: expected a non-empty \"name\"")
+        where = f"tensor '{name}'"
+        if name in names:
+            refuse(f"{where}: listed twice")
+        names.add(name)
+        if not _plain_file_name(entry.get("file")):
+            refuse(f"{where}: expected \"file\" to be a file name inside the bundle")
+        if entry.get("dtype") not in DTYPES:
+            refuse(f"{where}: expected \"dtype\" CQ4, FP16 or FP32")
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_SHAPE_DIMS:
+            refuse(f"{where}: expected \"shape\" to list 1 to 8 dimensions")
+        if not all(_is_integer(dim) and 0 < dim < 1 << 63 for dim in shape):
+            refuse(f"{where}: expected positive integer dimensions in \"shape\"")
+
+
+def _plain_file_name(name):
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name)
+
+
+def open_tensor(directory, entry):
+    """The validated, mapped file of a checked manifest entry, compared with
+    the entry as the runtime compares them (shape, dtype, rotation, layout).
+    Raises BundleError naming the tensor."""
+    from cq4p import files as fl
+    where = f"tensor '{entry['name']}'"
+    path = fl.resolve(directory, entry["file"])
+    if path is None:
+        raise BundleError(f"{directory}: {where}: no file for '{entry['file']}' (looked for "
+                          f"the .cq4p.weights, .cq4.weights and plain names)")
+    try:
+        tensor = fl.read_tensor(path, confined=True)
+    except fl.FormatError as error:
+        raise BundleError(f"{where}: {error}") from None
+    except OSError as error:
+        raise BundleError(f"{where}: {path}: cannot open: {error.strerror}") from None
+    try:
+        _compare(directory, where, entry, tensor)
+    except BaseException:
+        tensor.close()
+        raise
+    return tensor
+
+
+def _compare(directory, where, entry, tensor):
+    def disagree(field, manifest_value, file_value):
+        raise BundleError(f"{directory}: {where}: {field} {manifest_value} in manifest.json, "
+                          f"but {file_value} in {tensor.path}")
+
+    dims = list(tensor.dims)
+    if list(entry["shape"]) != dims:
+        disagree("shape", _shape(entry["shape"]), _shape(dims))
+    if entry["dtype"] != tensor.precision_name:
+        disagree("dtype", entry["dtype"], tensor.precision_name)
+    if tensor.precision_name == "CQ4":
+        rotation = "orthogonal" if tensor.orthogonal else "hadamard"
+        if "rotation" in entry and entry["rotation"] != rotation:
+            disagree("rotation", f"'{entry['rotation']}'", rotation)
+        if "layout" in entry and entry["layout"] != tensor.layout:
+            disagree("layout", f"'{entry['layout']}'", tensor.layout)
+
+
+def _shape(dims):
+    return "[" + ", ".join(str(d) for d in dims) + "]"

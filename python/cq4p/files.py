@@ -10,9 +10,11 @@ first field that does not follow the format, naming that field exactly as the
 runtime's C++ reader does, so the two can be compared on malformed files.
 """
 
+import errno
 import hashlib
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass
 
@@ -81,6 +83,18 @@ class FormatError(ValueError):
         self.expected = expected
         self.found = found
         super().__init__(f"{path}: {field}: expected {expected}, found {found}")
+
+
+class FileKindError(FormatError):
+    """A path that is not a regular file (or is a symbolic link where a
+    bundle's file must not be one); worded as the runtime words it."""
+
+    def __init__(self, path, what):
+        super().__init__(path, "file", "a regular file", what)
+        self.args = (f"{path}: {what}",)
+
+    def __str__(self):
+        return self.args[0]
 
 
 def align_up(value, alignment):
@@ -659,10 +673,47 @@ def _check_contents(tensor):
                       f"row {int(unequal[0])} differs" if unequal.size else "")
 
 
-def read_tensor(path):
+def open_regular(path, confined=False):
+    """A read-only descriptor of the regular file at `path`, opened without
+    blocking and checked before a byte is read, so a FIFO or a device is
+    refused instead of hanging or being read without end. With `confined`
+    (a bundle's file) a symbolic link is refused too. Raises OSError, or
+    FormatError naming the path (the runtime's runtime/src/SafeOpen.h)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    if confined:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if confined and error.errno == errno.ELOOP:
+            raise FileKindError(path, "a symbolic link; a bundle's files must be regular "
+                                "files inside its directory") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileKindError(path, f"{_file_kind(mode)}, expected a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _file_kind(mode):
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_tensor(path, confined=False):
     """Maps and validates a tensor file read-only; raises FormatError at the
-    first field that does not follow the format."""
-    with open(path, "rb") as handle:
+    first field that does not follow the format. `confined`: a bundle's
+    file, refused if it is a symbolic link."""
+    with os.fdopen(open_regular(path, confined), "rb") as handle:
         file_bytes = os.fstat(handle.fileno()).st_size
         raw = handle.read(fmt.CQ4P_EXTENDED_HEADER_BYTES)
         raw = raw + bytes(fmt.CQ4P_EXTENDED_HEADER_BYTES - len(raw))
@@ -708,12 +759,29 @@ def file_stem(logical_name):
     return logical_name[:-len(PLAIN_SUFFIX)]
 
 
+def is_plain_file_name(name):
+    """True when `name` can only name a file directly inside a directory
+    (the runtime's isPlainFileName)."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name)
+
+
 def resolve(directory, logical_name):
     """The file a loader opens for `<stem>.weights`: `<stem>.cq4p.weights`,
-    then `<stem>.cq4.weights`, then the plain name (None if none exists)."""
-    stem = file_stem(logical_name)
-    for name in (stem + PANEL_SUFFIX, stem + LEGACY_SUFFIX, logical_name):
+    then `<stem>.cq4.weights`, then the plain name (None if none exists).
+    A candidate present as a symbolic link, a FIFO or a device is returned,
+    so that opening it (read_tensor(..., confined=True)) refuses it by name
+    rather than falling through to the next candidate. A name that is not a
+    plain file name is a ValueError."""
+    if not is_plain_file_name(logical_name):
+        raise ValueError(f"file {logical_name!r}: expected a file name inside the bundle")
+    stem = (logical_name[:-len(PLAIN_SUFFIX)] if logical_name.endswith(PLAIN_SUFFIX)
+            and len(logical_name) > len(PLAIN_SUFFIX) else None)
+    names = ([stem + PANEL_SUFFIX, stem + LEGACY_SUFFIX] if stem else []) + [logical_name]
+    for name in names:
         candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate):
+        if os.path.lexists(candidate):
             return candidate
     return None
+
+

@@ -17,6 +17,7 @@ KG_K = fmt.CQ4P_KG_BLOCK_K
 KG_BYTES = fmt.CQ4P_KG_BLOCK_BYTES
 LEVELS = fmt.CQ4P_CODEBOOK_LEVELS
 INT8_MAX = 127
+CB_SCALE_FLOOR = np.float32(1e-10)
 
 
 def num_super_blocks(n):
@@ -36,11 +37,13 @@ def is_panel_group_size(gs):
 
 
 def codebook_int8(codebook_f16):
-    """(cb_i8 int8 [16], cb_scale float32) of a stored fp16 codebook.
+    """(cb_i8 int8 [16], cb_scale float32) of a stored fp16 codebook, as the
+    format's original engine derives them (FORMAT.md section 6):
 
-    cb_scale = fp32(max |fp32(cb)|) / 127 in fp32; cb_i8 = round_half_even
-    (fp32(cb) / cb_scale). A codebook with max |value| 0 (or a non-finite
-    value) has no int8 form.
+    cb_scale = max(fp32(max |fp32(cb)|) / 127, 1e-10) in fp32,
+    inv = fp32(1 / cb_scale), cb_i8 = round_half_away_from_zero(fp32(cb * inv))
+    (C's roundf). A codebook with max |value| 0 (or a non-finite value) has
+    no int8 form.
     """
     levels = np.asarray(codebook_f16, dtype=np.float16).astype(np.float32)
     if levels.shape != (LEVELS,):
@@ -50,9 +53,18 @@ def codebook_int8(codebook_f16):
     largest = np.max(np.abs(levels))
     if largest == 0:
         raise ValueError("codebook max |value| is 0")
-    cb_scale = np.float32(largest) / np.float32(INT8_MAX)
-    cb_i8 = np.rint(levels / cb_scale).astype(np.int8)
-    return cb_i8, np.float32(cb_scale)
+    cb_scale = max(np.float32(largest) / np.float32(INT8_MAX), CB_SCALE_FLOOR)
+    inv = np.float32(1) / cb_scale
+    scaled = levels * inv
+    return round_half_away(scaled).clip(-128, INT8_MAX).astype(np.int8), np.float32(cb_scale)
+
+
+def round_half_away(values):
+    """C's roundf on fp32 values: ties away from zero. The + 0.5 runs in
+    float64, where it is exact for every fp32 (in fp32, 0.49999997 + 0.5
+    would round up to 1)."""
+    values = np.asarray(values, dtype=np.float32).astype(np.float64)
+    return np.copysign(np.floor(np.abs(values) + 0.5), values)
 
 
 def canonical_index_map(cb_i8):

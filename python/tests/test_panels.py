@@ -53,15 +53,42 @@ def test_channels_past_n_are_zero():
     assert np.all(folded[0, 0, :10] == 0.5) and not folded[0, 0, 10:].any()
 
 
-def test_codebook_int8_rounds_half_to_even_in_fp32():
-    # max 127 -> cb_scale 1.0 exactly; x.5 levels round to even.
-    codebook = np.array([-127, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5] + [10] * 7 + [127],
+def test_codebook_int8_rounds_ties_away_from_zero():
+    # max 127 -> cb_scale 1.0 exactly, inv 1.0; x.5 levels round away from
+    # zero as C's roundf does (FORMAT.md section 6): 18.5 -> 19, not 18.
+    codebook = np.array([-127, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 18.5] + [10] * 7 + [127],
                         dtype=np.float16)
     cb_i8, cb_scale = pn.codebook_int8(codebook)
     assert cb_scale == np.float32(1.0)
-    assert list(cb_i8[:8]) == [-127, -2, -2, 0, 0, 2, 2, 4]
+    assert list(cb_i8[:8]) == [-127, -3, -2, -1, 1, 2, 3, 19]
     with pytest.raises(ValueError, match="max"):
         pn.codebook_int8(np.zeros(16, dtype=np.float16))
+
+
+# (max level, level, int8): the level times fp32(1 / cb_scale) is exactly
+# 63.5 in fp32 (-> 64) where level / cb_scale is 63.499996 (-> 63), and the
+# other way round; a division would give the other answer in both.
+RECIPROCAL_CASES = [(0.1292724609375, 0.06463623046875, 64),
+                    (0.14892578125, 0.074462890625, 63)]
+
+
+@pytest.mark.parametrize("largest, level, expected", RECIPROCAL_CASES)
+def test_codebook_int8_multiplies_by_the_reciprocal(largest, level, expected):
+    codebook = np.array([largest, level, -level] + [0] * 13, dtype=np.float16)
+    assert float(codebook[0]) == largest and float(codebook[1]) == level
+    cb_i8, cb_scale = pn.codebook_int8(codebook)
+    assert cb_scale == np.float32(largest) / np.float32(127)
+    assert list(cb_i8[:3]) == [127, expected, -expected]
+
+
+@pytest.mark.parametrize("largest, level, expected", RECIPROCAL_CASES)
+def test_native_codebook_int8_agrees_on_ties(largest, level, expected):
+    codebook = np.array([largest, level, -level, 18.5 * largest / 127] + [0] * 12,
+                        dtype=np.float16)
+    cb_i8, cb_scale = pn.codebook_int8(codebook)
+    c_i8, c_scale = native.codebook_int8(codebook)
+    assert list(c_i8[:3]) == [127, expected, -expected]
+    assert np.array_equal(cb_i8, c_i8) and cb_scale.tobytes() == c_scale.tobytes()
 
 
 def test_canonical_indices_merge_equal_int8_levels():

@@ -3,19 +3,81 @@
 #include "cq4p/runtime/Bundle.h"
 
 #include "Json.h"
+#include "SafeOpen.h"
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace cq4p::runtime {
 namespace {
 
-bool isRegularFile(const std::string &path) {
+/// Whether `name` exists in the directory open as `directoryFd`, in any
+/// form: a symbolic link or a FIFO counts, so that the loader refuses it by
+/// name instead of falling through to the next candidate.
+bool existsIn(int directoryFd, const std::string &name) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::fstatat(directoryFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/// The candidate names a logical `<stem>.weights` resolves to, in order.
+std::vector<std::string> weightFileCandidates(const std::string &logicalFile) {
+  static const std::string kSuffix = ".weights";
+  std::vector<std::string> candidates;
+  if (logicalFile.size() > kSuffix.size() &&
+      logicalFile.compare(logicalFile.size() - kSuffix.size(), kSuffix.size(),
+                          kSuffix) == 0) {
+    std::string stem = logicalFile.substr(0, logicalFile.size() - kSuffix.size());
+    candidates.push_back(stem + ".cq4p.weights");
+    candidates.push_back(stem + ".cq4.weights");
+  }
+  candidates.push_back(logicalFile);
+  return candidates;
+}
+
+/// The first candidate present in the directory, or "".
+std::string resolveIn(int directoryFd, const std::string &logicalFile) {
+  for (const std::string &candidate : weightFileCandidates(logicalFile))
+    if (existsIn(directoryFd, candidate))
+      return candidate;
+  return "";
+}
+
+/// Closes a descriptor when it goes out of scope.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+/// Reads the whole of an open regular file of `size` bytes; a file that
+/// grows or shrinks while it is read is an error, not a partial document.
+Status readWhole(int fd, const std::string &path, uint64_t size,
+                 std::string &text) {
+  text.assign(size, '\0');
+  uint64_t got = 0;
+  while (got <= size) {
+    char extra;
+    char *target = got < size ? &text[got] : &extra;
+    size_t want = got < size ? size_t(size - got) : 1;
+    ssize_t count = ::read(fd, target, want);
+    if (count < 0 && errno == EINTR)
+      continue;
+    if (count < 0)
+      return Status(CQ4P_ERROR_IO, path + ": cannot read: " + std::strerror(errno));
+    if (count == 0)
+      break;
+    got += uint64_t(count);
+  }
+  if (got != size)
+    return Status(CQ4P_ERROR_IO, path + ": changed while read: expected " +
+                                     std::to_string(size) + " bytes, read " +
+                                     std::to_string(got));
+  return Status::ok();
 }
 
 std::string formatShape(const uint64_t *dims, size_t count) {
@@ -43,32 +105,18 @@ const char *layoutName(uint32_t layout) {
   }
 }
 
-/// A manifest file name must stay inside the bundle directory.
-bool isPlainFileName(const std::string &name) {
-  return !name.empty() && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos && name != "." && name != "..";
-}
-
 } // namespace
 
 std::string Bundle::resolveWeightFile(const std::string &directory,
                                       const std::string &logicalFile) {
-  static const std::string kSuffix = ".weights";
-  std::vector<std::string> candidates;
-  if (logicalFile.size() > kSuffix.size() &&
-      logicalFile.compare(logicalFile.size() - kSuffix.size(), kSuffix.size(),
-                          kSuffix) == 0) {
-    std::string stem = logicalFile.substr(0, logicalFile.size() - kSuffix.size());
-    candidates.push_back(stem + ".cq4p.weights");
-    candidates.push_back(stem + ".cq4.weights");
-  }
-  candidates.push_back(logicalFile);
-  for (const std::string &candidate : candidates) {
-    std::string path = directory + "/" + candidate;
-    if (isRegularFile(path))
-      return path;
-  }
-  return "";
+  if (!isPlainFileName(logicalFile))
+    return "";
+  int directoryFd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directoryFd < 0)
+    return "";
+  FdCloser closer{directoryFd};
+  std::string name = resolveIn(directoryFd, logicalFile);
+  return name.empty() ? "" : directory + "/" + name;
 }
 
 const BundleTensor *Bundle::find(const std::string &name) const {
@@ -88,14 +136,36 @@ std::optional<int64_t> Bundle::configInteger(const std::string &key) const {
 Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) {
   out.reset();
   std::string manifestPath = directory + "/manifest.json";
-  std::ifstream stream(manifestPath, std::ios::binary);
-  if (!stream)
+  // Every file is opened relative to this descriptor, so a directory
+  // renamed or replaced while the bundle opens cannot redirect the reads.
+  int directoryFd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directoryFd < 0)
     return Status(CQ4P_ERROR_NOT_FOUND,
-                  manifestPath + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << stream.rdbuf();
+                  directory + ": cannot open the bundle directory: " +
+                      std::strerror(errno));
+  FdCloser directoryCloser{directoryFd};
+  std::string text;
+  {
+    int fd = -1;
+    uint64_t size = 0;
+    if (!existsIn(directoryFd, "manifest.json"))
+      return Status(CQ4P_ERROR_NOT_FOUND,
+                    manifestPath + ": cannot open: " + std::strerror(errno));
+    if (Status status = openRegularFile(directoryFd, "manifest.json",
+                                        manifestPath, true, fd, size);
+        !status)
+      return status;
+    FdCloser closer{fd};
+    if (size > kMaxManifestBytes)
+      return Status(CQ4P_ERROR_FORMAT,
+                    manifestPath + ": size: expected at most " +
+                        std::to_string(kMaxManifestBytes) + " bytes, found " +
+                        std::to_string(size));
+    if (Status status = readWhole(fd, manifestPath, size, text); !status)
+      return status;
+  }
   json::Value manifest;
-  if (Status status = json::parse(manifestPath, text.str(), manifest); !status)
+  if (Status status = json::parse(manifestPath, text, manifest); !status)
     return status;
 
   auto refuse = [&](const std::string &message) {
@@ -168,16 +238,16 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
       tensor.shape.push_back(static_cast<uint64_t>(dim.integer));
     }
 
-    tensor.resolvedPath = resolveWeightFile(directory, tensor.logicalFile);
-    if (tensor.resolvedPath.empty()) {
-      std::string stem = tensor.logicalFile;
+    std::string resolved = resolveIn(directoryFd, tensor.logicalFile);
+    if (resolved.empty())
       return Status(CQ4P_ERROR_NOT_FOUND,
                     directory + ": " + where + ": no file for '" +
                         tensor.logicalFile +
                         "' (looked for the .cq4p.weights, .cq4.weights and "
                         "plain names)");
-    }
-    if (Status status = TensorFile::open(tensor.resolvedPath, tensor.file);
+    tensor.resolvedPath = directory + "/" + resolved;
+    if (Status status = TensorFile::openAt(directoryFd, resolved,
+                                           tensor.resolvedPath, true, tensor.file);
         !status)
       return Status(status.code(), where + ": " + status.message());
 

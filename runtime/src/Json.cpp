@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <set>
 
 namespace cq4p::runtime::json {
 
@@ -99,6 +100,7 @@ private:
 
   Status objectValue(Value &out, int depth) {
     out.kind = Value::Kind::Object;
+    std::set<std::string> names;
     ++pos_;
     skipSpace();
     if (pos_ < text_.size() && text_[pos_] == '}') {
@@ -110,8 +112,15 @@ private:
       if (pos_ >= text_.size() || text_[pos_] != '"')
         return error("expected a member name");
       std::string key;
+      size_t keyStart = pos_;
       if (Status status = stringValue(key); !status)
         return status;
+      // Readers that took the first or the last of two equal names would
+      // act on different files; RFC 8259 leaves it open, so it is refused.
+      if (!names.insert(key).second) {
+        pos_ = keyStart;
+        return error("duplicate member name \"" + key + "\"");
+      }
       skipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':')
         return error("expected ':'");

@@ -1,7 +1,8 @@
 //===- Json.h - a small strict JSON reader for manifest.json ----*- C++ -*-===//
 //
 // Enough JSON for a bundle manifest, strictly: RFC 8259 syntax, a nesting
-// limit, integers kept exact up to 2^63. Errors are Status values naming the
+// limit, no duplicate member names, integers kept exact up to 2^63. Errors
+// are Status values naming the
 // line and column.
 //
 //===----------------------------------------------------------------------===//

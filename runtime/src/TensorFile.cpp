@@ -16,6 +16,7 @@
 
 #include "cq4p/runtime/TensorFile.h"
 
+#include "SafeOpen.h"
 #include "fp16.h"
 
 #include <cerrno>
@@ -399,22 +400,18 @@ Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
 
 Status TensorFile::open(const std::string &path,
                         std::unique_ptr<TensorFile> &out) {
+  return openAt(AT_FDCWD, path, path, /*noFollow=*/false, out);
+}
+
+Status TensorFile::openAt(int directoryFd, const std::string &name,
+                          const std::string &path, bool noFollow,
+                          std::unique_ptr<TensorFile> &out) {
   out.reset();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status(CQ4P_ERROR_IO,
-                  path + ": cannot open: " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int error = errno;
-    ::close(fd);
-    return Status(CQ4P_ERROR_IO, path + ": cannot stat: " + std::strerror(error));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status(CQ4P_ERROR_IO, path + ": not a regular file");
-  }
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  int fd = -1;
+  uint64_t size = 0;
+  if (Status status = openRegularFile(directoryFd, name, path, noFollow, fd, size);
+      !status)
+    return status;
   const uint8_t *base = nullptr;
   if (size > 0) {
     void *mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -2,6 +2,8 @@
 
 #include "cq4p/runtime/WeightView.h"
 
+#include <cstring>
+
 #include <cstdint>
 #include <vector>
 
@@ -122,7 +124,21 @@ Status WeightView::bind(const std::string &path, const cq4p_tensor_info &info,
   } else {
     view_.left_signs = reinterpret_cast<const int8_t *>(as(CQ4P_REGION_LEFT_SIGNS));
     view_.right_signs = reinterpret_cast<const int8_t *>(as(CQ4P_REGION_RIGHT_SIGNS));
-    view_.permutation = reinterpret_cast<const uint32_t *>(as(CQ4P_REGION_PERMUTATION));
+    // The permutation drives addresses (z[j] = w[perm[j]]): the kernels read
+    // the view's own copy, checked after copying, so a file rewritten in
+    // place after validation changes no address a kernel computes.
+    if (groupSize > CQ4P_PANEL_MAX_GROUP_SIZE)
+      return formatError(path, "group_size",
+                         "at most " + str(CQ4P_PANEL_MAX_GROUP_SIZE) +
+                             " for a Hadamard panel file",
+                         str(groupSize));
+    std::memcpy(permutation_, as(CQ4P_REGION_PERMUTATION), groupSize * 4);
+    for (uint64_t j = 0; j < groupSize; ++j)
+      if (permutation_[j] >= groupSize)
+        return formatError(path, "permutation",
+                           "values below " + str(groupSize),
+                           str(permutation_[j]) + " at " + str(j));
+    view_.permutation = permutation_;
   }
   return Status::ok();
 }

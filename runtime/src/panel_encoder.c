@@ -32,6 +32,7 @@ int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                        float *cb_scale, char *error, size_t error_size) {
   float levels[CQ4P_CODEBOOK_LEVELS];
   float max_abs = 0.0f;
+  float inv;
   int i;
   if (codebook_f16 == NULL)
     return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
@@ -49,10 +50,13 @@ int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
     return fail(CQ4P_ERROR_FORMAT, error, error_size,
                 "codebook: expected a level other than zero, found all 16 "
                 "levels zero");
-  /* fp32 throughout; nearbyintf rounds half to even in the default mode. */
-  *cb_scale = max_abs / 127.0f;
+  /* FORMAT.md section 6, as the format's original engine does it: fp32
+     throughout, a multiply by the fp32 reciprocal (not a division) and
+     roundf's ties away from zero, so a level at exactly 18.5 gives 19. */
+  *cb_scale = fmaxf(max_abs / 127.0f, 1e-10f);
+  inv = 1.0f / *cb_scale;
   for (i = 0; i < CQ4P_CODEBOOK_LEVELS; ++i) {
-    float scaled = nearbyintf(levels[i] / *cb_scale);
+    float scaled = roundf(levels[i] * inv);
     if (scaled > 127.0f)
       scaled = 127.0f;
     if (scaled < -128.0f)

@@ -4,12 +4,18 @@
 #include "TestFiles.h"
 
 #include "cq4p/runtime/Bundle.h"
+#include "cq4p/runtime/WeightView.h"
 
 #include "fp16.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fcntl.h>
 #include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace cq4p::runtime;
 using namespace cq4p::test;
@@ -200,6 +206,125 @@ TEST_F(BundleTest, ManifestErrorsSayWhere) {
   status = open(bundle);
   EXPECT_NE(status.message().find("nesting deeper than 64"), std::string::npos)
       << status.message();
+}
+
+
+// --- hostile bundles: every entry stays inside the bundle directory --------
+
+class HostileBundleTest : public BundleTest {
+protected:
+  void SetUp() override {
+    BundleTest::SetUp();
+    // A valid tensor outside the bundle: had a reader followed an entry to
+    // it, the bundle would open, so each refusal proves it was not used.
+    ASSERT_TRUE(writeBytes(outside.file("victim.weights"), fp16File({3, 5})));
+  }
+  /// Opens the bundle, expecting a refusal whose message holds `needle`.
+  void expectRefused(cq4p_code code, const std::string &needle) {
+    std::unique_ptr<Bundle> bundle;
+    Status status = open(bundle);
+    EXPECT_EQ(status.code(), code) << status.message();
+    EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
+    EXPECT_FALSE(bundle);
+    std::ifstream victim(outside.file("victim.weights"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(victim)), {});
+    std::vector<uint8_t> expected = fp16File({3, 5});
+    EXPECT_EQ(bytes, std::string(expected.begin(), expected.end()));
+  }
+  std::string normEntry(const std::string &file) {
+    return R"({"name": "layers.0.norm", "file": ")" + file +
+           R"(", "shape": [3, 5], "dtype": "FP16"})";
+  }
+  TempDir outside;
+};
+
+TEST_F(HostileBundleTest, DotDotAndAbsoluteNamesAreRefused) {
+  for (std::string file : {"../victim.weights", "a/../../victim.weights", "..",
+                           "/etc/passwd", "sub/x.weights"}) {
+    writeText(dir.file("manifest.json"), manifest(normEntry(file)));
+    expectRefused(CQ4P_ERROR_FORMAT, "tensor 'layers.0.norm': expected \"file\" to be a "
+                                     "file name inside the bundle");
+  }
+}
+
+TEST_F(HostileBundleTest, SymbolicLinksAreRefusedByName) {
+  ASSERT_EQ(::symlink(outside.file("victim.weights").c_str(),
+                      dir.file("link.weights").c_str()), 0);
+  writeText(dir.file("manifest.json"), manifest(normEntry("link.weights")));
+  expectRefused(CQ4P_ERROR_FORMAT, "tensor 'layers.0.norm': " + dir.file("link.weights") +
+                                       ": a symbolic link");
+  // A link shadowing a legacy name is refused, not skipped for the next one.
+  ASSERT_EQ(::symlink("/etc/passwd", dir.file("layers.0.norm.cq4.weights").c_str()), 0);
+  writeText(dir.file("manifest.json"), manifest(kNorm));
+  expectRefused(CQ4P_ERROR_FORMAT, "layers.0.norm.cq4.weights: a symbolic link");
+  ::unlink(dir.file("layers.0.norm.cq4.weights").c_str());
+
+  writeText(outside.file("manifest.json"), manifest(kNorm));
+  ::unlink(dir.file("manifest.json").c_str());
+  ASSERT_EQ(::symlink(outside.file("manifest.json").c_str(),
+                      dir.file("manifest.json").c_str()), 0);
+  expectRefused(CQ4P_ERROR_FORMAT, "manifest.json: a symbolic link");
+}
+
+TEST_F(HostileBundleTest, FifosAndDevicesAreRefusedWithoutReading) {
+  // Opened without O_NONBLOCK, each of these would block forever.
+  ASSERT_EQ(::mkfifo(dir.file("fifo.weights").c_str(), 0600), 0);
+  writeText(dir.file("manifest.json"), manifest(normEntry("fifo.weights")));
+  expectRefused(CQ4P_ERROR_IO, "tensor 'layers.0.norm': " + dir.file("fifo.weights") +
+                                   ": a FIFO, expected a regular file");
+  ASSERT_EQ(::mkfifo(dir.file("manifest.json.fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::rename(dir.file("manifest.json.fifo").c_str(),
+                     dir.file("manifest.json").c_str()), 0);
+  expectRefused(CQ4P_ERROR_IO, "manifest.json: a FIFO, expected a regular file");
+
+  std::unique_ptr<TensorFile> file;
+  Status status = TensorFile::open("/dev/zero", file);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_IO);
+  EXPECT_EQ(status.message(), "/dev/zero: a character device, expected a regular file");
+}
+
+TEST_F(HostileBundleTest, DuplicateMemberNamesAreRefused) {
+  writeText(dir.file("manifest.json"),
+            manifest(R"({"name": "layers.0.norm", "file": "layers.0.norm.weights",
+                         "file": "../victim.weights", "shape": [3, 5], "dtype": "FP16"})"));
+  expectRefused(CQ4P_ERROR_FORMAT, "manifest.json:2:26: invalid JSON: duplicate member "
+                                   "name \"file\"");
+  writeText(dir.file("manifest.json"),
+            R"({"format": "cq4p-bundle", "version": 1, "version": 2, "tensors": []})");
+  expectRefused(CQ4P_ERROR_FORMAT, "duplicate member name \"version\"");
+}
+
+TEST_F(HostileBundleTest, OversizedManifestIsRefusedBeforeItIsRead) {
+  writeText(dir.file("manifest.json"), manifest(kNorm));
+  ASSERT_EQ(::truncate(dir.file("manifest.json").c_str(),
+                       off_t(Bundle::kMaxManifestBytes + 1)), 0);
+  expectRefused(CQ4P_ERROR_FORMAT, "manifest.json: size: expected at most 16777216 bytes, "
+                                   "found 16777217");
+}
+
+TEST_F(BundleTest, PermutationRewrittenInPlaceChangesNoAddress) {
+  // The documented contract: a file changed in place while open changes the
+  // mapped values (MAP_PRIVATE shares unmodified pages with the file) but
+  // never the permutation the kernels index with, which the view copied.
+  writeText(dir.file("manifest.json"), manifest(kQProj));
+  std::unique_ptr<Bundle> bundle;
+  ASSERT_TRUE(open(bundle));
+  const TensorFile &file = *bundle->find("layers.0.q_proj")->file;
+  WeightView view;
+  ASSERT_TRUE(view.bind(file));
+  ByteSpan permutation = file.region(CQ4P_REGION_PERMUTATION);
+  std::vector<uint32_t> before(128);
+  std::memcpy(before.data(), permutation.data, 512);
+  std::vector<uint8_t> hostile(512, 0xFF);
+  int fd = ::open(dir.file("layers.0.q_proj.cq4p.weights").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, hostile.data(), hostile.size(),
+                     off_t(permutation.data - file.region(CQ4P_REGION_DATA).data) +
+                         off_t(file.info().data_offset)),
+            ssize_t(hostile.size()));
+  ::close(fd);
+  EXPECT_EQ(permutation.data[0], 0xFF); // the mapping sees the new bytes
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), view.view().permutation));
 }
 
 } // namespace

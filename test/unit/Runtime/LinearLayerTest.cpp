@@ -425,8 +425,10 @@ TEST_F(LinearLayerTest, WeightViewPointsIntoTheMapping) {
   EXPECT_EQ(v.panels, file->region(CQ4P_REGION_DATA).data);
   EXPECT_EQ(static_cast<const void *>(v.norm_panels),
             file->region(CQ4P_REGION_NORM_PANELS).data);
-  EXPECT_EQ(static_cast<const void *>(v.permutation),
-            file->region(CQ4P_REGION_PERMUTATION).data);
+  // The permutation drives addresses: the view holds its own copy.
+  ByteSpan permutation = file->region(CQ4P_REGION_PERMUTATION);
+  EXPECT_NE(static_cast<const void *>(v.permutation), permutation.data);
+  EXPECT_EQ(std::memcmp(v.permutation, permutation.data, permutation.size), 0);
   EXPECT_EQ(v.rotation, nullptr);
   // cb_i8 of the pre-scaled Lloyd-Max codebook: the levels rounded.
   const int8_t expected[16] = {-127, -96, -75, -58, -44, -31, -18, -6,

@@ -130,20 +130,48 @@ TEST(PanelEncoder, CanonicalisesIndicesWithEqualInt8Levels) {
   EXPECT_EQ(cbI8[6], -10);
 }
 
-TEST(PanelEncoder, RoundsCodebookHalfToEven) {
+TEST(PanelEncoder, RoundsCodebookTiesAwayFromZero) {
+  // max 127: cb_scale and its reciprocal are 1.0, so x.5 levels are exact
+  // ties, which FORMAT.md section 6 rounds away from zero (C's roundf).
   std::vector<uint16_t> codebook(16, 0);
   codebook[0] = exactHalf(127.0f);
   codebook[1] = exactHalf(2.5f);
   codebook[2] = exactHalf(-3.5f);
   codebook[3] = exactHalf(0.5f);
+  codebook[4] = exactHalf(18.5f);
   int8_t cbI8[16];
   float cbScale = 0;
   char error[128];
   ASSERT_EQ(cq4p_codebook_int8(codebook.data(), cbI8, &cbScale, error, sizeof(error)), CQ4P_OK);
   EXPECT_EQ(cbI8[0], 127);
-  EXPECT_EQ(cbI8[1], 2);
+  EXPECT_EQ(cbI8[1], 3);
   EXPECT_EQ(cbI8[2], -4);
-  EXPECT_EQ(cbI8[3], 0);
+  EXPECT_EQ(cbI8[3], 1);
+  EXPECT_EQ(cbI8[4], 19);
+}
+
+TEST(PanelEncoder, ScalesCodebookByTheFp32Reciprocal) {
+  // max 0.1292724609375: level 0.06463623046875 times fp32(1 / cb_scale) is
+  // 63.5 exactly in fp32 (-> 64), where a division gives 63.499996 (-> 63).
+  // With max 0.14892578125 it is the other way round: 63.499996 -> 63.
+  struct Case {
+    float largest, level;
+    int expected;
+  };
+  for (Case c : {Case{0.1292724609375f, 0.06463623046875f, 64},
+                 Case{0.14892578125f, 0.074462890625f, 63}}) {
+    std::vector<uint16_t> codebook(16, 0);
+    codebook[0] = exactHalf(c.largest);
+    codebook[1] = exactHalf(c.level);
+    codebook[2] = exactHalf(-c.level);
+    int8_t cbI8[16];
+    float cbScale = 0;
+    char error[128];
+    ASSERT_EQ(cq4p_codebook_int8(codebook.data(), cbI8, &cbScale, error, sizeof(error)), CQ4P_OK);
+    EXPECT_EQ(cbScale, c.largest / 127.0f);
+    EXPECT_EQ(cbI8[1], c.expected) << c.largest;
+    EXPECT_EQ(cbI8[2], -c.expected) << c.largest;
+  }
 }
 
 TEST(PanelEncoder, RefusesBadArgumentsWithTheNumbers) {

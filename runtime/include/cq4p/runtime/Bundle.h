@@ -7,6 +7,21 @@
 // bundle maps and validates every tensor and refuses, by name, a tensor that
 // is missing or whose file disagrees with the manifest.
 //
+// The bundle is confined to its directory (docs/TRUST.md): manifest.json and
+// every tensor file are plain names opened relative to the directory, never
+// through a symbolic link, and only as regular files (a FIFO or a device is
+// refused before it is read); a manifest with a duplicate member name or
+// larger than kMaxManifestBytes is refused. Python's reader applies the
+// same rules (python/cq4p/bundle.py).
+//
+// Files must not change while a bundle is open: the tensors are the files'
+// own pages, mapped read-only. A file rewritten in place changes what the
+// kernels read (never where: the runtime keeps its own copy of every index
+// that drives an address); a file truncated under the mapping makes reads
+// past its new end fault (SIGBUS) and cannot be detected by the runtime.
+// Writers replace files by renaming a new one into place, which leaves an
+// open bundle's mapping intact.
+//
 // Besides the tensors, the manifest may carry `model_digest` (the digest a
 // model library's steps were compiled for; older bundles have none) and
 // `config` (the checkpoint's configuration), of which the integer members
@@ -41,12 +56,17 @@ struct BundleTensor {
 class Bundle {
 public:
   static constexpr int kManifestVersion = 1;
+  /// manifest.json larger than this is refused before it is read (a
+  /// manifest lists tensors: a few hundred bytes each).
+  static constexpr uint64_t kMaxManifestBytes = 16u << 20;
 
   /// Reads `directory`/manifest.json and maps every tensor.
   static Status open(const std::string &directory, std::unique_ptr<Bundle> &out);
 
   /// The file a logical `<stem>.weights` name resolves to in `directory`,
-  /// or an empty string when none of the candidates exists.
+  /// or an empty string when none of the candidates exists (or the name is
+  /// not a plain file name). A candidate that exists as a symbolic link, a
+  /// FIFO or a device is returned, so that opening refuses it by name.
   static std::string resolveWeightFile(const std::string &directory,
                                        const std::string &logicalFile);
 

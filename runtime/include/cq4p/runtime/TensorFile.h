@@ -42,8 +42,17 @@ Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
 
 class TensorFile {
 public:
-  /// Maps `path` read-only and validates it.
+  /// Maps `path` read-only and validates it. A FIFO, a device or anything
+  /// else that is not a regular file is refused before it is read.
   static Status open(const std::string &path, std::unique_ptr<TensorFile> &out);
+
+  /// As open, for `name` relative to the directory open as `directoryFd`
+  /// (AT_FDCWD: the working directory); with `noFollow` a symbolic link is
+  /// refused. `path` names the file in messages. Bundles use this so that
+  /// an entry cannot leave the bundle directory.
+  static Status openAt(int directoryFd, const std::string &name,
+                       const std::string &path, bool noFollow,
+                       std::unique_ptr<TensorFile> &out);
 
   TensorFile(const TensorFile &) = delete;
   TensorFile &operator=(const TensorFile &) = delete;

@@ -2,9 +2,12 @@
 //
 // A cq4p_weight_view (kernel_abi.h) points straight into a tensor file's
 // mapping: nothing is copied but the 16-byte int8 codebook, which is derived
-// once from the stored fp16 codebook (FORMAT.md sections 4 and 6) and lives
-// in the WeightView, so the view's cb_i8 pointer stays valid as long as the
-// WeightView does (it is neither copyable nor movable for that reason).
+// once from the stored fp16 codebook (FORMAT.md sections 4 and 6), and the
+// Hadamard permutation (at most 1 KiB), the one stored value that drives an
+// address, copied and range-checked so that a file changed in place after
+// validation cannot send a kernel out of bounds. Both live in the
+// WeightView, so the view's pointers stay valid as long as the WeightView
+// does (it is neither copyable nor movable for that reason).
 //
 // Kernels read typed data through the view (fp32 norm panels, fp16 scales
 // and rotations, u32 permutation), so every typed region must sit at an
@@ -52,6 +55,7 @@ public:
 private:
   cq4p_weight_view view_ = {};
   int8_t codebookInt8_[CQ4P_CODEBOOK_LEVELS] = {};
+  uint32_t permutation_[CQ4P_PANEL_MAX_GROUP_SIZE] = {};
   float codebookScale_ = 0.0f;
 };
 
