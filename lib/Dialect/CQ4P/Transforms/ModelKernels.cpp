@@ -23,6 +23,7 @@
 #include "llvm/ADT/bit.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -80,6 +81,20 @@ struct Emitter {
           b, loc, v, ArrayRef<int64_t>{width}, ArrayRef<int64_t>{width},
           ArrayRef<int64_t>{1});
       v = add(low, high);
+    }
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
+  }
+
+  /// The largest lane of a 16-lane vector, folded by halves.
+  Value max(Value v) {
+    for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
+      Value low = vector::ExtractStridedSliceOp::create(
+          b, loc, v, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{width},
+          ArrayRef<int64_t>{1});
+      Value high = vector::ExtractStridedSliceOp::create(
+          b, loc, v, ArrayRef<int64_t>{width}, ArrayRef<int64_t>{width},
+          ArrayRef<int64_t>{1});
+      v = arith::MaximumFOp::create(b, loc, low, high);
     }
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
   }
@@ -348,20 +363,30 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
                  {"head_end", index}};
   int64_t chunks = d / kLanes;
   int64_t group = heads / kvHeads;
+  // Keys are visited in tiles of kLanes: their scores fill one vector, so
+  // the softmax's exponentials and its running max and sum are vector ops
+  // and the online rescale happens once per tile (a flash-attention decode).
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
     Value q = args[0], keys = args[1], values = args[2], out = args[3];
     Value rows = args[4], position = args[5];
     Value headBegin = args[7], headEnd = args[8];
     Emitter e{b, loc};
+    auto laneType = VectorType::get({kLanes}, b.getI32Type());
+    SmallVector<int32_t> laneNumbers;
+    for (int32_t i = 0; i < kLanes; ++i)
+      laneNumbers.push_back(i);
+    Value lanes = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(laneType, ArrayRef<int32_t>(laneNumbers)));
+    float lowest = -std::numeric_limits<float>::infinity();
     e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
       Value p = e1.addi(position, r);
+      Value end = e1.addi(p, e1.index(1));
       Value first = e1.index(0);
       if (window > 0) {
         // Keys j > p - window: from max(0, p + 1 - window).
-        Value start = arith::SubIOp::create(b1, l1, e1.addi(p, e1.index(1)),
-                                            e1.index(window));
+        Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
         first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
       }
       e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
@@ -372,40 +397,65 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
         SmallVector<Value> qv;
         for (int64_t c = 0; c < chunks; ++c)
           qv.push_back(e2.load(q, {r, e2.addi(qBase, e2.index(c * kLanes))}));
-        auto score = [&](Emitter &em, Value j) {
-          Value acc = em.splatc(0.0f);
-          for (int64_t c = 0; c < chunks; ++c)
-            acc = em.add(acc, em.mul(qv[c], em.load(keys, {j, em.addi(kvBase, em.index(c * kLanes))})));
-          return em.mul(em.sum(acc), em.f32c(scale));
-        };
-        // Online softmax; the first key starts it (max = its score, weight 1).
-        SmallVector<Value> init = {score(e2, first), e2.f32c(1.0f)};
+        SmallVector<Value> init = {e2.f32c(lowest), e2.f32c(0.0f)};
         for (int64_t c = 0; c < chunks; ++c)
-          init.push_back(e2.load(values, {first, e2.addi(kvBase, e2.index(c * kLanes))}));
-        auto keysLoop = scf::ForOp::create(
-            b2, l2, e2.addi(first, e2.index(1)), e2.addi(p, e2.index(1)),
-            e2.index(1), init,
-            [&](OpBuilder &b3, Location l3, Value j, ValueRange state) {
+          init.push_back(e2.splatc(0.0f));
+        auto tiles = scf::ForOp::create(
+            b2, l2, first, end, e2.index(kLanes), init,
+            [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
               Emitter e3{b3, l3};
-              Value s = score(e3, j);
-              Value maxOld = state[0];
-              Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, s);
-              Value correction =
-                  math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew));
-              Value weight = math::ExpOp::create(b3, l3, e3.sub(s, maxNew));
-              SmallVector<Value> next = {
-                  maxNew, e3.add(e3.mul(state[1], correction), weight)};
-              Value corrV = e3.splat(correction), weightV = e3.splat(weight);
-              for (int64_t c = 0; c < chunks; ++c) {
-                Value v = e3.load(values, {j, e3.addi(kvBase, e3.index(c * kLanes))});
-                next.push_back(
-                    e3.add(e3.mul(state[2 + c], corrV), e3.mul(weightV, v)));
+              // Lanes past the last key are masked: their key row is
+              // clamped to the tile's first (in bounds), their weight is 0.
+              Value remaining = arith::IndexCastOp::create(
+                  b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
+              Value valid = arith::CmpIOp::create(
+                  b3, l3, arith::CmpIPredicate::slt, lanes,
+                  vector::BroadcastOp::create(b3, l3, laneType, remaining));
+              SmallVector<Value> keyRows;
+              Value scores = e3.splatc(lowest);
+              for (int64_t i = 0; i < kLanes; ++i) {
+                Value j = e3.addi(t, e3.index(i));
+                Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
+                j = arith::SelectOp::create(b3, l3, inside, j, t);
+                keyRows.push_back(j);
+                Value dot = e3.splatc(0.0f);
+                for (int64_t c = 0; c < chunks; ++c)
+                  dot = e3.add(dot, e3.mul(qv[c], e3.load(keys, {j, e3.addi(kvBase, e3.index(c * kLanes))})));
+                scores = vector::InsertOp::create(b3, l3, e3.mul(e3.sum(dot), e3.f32c(scale)),
+                                                  scores, ArrayRef<int64_t>{i});
               }
+              scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
+              Value maxOld = state[0];
+              Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
+              // exp(-inf) is taken as 0 explicitly: the polynomial exp is
+              // only meant for finite arguments.
+              Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ,
+                                                    maxOld, e3.f32c(lowest));
+              Value correction = arith::SelectOp::create(
+                  b3, l3, isFirst, e3.f32c(0.0f),
+                  math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
+              Value weights = arith::SelectOp::create(
+                  b3, l3, valid,
+                  math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew))),
+                  e3.splatc(0.0f));
+              SmallVector<Value> next = {
+                  maxNew, e3.add(e3.mul(state[1], correction), e3.sum(weights))};
+              Value corrV = e3.splat(correction);
+              SmallVector<Value> acc;
+              for (int64_t c = 0; c < chunks; ++c)
+                acc.push_back(e3.mul(state[2 + c], corrV));
+              for (int64_t i = 0; i < kLanes; ++i) {
+                Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights,
+                                                             ArrayRef<int64_t>{i}));
+                for (int64_t c = 0; c < chunks; ++c)
+                  acc[c] = e3.add(acc[c], e3.mul(w, e3.load(values, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))})));
+              }
+              next.append(acc);
               scf::YieldOp::create(b3, l3, next);
             });
-        Value inv = e2.splat(e2.div(e2.f32c(1.0f), keysLoop.getResult(1)));
+        Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(1)));
         for (int64_t c = 0; c < chunks; ++c)
-          e2.store(e2.mul(keysLoop.getResult(2 + c), inv), out,
+          e2.store(e2.mul(tiles.getResult(2 + c), inv), out,
                    {r, e2.addi(qBase, e2.index(c * kLanes))});
       });
     });
