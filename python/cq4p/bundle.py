@@ -61,6 +61,19 @@ def model_digest(config, tensors):
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_as_umask_says(path, directory=False):
+    """mkstemp and mkdtemp create owner-only files; a bundle's files get the
+    mode a plain open() or mkdir() would have given them (0666 or 0777
+    less the umask)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def write_manifest(directory, content):
     """Writes manifest.json atomically (a complete old or new manifest is
     always in place)."""
@@ -69,6 +82,7 @@ def write_manifest(directory, content):
         with os.fdopen(handle, "w") as out:
             json.dump(content, out, indent=1)
             out.write("\n")
+        share_as_umask_says(temporary)
         os.replace(temporary, os.path.join(directory, MANIFEST))
     except BaseException:
         if os.path.exists(temporary):
@@ -230,6 +244,14 @@ def open_tensor(directory, entry):
         tensor.close()
         raise
     return tensor
+
+
+def check_files(directory, manifest):
+    """Opens and compares every entry of a checked manifest, as the runtime
+    does when it opens the bundle; raises BundleError at the first that it
+    would refuse. Tools that change or run a bundle call this first."""
+    for entry in manifest["tensors"]:
+        open_tensor(directory, entry).close()
 
 
 def _compare(directory, where, entry, tensor):

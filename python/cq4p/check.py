@@ -14,7 +14,6 @@ import tempfile
 import numpy as np
 
 from cq4p import bundle as bd
-from cq4p import files as fl
 from cq4p import tools
 
 # int8 activations over 4-bit weights: about 1% relative error.
@@ -23,6 +22,15 @@ TOLERANCE = 0.02
 
 class CheckError(RuntimeError):
     """The runner refused a tensor; the message is its own."""
+
+
+def _relative_error(got, reference):
+    """||got - reference|| / ||reference||; a NaN or infinity anywhere (in
+    the output or the reference) is an infinite error, so that it fails
+    every tolerance instead of comparing false against it."""
+    with np.errstate(all="ignore"):
+        error = float(np.linalg.norm(got - reference) / np.linalg.norm(reference))
+    return error if np.isfinite(error) else float("inf")
 
 
 def _run(runner, bundle_dir, library, name, rows, input_path, output_path):
@@ -36,9 +44,11 @@ def _run(runner, bundle_dir, library, name, rows, input_path, output_path):
 
 def check_bundle(bundle_dir, library, rows=3, seed=0):
     """[(tensor, kind, relative error)] for every packed-panel CQ4 tensor,
-    run on `rows` rows (the lm_head on one)."""
-    runner = tools.find_tool("cq4p-run")
+    run on `rows` rows (the lm_head on one). Tensors are read by the rules
+    the runtime applies (cq4p.bundle.open_tensor)."""
     manifest = bd.read_manifest(bundle_dir)
+    bd.check_files(bundle_dir, manifest)
+    runner = tools.find_tool("cq4p-run")
     rng = np.random.default_rng(seed)
     results = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -47,8 +57,10 @@ def check_bundle(bundle_dir, library, rows=3, seed=0):
         for entry in manifest["tensors"]:
             if entry.get("dtype") != "CQ4" or entry.get("layout") != "panels":
                 continue
-            tensor = fl.read_tensor(fl.resolve(bundle_dir, entry["file"]))
-            weight = tensor.dequantize().astype(np.float32)
+            with bd.open_tensor(bundle_dir, entry) as tensor:
+                weight = tensor.dequantize().astype(np.float32)
+                isr = tensor.input_scale_recip.astype(np.float32)
+                scale = tensor.input_scale.astype(np.float32)
             n, k = weight.shape
             # The model graph applies the lm_head to the last row alone, so
             # a model library may hold only its one-row kernel.
@@ -59,8 +71,6 @@ def check_bundle(bundle_dir, library, rows=3, seed=0):
                 _run(runner, bundle_dir, library, entry["name"], count, input_path, output_path)
                 got = np.fromfile(output_path, dtype=np.float32).reshape(count, k)
                 # The decoder multiplies by the stored 1/s where the meaning divides by s.
-                isr = tensor.input_scale_recip.astype(np.float32)
-                scale = tensor.input_scale.astype(np.float32)
                 reference = weight[ids] * scale * isr
                 kind = "embedding"
             else:
@@ -70,6 +80,6 @@ def check_bundle(bundle_dir, library, rows=3, seed=0):
                 got = np.fromfile(output_path, dtype=np.float32).reshape(count, n)
                 reference = x @ weight.T
                 kind = "linear"
-            error = float(np.linalg.norm(got - reference) / np.linalg.norm(reference))
+            error = _relative_error(got, reference)
             results.append((entry["name"], kind, error))
     return results

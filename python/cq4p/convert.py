@@ -127,9 +127,38 @@ def checked_model(model_dir, config, entries):
     shapes = {entry.name: entry.shape for entry in entries}
     spec = arch.with_checkpoint_names(spec, shapes)
     try:
-        return spec, spec.check_tensors(shapes)
+        names = spec.check_tensors(shapes)
     except arch.ArchitectureError as error:
         raise ConvertError(f"{model_dir}: {error}") from error
+    check_tensor_names(model_dir, names)
+    return spec, names
+
+
+# Tensor names become file names and MLIR string attributes (model.mlir):
+# characters outside this set would need escaping in one or the other.
+_NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                             "0123456789_.-")
+
+
+def check_tensor_names(where, names):
+    """Refuses names that cannot be written to a bundle and model.mlir as
+    they are, and names whose files a loader would confuse: `a` resolves
+    `a.weights` to `a.cq4p.weights` first, which is the file of a tensor
+    named `a.cq4p`."""
+    files = {}
+    for name in names:
+        bad = sorted(set(name) - _NAME_CHARACTERS)
+        if not name or name.startswith(".") or bad:
+            raise ConvertError(f"{where}: tensor name {name!r}: expected letters, digits, "
+                               f"'_', '.' and '-' (not first), found "
+                               f"{', '.join(map(repr, bad)) or 'a leading dot'}")
+        stem = name
+        for candidate in (stem + fl.PANEL_SUFFIX, stem + fl.LEGACY_SUFFIX,
+                          stem + fl.PLAIN_SUFFIX):
+            other = files.setdefault(candidate, name)
+            if other != name:
+                raise ConvertError(f"{where}: tensor names {other!r} and {name!r} both "
+                                   f"resolve to the file {candidate}")
 
 
 def read_calibration(path):
@@ -248,6 +277,7 @@ def _write_atomically(directory, name, text):
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
+        bd.share_as_umask_says(temporary)
         os.replace(temporary, os.path.join(directory, name))
     except BaseException:
         if os.path.exists(temporary):
@@ -300,6 +330,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
     try:
+        bd.share_as_umask_says(temporary, directory=True)
         for name in skipped:
             print(f"{name}: skipped (the lm_head is tied to the embedding)", file=progress)
         tensors = []

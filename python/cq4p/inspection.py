@@ -78,27 +78,27 @@ def inspect_file(path, out):
 
 
 def _bundle_line(directory, record):
-    name, logical = record.get("name"), record.get("file", "")
+    """(ok, line) for a manifest entry: its file opened and compared with
+    the entry by the rules the runtime's Bundle::open applies."""
+    name = record["name"]
     try:
-        path = fl.resolve(directory, logical)
-    except ValueError as error:
-        return False, f"{name}: INVALID: {error}"
-    if path is None:
-        return False, f"{name}: MISSING: no file for {logical}"
-    try:
-        with fl.read_tensor(path) as tensor:
+        with bd.open_tensor(directory, record) as tensor:
             shape = "x".join(map(str, tensor.dims))
             kind = tensor.precision_name
             if tensor.layout != fl.DENSE:
                 rotation = "orthogonal" if tensor.orthogonal else "hadamard"
                 kind += f" {rotation} {tensor.layout} gs {tensor.group_size}"
-            return True, f"{name}: {os.path.basename(path)} {kind} {shape}"
-    except fl.FormatError as error:
+            return True, f"{name}: {os.path.basename(tensor.path)} {kind} {shape}"
+    except bd.BundleError as error:
         return False, f"{name}: INVALID: {error}"
 
 
 def inspect_bundle(directory, out):
-    manifest = bd.read_manifest(directory)
+    try:
+        manifest = bd.read_manifest(directory)
+    except bd.BundleError as error:
+        print(f"INVALID: {error}", file=out)
+        return EXIT_INVALID
     print(f"bundle: {directory} ({manifest.get('model_type')}, "
           f"{len(manifest['tensors'])} tensors)", file=out)
     failures = 0

@@ -40,6 +40,7 @@ def _write_panels(directory, stem, tensor):
     try:
         fl.write_panel_file(temporary, tensor.stored())
         fl.read_tensor(temporary).close()
+        bd.share_as_umask_says(temporary)
         os.replace(temporary, final)
     except BaseException:
         if os.path.exists(temporary):
@@ -51,15 +52,18 @@ def _write_panels(directory, stem, tensor):
 def upgrade_tensor(directory, manifest, record):
     """Upgrades one manifest entry in place; returns its Outcome."""
     name = record["name"]
-    path = fl.resolve(directory, record["file"])
-    if path is None:
-        raise bd.BundleError(f"{directory}: no file for tensor {name} ({record['file']})")
-    with fl.read_tensor(path) as tensor:
+    with bd.open_tensor(directory, record) as tensor:
+        path = tensor.path
         if tensor.layout == fl.DENSE:
             return None
         if tensor.layout == fl.PANELS:
             record["layout"], record["group_size"] = fl.PANELS, tensor.group_size
             return Outcome(name, "already panels")
+        if not tensor.orthogonal and "embed_tokens" in name:
+            # FORMAT.md section 3: panels are for non-embedding Hadamard
+            # tensors; an embedding's rows are read row by row.
+            return Outcome(name, "kept", f"{tensor.layout}: a Hadamard embedding stays "
+                                         f"row-major (panels are for non-embedding tensors)")
         rotation = "orthogonal" if tensor.orthogonal else "hadamard"
         refusal = fl.panel_refusal(rotation, tensor.k, tensor.group_size)
         if refusal:
@@ -67,17 +71,20 @@ def upgrade_tensor(directory, manifest, record):
         legacy_layout = tensor.layout
         group_size = (fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if tensor.orthogonal
                       else tensor.group_size)
-        _write_panels(directory, fl.file_stem(record["file"]), tensor)
+        final = _write_panels(directory, fl.file_stem(record["file"]), tensor)
     record["layout"], record["group_size"] = fl.PANELS, group_size
-    record["sha256"] = bd.file_sha256(fl.resolve(directory, record["file"]))
+    record["sha256"] = bd.file_sha256(final)
     bd.write_manifest(directory, manifest)
-    os.remove(path)
+    if os.path.realpath(path) != os.path.realpath(final):
+        os.remove(path)
     return Outcome(name, "upgraded", f"{legacy_layout} -> panels")
 
 
 def upgrade(directory):
     """Upgrades every legacy CQ4 file of a bundle; returns the Outcomes."""
     manifest = bd.read_manifest(directory)
+    # Nothing is written unless the runtime would open the bundle as it is.
+    bd.check_files(directory, manifest)
     outcomes = []
     for record in manifest["tensors"]:
         if record.get("dtype") != "CQ4":

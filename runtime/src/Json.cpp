@@ -305,10 +305,51 @@ private:
   size_t pos_ = 0;
 };
 
+/// The offset of the first byte that is not part of well-formed UTF-8
+/// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF),
+/// or text.size().
+size_t firstInvalidUtf8(const std::string &text) {
+  size_t i = 0, size = text.size();
+  while (i < size) {
+    auto byte = [&](size_t at) { return static_cast<unsigned char>(text[at]); };
+    unsigned char lead = byte(i);
+    size_t length;
+    unsigned char low = 0x80, high = 0xBF; // the second byte's range
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > size || byte(i + 1) < low || byte(i + 1) > high)
+      return i;
+    for (size_t k = 2; k < length; ++k)
+      if (byte(i + k) < 0x80 || byte(i + k) > 0xBF)
+        return i;
+    i += length;
+  }
+  return size;
+}
+
 } // namespace
 
 Status parse(const std::string &what, const std::string &text, Value &out) {
   out = Value();
+  // RFC 8259 documents are UTF-8; a reader that let other bytes through
+  // would hand names to the file system that another reader refuses.
+  if (size_t bad = firstInvalidUtf8(text); bad != text.size())
+    return Status(CQ4P_ERROR_FORMAT, what + ": invalid JSON: not UTF-8 at byte " +
+                                         std::to_string(bad));
   return Parser(what, text).document(out);
 }
 

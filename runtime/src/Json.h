@@ -2,8 +2,7 @@
 //
 // Enough JSON for a bundle manifest, strictly: RFC 8259 syntax, a nesting
 // limit, no duplicate member names, integers kept exact up to 2^63. Errors
-// are Status values naming the
-// line and column.
+// are Status values naming the line and column.
 //
 //===----------------------------------------------------------------------===//
 

@@ -2,11 +2,15 @@
 
 #include "cq4p/runtime/KernelLibrary.h"
 
+#include "SafeOpen.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <unistd.h>
 #include <utility>
 
@@ -98,8 +102,9 @@ std::string abiAdvice(uint32_t version) {
 std::string whyNotRunnable(uint32_t target, uint64_t features,
                            const CpuFeatures &cpu) {
   std::string name = kernelTargetName(target);
-  // Host code is built for the machine that compiled it; the ELF header
-  // check has already matched that machine to this process.
+  // Host code records its instruction set (an x86-64 level and the dot's
+  // extensions) in `features`, checked below; the ELF header check has
+  // already matched its architecture to this process.
   if (target != CQ4P_TARGET_HOST && cpu.arch != CpuArch::AArch64)
     return "targets " + name + "; this process is " + archName(cpu.arch);
   if (target == CQ4P_TARGET_AARCH64_SME2) {
@@ -119,16 +124,23 @@ std::string whyNotRunnable(uint32_t target, uint64_t features,
   return "";
 }
 
-/// Reads up to `want` bytes from the start of `path`.
-Status readFileStart(const std::string &path, uint8_t *buffer, size_t want,
-                     size_t &got) {
-  got = 0;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return libraryError(CQ4P_ERROR_IO, path,
-                        std::string("cannot open: ") + std::strerror(errno));
-  while (got < want) {
-    ssize_t count = ::read(fd, buffer + got, want - got);
+/// Reads the whole regular file `path` (at most kMaxLibraryBytes).
+Status readLibraryFile(const std::string &path, std::vector<uint8_t> &bytes) {
+  int fd = -1;
+  uint64_t size = 0;
+  if (Status status = openRegularFile(AT_FDCWD, path, path, false, fd, size);
+      !status)
+    return status;
+  if (size > kMaxLibraryBytes) {
+    ::close(fd);
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        "size: expected at most " + str(kMaxLibraryBytes) +
+                            " bytes for a kernel library, found " + str(size));
+  }
+  bytes.resize(size);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t count = ::read(fd, bytes.data() + got, size - got);
     if (count < 0 && errno == EINTR)
       continue;
     if (count < 0) {
@@ -142,6 +154,188 @@ Status readFileStart(const std::string &path, uint8_t *buffer, size_t want,
     got += size_t(count);
   }
   ::close(fd);
+  bytes.resize(got); // a file that shrank while read is checked as it is now
+  return Status::ok();
+}
+
+/// `offset + size` within `limit`, without overflow.
+bool fits(uint64_t offset, uint64_t size, uint64_t limit) {
+  return offset <= limit && size <= limit - offset;
+}
+
+std::string hex(uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof(buffer), "0x%llx",
+                static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+/// The name of a dynamic tag that makes code run at load or unload.
+const char *initTagName(int64_t tag) {
+  switch (tag) {
+  case DT_INIT: return "DT_INIT";
+  case DT_FINI: return "DT_FINI";
+  case DT_INIT_ARRAY: return "DT_INIT_ARRAY";
+  case DT_FINI_ARRAY: return "DT_FINI_ARRAY";
+  case DT_PREINIT_ARRAY: return "DT_PREINIT_ARRAY";
+  default: return nullptr;
+  }
+}
+
+/// A segment of the loaded library: [begin, end) with its PF_* flags.
+struct LoadedSegment {
+  uintptr_t begin, end;
+  uint32_t flags;
+};
+
+/// The loadable segments of the object whose load base is `base`.
+std::vector<LoadedSegment> loadedSegments(uintptr_t base) {
+  struct Search {
+    uintptr_t base;
+    std::vector<LoadedSegment> segments;
+  } search{base, {}};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) {
+        auto *search = static_cast<Search *>(data);
+        if (info->dlpi_addr != search->base || search->base == 0)
+          return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &header = info->dlpi_phdr[i];
+          if (header.p_type == PT_LOAD)
+            search->segments.push_back(
+                {info->dlpi_addr + header.p_vaddr,
+                 info->dlpi_addr + header.p_vaddr + header.p_memsz,
+                 header.p_flags});
+        }
+        return 1;
+      },
+      &search);
+  return search.segments;
+}
+
+/// Where the pointers a library's table and descriptors hold may point.
+class PointerCheck {
+public:
+  PointerCheck(const std::string &path, std::vector<LoadedSegment> segments)
+      : path_(path), segments_(std::move(segments)) {}
+
+  /// `what` (bytes bytes at pointer) lies inside one readable segment.
+  Status readable(const std::string &what, const void *pointer,
+                  uint64_t bytes) const {
+    if (const LoadedSegment *segment = find(pointer, PF_R))
+      if (fits(uintptr_t(pointer) - segment->begin, bytes,
+               segment->end - segment->begin))
+        return Status::ok();
+    return refuse(what, str(bytes) + " bytes inside the library", pointer);
+  }
+
+  /// `what` is a NUL-terminated string inside one readable segment.
+  Status string(const std::string &what, const char *pointer) const {
+    const LoadedSegment *segment = find(pointer, PF_R);
+    if (segment == nullptr ||
+        std::memchr(pointer, 0, segment->end - uintptr_t(pointer)) == nullptr)
+      return refuse(what, "a string inside the library", pointer);
+    return Status::ok();
+  }
+
+  /// `what` points into an executable segment.
+  Status code(const std::string &what, const void *pointer) const {
+    if (find(pointer, PF_X) == nullptr)
+      return refuse(what, "a function in the library's code", pointer);
+    return Status::ok();
+  }
+
+private:
+  const LoadedSegment *find(const void *pointer, uint32_t flag) const {
+    for (const LoadedSegment &segment : segments_)
+      if ((segment.flags & flag) && uintptr_t(pointer) >= segment.begin &&
+          uintptr_t(pointer) < segment.end)
+        return &segment;
+    return nullptr;
+  }
+  Status refuse(const std::string &what, const std::string &expected,
+                const void *pointer) const {
+    return libraryError(CQ4P_ERROR_FORMAT, path_,
+                        what + ": expected " + expected + ", found " +
+                            (pointer ? hex(uintptr_t(pointer)) : "null"));
+  }
+  std::string path_;
+  std::vector<LoadedSegment> segments_;
+};
+
+/// The size a library's dynamic symbol table gives the symbol at `address`
+/// (0 when the loader does not know it).
+uint64_t symbolSize(const void *address) {
+  Dl_info info;
+  void *entry = nullptr;
+  if (::dladdr1(address, &info, &entry, RTLD_DL_SYMENT) == 0 ||
+      entry == nullptr || info.dli_saddr != address)
+    return 0;
+  return static_cast<const ElfW(Sym) *>(entry)->st_size;
+}
+
+/// Every pointer of a kernel table, before any is followed.
+Status checkTablePointers(const PointerCheck &check,
+                          const cq4p_kernel_table &table) {
+  // A table of another ABI is refused by validateKernelTable by its version
+  // alone, and an oversized count by its value, without following pointers.
+  if (table.abi_version != CQ4P_KERNEL_ABI_VERSION || table.count == 0 ||
+      table.count > kMaxKernelCount)
+    return Status::ok();
+  if (Status status = check.readable(
+          "kernels", table.kernels,
+          uint64_t(table.count) * sizeof(cq4p_kernel_desc));
+      !status)
+    return status;
+  for (uint32_t i = 0; i < table.count; ++i) {
+    const cq4p_kernel_desc &kernel = table.kernels[i];
+    std::string label = "kernel " + str(i);
+    if (kernel.name != nullptr)
+      if (Status status = check.string(label + ": name", kernel.name); !status)
+        return status;
+    label = kernelLabel(i, kernel);
+    if (kernel.entry != nullptr)
+      if (Status status = check.code(label + ": entry",
+                                     reinterpret_cast<const void *>(kernel.entry));
+          !status)
+        return status;
+  }
+  return Status::ok();
+}
+
+/// Every pointer of a model descriptor, before any is followed.
+Status checkModelPointers(const PointerCheck &check,
+                          const cq4p_model_desc &model) {
+  if (model.abi_version != CQ4P_KERNEL_ABI_VERSION)
+    return Status::ok();
+  const std::pair<const char *, const void *> steps[] = {
+      {"model steps: prefill", reinterpret_cast<const void *>(model.prefill)},
+      {"model steps: decode", reinterpret_cast<const void *>(model.decode)}};
+  for (const auto &[what, pointer] : steps)
+    if (pointer != nullptr)
+      if (Status status = check.code(what, pointer); !status)
+        return status;
+  const std::pair<const char *, const char *> strings[] = {
+      {"model steps: architecture", model.architecture},
+      {"model steps: digest", model.digest}};
+  for (const auto &[what, pointer] : strings)
+    if (pointer != nullptr)
+      if (Status status = check.string(what, pointer); !status)
+        return status;
+  if (model.binding_count == 0 || model.binding_count > kMaxModelBindingCount)
+    return Status::ok();
+  if (Status status = check.readable(
+          "model steps: bindings", model.bindings,
+          uint64_t(model.binding_count) * sizeof(cq4p_model_binding));
+      !status)
+    return status;
+  for (uint32_t i = 0; i < model.binding_count; ++i)
+    if (model.bindings[i].tensor != nullptr)
+      if (Status status = check.string("model steps: binding " + str(i) +
+                                           ": tensor",
+                                       model.bindings[i].tensor);
+          !status)
+        return status;
   return Status::ok();
 }
 
@@ -198,6 +392,88 @@ Status checkElfHeader(const std::string &path, const uint8_t *bytes,
     return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
                         "ELF type: expected 3 (ET_DYN, a shared library), "
                         "found " + str(type));
+  return Status::ok();
+}
+
+Status checkElfFile(const std::string &path, const uint8_t *bytes,
+                    size_t size) {
+  if (Status status = checkElfHeader(path, bytes, size); !status)
+    return status;
+  Elf64_Ehdr header;
+  std::memcpy(&header, bytes, sizeof(header));
+  auto refuse = [&](const std::string &message) {
+    return libraryError(CQ4P_ERROR_FORMAT, path, message);
+  };
+  if (header.e_phnum == 0 || header.e_phentsize != sizeof(Elf64_Phdr))
+    return refuse("program headers: expected entries of " +
+                  str(sizeof(Elf64_Phdr)) + " bytes, found " +
+                  str(header.e_phnum) + " of " + str(header.e_phentsize));
+  if (!fits(header.e_phoff, uint64_t(header.e_phnum) * sizeof(Elf64_Phdr), size))
+    return refuse("program headers: expected " + str(header.e_phnum) +
+                  " entries at offset " + str(header.e_phoff) +
+                  " inside the file, found a file of " + str(size) +
+                  " bytes (truncated?)");
+  if (header.e_shoff != 0 &&
+      (header.e_shentsize != sizeof(Elf64_Shdr) ||
+       !fits(header.e_shoff, uint64_t(header.e_shnum) * sizeof(Elf64_Shdr), size)))
+    return refuse("section headers: expected " + str(header.e_shnum) +
+                  " entries of " + str(sizeof(Elf64_Shdr)) + " bytes at offset " +
+                  str(header.e_shoff) + " inside the file, found a file of " +
+                  str(size) + " bytes (truncated?)");
+
+  std::vector<Elf64_Phdr> loads;
+  const Elf64_Phdr *dynamic = nullptr;
+  std::vector<Elf64_Phdr> headers(header.e_phnum);
+  std::memcpy(headers.data(), bytes + header.e_phoff,
+              headers.size() * sizeof(Elf64_Phdr));
+  for (size_t i = 0; i < headers.size(); ++i) {
+    const Elf64_Phdr &segment = headers[i];
+    std::string label = "program header " + str(i);
+    if (segment.p_type != PT_LOAD && segment.p_type != PT_DYNAMIC)
+      continue;
+    if (!fits(segment.p_offset, segment.p_filesz, size))
+      return refuse(label + ": expected its " + str(segment.p_filesz) +
+                    " bytes at offset " + str(segment.p_offset) +
+                    " inside the file, found a file of " + str(size) +
+                    " bytes (truncated?)");
+    if (segment.p_type == PT_DYNAMIC) {
+      dynamic = &segment;
+      continue;
+    }
+    if (segment.p_filesz > segment.p_memsz)
+      return refuse(label + ": expected file size <= memory size (" +
+                    str(segment.p_memsz) + "), found " + str(segment.p_filesz));
+    if (!fits(segment.p_vaddr, segment.p_memsz, UINT64_MAX))
+      return refuse(label + ": address range overflows");
+    loads.push_back(segment);
+  }
+  if (loads.empty())
+    return refuse("program headers: expected a loadable segment, found none");
+  if (dynamic == nullptr)
+    return refuse("program headers: expected a dynamic section (PT_DYNAMIC), "
+                  "found none");
+
+  // The dynamic section as the loader reads it, up to DT_NULL.
+  uint64_t entries = dynamic->p_filesz / sizeof(Elf64_Dyn);
+  bool terminated = false;
+  for (uint64_t i = 0; i < entries; ++i) {
+    Elf64_Dyn entry;
+    std::memcpy(&entry, bytes + dynamic->p_offset + i * sizeof(Elf64_Dyn),
+                sizeof(entry));
+    if (entry.d_tag == DT_NULL) {
+      terminated = true;
+      break;
+    }
+    if (const char *name = initTagName(entry.d_tag))
+      return refuse(std::string("code that runs when the library is loaded or "
+                                "unloaded (") +
+                    name +
+                    "): cq4p-compile writes none, and it would run before the "
+                    "library's kernel table could be checked");
+  }
+  if (!terminated)
+    return refuse("dynamic section: expected a DT_NULL entry within its " +
+                  str(dynamic->p_filesz) + " bytes, found none");
   return Status::ok();
 }
 
@@ -493,13 +769,13 @@ Status KernelLibrary::open(const std::string &path,
 Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
                            std::unique_ptr<KernelLibrary> &out) {
   out.reset();
-  uint8_t header[kElf64HeaderBytes];
-  size_t headerBytes = 0;
-  if (Status status = readFileStart(path, header, sizeof(header), headerBytes);
-      !status)
-    return status;
-  if (Status status = checkElfHeader(path, header, headerBytes); !status)
-    return status;
+  {
+    std::vector<uint8_t> bytes;
+    if (Status status = readLibraryFile(path, bytes); !status)
+      return status;
+    if (Status status = checkElfFile(path, bytes.data(), bytes.size()); !status)
+      return status;
+  }
 
   // Without a slash dlopen would search the library path and could load a
   // different file from the one whose header was just checked.
@@ -526,7 +802,22 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
                             "` symbol: not a cq4p kernel library (" +
                             (error ? error : "the symbol is null") + ")");
   }
+  link_map *map = nullptr;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr)
+    return libraryError(CQ4P_ERROR_IO, path, "cannot find where it was loaded");
+  PointerCheck check(path, loadedSegments(map->l_addr));
+  if (Status status = check.readable(CQ4P_KERNEL_TABLE_SYMBOL, symbol,
+                                     sizeof(cq4p_kernel_table));
+      !status)
+    return status;
+  if (uint64_t size = symbolSize(symbol); size != 0 && size < sizeof(cq4p_kernel_table))
+    return libraryError(CQ4P_ERROR_FORMAT, path,
+                        std::string(CQ4P_KERNEL_TABLE_SYMBOL) + ": expected " +
+                            str(sizeof(cq4p_kernel_table)) + " bytes, found " +
+                            str(size));
   library->table_ = static_cast<const cq4p_kernel_table *>(symbol);
+  if (Status status = checkTablePointers(check, *library->table_); !status)
+    return status;
   if (Status status = validateKernelTable(path, *library->table_); !status)
     return status;
   if (Status status = checkKernelsRunnable(path, *library->table_, cpu);
@@ -537,6 +828,17 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
   dlerror();
   if (void *model = ::dlsym(handle, CQ4P_MODEL_SYMBOL)) {
     const auto *desc = static_cast<const cq4p_model_desc *>(model);
+    if (Status status = check.readable(CQ4P_MODEL_SYMBOL, model,
+                                       sizeof(cq4p_model_desc));
+        !status)
+      return status;
+    if (uint64_t size = symbolSize(model); size != 0 && size < sizeof(cq4p_model_desc))
+      return libraryError(CQ4P_ERROR_FORMAT, path,
+                          std::string(CQ4P_MODEL_SYMBOL) + ": expected " +
+                              str(sizeof(cq4p_model_desc)) + " bytes, found " +
+                              str(size));
+    if (Status status = checkModelPointers(check, *desc); !status)
+      return status;
     if (Status status = validateModelDesc(path, *desc); !status)
       return status;
     if (Status status = checkModelRunnable(path, *desc, cpu); !status)

@@ -294,6 +294,20 @@ TEST_F(HostileBundleTest, DuplicateMemberNamesAreRefused) {
   expectRefused(CQ4P_ERROR_FORMAT, "duplicate member name \"version\"");
 }
 
+TEST_F(HostileBundleTest, ManifestsThatAreNotUtf8AreRefused) {
+  // A stray byte, an overlong '/', a UTF-16 surrogate, past U+10FFFF.
+  for (std::string bad : {"\xff", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    writeText(dir.file("manifest.json"),
+              R"({"format": "cq4p-bundle", "version": 1, "tensors": [], "x": ")" + bad + "\"}");
+    expectRefused(CQ4P_ERROR_FORMAT, "manifest.json: invalid JSON: not UTF-8 at byte 61");
+  }
+  writeText(dir.file("manifest.json"),
+            R"({"format": "cq4p-bundle", "version": 1, "tensors": [], "x": "Ã©ð"})");
+  std::unique_ptr<Bundle> bundle;
+  Status status = open(bundle);
+  EXPECT_TRUE(status) << status.message();
+}
+
 TEST_F(HostileBundleTest, OversizedManifestIsRefusedBeforeItIsRead) {
   writeText(dir.file("manifest.json"), manifest(kNorm));
   ASSERT_EQ(::truncate(dir.file("manifest.json").c_str(),

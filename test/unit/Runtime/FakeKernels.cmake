@@ -24,6 +24,9 @@ function(cq4p_fake_kernel_library name)
   target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
   # No fused multiply-adds: the same rounding on the host and on aarch64.
   target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
+  # Like cq4p-compile's libraries: no start files, so no initialisers, which
+  # the runtime refuses (KernelLibrary.h).
+  target_link_options(${name} PRIVATE -nostartfiles)
   set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
                                            VISIBILITY_INLINES_HIDDEN ON)
 endfunction()
@@ -37,6 +40,7 @@ function(cq4p_fake_model_library name)
                                              ${PROJECT_SOURCE_DIR}/runtime/include)
   target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
   target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
+  target_link_options(${name} PRIVATE -nostartfiles)
   set_target_properties(${name} PROPERTIES C_VISIBILITY_PRESET hidden)
 endfunction()
 
@@ -68,6 +72,11 @@ function(cq4p_use_fake_kernels target)
   set(sme2 cq4p-fake-kernels-sme2)
   set(model cq4p-fake-model)
   if(ARG_SANITIZE)
+    # The executable's sanitizer runtime serves the libraries; without a
+    # module constructor (and so without global-variable checks) they stay
+    # free of initialisers, which the runtime refuses.
+    list(APPEND ARG_SANITIZE "SHELL:-mllvm -asan-constructor-kind=none"
+                             "SHELL:-mllvm -asan-globals=0")
     set(good cq4p-fake-kernels-sanitized)
     set(sme2 cq4p-fake-kernels-sme2-sanitized)
     set(model cq4p-fake-model-sanitized)

@@ -10,6 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <elf.h>
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iterator>
 
@@ -169,13 +173,68 @@ TEST(KernelLibrary, RefusesFilesThatAreNotLibraries) {
   ASSERT_TRUE(writeBytes(header, std::vector<uint8_t>(real.begin(), real.begin() + 30)));
   EXPECT_REFUSED(KernelLibrary::open(header, library), CQ4P_ERROR_FORMAT,
                  "truncated ELF header: expected 64 bytes, found 30");
-  // A whole header, then nothing (not even the program headers): the
-  // dynamic loader's word, passed on.
+  // A whole header, then nothing (not even the program headers): refused
+  // before dlopen, which would read past the end.
   std::string cut = dir.file("cut.so");
   ASSERT_TRUE(writeBytes(cut, std::vector<uint8_t>(real.begin(), real.begin() + 100)));
-  EXPECT_REFUSED(KernelLibrary::open(cut, library), CQ4P_ERROR_IO,
-                 "cut.so: cannot load: ");
+  EXPECT_REFUSED(KernelLibrary::open(cut, library), CQ4P_ERROR_FORMAT,
+                 "cut.so: program headers: expected ", "(truncated?)");
   EXPECT_EQ(library, nullptr);
+}
+
+TEST(KernelLibrary, RefusesEveryTruncationBeforeLoading) {
+  // Cut anywhere, a library must be refused by a message, never by a fault
+  // inside dlopen (SIGBUS on a mapped segment past the end of the file).
+  TempDir dir;
+  std::vector<uint8_t> real = readAll(CQ4P_FAKE_KERNELS_PATH);
+  std::string cut = dir.file("cut.so");
+  for (size_t size = 64; size < real.size(); size += 997) {
+    ASSERT_TRUE(writeBytes(cut, std::vector<uint8_t>(real.begin(), real.begin() + size)));
+    std::unique_ptr<KernelLibrary> library;
+    Status status = KernelLibrary::open(cut, library);
+    EXPECT_FALSE(status) << "accepted at " << size << " of " << real.size() << " bytes";
+    EXPECT_FALSE(library);
+    std::vector<uint8_t> whole(real.begin(), real.begin() + size);
+    EXPECT_FALSE(checkElfFile(cut, whole.data(), whole.size())) << size;
+  }
+}
+
+TEST(KernelLibrary, RefusesInitialisersBeforeTheyRun) {
+  // dlopen runs a library's initialisers before the runtime can check its
+  // table. The fake library has none; its first dynamic entry's tag turned
+  // into each initialiser or finaliser tag stands for one that has.
+  TempDir dir;
+  std::vector<uint8_t> real = readAll(CQ4P_FAKE_KERNELS_PATH);
+  Elf64_Ehdr header;
+  std::memcpy(&header, real.data(), sizeof(header));
+  for (size_t i = 0; i < header.e_phnum; ++i) {
+    Elf64_Phdr segment;
+    std::memcpy(&segment, real.data() + header.e_phoff + i * sizeof(segment), sizeof(segment));
+    if (segment.p_type != PT_DYNAMIC)
+      continue;
+    for (int64_t tag : {int64_t(DT_INIT), int64_t(DT_INIT_ARRAY), int64_t(DT_PREINIT_ARRAY),
+                        int64_t(DT_FINI), int64_t(DT_FINI_ARRAY)}) {
+      std::vector<uint8_t> bytes = real;
+      std::memcpy(bytes.data() + segment.p_offset, &tag, sizeof(tag));
+      std::string path = dir.file("init.so");
+      ASSERT_TRUE(writeBytes(path, bytes));
+      std::unique_ptr<KernelLibrary> library;
+      EXPECT_REFUSED(KernelLibrary::open(path, library), CQ4P_ERROR_FORMAT,
+                     "init.so: code that runs when the library is loaded or unloaded (DT_",
+                     "it would run before the library's kernel table could be checked");
+    }
+  }
+}
+
+TEST(KernelLibrary, RefusesFifosAndDevicesUnread) {
+  TempDir dir;
+  std::string fifo = dir.file("fifo.so");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::unique_ptr<KernelLibrary> library;
+  EXPECT_REFUSED(KernelLibrary::open(fifo, library), CQ4P_ERROR_IO,
+                 "fifo.so: a FIFO, expected a regular file");
+  EXPECT_REFUSED(KernelLibrary::open("/dev/zero", library), CQ4P_ERROR_IO,
+                 "/dev/zero: a character device, expected a regular file");
 }
 
 TEST(KernelLibrary, RefusesALibraryWithoutTheTable) {

@@ -4,20 +4,31 @@
 // cq4p_kernel_table (kernel_abi.h). Opening one checks, in order, before any
 // of its kernels can be called:
 //
-//   1. the ELF header (read from the file, before dlopen, so that a library
-//      for another machine is refused with a message rather than with the
-//      dynamic loader's, and none of its code runs);
+//   1. the whole file, before dlopen (checkElfFile): the ELF header, so that
+//      a library for another machine is refused with a message rather than
+//      with the dynamic loader's; the program headers, segments and dynamic
+//      section within the file, so that a truncated or malformed file is
+//      refused instead of faulting inside dlopen; and no initialisers or
+//      finalisers, so that none of its code runs before the checks below;
 //   2. dlopen (RTLD_NOW | RTLD_LOCAL: every symbol resolved now, none leaked
-//      to other libraries) and the table symbol;
-//   3. the table: ABI version, kernel count, every descriptor's fields;
-//   4. the CPU: every kernel's target and features must be runnable here;
-//   5. the optional model steps (`cq4p_model`, ABI version 3): every field
-//      of the descriptor and of its bindings, then the steps' target and
-//      features against the CPU, as for the kernels. A kernel-only library
-//      has no such symbol and model() is null.
+//      to other libraries) and the table symbol, whose size must hold a
+//      table;
+//   3. every pointer of the table before it is followed: the descriptor
+//      array and names inside the library's readable segments (names
+//      NUL-terminated there), entries inside its executable ones;
+//   4. the table: ABI version, kernel count, every descriptor's fields;
+//   5. the CPU: every kernel's target and features must be runnable here;
+//   6. the optional model steps (`cq4p_model_steps`, ABI version 3): its
+//      pointers as in 3, every field of the descriptor and of its bindings,
+//      then the steps' target and features against the CPU, as for the
+//      kernels. A kernel-only library has no such symbol and model() is null.
 //
-// Loading runs the library's own initialisers (unavoidable with dlopen);
-// kernels run only through the layers that bind them (Linear.h).
+// A kernel library is code, trusted like any shared library (docs/TRUST.md):
+// these checks refuse a damaged or foreign file, not a malicious one. A
+// descriptor can still lie about what its code does (a kernel that writes
+// past the shape it declares); only the model_digest a model library records
+// ties it to one bundle (Model::open). Kernels run only through the layers
+// that bind them (Linear.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,6 +60,19 @@ constexpr uint64_t kMaxPrefillChunk = uint64_t(1) << 20;
 /// names the file in messages.
 Status checkElfHeader(const std::string &path, const uint8_t *bytes,
                       size_t size);
+
+/// Library files larger than this are refused before they are read.
+constexpr uint64_t kMaxLibraryBytes = uint64_t(1) << 31;
+
+/// Checks a whole shared library file before dlopen maps it, so that a
+/// truncated or malformed file is refused instead of crashing the loader:
+/// the ELF header (checkElfHeader), the program headers, every loadable
+/// segment and the dynamic section inside the file, and no code that would
+/// run at load or unload (DT_INIT, DT_FINI, DT_PREINIT_ARRAY, DT_INIT_ARRAY,
+/// DT_FINI_ARRAY): cq4p-compile writes none, and a constructor would run
+/// before the runtime could check the library's table. `path` only names
+/// the file in messages.
+Status checkElfFile(const std::string &path, const uint8_t *bytes, size_t size);
 
 /// Checks a kernel table's version, count and descriptors.
 Status validateKernelTable(const std::string &path,
