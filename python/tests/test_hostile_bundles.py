@@ -236,3 +236,18 @@ def test_upgrade_writes_files_as_the_umask_says(place, capsys):
     capsys.readouterr()
     for name in ("q.cq4p.weights", "manifest.json"):
         assert os.stat(bundle / name).st_mode & 0o777 == 0o640, name
+
+
+@pytest.mark.parametrize("names, needle", [
+    (["model.layers.0.q\"proj.weight"], "found '\"'"),
+    (["model.layers.0.q\nproj.weight"], "found '\\n'"),
+    ([".hidden.weight"], "found a leading dot"),
+    (["a", "a.cq4p"], "tensor names 'a' and 'a.cq4p' both resolve to the file "
+                      "a.cq4p.weights"),
+])
+def test_convert_refuses_names_it_cannot_write(names, needle):
+    from cq4p import convert as cv
+    with pytest.raises(cv.ConvertError) as refusal:
+        cv.check_tensor_names("checkpoint", names)
+    assert needle in str(refusal.value)
+    cv.check_tensor_names("checkpoint", ["model.layers.0.self_attn.q_proj.weight", "lm_head"])

@@ -453,27 +453,82 @@ Status checkElfFile(const std::string &path, const uint8_t *bytes,
     return refuse("program headers: expected a dynamic section (PT_DYNAMIC), "
                   "found none");
 
+  auto runsAtLoad = [&](const std::string &what) {
+    return refuse("code that runs when the library is loaded or unloaded (" +
+                  what +
+                  "): cq4p-compile writes none, and it would run before the "
+                  "library's kernel table could be checked");
+  };
   // The dynamic section as the loader reads it, up to DT_NULL.
   uint64_t entries = dynamic->p_filesz / sizeof(Elf64_Dyn);
   bool terminated = false;
-  for (uint64_t i = 0; i < entries; ++i) {
+  uint64_t symtab = 0, relocations[2][2] = {}; // {address, bytes}: RELA, JMPREL
+  for (uint64_t i = 0; i < entries && !terminated; ++i) {
     Elf64_Dyn entry;
     std::memcpy(&entry, bytes + dynamic->p_offset + i * sizeof(Elf64_Dyn),
                 sizeof(entry));
-    if (entry.d_tag == DT_NULL) {
-      terminated = true;
-      break;
+    switch (entry.d_tag) {
+    case DT_NULL: terminated = true; break;
+    case DT_SYMTAB: symtab = entry.d_un.d_ptr; break;
+    case DT_RELA: relocations[0][0] = entry.d_un.d_ptr; break;
+    case DT_RELASZ: relocations[0][1] = entry.d_un.d_val; break;
+    case DT_JMPREL: relocations[1][0] = entry.d_un.d_ptr; break;
+    case DT_PLTRELSZ: relocations[1][1] = entry.d_un.d_val; break;
+    case DT_REL: return refuse("relocations: expected RELA (DT_RELA), found DT_REL");
+    default:
+      if (const char *name = initTagName(entry.d_tag))
+        return runsAtLoad(name);
     }
-    if (const char *name = initTagName(entry.d_tag))
-      return refuse(std::string("code that runs when the library is loaded or "
-                                "unloaded (") +
-                    name +
-                    "): cq4p-compile writes none, and it would run before the "
-                    "library's kernel table could be checked");
   }
   if (!terminated)
     return refuse("dynamic section: expected a DT_NULL entry within its " +
                   str(dynamic->p_filesz) + " bytes, found none");
+
+  // The file offset of `bytes` bytes at address `address`, when a loadable
+  // segment holds them in the file.
+  auto fileOffset = [&](uint64_t address, uint64_t count, uint64_t &offset) {
+    for (const Elf64_Phdr &segment : loads)
+      if (address >= segment.p_vaddr &&
+          fits(address - segment.p_vaddr, count, segment.p_filesz)) {
+        offset = segment.p_offset + (address - segment.p_vaddr);
+        return true;
+      }
+    return false;
+  };
+  // GNU indirect functions: the loader calls their resolvers while it
+  // relocates, which is code running at load as surely as a constructor.
+  const uint32_t irelative = header.e_machine == EM_AARCH64 ? R_AARCH64_IRELATIVE
+                                                            : R_X86_64_IRELATIVE;
+  for (const auto &[address, bytesOfTable] : relocations) {
+    if (bytesOfTable == 0)
+      continue;
+    uint64_t offset = 0;
+    if (!fileOffset(address, bytesOfTable, offset))
+      return refuse("relocations: expected " + str(bytesOfTable) + " bytes at " +
+                    hex(address) + " inside the file's segments, found none");
+    for (uint64_t at = 0; at + sizeof(Elf64_Rela) <= bytesOfTable;
+         at += sizeof(Elf64_Rela)) {
+      Elf64_Rela relocation;
+      std::memcpy(&relocation, bytes + offset + at, sizeof(relocation));
+      if (ELF64_R_TYPE(relocation.r_info) == irelative)
+        return runsAtLoad("an IRELATIVE relocation");
+      uint64_t index = ELF64_R_SYM(relocation.r_info);
+      uint64_t symbolOffset = 0;
+      if (index == 0)
+        continue;
+      if (index > UINT64_MAX / sizeof(Elf64_Sym) ||
+          !fileOffset(symtab + index * sizeof(Elf64_Sym), sizeof(Elf64_Sym),
+                      symbolOffset))
+        return refuse("relocations: symbol " + str(index) +
+                      " is outside the file's segments");
+      Elf64_Sym symbol;
+      std::memcpy(&symbol, bytes + symbolOffset, sizeof(symbol));
+      if (ELF64_ST_TYPE(symbol.st_info) == STT_GNU_IFUNC &&
+          symbol.st_shndx != SHN_UNDEF)
+        return runsAtLoad("a relocation to the indirect function symbol " +
+                          str(index));
+    }
+  }
   return Status::ok();
 }
 
