@@ -238,6 +238,16 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
                                       : neonFn;
   int64_t superBlocks = int64_t(this->superBlocks());
   int64_t perTask = superBlocksPerTask_;
+  // The scratch is one call's: a second call at once would overwrite it.
+  if (scratch.inUse_.exchange(true, std::memory_order_acquire))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  path() + ": run: scratch: in use by another call at the "
+                           "same time; each thread needs its own "
+                           "ActivationScratch");
+  struct Release {
+    std::atomic<bool> &inUse;
+    ~Release() { inUse.store(false, std::memory_order_release); }
+  } release{scratch.inUse_};
   int64_t tasks = ceilDiv(superBlocks, perTask);
   if (trace != nullptr) {
     trace->threads = threads;

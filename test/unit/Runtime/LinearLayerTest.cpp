@@ -20,10 +20,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 
 using namespace cq4p::runtime;
 using namespace cq4p::test;
@@ -725,3 +727,74 @@ TEST_F(LinearLayerTest, RowsTheSme2LibraryLacksRunNeonOnEveryThread) {
 }
 
 } // namespace
+
+// The thread-safety contract (Linear.h): a bound layer is shared, a scratch
+// is not. Two threads with their own scratch (and one shared pool, whose
+// loops are serialised) get what one thread gets, bit for bit; two threads
+// sharing a scratch never get a wrong result: a call that finds the scratch
+// in use is refused.
+TEST_F(LinearLayerTest, TwoThreadsWithTheirOwnScratchMatchOneThread) {
+  auto threads = pool(2);
+  auto file = openRealistic(100, 256, 128, false, 91);
+  auto layer = bindLinear(*file);
+  ASSERT_NE(layer, nullptr);
+  const int64_t rows = 3;
+  std::vector<float> x = gaussianRows(rows, 256, 92);
+  std::vector<float> expected(rows * 100);
+  ActivationScratch alone;
+  ASSERT_TRUE(layer->run(*threads, x.data(), expected.data(), rows, alone));
+
+  auto work = [&](int calls, std::vector<float> &y, int &mismatches) {
+    ActivationScratch own;
+    for (int i = 0; i < calls; ++i) {
+      std::fill(y.begin(), y.end(), -1.0f);
+      if (!layer->run(*threads, x.data(), y.data(), rows, own) ||
+          std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) != 0)
+        ++mismatches;
+    }
+  };
+  std::vector<float> y1(expected.size()), y2(expected.size());
+  int bad1 = 0, bad2 = 0;
+  std::thread first(work, 50, std::ref(y1), std::ref(bad1));
+  std::thread second(work, 50, std::ref(y2), std::ref(bad2));
+  first.join();
+  second.join();
+  EXPECT_EQ(bad1, 0);
+  EXPECT_EQ(bad2, 0);
+}
+
+TEST_F(LinearLayerTest, ASharedScratchIsRefusedNotRacedOn) {
+  auto threads = pool(1);
+  auto file = openRealistic(100, 256, 128, false, 93);
+  auto layer = bindLinear(*file);
+  ASSERT_NE(layer, nullptr);
+  const int64_t rows = 4;
+  std::vector<float> x = gaussianRows(rows, 256, 94);
+  std::vector<float> expected(rows * 100);
+  ActivationScratch shared;
+  ASSERT_TRUE(layer->run(*threads, x.data(), expected.data(), rows, shared));
+
+  std::atomic<int> wrong{0}, refused{0};
+  auto work = [&] {
+    auto own = pool(1); // separate pools: the two calls really overlap
+    std::vector<float> y(expected.size());
+    for (int i = 0; i < 200; ++i) {
+      Status status = layer->run(*own, x.data(), y.data(), rows, shared);
+      if (!status) {
+        EXPECT_NE(status.message().find(": run: scratch: in use by another call at the "
+                                        "same time; each thread needs its own "
+                                        "ActivationScratch"),
+                  std::string::npos)
+            << status.message();
+        ++refused;
+      } else if (std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) != 0) {
+        ++wrong;
+      }
+    }
+  };
+  std::thread first(work), second(work);
+  first.join();
+  second.join();
+  EXPECT_EQ(wrong.load(), 0) << refused.load() << " calls refused";
+  std::printf("  shared scratch: %d of 400 calls refused, none wrong\n", refused.load());
+}

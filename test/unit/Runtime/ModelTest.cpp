@@ -26,7 +26,7 @@
 #include <new>
 
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define CQ4P_TEST_SANITIZED 1
 #endif
 #endif

@@ -41,6 +41,14 @@
 // An EmbeddingLayer decodes rows of an orthogonal panel tensor (token
 // embeddings) through the library's EMBEDDING kernel.
 //
+// Threads (docs/TRUST.md). Once bound and configured, a layer is immutable:
+// run() is const and any number of threads may call it at once, each with
+// its own ActivationScratch, output and trace (run() refuses a scratch in use
+// by another call), sharing one ThreadPool (its loops are serialised) or
+// using their own. The results are the same bit for bit as one thread's.
+// attachSme2, setSmeWorkers and setSuperBlocksPerTask change the layer and
+// must not run while any thread runs it.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_RUNTIME_LINEAR_H
@@ -53,6 +61,7 @@
 #include "cq4p/runtime/ThreadPool.h"
 #include "cq4p/runtime/WeightView.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,8 +74,17 @@ namespace cq4p::runtime {
 /// between the two phases of a linear layer. One scratch may serve every
 /// layer that runs after another; it grows to the largest call and then
 /// never allocates again.
+///
+/// A scratch is per thread: it holds one call's activations, so two runs
+/// at once on one scratch would overwrite each other's. run() claims it for
+/// the call (one atomic exchange) and refuses a scratch another run holds,
+/// instead of computing wrong results.
 class ActivationScratch {
 public:
+  ActivationScratch() = default;
+  ActivationScratch(const ActivationScratch &) = delete;
+  ActivationScratch &operator=(const ActivationScratch &) = delete;
+
   /// Makes room for `rows` rows of `k` activations and `numGroups` scales.
   void reserve(size_t rows, size_t k, size_t numGroups);
   int8_t *activations() { return activations_.data(); }
@@ -75,8 +93,10 @@ public:
   size_t scaleCapacity() const { return scales_.size(); }
 
 private:
+  friend class LinearLayer;
   std::vector<int8_t> activations_;
   std::vector<float> scales_;
+  std::atomic<bool> inUse_{false};
 };
 
 /// What one LinearLayer::run did in phase 2, recorded only when asked for
