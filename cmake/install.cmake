@@ -39,6 +39,9 @@ install(EXPORT cq4pTargets NAMESPACE cq4p:: DESTINATION ${CQ4P_INSTALL_CMAKEDIR}
 set(CQ4P_TOOLS cq4p-run)
 if(CQ4P_ENABLE_COMPILER)
   list(APPEND CQ4P_TOOLS cq4p-opt cq4p-compile)
+  # Installed, they still load libMLIR and libLLVM from the LLVM they were
+  # built against (add_llvm_executable's install RPATH has only $ORIGIN/../lib).
+  set_property(TARGET cq4p-opt cq4p-compile APPEND PROPERTY INSTALL_RPATH ${LLVM_LIBRARY_DIR})
 endif()
 install(TARGETS ${CQ4P_TOOLS} EXPORT cq4pToolTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cq4p-tools)
