@@ -45,7 +45,7 @@ def _upgrade(args):
 
 
 def _inspect(args):
-    return inspection.inspect(args.path, sys.stdout)
+    return inspection.inspect(args.path, sys.stdout, deep=args.deep)
 
 
 def _synthetic(args):
@@ -140,6 +140,8 @@ def parser():
 
     inspect = commands.add_parser("inspect", help="describe a tensor file or a bundle")
     inspect.add_argument("path")
+    inspect.add_argument("--deep", action="store_true",
+                         help="also check every content rule of FORMAT.md (reads every byte)")
     inspect.set_defaults(run=_inspect)
     synth = commands.add_parser("synthetic", help="write a small checkpoint of a supported "
                                 "architecture, with wide greedy margins")

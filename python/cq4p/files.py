@@ -673,6 +673,87 @@ def _check_contents(tensor):
                       f"row {int(unequal[0])} differs" if unequal.size else "")
 
 
+def verify_content(tensor):
+    """The content rules of FORMAT.md that read_tensor leaves out (it reads
+    the header, the codebook, the signs and the permutation only), in the
+    runtime's order and words (verifyTensorContent): zero padding; finite
+    fp16/fp32 values; rotation_t the transpose of rotation; for panel files
+    norm_panels = fp32(norm) * cb_scale and 0.0 past N, index 0 in the
+    channels past N, canonical indices. Raises FormatError."""
+    path = tensor.path
+    raw = np.frombuffer(tensor._mapping, dtype=np.uint8)
+    used = np.zeros(tensor.file_bytes, dtype=bool)
+    used[:tensor.header_bytes] = True
+    for offset, size in tensor.regions.values():
+        used[offset:offset + size] = True
+    stray = np.flatnonzero(~used & (raw != 0))
+    if stray.size:
+        at = int(stray[0])
+        raise FormatError(path, "padding", "zero bytes", f"0x{int(raw[at]):x} at offset {at}")
+    if tensor.layout == DENSE:
+        values = tensor.data.reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            shown = (f"0x{int(values.view(np.uint16)[bad[0]]):x}" if values.dtype.itemsize == 2
+                     else f"{float(values[bad[0]]):.9g}")
+            raise FormatError(path, "data", "finite values", f"{shown} at element {int(bad[0])}")
+        return
+    for name in ("input_scale", "input_scale_recip", "norms", "rotation", "rotation_t"):
+        values = getattr(tensor, name)
+        if values is None:
+            continue
+        values = values.reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(values.astype(np.float32)))
+        if bad.size:
+            raise FormatError(path, name, "finite values",
+                              f"0x{int(values.view(np.uint16)[bad[0]]):x} at element "
+                              f"{int(bad[0])}")
+    if tensor.rotation_t is not None:
+        rotation = tensor.rotation.view(np.uint16)
+        transposed = tensor.rotation_t.view(np.uint16)
+        bad = np.argwhere(transposed != rotation.T)
+        if bad.size:
+            j, i = (int(v) for v in bad[0])
+            raise FormatError(path, "rotation_t", "the transpose of rotation",
+                              f"rotation_t[{j}][{i}] = 0x{int(transposed[j, i]):x}, "
+                              f"rotation[{i}][{j}] = 0x{int(rotation[i, j]):x}")
+    if tensor.layout == PANELS:
+        _verify_panels(tensor)
+
+
+def _verify_panels(tensor):
+    path, n, k, ng = tensor.path, tensor.n, tensor.k, tensor.num_groups
+    cb_i8, cb_scale = pn.codebook_int8(tensor.codebook)
+    sb = pn.num_super_blocks(n)
+    expected = np.zeros((sb * pn.CHANNELS, ng), dtype=np.float32)
+    expected[:n] = tensor.norms.astype(np.float32) * cb_scale
+    expected = expected.reshape(sb, pn.CHANNELS, ng).transpose(0, 2, 1)
+    found = tensor.norm_panels.reshape(sb, ng, pn.CHANNELS)
+    bad = np.argwhere(found.view(np.uint32) != expected.view(np.uint32))
+    if bad.size:
+        s, g, c = (int(v) for v in bad[0])
+        row = s * pn.CHANNELS + c
+        want = (f"fp32(norm) * cb_scale = {float(expected[s, g, c]):.9g}" if row < n
+                else "0.0 past N: 0")
+        raise FormatError(path, "norm_panels", want,
+                          f"{float(found[s, g, c]):.9g} at super-block {s}, group {g}, "
+                          f"channel {c} (row {row})")
+    indices = pn.unpack_panels(tensor.data, sb * pn.CHANNELS, k, tensor.group_size)
+    padding = np.argwhere(indices[n:] != 0)
+    if padding.size:
+        row, col = int(padding[0][0]) + n, int(padding[0][1])
+        raise FormatError(path, "data", "index 0 in channels past N",
+                          f"index {int(indices[row, col])} at row {row}, column {col}")
+    canonical = pn.canonical_index_map(cb_i8)
+    bad = np.argwhere(canonical[indices] != indices)
+    if bad.size:
+        row, col = (int(v) for v in bad[0])
+        index = int(indices[row, col])
+        raise FormatError(path, "data", "canonical indices (the lowest index of each int8 "
+                          "level)", f"index {index} (int8 level {int(cb_i8[index])}) at row "
+                          f"{row}, column {col}")
+
+
 def open_regular(path, confined=False):
     """A read-only descriptor of the regular file at `path`, opened without
     blocking and checked before a byte is read, so a FIFO or a device is

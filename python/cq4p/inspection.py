@@ -2,8 +2,10 @@
 
 For a file: the header, flags by name, layout, every region (offset, bytes,
 type, shape), norm statistics and the codebook (with its int8 form). For a
-bundle: one line per manifest tensor. A file that does not validate gets the
-verdict line "INVALID: <message>" and the command exits with status 1.
+bundle: one line per manifest tensor, each file opened and compared with
+its entry by the runtime's rules. `--deep` checks every content rule of
+FORMAT.md as well. A file that does not validate gets the verdict line
+"INVALID: <message>" and the command exits with status 1.
 """
 
 import os
@@ -64,7 +66,7 @@ def describe(tensor):
     return lines
 
 
-def inspect_file(path, out):
+def inspect_file(path, out, deep=False):
     try:
         tensor = fl.read_tensor(path)
     except fl.FormatError as error:
@@ -73,16 +75,29 @@ def inspect_file(path, out):
     with tensor:
         for line in describe(tensor):
             print(line, file=out)
+        if deep:
+            try:
+                fl.verify_content(tensor)
+            except fl.FormatError as error:
+                print(f"INVALID: {error}", file=out)
+                return EXIT_INVALID
+            print("content: every rule of FORMAT.md holds", file=out)
     print("verdict: OK", file=out)
     return EXIT_OK
 
 
-def _bundle_line(directory, record):
+def _bundle_line(directory, record, deep=False):
     """(ok, line) for a manifest entry: its file opened and compared with
-    the entry by the rules the runtime's Bundle::open applies."""
+    the entry by the rules the runtime's Bundle::open applies (and with
+    `deep`, its content checked as Bundle::verify does)."""
     name = record["name"]
     try:
         with bd.open_tensor(directory, record) as tensor:
+            if deep:
+                try:
+                    fl.verify_content(tensor)
+                except fl.FormatError as error:
+                    return False, f"{name}: INVALID: tensor '{name}': {error}"
             shape = "x".join(map(str, tensor.dims))
             kind = tensor.precision_name
             if tensor.layout != fl.DENSE:
@@ -93,7 +108,7 @@ def _bundle_line(directory, record):
         return False, f"{name}: INVALID: {error}"
 
 
-def inspect_bundle(directory, out):
+def inspect_bundle(directory, out, deep=False):
     try:
         manifest = bd.read_manifest(directory)
     except bd.BundleError as error:
@@ -103,15 +118,17 @@ def inspect_bundle(directory, out):
           f"{len(manifest['tensors'])} tensors)", file=out)
     failures = 0
     for record in manifest["tensors"]:
-        ok, line = _bundle_line(directory, record)
+        ok, line = _bundle_line(directory, record, deep)
         failures += not ok
         print(line, file=out)
     print(f"verdict: {'OK' if not failures else f'INVALID: {failures} tensors'}", file=out)
     return EXIT_OK if not failures else EXIT_INVALID
 
 
-def inspect(path, out):
-    """Prints what PATH holds; returns the exit status."""
+def inspect(path, out, deep=False):
+    """Prints what PATH holds; returns the exit status. `deep`: also every
+    content rule of FORMAT.md (a full pass over each file, as the runtime's
+    `cq4p-run --verify` does), where the default reads headers only."""
     if os.path.isdir(path):
-        return inspect_bundle(path, out)
-    return inspect_file(path, out)
+        return inspect_bundle(path, out, deep)
+    return inspect_file(path, out, deep)

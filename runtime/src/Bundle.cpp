@@ -119,6 +119,13 @@ std::string Bundle::resolveWeightFile(const std::string &directory,
   return name.empty() ? "" : directory + "/" + name;
 }
 
+Status Bundle::verify() const {
+  for (const BundleTensor &tensor : tensors_)
+    if (Status status = tensor.file->verify(); !status)
+      return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
+  return Status::ok();
+}
+
 const BundleTensor *Bundle::find(const std::string &name) const {
   for (const BundleTensor &tensor : tensors_)
     if (tensor.name == name)

@@ -63,6 +63,33 @@ int cq4p_tensor_open(const char *path, cq4p_tensor **out, char *error,
 
 void cq4p_tensor_close(cq4p_tensor *tensor) { delete tensor; }
 
+int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
+                       size_t error_size) {
+  Status status = tensor == nullptr
+                      ? Status(CQ4P_ERROR_ARGUMENT,
+                               "cq4p_tensor_verify: expected a tensor, found null")
+                      : tensor->file->verify();
+  if (!status)
+    copyMessage(status, error, error_size);
+  return status.code();
+}
+
+int cq4p_bundle_verify(const char *bundle_dir, char *error, size_t error_size) {
+  if (bundle_dir == nullptr) {
+    copyMessage(Status(CQ4P_ERROR_ARGUMENT,
+                       "cq4p_bundle_verify: expected a bundle directory, found null"),
+                error, error_size);
+    return CQ4P_ERROR_ARGUMENT;
+  }
+  std::unique_ptr<Bundle> bundle;
+  Status status = Bundle::open(bundle_dir, bundle);
+  if (status)
+    status = bundle->verify();
+  if (!status)
+    copyMessage(status, error, error_size);
+  return status.code();
+}
+
 void cq4p_tensor_get_info(const cq4p_tensor *tensor, cq4p_tensor_info *info) {
   if (tensor != nullptr && info != nullptr)
     *info = tensor->file->info();

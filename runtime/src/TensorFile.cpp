@@ -19,12 +19,16 @@
 #include "SafeOpen.h"
 #include "fp16.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace cq4p::runtime {
@@ -396,6 +400,186 @@ Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
       return status;
     }
   return Status::ok();
+}
+
+namespace {
+
+std::string floatText(float value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", double(value));
+  return buffer;
+}
+
+float readF32(const uint8_t *p) {
+  float value;
+  std::memcpy(&value, p, 4);
+  return value;
+}
+
+uint32_t floatBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+}
+
+/// Every fp16 of a region finite.
+Status checkFiniteHalves(const std::string &path, const char *field,
+                         const uint8_t *p, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i)
+    if (!cq4p_half_is_finite(readU16(p + 2 * i)))
+      return formatError(path, field, "finite values",
+                         hex(readU16(p + 2 * i)) + " at element " + str(i));
+  return Status::ok();
+}
+
+/// FORMAT.md's padding rule: every byte outside the header and the regions
+/// is zero.
+Status checkPadding(const std::string &path, const uint8_t *bytes,
+                    const cq4p_tensor_info &info, const RegionTable &regions) {
+  std::vector<std::pair<uint64_t, uint64_t>> used = {{0, info.header_bytes}};
+  for (int r = 0; r < CQ4P_REGION_COUNT; ++r)
+    if (regions.size[r] != 0)
+      used.emplace_back(regions.offset[r], regions.offset[r] + regions.size[r]);
+  std::sort(used.begin(), used.end());
+  uint64_t at = 0;
+  auto zero = [&](uint64_t begin, uint64_t end) -> Status {
+    for (uint64_t i = begin; i < end; ++i)
+      if (bytes[i] != 0)
+        return formatError(path, "padding", "zero bytes",
+                           hex(bytes[i]) + " at offset " + str(i));
+    return Status::ok();
+  };
+  for (const auto &[begin, end] : used) {
+    if (begin > at)
+      if (Status status = zero(at, begin); !status)
+        return status;
+    at = std::max(at, end);
+  }
+  return zero(at, info.file_bytes);
+}
+
+Status verifyPanels(const std::string &path, const uint8_t *bytes,
+                    const cq4p_tensor_info &info, const RegionTable &regions) {
+  const uint8_t *codebook = bytes + regions.offset[CQ4P_REGION_CODEBOOK];
+  uint16_t levels[CQ4P_CODEBOOK_LEVELS];
+  std::memcpy(levels, codebook, sizeof(levels));
+  int8_t cbI8[CQ4P_CODEBOOK_LEVELS];
+  float cbScale = 0;
+  char error[256];
+  int code = cq4p_codebook_int8(levels, cbI8, &cbScale, error, sizeof(error));
+  if (code != CQ4P_OK)
+    return Status(static_cast<cq4p_code>(code), path + ": " + error);
+
+  uint64_t n = info.dims[0], k = info.dims[1], numGroups = info.num_groups;
+  uint64_t superBlocks = cq4p_num_super_blocks(n);
+  const uint8_t *norms = bytes + regions.offset[CQ4P_REGION_NORMS];
+  const uint8_t *folded = bytes + regions.offset[CQ4P_REGION_NORM_PANELS];
+  for (uint64_t sb = 0; sb < superBlocks; ++sb)
+    for (uint64_t g = 0; g < numGroups; ++g)
+      for (uint64_t c = 0; c < CQ4P_PANEL_CHANNELS; ++c) {
+        uint64_t row = sb * CQ4P_PANEL_CHANNELS + c;
+        float found = readF32(folded + 4 * ((sb * numGroups + g) * CQ4P_PANEL_CHANNELS + c));
+        float expected =
+            row < n ? cq4p_half_to_float(readU16(norms + 2 * (row * numGroups + g))) * cbScale
+                    : 0.0f;
+        if (floatBits(found) != floatBits(expected))
+          return formatError(
+              path, "norm_panels",
+              (row < n ? "fp32(norm) * cb_scale = " : "0.0 past N: ") +
+                  floatText(expected),
+              floatText(found) + " at super-block " + str(sb) + ", group " +
+                  str(g) + ", channel " + str(c) + " (row " + str(row) + ")");
+      }
+
+  // Canonical indices: an index whose int8 level a lower index also has
+  // never appears. Channels past N hold index 0.
+  bool nonCanonical[CQ4P_CODEBOOK_LEVELS] = {};
+  for (int i = 0; i < CQ4P_CODEBOOK_LEVELS; ++i)
+    for (int j = 0; j < i; ++j)
+      if (cbI8[j] == cbI8[i])
+        nonCanonical[i] = true;
+  // Row by row, as Python's reader reports the first defect (files.py).
+  const uint8_t *panels = bytes + regions.offset[CQ4P_REGION_DATA];
+  uint64_t kgBlocks = k / CQ4P_KG_BLOCK_K;
+  auto index = [&](uint64_t row, uint64_t col) {
+    uint64_t c = row % CQ4P_PANEL_CHANNELS, nibble = c * CQ4P_KG_BLOCK_K + col % CQ4P_KG_BLOCK_K;
+    uint8_t byte = panels[((row / CQ4P_PANEL_CHANNELS) * kgBlocks + col / CQ4P_KG_BLOCK_K) *
+                              CQ4P_KG_BLOCK_BYTES +
+                          nibble / 2];
+    return unsigned(byte >> (4 * (nibble % 2))) & 0xF;
+  };
+  for (uint64_t row = n; row < superBlocks * CQ4P_PANEL_CHANNELS; ++row)
+    for (uint64_t col = 0; col < k; ++col)
+      if (unsigned found = index(row, col); found != 0)
+        return formatError(path, "data", "index 0 in channels past N",
+                           "index " + str(found) + " at row " + str(row) +
+                               ", column " + str(col));
+  bool anyNonCanonical = false;
+  for (bool flag : nonCanonical)
+    anyNonCanonical |= flag;
+  for (uint64_t row = 0; anyNonCanonical && row < n; ++row)
+    for (uint64_t col = 0; col < k; ++col)
+      if (unsigned found = index(row, col); nonCanonical[found])
+        return formatError(path, "data",
+                           "canonical indices (the lowest index of each int8 "
+                           "level)",
+                           "index " + str(found) + " (int8 level " +
+                               std::to_string(cbI8[found]) + ") at row " +
+                               str(row) + ", column " + str(col));
+  return Status::ok();
+}
+
+} // namespace
+
+Status verifyTensorContent(const std::string &path, const uint8_t *bytes,
+                           const cq4p_tensor_info &info,
+                           const RegionTable &regions) {
+  if (Status status = checkPadding(path, bytes, info, regions); !status)
+    return status;
+  auto region = [&](cq4p_region r) { return bytes + regions.offset[r]; };
+  if (info.precision == CQ4P_PRECISION_FP16)
+    return checkFiniteHalves(path, "data", region(CQ4P_REGION_DATA),
+                             regions.size[CQ4P_REGION_DATA] / 2);
+  if (info.precision == CQ4P_PRECISION_FP32) {
+    for (uint64_t i = 0; i < regions.size[CQ4P_REGION_DATA] / 4; ++i) {
+      float value = readF32(region(CQ4P_REGION_DATA) + 4 * i);
+      if (!std::isfinite(value))
+        return formatError(path, "data", "finite values",
+                           floatText(value) + " at element " + str(i));
+    }
+    return Status::ok();
+  }
+  const std::pair<cq4p_region, const char *> halves[] = {
+      {CQ4P_REGION_INPUT_SCALE, "input_scale"},
+      {CQ4P_REGION_INPUT_SCALE_RECIP, "input_scale_recip"},
+      {CQ4P_REGION_NORMS, "norms"},
+      {CQ4P_REGION_ROTATION, "rotation"},
+      {CQ4P_REGION_ROTATION_T, "rotation_t"}};
+  for (const auto &[r, field] : halves)
+    if (Status status = checkFiniteHalves(path, field, region(r), regions.size[r] / 2);
+        !status)
+      return status;
+  if (regions.size[CQ4P_REGION_ROTATION_T] != 0) {
+    uint64_t k = info.dims[1];
+    const uint8_t *rotation = region(CQ4P_REGION_ROTATION);
+    const uint8_t *transposed = region(CQ4P_REGION_ROTATION_T);
+    for (uint64_t j = 0; j < k; ++j)
+      for (uint64_t i = 0; i < k; ++i)
+        if (readU16(transposed + 2 * (j * k + i)) != readU16(rotation + 2 * (i * k + j)))
+          return formatError(path, "rotation_t", "the transpose of rotation",
+                             "rotation_t[" + str(j) + "][" + str(i) + "] = " +
+                                 hex(readU16(transposed + 2 * (j * k + i))) +
+                                 ", rotation[" + str(i) + "][" + str(j) +
+                                 "] = " + hex(readU16(rotation + 2 * (i * k + j))));
+  }
+  if (info.layout == CQ4P_LAYOUT_PANELS)
+    return verifyPanels(path, bytes, info, regions);
+  return Status::ok();
+}
+
+Status TensorFile::verify() const {
+  static const uint8_t kEmpty[1] = {0};
+  return verifyTensorContent(path_, base_ ? base_ : kEmpty, info_, regions_);
 }
 
 Status TensorFile::open(const std::string &path,

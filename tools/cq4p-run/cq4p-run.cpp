@@ -85,6 +85,7 @@ struct Options {
   int smeWorkers = LinearLayer::kDefaultSmeWorkers;
   // Generation.
   bool generate = false; ///< --prompt-ids given
+  bool verify = false;   ///< --verify: check the bundle's content, run nothing
   std::vector<int64_t> promptIds;
   int64_t maxNewTokens = 32;
   ModelOptions model;
@@ -103,7 +104,8 @@ int usage(const std::string &message) {
                "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
-               "[--sme-workers N]\n",
+               "[--sme-workers N]\n"
+               "       cq4p-run --bundle DIR --verify\n",
                message.c_str());
   return 2;
 }
@@ -401,6 +403,8 @@ int main(int argc, char **argv) {
       if (!text || !parseFloat(text, options.sampling.topP) ||
           !(options.sampling.topP > 0.0f && options.sampling.topP <= 1.0f))
         return badValue(arg, text, "a number in (0, 1] (1: off)");
+    } else if (arg == "--verify") {
+      options.verify = true;
     } else if (arg == "--seed") {
       const char *text = value();
       if (!text || !parseUnsigned(text, options.sampling.seed))
@@ -408,6 +412,21 @@ int main(int argc, char **argv) {
     } else {
       return usage("unknown argument '" + arg + "'");
     }
+  }
+  if (options.verify) {
+    // Every content rule of FORMAT.md over every tensor (a full pass, which
+    // running leaves out); nothing else may be asked for at the same time.
+    if (options.bundle.empty() || argc != 4)
+      return usage("--verify takes --bundle DIR and nothing else");
+    std::unique_ptr<Bundle> bundle;
+    Status status = Bundle::open(options.bundle, bundle);
+    if (status)
+      status = bundle->verify();
+    if (!status)
+      return refuse(status.message());
+    std::printf("%s: %zu tensors verified\n", options.bundle.c_str(),
+                bundle->tensors().size());
+    return 0;
   }
   if (options.bundle.empty() || options.library.empty())
     return usage("--bundle and --library are required");

@@ -95,6 +95,17 @@ CQ4P_API void cq4p_tensor_get_info(const cq4p_tensor *tensor,
 CQ4P_API const void *cq4p_tensor_region(const cq4p_tensor *tensor,
                                         int region, uint64_t *bytes);
 
+/* Checks every content rule of FORMAT.md that opening leaves out (zero
+ * padding, finite values, norm_panels, index 0 past N, canonical indices,
+ * rotation_t): one full pass over the file, where opening reads only what it
+ * must. CQ4P_OK, or an error with its message in `error`. */
+CQ4P_API int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
+                                size_t error_size);
+/* Opens the bundle in bundle_dir (manifest.json and every tensor, as
+ * cq4p_model_open does) and verifies every tensor's content likewise. */
+CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
+                                size_t error_size);
+
 /* The reference panel encoder (FORMAT.md section 3).
  *
  * source: the indices in `source_layout` (CQ4P_LAYOUT_ROW_MAJOR or

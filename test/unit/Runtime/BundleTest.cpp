@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -339,6 +340,39 @@ TEST_F(BundleTest, PermutationRewrittenInPlaceChangesNoAddress) {
   ::close(fd);
   EXPECT_EQ(permutation.data[0], 0xFF); // the mapping sees the new bytes
   EXPECT_TRUE(std::equal(before.begin(), before.end(), view.view().permutation));
+}
+
+
+TEST_F(BundleTest, VerifyChecksTheContentOpeningLeavesOut) {
+  writeText(dir.file("manifest.json"), manifest(std::string(kQProj) + "," + kNorm));
+  std::unique_ptr<Bundle> bundle;
+  ASSERT_TRUE(open(bundle));
+  Status status = bundle->verify();
+  EXPECT_TRUE(status) << status.message();
+
+  // A folded norm one ulp off: opening accepts the file, verify does not.
+  const TensorFile &file = *bundle->find("layers.0.q_proj")->file;
+  uint64_t offset = uint64_t(file.region(CQ4P_REGION_NORM_PANELS).data -
+                             file.region(CQ4P_REGION_DATA).data) +
+                    file.info().data_offset;
+  float folded;
+  std::memcpy(&folded, file.region(CQ4P_REGION_NORM_PANELS).data, 4);
+  float bumped = std::nextafter(folded, 1e30f);
+  bundle.reset();
+  int fd = ::open(dir.file("layers.0.q_proj.cq4p.weights").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, &bumped, 4, off_t(offset)), 4);
+  ::close(fd);
+  ASSERT_TRUE(open(bundle));
+  status = bundle->verify();
+  EXPECT_EQ(status.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_EQ(status.message().rfind("tensor 'layers.0.q_proj': ", 0), 0u) << status.message();
+  EXPECT_NE(status.message().find("norm_panels: expected fp32(norm) * cb_scale = "),
+            std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("at super-block 0, group 0, channel 0 (row 0)"),
+            std::string::npos)
+      << status.message();
 }
 
 } // namespace

@@ -70,6 +70,11 @@ public:
   static std::string resolveWeightFile(const std::string &directory,
                                        const std::string &logicalFile);
 
+  /// Every tensor's content against FORMAT.md's rules (TensorFile::verify),
+  /// the first failure named by its tensor. Opening leaves this out: it is
+  /// a full pass over every file.
+  Status verify() const;
+
   const std::string &directory() const { return directory_; }
   const std::vector<BundleTensor> &tensors() const { return tensors_; }
   /// The tensor named `name`, or null.

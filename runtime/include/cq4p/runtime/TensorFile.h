@@ -40,6 +40,17 @@ Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
                            uint64_t size, cq4p_tensor_info &info,
                            RegionTable &regions);
 
+/// Checks the content rules of FORMAT.md that opening does not (opening
+/// stays O(header) plus the codebook, signs and permutation): zero padding;
+/// finite fp16 and fp32 values; for orthogonal panel files rotation_t the
+/// transpose of rotation; for panel files norm_panels equal to
+/// fp32(norm) * cb_scale and 0.0 past N, index 0 in the channels past N and
+/// canonical indices. One full pass over the file; `bytes` as validated by
+/// validateTensorBytes, which filled `info` and `regions`.
+Status verifyTensorContent(const std::string &path, const uint8_t *bytes,
+                           const cq4p_tensor_info &info,
+                           const RegionTable &regions);
+
 class TensorFile {
 public:
   /// Maps `path` read-only and validates it. A FIFO, a device or anything
@@ -64,6 +75,9 @@ public:
   bool isOrthogonal() const { return info_.orthogonal != 0; }
   uint64_t n() const { return info_.dims[0]; }
   uint64_t k() const { return info_.dims[1]; }
+
+  /// verifyTensorContent over the mapped file.
+  Status verify() const;
 
   /// The bytes of a region (empty when the file has none).
   ByteSpan region(cq4p_region region) const;
