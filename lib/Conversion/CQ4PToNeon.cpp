@@ -57,12 +57,30 @@ class ConvertCQ4PToVector
 public:
   using Base::Base;
   void runOnOperation() override {
-    DotTarget target = x86Vnni    ? DotTarget::X86Vnni
-                       : x86Ssse3 ? DotTarget::X86Ssse3
-                                  : DotTarget::Generic;
-    if (failed(lowerKernels(getOperation(), target)))
+    FailureOr<DotTarget> target = parseHostDotTarget(x86Dot);
+    if (failed(target)) {
+      getOperation().emitError()
+          << "convert-cq4p-to-vector: unknown x86-dot '" << x86Dot
+          << "' (expected ssse3, avx2, avxvnni, avx512vnni or nothing)";
+      return signalPassFailure();
+    }
+    if (failed(lowerKernels(getOperation(), *target)))
       signalPassFailure();
   }
 };
 
 } // namespace
+
+FailureOr<DotTarget> mlir::cq4p::parseHostDotTarget(StringRef name) {
+  if (name.empty())
+    return DotTarget::Generic;
+  if (name == "ssse3")
+    return DotTarget::X86Ssse3;
+  if (name == "avx2")
+    return DotTarget::X86Avx2;
+  if (name == "avxvnni")
+    return DotTarget::X86AvxVnni;
+  if (name == "avx512vnni")
+    return DotTarget::X86Avx512Vnni;
+  return failure();
+}

@@ -2,7 +2,7 @@
 //
 // The lowering of the kernel-level ops, shared by every backend; only the
 // codebook lookup and the 4-way int8 dot of `cq4p.panel_dot` differ by
-// target (DotTarget).
+// target (DotTarget); x86 with AVX2 or wider takes HostKernels.cpp's loop.
 //
 // cq4p.panel_dot: the pair-zip loop. A 128-byte kg-block holds 4 K values
 // of 64 channels, channel c in bytes 2c (k0 low, k1 high) and 2c+1 (k2, k3).
@@ -20,12 +20,17 @@
 // accumulators; a GEMM tile passes over 8 channels at a time so that each
 // unpacked weight vector feeds every row of the tile.
 //
-// cq4p.rescale, cq4p.quantize_activations, cq4p.rotate_quantize_activations
-// and cq4p.decode_embedding lower to plain scf loops over scalar and small
-// vector ops, identical on every target: the activation transform in
-// particular must give every backend the same int8 activations.
+// cq4p.rescale and cq4p.quantize_activations lower to plain scf loops over
+// scalar and small vector ops, identical on every target: the activation
+// transform in particular must give every backend the same int8
+// activations. cq4p.rotate_quantize_activations and cq4p.decode_embedding
+// are fp16 matrix products over tiles of rows, vectorized across outputs
+// with blocks of the rotation transposed in registers, so every output
+// still sums in index order (the same bits at every vector width).
 //
 //===----------------------------------------------------------------------===//
+
+#include "HostKernels.h"
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
@@ -34,8 +39,6 @@
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
-
-#include "llvm/ADT/DenseMap.h"
 
 #include <cmath>
 #include <limits>
@@ -83,11 +86,13 @@ public:
                  ValueRange{table, index})
           .getResult(0);
     case DotTarget::X86Ssse3:
-    case DotTarget::X86Vnni:
       return LLVM::CallIntrinsicOp::create(
                  b, loc, i8x16, b.getStringAttr("llvm.x86.ssse3.pshuf.b.128"),
                  ValueRange{table, index})
           .getResult(0);
+    case DotTarget::X86Avx2:
+    case DotTarget::X86AvxVnni:
+    case DotTarget::X86Avx512Vnni:
     case DotTarget::Generic:
       break;
     }
@@ -108,25 +113,6 @@ public:
   Value dot(Value acc, Value lhs, Value rhs) {
     if (target == DotTarget::Neon)
       return arm_neon::SdotOp::create(b, loc, i32x4, acc, lhs, rhs);
-    if (target == DotTarget::X86Vnni) {
-      // vpdpbusd multiplies unsigned by signed bytes: (rhs + 128) * lhs,
-      // minus 128 * sum(lhs), computed once per weight vector.
-      auto vpdpbusd = [&](Value accumulator, Value unsignedBytes,
-                          Value signedBytes) -> Value {
-        return LLVM::CallIntrinsicOp::create(
-                   b, loc, i32x4, b.getStringAttr("llvm.x86.avx512.vpdpbusd.128"),
-                   ValueRange{accumulator, unsignedBytes, signedBytes})
-            .getResult(0);
-      };
-      Value bias = splat(b, loc, i8x16, b.getI8IntegerAttr(-128));
-      Value &correction = corrections[lhs];
-      if (!correction)
-        correction = vpdpbusd(splat(b, loc, i32x4, b.getI32IntegerAttr(0)),
-                              bias, lhs);
-      Value biased = arith::XOrIOp::create(b, loc, rhs, bias);
-      return arith::SubIOp::create(b, loc, vpdpbusd(acc, biased, lhs),
-                                   correction);
-    }
     Value l = arith::ExtSIOp::create(b, loc, i32x16, lhs);
     Value r = arith::ExtSIOp::create(b, loc, i32x16, rhs);
     Value products = arith::MulIOp::create(b, loc, l, r);
@@ -143,8 +129,6 @@ private:
   OpBuilder &b;
   Location loc;
   VectorType i8x16, i32x4, i32x16;
-  /// 128 * sum of each weight vector's 4-groups (VNNI), shared by the rows.
-  llvm::DenseMap<Value, Value> corrections;
 };
 
 struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
@@ -153,6 +137,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
 
   LogicalResult matchAndRewrite(PanelDotOp op,
                                 PatternRewriter &rewriter) const override {
+    if (isWideX86DotTarget(target))
+      return lowerWideX86PanelDot(op, rewriter, target);
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
     auto panelsType = cast<MemRefType>(op.getPanels().getType());
@@ -386,24 +372,6 @@ void quantizeGroup(OpBuilder &b, Location loc, Value values, int64_t groupSize,
   });
 }
 
-/// sum_{i < n} lhs_i * rhs_i in fp32, accumulated in index order, with
-/// (lhs_i, rhs_i) = operands(i).
-Value sumOfProducts(
-    OpBuilder &b, Location loc, Value n,
-    function_ref<std::pair<Value, Value>(OpBuilder &, Value)> operands) {
-  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0), n, cIndex(b, loc, 1),
-                                 ValueRange{zero});
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(loop.getBody());
-  auto [lhs, rhs] = operands(b, loop.getInductionVar());
-  scf::YieldOp::create(
-      b, loc,
-      ValueRange{arith::AddFOp::create(b, loc, loop.getRegionIterArgs()[0],
-                                       arith::MulFOp::create(b, loc, lhs, rhs))});
-  return loop.getResult(0);
-}
-
 Value rowsOf(OpBuilder &b, Location loc, Value memref) {
   auto type = cast<MemRefType>(memref.getType());
   if (!type.isDynamicDim(0))
@@ -478,9 +446,128 @@ struct QuantizeActivationsLowering
   }
 };
 
+/// How the orthogonal rotations are blocked: `lanes` outputs per fp32
+/// vector (one register of the target) and `rows` activation or embedding
+/// rows per pass over the K x K rotation.
+struct RotationBlocking {
+  int64_t lanes, rows;
+};
+
+RotationBlocking rotationBlocking(DotTarget target) {
+  switch (target) {
+  case DotTarget::X86Avx512Vnni:
+    return {16, 8};
+  case DotTarget::X86Avx2:
+  case DotTarget::X86AvxVnni:
+    return {8, 4};
+  case DotTarget::Neon:
+  case DotTarget::X86Ssse3:
+  case DotTarget::Generic:
+    break;
+  }
+  return {4, 4};
+}
+
+/// A stack buffer in the function's entry block (a static frame slot).
+Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(
+      &op->getParentOfType<func::FuncOp>().getBody().front());
+  return memref::AllocaOp::create(b, op->getLoc(), type);
+}
+
+/// columns[c][j] = float(matrix[j0 + j][c0 + c]) for a lanes x lanes block:
+/// the rows loaded and widened, then transposed in registers, one stage per
+/// index bit (a stage swaps that bit between the row and the column).
+SmallVector<Value> transposedBlock(OpBuilder &b, Location loc, Value matrix,
+                                   Value j0, Value c0, int64_t lanes) {
+  auto f16v = VectorType::get({lanes}, b.getF16Type());
+  auto f32v = VectorType::get({lanes}, b.getF32Type());
+  SmallVector<Value> rows;
+  for (int64_t j = 0; j < lanes; ++j) {
+    Value at = arith::AddIOp::create(b, loc, j0, cIndex(b, loc, j));
+    rows.push_back(arith::ExtFOp::create(
+        b, loc, f32v,
+        Value(vector::LoadOp::create(b, loc, f16v, matrix, ValueRange{at, c0}))));
+  }
+  for (int64_t h = 1; h < lanes; h *= 2) {
+    SmallVector<int64_t> clear, set;
+    for (int64_t c = 0; c < lanes; ++c) {
+      clear.push_back((c & h) ? lanes + (c & ~h) : c);
+      set.push_back((c & h) ? lanes + c : (c | h));
+    }
+    for (int64_t i = 0; i < lanes; ++i) {
+      if (i & h)
+        continue;
+      Value low = shuffle(b, loc, rows[i], rows[i + h], clear);
+      Value high = shuffle(b, loc, rows[i], rows[i + h], set);
+      rows[i] = low;
+      rows[i + h] = high;
+    }
+  }
+  return rows;
+}
+
+/// For each row r of `rowValues` and the `lanes` outputs j0..j0+lanes: the
+/// fp32 sums sum_{c < k} matrix[j0 + j][c] * rowValues[r][c], each
+/// accumulated in index order from 0.0 as a scalar loop would (the same
+/// bits), every lanes x lanes block of the matrix read once for all rows.
+SmallVector<Value> blockSums(OpBuilder &b, Location loc, Value matrix, Value j0,
+                             ArrayRef<Value> rowValues, int64_t k,
+                             int64_t lanes) {
+  auto f32v = VectorType::get({lanes}, b.getF32Type());
+  Value zeros = splat(b, loc, f32v, b.getF32FloatAttr(0.0f));
+  SmallVector<Value> inits(rowValues.size(), zeros);
+  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0), cIndex(b, loc, k),
+                                 cIndex(b, loc, lanes), inits);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value c0 = loop.getInductionVar();
+  SmallVector<Value> accs(loop.getRegionIterArgs().begin(),
+                          loop.getRegionIterArgs().end());
+  SmallVector<Value> columns = transposedBlock(b, loc, matrix, j0, c0, lanes);
+  for (int64_t c = 0; c < lanes; ++c) {
+    Value at = arith::AddIOp::create(b, loc, c0, cIndex(b, loc, c));
+    for (size_t r = 0; r < rowValues.size(); ++r) {
+      Value value = vector::BroadcastOp::create(
+          b, loc, f32v, memref::LoadOp::create(b, loc, rowValues[r], at));
+      accs[r] = arith::AddFOp::create(
+          b, loc, accs[r], arith::MulFOp::create(b, loc, columns[c], value));
+    }
+  }
+  scf::YieldOp::create(b, loc, accs);
+  return SmallVector<Value>(loop.getResults());
+}
+
+/// Row tiles over [0, rows): full tiles of `tileRows`, then single rows;
+/// body(row, tile size).
+void forRowTiles(OpBuilder &b, Location loc, Value rows, int64_t tileRows,
+                 function_ref<void(OpBuilder &, Value, int64_t)> body) {
+  Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+  Value cTile = cIndex(b, loc, tileRows);
+  Value fullEnd = arith::SubIOp::create(
+      b, loc, rows, arith::RemUIOp::create(b, loc, rows, cTile));
+  struct Range {
+    Value begin, end;
+    int64_t size;
+  };
+  for (Range range : {Range{c0, fullEnd, tileRows}, Range{fullEnd, rows, 1}}) {
+    auto loop = scf::ForOp::create(b, loc, range.begin, range.end,
+                                   range.size == 1 ? c1 : cTile);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(b, loop.getInductionVar(), range.size);
+  }
+}
+
+/// The orthogonal lm_head's transform as a matrix product: for a tile of
+/// rows, a = x * isr, then per block of `lanes` basis outputs the sums over
+/// K with the block of rotation_t transposed in registers, so the K x K
+/// rotation is read once per tile, not once per row and output.
 struct RotateQuantizeActivationsLowering
     : public OpRewritePattern<RotateQuantizeActivationsOp> {
-  using OpRewritePattern::OpRewritePattern;
+  RotateQuantizeActivationsLowering(MLIRContext *ctx, RotationBlocking blocking)
+      : OpRewritePattern(ctx), blocking(blocking) {}
 
   LogicalResult matchAndRewrite(RotateQuantizeActivationsOp op,
                                 PatternRewriter &rewriter) const override {
@@ -488,43 +575,65 @@ struct RotateQuantizeActivationsLowering
     OpBuilder &b = rewriter;
     int64_t gs = op.getGroupSize();
     int64_t k = cast<MemRefType>(op.getX().getType()).getDimSize(1);
-    Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs), cK = cIndex(b, loc, k);
-    Value work = memref::AllocaOp::create(
-        b, loc, MemRefType::get({gs}, b.getF32Type()));
-    Value scaled = memref::AllocaOp::create(
-        b, loc, MemRefType::get({k}, b.getF32Type()));
-    forRange(b, loc, c0, rowsOf(b, loc, op.getX()), [&](OpBuilder &b, Value row) {
-      // a = x * isr
-      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
-        Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, kk});
-        Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), kk);
-        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
-                                scaled, kk);
-      });
+    int64_t lanes = blocking.lanes;
+    if (k % lanes != 0 || gs % lanes != 0)
+      return rewriter.notifyMatchFailure(op, "K and the group size must be "
+                                             "multiples of the vector lanes");
+    auto f16v = VectorType::get({lanes}, b.getF16Type());
+    auto f32v = VectorType::get({lanes}, b.getF32Type());
+    Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
+    forRowTiles(b, loc, rowsOf(b, loc, op.getX()), blocking.rows,
+                [&](OpBuilder &b, Value row, int64_t tile) {
+      SmallVector<Value> scaled, work;
+      for (int64_t r = 0; r < tile; ++r) {
+        scaled.push_back(entryAlloca(b, op, MemRefType::get({k}, b.getF32Type())));
+        work.push_back(entryAlloca(b, op, MemRefType::get({gs}, b.getF32Type())));
+        Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
+        // a = x * isr
+        auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k),
+                                       cIndex(b, loc, lanes));
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value kk = loop.getInductionVar();
+        Value x = vector::LoadOp::create(b, loc, f32v, op.getX(),
+                                         ValueRange{actRow, kk});
+        Value isr = arith::ExtFOp::create(
+            b, loc, f32v,
+            Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), kk)));
+        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
+                                scaled[r], kk);
+      }
       forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
                [&](OpBuilder &b, Value g) {
         Value jBase = arith::MulIOp::create(b, loc, g, cGs);
         // basis[j] = sum_k a[k] * rotation_t[j][k]
-        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
-          Value basisIndex = arith::AddIOp::create(b, loc, jBase, j);
-          Value sum = sumOfProducts(b, loc, cK, [&](OpBuilder &b, Value kk) {
-            return std::make_pair(
-                Value(memref::LoadOp::create(b, loc, scaled, kk)),
-                loadAsF32(b, loc, op.getRotationT(), ValueRange{basisIndex, kk}));
-          });
-          memref::StoreOp::create(b, loc, sum, work, j);
-        });
-        quantizeGroup(b, loc, work, gs, Value(), op.getAct(), op.getActScales(),
-                      row, g);
+        for (int64_t jb = 0; jb < gs; jb += lanes) {
+          Value j0 = arith::AddIOp::create(b, loc, jBase, cIndex(b, loc, jb));
+          SmallVector<Value> sums =
+              blockSums(b, loc, op.getRotationT(), j0, scaled, k, lanes);
+          for (int64_t r = 0; r < tile; ++r)
+            vector::StoreOp::create(b, loc, sums[r], work[r],
+                                    ValueRange{cIndex(b, loc, jb)});
+        }
+        for (int64_t r = 0; r < tile; ++r)
+          quantizeGroup(b, loc, work[r], gs, Value(), op.getAct(),
+                        op.getActScales(),
+                        arith::AddIOp::create(b, loc, row, cIndex(b, loc, r)), g);
       });
     });
     rewriter.eraseOp(op);
     return success();
   }
+
+  RotationBlocking blocking;
 };
 
+/// Embedding rows decoded a tile at a time: each row's codebook values
+/// times its norm, then one matrix product with the rotation (blocks of it
+/// transposed in registers), so the K x K rotation is read once per tile.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
-  using OpRewritePattern::OpRewritePattern;
+  DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
+      : OpRewritePattern(ctx), blocking(blocking) {}
 
   LogicalResult matchAndRewrite(DecodeEmbeddingOp op,
                                 PatternRewriter &rewriter) const override {
@@ -534,55 +643,71 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     int64_t kgPerGroup = panelsType.getDimSize(2);
     int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
     int64_t k = panelsType.getDimSize(1) * gs;
+    int64_t lanes = blocking.lanes;
+    if (k % lanes != 0)
+      return rewriter.notifyMatchFailure(op,
+                                         "K must be a multiple of the vector lanes");
+    auto f16v = VectorType::get({lanes}, b.getF16Type());
+    auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
-    Value decoded = memref::AllocaOp::create(
-        b, loc, MemRefType::get({k}, b.getF32Type()));
-    forRange(b, loc, c0, rowsOf(b, loc, op.getIds()), [&](OpBuilder &b, Value i) {
-      Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
-      Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
-      Value sb = arith::DivUIOp::create(b, loc, row, c64);
-      Value channel = arith::RemUIOp::create(b, loc, row, c64);
-      // v[c] = cb[idx(row, c)] * norm[row]
-      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
-        Value g = arith::DivUIOp::create(b, loc, kk, cIndex(b, loc, gs));
-        Value within = arith::RemUIOp::create(b, loc, kk, cIndex(b, loc, gs));
-        Value kg = arith::DivUIOp::create(b, loc, within, c4);
-        Value kc = arith::RemUIOp::create(b, loc, within, c4);
-        Value nibble = arith::AddIOp::create(
-            b, loc, arith::MulIOp::create(b, loc, channel, c4), kc);
-        Value byteIndex = arith::DivUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
-        Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
-                                            ValueRange{sb, g, kg, byteIndex});
-        Value odd = arith::RemUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
-        Value shift = arith::IndexCastOp::create(
-            b, loc, b.getI8Type(),
-            arith::MulIOp::create(b, loc, odd, c4));
-        Value index = arith::AndIOp::create(
-            b, loc, arith::ShRUIOp::create(b, loc, byte, shift),
-            arith::ConstantOp::create(b, loc, b.getI8IntegerAttr(0x0F)));
-        Value levelIndex =
-            arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
-        Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
-        Value norm = loadAsF32(b, loc, op.getNorms(), ValueRange{row, g});
-        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, level, norm),
-                                decoded, kk);
-      });
-      // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
-      forRange(b, loc, c0, cK, [&](OpBuilder &b, Value j) {
-        Value sum = sumOfProducts(b, loc, cK, [&](OpBuilder &b, Value c) {
-          return std::make_pair(
-              loadAsF32(b, loc, op.getRotation(), ValueRange{j, c}),
-              Value(memref::LoadOp::create(b, loc, decoded, c)));
+    forRowTiles(b, loc, rowsOf(b, loc, op.getIds()), blocking.rows,
+                [&](OpBuilder &b, Value first, int64_t tile) {
+      SmallVector<Value> decoded;
+      for (int64_t r = 0; r < tile; ++r) {
+        decoded.push_back(entryAlloca(b, op, MemRefType::get({k}, b.getF32Type())));
+        Value i = arith::AddIOp::create(b, loc, first, cIndex(b, loc, r));
+        Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
+        Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
+        Value sb = arith::DivUIOp::create(b, loc, row, c64);
+        Value channel = arith::RemUIOp::create(b, loc, row, c64);
+        // v[c] = cb[idx(row, c)] * norm[row]
+        forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
+          Value g = arith::DivUIOp::create(b, loc, kk, cIndex(b, loc, gs));
+          Value within = arith::RemUIOp::create(b, loc, kk, cIndex(b, loc, gs));
+          Value kg = arith::DivUIOp::create(b, loc, within, c4);
+          Value kc = arith::RemUIOp::create(b, loc, within, c4);
+          Value nibble = arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, channel, c4), kc);
+          Value byteIndex =
+              arith::DivUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
+          Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
+                                              ValueRange{sb, g, kg, byteIndex});
+          Value odd = arith::RemUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
+          Value shift = arith::IndexCastOp::create(
+              b, loc, b.getI8Type(), arith::MulIOp::create(b, loc, odd, c4));
+          Value index = arith::AndIOp::create(
+              b, loc, arith::ShRUIOp::create(b, loc, byte, shift),
+              arith::ConstantOp::create(b, loc, b.getI8IntegerAttr(0x0F)));
+          Value levelIndex =
+              arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
+          Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
+          Value norm = loadAsF32(b, loc, op.getNorms(), ValueRange{row, g});
+          memref::StoreOp::create(
+              b, loc, arith::MulFOp::create(b, loc, level, norm), decoded[r], kk);
         });
-        Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), j);
-        memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sum, isr),
-                                op.getOut(), ValueRange{i, j});
-      });
+      }
+      // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
+      auto blocks = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, lanes));
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(blocks.getBody());
+      Value j0 = blocks.getInductionVar();
+      SmallVector<Value> sums =
+          blockSums(b, loc, op.getRotation(), j0, decoded, k, lanes);
+      Value isr = arith::ExtFOp::create(
+          b, loc, f32v,
+          Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), j0)));
+      for (int64_t r = 0; r < tile; ++r) {
+        Value i = arith::AddIOp::create(b, loc, first, cIndex(b, loc, r));
+        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sums[r], isr),
+                                op.getOut(), ValueRange{i, j0});
+      }
     });
     rewriter.eraseOp(op);
     return success();
   }
+
+  RotationBlocking blocking;
 };
 
 /// Causal grouped-query attention, per query head and token: fp32 scores
@@ -777,7 +902,8 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
                                                      DotTarget target) {
   MLIRContext *ctx = patterns.getContext();
   patterns.add<PanelDotLowering>(ctx, target);
+  patterns.add<RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(
+      ctx, rotationBlocking(target));
   patterns.add<RescaleLowering, QuantizeActivationsLowering,
-               RotateQuantizeActivationsLowering, DecodeEmbeddingLowering,
                PackActivationTileLowering, AttentionLowering>(ctx);
 }

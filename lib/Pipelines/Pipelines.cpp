@@ -40,7 +40,7 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
   else
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToVector(
-        ConvertCQ4PToVectorOptions{options.x86Ssse3, options.x86Vnni}));
+        ConvertCQ4PToVectorOptions{options.x86Dot}));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // Upstream dialects to LLVM.

@@ -76,6 +76,14 @@ CpuFeatures detectCpuFeatures() {
     cpu.features |= CQ4P_FEATURE_X86_AVX512VNNI;
   if (__builtin_cpu_supports("avx512vbmi"))
     cpu.features |= CQ4P_FEATURE_X86_AVX512VBMI;
+  if (__builtin_cpu_supports("x86-64-v2"))
+    cpu.features |= CQ4P_FEATURE_X86_64_V2;
+  if (__builtin_cpu_supports("x86-64-v3"))
+    cpu.features |= CQ4P_FEATURE_X86_64_V3;
+  if (__builtin_cpu_supports("x86-64-v4"))
+    cpu.features |= CQ4P_FEATURE_X86_64_V4;
+  if (__builtin_cpu_supports("avxvnni"))
+    cpu.features |= CQ4P_FEATURE_X86_AVXVNNI;
 #elif defined(__aarch64__) && defined(__linux__)
   unsigned long hwcap = getauxval(AT_HWCAP);
   unsigned long hwcap2 = getauxval(AT_HWCAP2);
@@ -107,7 +115,9 @@ uint64_t knownFeatureBits() {
   return CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_I8MM |
          CQ4P_FEATURE_AARCH64_SME2 | CQ4P_FEATURE_X86_SSSE3 |
          CQ4P_FEATURE_X86_AVX2 | CQ4P_FEATURE_X86_AVX512BW |
-         CQ4P_FEATURE_X86_AVX512VNNI | CQ4P_FEATURE_X86_AVX512VBMI;
+         CQ4P_FEATURE_X86_AVX512VNNI | CQ4P_FEATURE_X86_AVX512VBMI |
+         CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_64_V3 |
+         CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVXVNNI;
 }
 
 std::string featureName(uint64_t bit) {
@@ -128,6 +138,14 @@ std::string featureName(uint64_t bit) {
     return "avx512vnni";
   case CQ4P_FEATURE_X86_AVX512VBMI:
     return "avx512vbmi";
+  case CQ4P_FEATURE_X86_64_V2:
+    return "x86-64-v2";
+  case CQ4P_FEATURE_X86_64_V3:
+    return "x86-64-v3";
+  case CQ4P_FEATURE_X86_64_V4:
+    return "x86-64-v4";
+  case CQ4P_FEATURE_X86_AVXVNNI:
+    return "avxvnni";
   default:
     break;
   }

@@ -95,6 +95,13 @@ static cl::opt<std::string>
             cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
                      "instruction set stays armv8.2-a+dotprod)"),
             cl::init("neoverse-v2"), cl::cat(category));
+static cl::opt<std::string> hostCpu(
+    "host-cpu",
+    cl::desc("--target=host on x86-64: the instruction set the library may "
+             "use: x86-64, x86-64-v2, x86-64-v3 (the default: AVX2), "
+             "x86-64-v3+avxvnni, x86-64-v4+avx512vnni, or native (the widest "
+             "of these this machine runs, tuned for its CPU)"),
+    cl::init("x86-64-v3"), cl::cat(category));
 
 namespace {
 
@@ -106,12 +113,94 @@ int fail(const llvm::Twine &message) {
 struct TargetChoice {
   cq4p::KernelTarget kernelTarget;
   llvm::Triple triple;
-  std::string cpu, features;
+  std::string cpu, features, tuneCpu;
   uint64_t kernelFeatures = 0;
-  bool x86Ssse3 = false, x86Vnni = false;
+  std::string x86Dot;
+  int64_t vectorBits = 0; ///< the widest vectors the code may use (x86)
 };
 
-/// The host's CPU and features, as LLVM sees them.
+/// An x86-64 instruction set level of --host-cpu: LLVM's CPU and features
+/// (nothing else is enabled, so the recorded bits cover all the code may
+/// use), the panel dot, and the CQ4P_FEATURE_* bits the runtime checks.
+struct HostLevel {
+  const char *name, *cpu, *extraFeatures, *dot;
+  int64_t vectorBits;
+  uint64_t features;
+};
+
+constexpr uint64_t kV2 = CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3;
+constexpr uint64_t kV3 = kV2 | CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2;
+constexpr uint64_t kV4 =
+    kV3 | CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVX512BW;
+constexpr HostLevel kHostLevels[] = {
+    {"x86-64", "x86-64", "", "", 128, 0},
+    {"x86-64-v2", "x86-64-v2", "", "ssse3", 128, kV2},
+    {"x86-64-v3", "x86-64-v3", "", "avx2", 256, kV3},
+    {"x86-64-v3+avxvnni", "x86-64-v3", "+avxvnni", "avxvnni", 256,
+     kV3 | CQ4P_FEATURE_X86_AVXVNNI},
+    {"x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni", "avx512vnni", 512,
+     kV4 | CQ4P_FEATURE_X86_AVX512VNNI},
+};
+
+/// The CQ4P_FEATURE_* bits of the x86 levels this machine runs, from
+/// LLVM's view of the host (cpuid and the OS's saved register state).
+uint64_t hostX86Features() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  auto hasAll = [&](std::initializer_list<const char *> names) {
+    for (const char *name : names) {
+      auto it = features.find(name);
+      if (it == features.end() || !it->second)
+        return false;
+    }
+    return true;
+  };
+  uint64_t bits = 0;
+  if (hasAll({"ssse3", "sse4.2", "popcnt", "cx16"}))
+    bits |= kV2;
+  if ((bits & kV2) && hasAll({"avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt",
+                              "movbe"}))
+    bits |= kV3;
+  if ((bits & kV3) &&
+      hasAll({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}))
+    bits |= kV4;
+  if ((bits & kV3) && hasAll({"avxvnni"}))
+    bits |= CQ4P_FEATURE_X86_AVXVNNI;
+  if ((bits & kV4) && hasAll({"avx512vnni"}))
+    bits |= CQ4P_FEATURE_X86_AVX512VNNI;
+  return bits;
+}
+
+/// --host-cpu for an x86-64 host.
+LogicalResult chooseX86Level(TargetChoice &choice) {
+  const HostLevel *level = nullptr;
+  if (hostCpu == "native") {
+    uint64_t host = hostX86Features();
+    for (const HostLevel &candidate : kHostLevels)
+      if ((candidate.features & ~host) == 0)
+        level = &candidate;
+    choice.tuneCpu = llvm::sys::getHostCPUName().str();
+  } else {
+    for (const HostLevel &candidate : kHostLevels)
+      if (hostCpu == candidate.name)
+        level = &candidate;
+    if (level == nullptr) {
+      std::string names;
+      for (const HostLevel &candidate : kHostLevels)
+        names += std::string(candidate.name) + ", ";
+      fail("unknown --host-cpu '" + hostCpu + "' (expected " + names +
+           "or native)");
+      return failure();
+    }
+  }
+  choice.cpu = level->cpu;
+  choice.features = level->extraFeatures;
+  choice.x86Dot = level->dot;
+  choice.vectorBits = level->vectorBits;
+  choice.kernelFeatures = level->features;
+  return success();
+}
+
+/// The host's CPU and features, as LLVM sees them (hosts other than x86-64).
 void describeHost(TargetChoice &choice) {
   choice.cpu = llvm::sys::getHostCPUName().str();
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
@@ -122,25 +211,8 @@ void describeHost(TargetChoice &choice) {
     list += (feature.second ? "+" : "-") + feature.first().str();
   }
   choice.features = list;
-  auto has = [&](const char *name) {
-    auto it = features.find(name);
-    return it != features.end() && it->second;
-  };
-  if (choice.triple.isX86()) {
-    choice.x86Ssse3 = has("ssse3");
-    choice.x86Vnni = has("avx512vnni") && has("avx512vl");
-    if (has("ssse3"))
-      choice.kernelFeatures |= CQ4P_FEATURE_X86_SSSE3;
-    if (has("avx2"))
-      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX2;
-    if (has("avx512bw"))
-      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512BW;
-    if (has("avx512vnni"))
-      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512VNNI;
-    if (has("avx512vbmi"))
-      choice.kernelFeatures |= CQ4P_FEATURE_X86_AVX512VBMI;
-  }
-  if (choice.triple.isAArch64() && has("dotprod"))
+  auto it = features.find("dotprod");
+  if (choice.triple.isAArch64() && it != features.end() && it->second)
     choice.kernelFeatures |= CQ4P_FEATURE_AARCH64_DOTPROD;
 }
 
@@ -175,7 +247,12 @@ FailureOr<TargetChoice> chooseTarget() {
            "), not for '" + choice.triple.str() + "'");
       return failure();
     }
-    describeHost(choice);
+    if (choice.triple.getArch() == llvm::Triple::x86_64) {
+      if (failed(chooseX86Level(choice)))
+        return failure();
+    } else {
+      describeHost(choice);
+    }
     return choice;
   }
   fail("unknown --target '" + targetName +
@@ -261,8 +338,7 @@ int main(int argc, char **argv) {
     return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
                 " is out of range (2 to 65536)");
   options.prefillChunk = prefillChunk;
-  options.x86Ssse3 = choice->x86Ssse3;
-  options.x86Vnni = choice->x86Vnni;
+  options.x86Dot = choice->x86Dot;
   options.features = choice->kernelFeatures;
   cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);
   if (failed(pm.run(*module)))
@@ -324,6 +400,14 @@ int main(int argc, char **argv) {
     function.addFnAttr("target-features", choice->features);
     if (choice->triple.isAArch64())
       function.addFnAttr("tune-cpu", tuneCpu);
+    else if (!choice->tuneCpu.empty())
+      function.addFnAttr("tune-cpu", choice->tuneCpu);
+    if (choice->vectorBits > 0) {
+      // Wide vectors stay whole even where the tuning prefers 256 bits.
+      std::string bits = std::to_string(choice->vectorBits);
+      function.addFnAttr("prefer-vector-width", bits);
+      function.addFnAttr("min-legal-vector-width", bits);
+    }
   }
 
   // The standard O3 optimization pipeline.

@@ -19,9 +19,11 @@ namespace mlir::cq4p {
 /// How a target spells the two operations the panel dot is built from.
 enum class DotTarget {
   Neon,       ///< tbl + arm_neon.intr.sdot
-  X86Ssse3,   ///< pshufb + generic 4-way dot
-  X86Vnni,    ///< pshufb + AVX-512 VNNI vpdpbusd (with a sign correction)
-  Generic,    ///< generic vector code only
+  X86Ssse3,      ///< 128-bit pshufb + generic 4-way dot
+  X86Avx2,       ///< 256-bit pshufb + pmaddubsw/pmaddwd (HostKernels.cpp)
+  X86AvxVnni,    ///< 256-bit pshufb + AVX-VNNI vpdpbusd, biased codebook
+  X86Avx512Vnni, ///< 512-bit pshufb + AVX-512 VNNI vpdpbusd, biased codebook
+  Generic,       ///< generic vector code only
 };
 
 /// Patterns lowering cq4p kernel ops (panel_dot for `target`, and the
@@ -29,6 +31,10 @@ enum class DotTarget {
 /// decode) to scf, vector, arith, math, memref and target intrinsics.
 void populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
                                         DotTarget target);
+
+/// The host panel dot named by convert-cq4p-to-vector's `x86-dot` option
+/// ("", ssse3, avx2, avxvnni, avx512vnni), or failure for another name.
+FailureOr<DotTarget> parseHostDotTarget(StringRef name);
 
 #define GEN_PASS_DECL
 #include "cq4p/Conversion/Passes.h.inc"

@@ -28,17 +28,16 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
   let summary = "Lower cq4p kernel ops to generic vector code (the host path)";
   let description = [{
     The same loop structure as `convert-cq4p-to-neon`, with the codebook
-    lookup and the 4-way int8 dot written for the host: SSSE3 `pshufb` for
-    the lookup on x86-64 when enabled, generic vector ops otherwise; with
-    AVX-512 VNNI the dot is `vpdpbusd`, which multiplies unsigned by signed
-    bytes: the activations are biased by 128 (a xor 0x80) and 128 times the
-    weights' sum, one more `vpdpbusd` shared by every row, is subtracted.
+    lookup and the 4-way int8 dot written for the host, as `x86-dot` says:
+    `ssse3`: 128-bit `pshufb` and a generic dot; `avx2`: 256-bit `pshufb`,
+    `pmaddubsw(|a|, sign(w, a))` and `pmaddwd`; `avxvnni` / `avx512vnni`:
+    256- / 512-bit `pshufb` and `vpdpbusd` on a codebook biased by 128, the
+    bias removed once per row and group (HostKernels.cpp). Empty: generic
+    vector code.
   }];
   let options = [
-    Option<"x86Ssse3", "x86-ssse3", "bool", /*default=*/"false",
-           "Use the x86 SSSE3 byte shuffle for the codebook lookup">,
-    Option<"x86Vnni", "x86-vnni", "bool", /*default=*/"false",
-           "Use AVX-512 VNNI (vpdpbusd, 128-bit, needs AVX512VL) for the 4-way dot">,
+    Option<"x86Dot", "x86-dot", "std::string", /*default=*/"\"\"",
+           "The x86 panel dot: ssse3, avx2, avxvnni, avx512vnni, or empty for generic vector code">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::LLVM::LLVMDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",

@@ -18,14 +18,11 @@ struct KernelPipelineOptions
   PassOptions::Option<int64_t> gemmRows{
       *this, "gemm-rows", llvm::cl::desc("Rows per GEMM tile"),
       llvm::cl::init(4)};
-  PassOptions::Option<bool> x86Ssse3{
-      *this, "x86-ssse3",
-      llvm::cl::desc("Host path: use SSSE3 pshufb for the codebook lookup"),
-      llvm::cl::init(false)};
-  PassOptions::Option<bool> x86Vnni{
-      *this, "x86-vnni",
-      llvm::cl::desc("Host path: use AVX-512 VNNI vpdpbusd for the 4-way dot"),
-      llvm::cl::init(false)};
+  PassOptions::Option<std::string> x86Dot{
+      *this, "x86-dot",
+      llvm::cl::desc("Host path: the x86 panel dot (ssse3, avx2, avxvnni, "
+                     "avx512vnni; empty: generic vector code)"),
+      llvm::cl::init("")};
   PassOptions::Option<int64_t> prefillChunk{
       *this, "prefill-chunk",
       llvm::cl::desc("Most rows one prefill step of a model takes"),

@@ -54,6 +54,13 @@ typedef enum cq4p_target {
 #define CQ4P_FEATURE_X86_AVX512BW (1ull << 10)
 #define CQ4P_FEATURE_X86_AVX512VNNI (1ull << 11)
 #define CQ4P_FEATURE_X86_AVX512VBMI (1ull << 12)
+/* The x86-64 micro-architecture levels, each a whole instruction set the
+ * code generator may use anywhere: v2 (SSE4.2, POPCNT, CX16), v3 (AVX2,
+ * FMA, F16C, BMI1/2, LZCNT, MOVBE), v4 (AVX-512 F, BW, CD, DQ, VL). */
+#define CQ4P_FEATURE_X86_64_V2 (1ull << 13)
+#define CQ4P_FEATURE_X86_64_V3 (1ull << 14)
+#define CQ4P_FEATURE_X86_64_V4 (1ull << 15)
+#define CQ4P_FEATURE_X86_AVXVNNI (1ull << 16)
 
 /* The regions of one tensor file a kernel reads, filled by the runtime from
  * the mapping (zero-copy). cb_i8 is the int8 codebook the runtime derives

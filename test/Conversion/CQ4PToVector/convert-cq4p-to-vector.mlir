@@ -1,6 +1,9 @@
-// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-ssse3 | FileCheck %s --check-prefix=SSSE3
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=ssse3 | FileCheck %s --check-prefix=SSSE3
 // RUN: cq4p-opt %s -convert-cq4p-to-vector | FileCheck %s --check-prefix=GENERIC
-// RUN: cq4p-opt %s -convert-cq4p-to-vector="x86-ssse3 x86-vnni" | FileCheck %s --check-prefix=VNNI
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=avx2 | FileCheck %s --check-prefix=AVX2
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=avxvnni | FileCheck %s --check-prefix=AVXVNNI
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=avx512vnni | FileCheck %s --check-prefix=VNNI512
+// RUN: not cq4p-opt %s -convert-cq4p-to-vector=x86-dot=sse9 2>&1 | FileCheck %s --check-prefix=BAD
 
 // The host's panel dot: the same pair-zip structure; the lookup is pshufb on
 // x86 with SSSE3 and a select per level otherwise; the 4-way dot is
@@ -11,23 +14,58 @@
 // SSSE3: arith.muli %{{.*}} : vector<16xi32>
 // SSSE3: vector.shuffle %{{.*}} [0, 4, 8, 12]
 // SSSE3-NOT: arm_neon
-// VNNI-LABEL: func.func @panel_dot
-// VNNI-DAG: %[[BIAS:.*]] = arith.constant dense<-128> : vector<16xi8>
-// VNNI-DAG: %[[ZERO:.*]] = arith.constant dense<0> : vector<4xi32>
-// VNNI: %[[W:.*]] = llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
-// VNNI: %[[CORR:.*]] = llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.128"(%[[ZERO]], %[[BIAS]], %[[W]])
-// VNNI: %[[A:.*]] = arith.xori %{{.*}}, %[[BIAS]] : vector<16xi8>
-// VNNI: %[[DOT:.*]] = llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.128"(%{{.*}}, %[[A]], %[[W]])
-// VNNI: arith.subi %[[DOT]], %[[CORR]] : vector<4xi32>
-// VNNI-NOT: arith.extsi
 // GENERIC-LABEL: func.func @panel_dot
 // GENERIC-NOT: llvm.call_intrinsic
 // GENERIC: arith.cmpi eq
 // GENERIC: arith.select
+
+// On AVX2, 256-bit pshufb, then pmaddubsw(|a|, sign(w, a)) and pmaddwd; the
+// activations rearranged once per call into a stack buffer of words (and
+// their absolute values), broadcast from there.
+// AVX2-LABEL: func.func @panel_dot
+// AVX2-DAG: %[[PREP:.*]] = memref.alloca() : memref<1x8xi32>
+// AVX2-DAG: %[[ABS:.*]] = memref.alloca() : memref<1x8xi32>
+// AVX2: math.absi %{{.*}} : vector<16xi8>
+// AVX2: %[[W:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVX2: %[[S:.*]] = llvm.call_intrinsic "llvm.x86.avx2.psign.b"(%[[W]], %{{.*}})
+// AVX2: %[[P:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"(%{{.*}}, %[[S]])
+// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[P]], %{{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// AVX2-NOT: vpdpbusd
+
+// VNNI: the codebook biased by 128 (weights unsigned, activations signed),
+// the accumulators starting at -128 * the row's sum over the group; one
+// vpdpbusd per dot, no correction per weight vector.
+// AVXVNNI-LABEL: func.func @panel_dot
+// AVXVNNI: arith.xori %{{.*}} : vector<16xi8>
+// AVXVNNI: vector.reduction <add>
+// AVXVNNI: arith.muli %{{.*}}, %c-128_i32 : i32
+// AVXVNNI: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVXVNNI: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
+// AVXVNNI-NOT: arith.subi
+// VNNI512-LABEL: func.func @panel_dot
+// VNNI512: llvm.call_intrinsic "llvm.x86.avx512.pshuf.b.512"
+// VNNI512-COUNT-32: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
+// VNNI512-NOT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd
+// VNNI512: vector.store %{{.*}} : memref<1x64xi32>, vector<16xi32>
+// BAD: unknown x86-dot 'sse9' (expected ssse3, avx2, avxvnni, avx512vnni or nothing)
 func.func @panel_dot(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
                      %act: memref<?x32xi8>, %partials: memref<1x64xi32>,
                      %sb: index, %g: index, %row: index) {
   cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
       : memref<1x1x8x128xi8>, memref<16xi8>, memref<?x32xi8>, memref<1x64xi32>
+  return
+}
+
+// A GEMM tile of 4 rows on zmm: all 64 channels in one pass, 16
+// accumulators.
+// VNNI512-LABEL: func.func @panel_dot_tile
+// VNNI512-NOT: scf.for {{.*}} to %c2
+// VNNI512-COUNT-128: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// VNNI512-NOT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd
+func.func @panel_dot_tile(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
+                          %act: memref<?x32xi8>, %partials: memref<4x64xi32>,
+                          %sb: index, %g: index, %row: index) {
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+      : memref<1x1x8x128xi8>, memref<16xi8>, memref<?x32xi8>, memref<4x64xi32>
   return
 }

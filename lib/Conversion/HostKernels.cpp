@@ -1,0 +1,324 @@
+//===- HostKernels.cpp - the x86 panel dot on 256- and 512-bit vectors ----===//
+//
+// cq4p.panel_dot for x86 with AVX2 or wider: the pair-zip loop of
+// KernelLowering.cpp on ymm or zmm registers. A W-byte load of a kg-block
+// holds W/2 channels; the 16-bit unpacks of kg-blocks t and t+1 work per
+// 128-bit lane, so each lane of the zipped vectors is exactly the 128-bit
+// pair-zip of one 8-channel slice, and `pshufb` (also per lane) looks the
+// nibbles up in the codebook replicated to every lane. Accumulator lane
+// 4l+i of (chunk, half) therefore holds channel 8*(chunk*W/16 + l) + 4*half
+// + i; two shuffles per chunk restore channel order when the partials are
+// stored, once per group.
+//
+// The activations of the tile's rows for the group are rearranged once per
+// call into a stack buffer of 32-bit words (the even and the odd bytes of
+// each 8 activations, the two operands of a zipped vector's dots), so that
+// every activation operand in the loop is a broadcast load from memory, not
+// a shuffle.
+//
+// The 4-way dot, exact in int32 like the generic one:
+//   - VNNI (AVX-512 VNNI on zmm, AVX-VNNI on ymm): `vpdpbusd` multiplies
+//     unsigned by signed bytes. The codebook is biased instead of the
+//     activations: the looked-up weight is w + 128 (table xor 0x80), so
+//     each dot adds 128 * (sum of the activations) too, the same amount for
+//     every channel of a row; the accumulators start at -128 * that sum,
+//     computed once per row and group. One instruction per dot, no
+//     per-weight-vector correction.
+//   - AVX2: `pmaddubsw(|a|, sign(w, a))` then `pmaddwd` by ones: |a| <= 128
+//     and |w| <= 127, so the pair sums (at most 32512) never saturate.
+//
+// GEMM tiles take as many channels per pass as the register file holds
+// accumulators for: all 64 channels on zmm up to 4 rows (16 accumulators
+// of 32), half of them up to 8 rows; on the 16 ymm registers, 8
+// accumulators.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostKernels.h"
+
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/format.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+Value cIndex(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+Value splat(OpBuilder &b, Location loc, VectorType type, Attribute value) {
+  return arith::ConstantOp::create(b, loc, type,
+                                   DenseElementsAttr::get(type, value));
+}
+
+Value intrinsic(OpBuilder &b, Location loc, Type result, StringRef name,
+                ValueRange operands) {
+  return LLVM::CallIntrinsicOp::create(b, loc, result, b.getStringAttr(name),
+                                       operands)
+      .getResult(0);
+}
+
+/// A buffer at the start of the function: a static frame slot, not a
+/// stack allocation per loop iteration.
+Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
+  OpBuilder::InsertionGuard guard(b);
+  Block &entry = op->getParentOfType<func::FuncOp>().getBody().front();
+  b.setInsertionPointToStart(&entry);
+  return memref::AllocaOp::create(b, op->getLoc(), type);
+}
+
+} // namespace
+
+bool mlir::cq4p::isWideX86DotTarget(DotTarget target) {
+  return target == DotTarget::X86Avx2 || target == DotTarget::X86AvxVnni ||
+         target == DotTarget::X86Avx512Vnni;
+}
+
+LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
+                                                PatternRewriter &rewriter,
+                                                DotTarget target) {
+  Location loc = op.getLoc();
+  OpBuilder &b = rewriter;
+  auto panelsType = cast<MemRefType>(op.getPanels().getType());
+  int64_t kgPerGroup = panelsType.getDimSize(2);
+  int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
+  if (gs % 32 != 0)
+    return rewriter.notifyMatchFailure(
+        op, "panel groups must be a multiple of 32 K values");
+  int64_t rows = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+  bool vnni = target != DotTarget::X86Avx2;
+  int64_t width = target == DotTarget::X86Avx512Vnni ? 64 : 32; // bytes
+  int64_t lanes = width / 16;                                     // 128-bit
+  int64_t chunks = CQ4P_KG_BLOCK_BYTES / width; // loads per kg-block
+  int64_t accBudget = (width == 64 ? 32 : 16) / 2;
+  int64_t chunksPerPass = chunks;
+  while (chunksPerPass > 1 && rows * 2 * chunksPerPass > accBudget)
+    chunksPerPass /= 2;
+  int64_t passes = chunks / chunksPerPass;
+  int64_t words = gs / 4; // 32-bit words of rearranged activations per row
+
+  auto i8v = VectorType::get({width}, b.getI8Type());
+  auto i16v = VectorType::get({width / 2}, b.getI16Type());
+  auto i32v = VectorType::get({width / 4}, b.getI32Type());
+  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  auto i32x16 = VectorType::get({16}, b.getI32Type());
+  std::string bits = std::to_string(width * 8);
+  StringRef pshufb = width == 64 ? "llvm.x86.avx512.pshuf.b.512"
+                                 : "llvm.x86.avx2.pshuf.b";
+  std::string vpdpbusd = "llvm.x86.avx512.vpdpbusd." + bits;
+
+  Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+  Value sb = op.getSuperBlock(), g = op.getGroup(), row = op.getRow();
+  Value groupBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
+
+  // The codebook in every 128-bit lane (biased by 128 for VNNI).
+  Value table = vector::LoadOp::create(b, loc, i8x16, op.getCbI8(), c0);
+  if (vnni)
+    table = arith::XOrIOp::create(b, loc, table,
+                                  splat(b, loc, i8x16, b.getI8IntegerAttr(-128)));
+  SmallVector<int64_t> replicate;
+  for (int64_t i = 0; i < width; ++i)
+    replicate.push_back(i % 16);
+  table = vector::ShuffleOp::create(b, loc, table, table, replicate);
+
+  // The rows' activations rearranged: per 32 activations, the even bytes
+  // then the odd bytes; for AVX2 their absolute values too. For VNNI the
+  // accumulators' start, -128 * the row's sum over the group.
+  auto prepType = MemRefType::get({rows, words}, b.getI32Type());
+  Value prep = entryAlloca(b, op, prepType);
+  Value absPrep = vnni ? Value() : entryAlloca(b, op, prepType);
+  SmallVector<int64_t> evenMask, oddMask;
+  for (int64_t i = 0; i < 16; ++i) {
+    evenMask.push_back(2 * i);
+    oddMask.push_back(2 * i + 1);
+  }
+  SmallVector<Value> accStart;
+  for (int64_t r = 0; r < rows; ++r) {
+    Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
+    Value rIndex = cIndex(b, loc, r);
+    SmallVector<Value> sumInit;
+    if (vnni)
+      sumInit.push_back(splat(b, loc, i32x16, b.getI32IntegerAttr(0)));
+    auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, gs / 32), c1,
+                                   sumInit);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value it = loop.getInductionVar();
+      Value k = arith::AddIOp::create(
+          b, loc, groupBase, arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
+      Value kNext = arith::AddIOp::create(b, loc, k, cIndex(b, loc, 16));
+      Value lo = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                        ValueRange{actRow, k});
+      Value hi = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                        ValueRange{actRow, kNext});
+      Value word = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
+      Value oddWord = arith::AddIOp::create(b, loc, word, cIndex(b, loc, 4));
+      Value evens = vector::ShuffleOp::create(b, loc, lo, hi, evenMask);
+      Value odds = vector::ShuffleOp::create(b, loc, lo, hi, oddMask);
+      auto store = [&](Value buffer, Value bytes, Value at) {
+        vector::StoreOp::create(b, loc,
+                                vector::BitCastOp::create(b, loc, i32x4, bytes),
+                                buffer, ValueRange{rIndex, at});
+      };
+      store(prep, evens, word);
+      store(prep, odds, oddWord);
+      if (!vnni) {
+        store(absPrep, math::AbsIOp::create(b, loc, evens), word);
+        store(absPrep, math::AbsIOp::create(b, loc, odds), oddWord);
+      } else {
+        Value sum = arith::AddIOp::create(
+            b, loc, loop.getRegionIterArgs()[0],
+            arith::AddIOp::create(b, loc,
+                                  arith::ExtSIOp::create(b, loc, i32x16, lo),
+                                  arith::ExtSIOp::create(b, loc, i32x16, hi)));
+        scf::YieldOp::create(b, loc, sum);
+      }
+    }
+    Value start = splat(b, loc, i32v, b.getI32IntegerAttr(0));
+    if (vnni) {
+      Value sum = vector::ReductionOp::create(
+          b, loc, vector::CombiningKind::ADD, loop.getResult(0));
+      Value bias = arith::MulIOp::create(
+          b, loc, sum,
+          arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
+      start = vector::BroadcastOp::create(b, loc, i32v, bias);
+    }
+    accStart.push_back(start);
+  }
+
+  Value lowMask = splat(b, loc, i8v, b.getI8IntegerAttr(0x0F));
+  Value four = splat(b, loc, i8v, b.getI8IntegerAttr(4));
+  Value ones16 = splat(b, loc, i16v, b.getI16IntegerAttr(1));
+  // The unpacks of 16-bit elements within each 128-bit lane.
+  SmallVector<int64_t> unpackLow, unpackHigh;
+  for (int64_t l = 0; l < lanes; ++l)
+    for (int64_t i = 0; i < 4; ++i) {
+      unpackLow.append({8 * l + i, width / 2 + 8 * l + i});
+      unpackHigh.append({8 * l + 4 + i, width / 2 + 8 * l + 4 + i});
+    }
+  auto broadcastWord = [&](Value buffer, int64_t r, Value word) -> Value {
+    Value value = memref::LoadOp::create(b, loc, buffer,
+                                         ValueRange{cIndex(b, loc, r), word});
+    return vector::BitCastOp::create(
+        b, loc, i8v, vector::BroadcastOp::create(b, loc, i32v, value));
+  };
+
+  auto emitPass = [&](Value pass) {
+    int64_t accsPerRow = 2 * chunksPerPass;
+    SmallVector<Value> inits;
+    for (int64_t r = 0; r < rows; ++r)
+      inits.append(accsPerRow, accStart[r]);
+    auto kLoop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, gs / 32), c1,
+                                    inits);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(kLoop.getBody());
+      Value it = kLoop.getInductionVar();
+      SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
+                              kLoop.getRegionIterArgs().end());
+      // 8 kg-blocks and 8 words of rearranged activations per step.
+      Value wordBase = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
+      Value kgBase = wordBase;
+      for (int64_t p = 0; p < 4; ++p) {
+        Value evenWord = arith::AddIOp::create(b, loc, wordBase, cIndex(b, loc, p));
+        Value oddWord = arith::AddIOp::create(b, loc, wordBase, cIndex(b, loc, 4 + p));
+        SmallVector<Value> even, odd, absEven, absOdd;
+        for (int64_t r = 0; r < rows; ++r) {
+          even.push_back(broadcastWord(prep, r, evenWord));
+          odd.push_back(broadcastWord(prep, r, oddWord));
+          if (!vnni) {
+            absEven.push_back(broadcastWord(absPrep, r, evenWord));
+            absOdd.push_back(broadcastWord(absPrep, r, oddWord));
+          }
+        }
+        auto dot = [&](Value acc, Value weights, int64_t r, bool high) -> Value {
+          Value act = high ? odd[r] : even[r];
+          if (vnni)
+            return intrinsic(b, loc, i32v, vpdpbusd, ValueRange{acc, weights, act});
+          Value signedWeights =
+              intrinsic(b, loc, i8v, "llvm.x86.avx2.psign.b", ValueRange{weights, act});
+          Value pairs = intrinsic(b, loc, i16v, "llvm.x86.avx2.pmadd.ub.sw",
+                                  ValueRange{high ? absOdd[r] : absEven[r],
+                                             signedWeights});
+          Value quads = intrinsic(b, loc, i32v, "llvm.x86.avx2.pmadd.wd",
+                                  ValueRange{pairs, ones16});
+          return arith::AddIOp::create(b, loc, acc, quads);
+        };
+        Value kgA = arith::AddIOp::create(b, loc, kgBase, cIndex(b, loc, 2 * p));
+        Value kgB = arith::AddIOp::create(b, loc, kgA, c1);
+        for (int64_t cc = 0; cc < chunksPerPass; ++cc) {
+          Value byte = arith::AddIOp::create(
+              b, loc,
+              arith::MulIOp::create(b, loc, pass, cIndex(b, loc, chunksPerPass * width)),
+              cIndex(b, loc, cc * width));
+          Value blockA = vector::BitCastOp::create(
+              b, loc, i16v,
+              vector::LoadOp::create(b, loc, i8v, op.getPanels(),
+                                     ValueRange{sb, g, kgA, byte}));
+          Value blockB = vector::BitCastOp::create(
+              b, loc, i16v,
+              vector::LoadOp::create(b, loc, i8v, op.getPanels(),
+                                     ValueRange{sb, g, kgB, byte}));
+          for (int64_t half = 0; half < 2; ++half) {
+            Value zipped = vector::BitCastOp::create(
+                b, loc, i8v,
+                vector::ShuffleOp::create(b, loc, blockA, blockB,
+                                          half ? unpackHigh : unpackLow));
+            Value low = arith::AndIOp::create(b, loc, zipped, lowMask);
+            Value high = arith::ShRUIOp::create(b, loc, zipped, four);
+            Value wLow = intrinsic(b, loc, i8v, pshufb, ValueRange{table, low});
+            Value wHigh = intrinsic(b, loc, i8v, pshufb, ValueRange{table, high});
+            for (int64_t r = 0; r < rows; ++r) {
+              Value &acc = accs[r * accsPerRow + 2 * cc + half];
+              acc = dot(acc, wLow, r, false);
+              acc = dot(acc, wHigh, r, true);
+            }
+          }
+        }
+      }
+      scf::YieldOp::create(b, loc, accs);
+    }
+    // The partials in channel order: chunk cc's low and high accumulators
+    // interleaved by 4 lanes.
+    SmallVector<int64_t> orderFirst, orderSecond;
+    for (int64_t j = 0; j < width / 2; ++j) {
+      int64_t lane = j / 8, within = j % 8;
+      int64_t source = (within / 4) * (width / 4) + 4 * lane + within % 4;
+      (j < width / 4 ? orderFirst : orderSecond).push_back(source);
+    }
+    Value passChannels = arith::MulIOp::create(
+        b, loc, pass, cIndex(b, loc, chunksPerPass * width / 2));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t cc = 0; cc < chunksPerPass; ++cc) {
+        Value lowAcc = kLoop.getResult(r * 2 * chunksPerPass + 2 * cc);
+        Value highAcc = kLoop.getResult(r * 2 * chunksPerPass + 2 * cc + 1);
+        Value channel = arith::AddIOp::create(b, loc, passChannels,
+                                              cIndex(b, loc, cc * width / 2));
+        for (int64_t part = 0; part < 2; ++part) {
+          Value ordered = vector::ShuffleOp::create(
+              b, loc, lowAcc, highAcc, part ? orderSecond : orderFirst);
+          Value at = arith::AddIOp::create(b, loc, channel,
+                                           cIndex(b, loc, part * width / 4));
+          vector::StoreOp::create(b, loc, ordered, op.getPartials(),
+                                  ValueRange{cIndex(b, loc, r), at});
+        }
+      }
+  };
+
+  if (passes == 1) {
+    emitPass(c0);
+  } else {
+    auto passLoop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, passes), c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(passLoop.getBody());
+    emitPass(passLoop.getInductionVar());
+  }
+  rewriter.eraseOp(op);
+  return success();
+}

@@ -1,0 +1,175 @@
+//===- HostLevelsTest.cpp - every x86-64 level's kernels, bit for bit -----===//
+//
+// kernels.mlir compiled by cq4p-compile at each --host-cpu level with its
+// own panel dot (x86-64-v3: AVX2, the default; x86-64-v3+avxvnni: 256-bit
+// vpdpbusd; x86-64-v4+avx512vnni: 512-bit vpdpbusd). The int32 partials
+// are exact and the rescale and the rotations sum in one order, so every
+// level must give the bits of the default library, which KernelTest.cpp
+// holds to the fp64 oracle; here each level is also checked against that
+// oracle directly. A level this CPU cannot run is refused at load, naming
+// what it lacks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../unit/Runtime/LayerFiles.h"
+#include "../unit/Runtime/TempDir.h"
+
+#include "cq4p/runtime/CpuFeatures.h"
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Linear.h"
+#include "cq4p/runtime/ThreadPool.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+struct Level {
+  const char *name, *path;
+  uint64_t features; ///< what the library must record
+};
+
+constexpr uint64_t kV2 = CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3;
+constexpr uint64_t kV3 = kV2 | CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2;
+
+const Level kLevels[] = {
+    {"x86-64-v3", CQ4P_TEST_LEVEL_X86_64_V3, kV3},
+    {"x86-64-v3+avxvnni", CQ4P_TEST_LEVEL_X86_64_V3_AVXVNNI,
+     kV3 | CQ4P_FEATURE_X86_AVXVNNI},
+    {"x86-64-v4+avx512vnni", CQ4P_TEST_LEVEL_X86_64_V4_AVX512VNNI,
+     kV3 | CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVX512BW |
+         CQ4P_FEATURE_X86_AVX512VNNI},
+};
+
+struct Mapped {
+  TempDir dir;
+  std::unique_ptr<TensorFile> file;
+  Mapped(uint64_t n, uint64_t k, uint32_t gs, bool orthogonal, uint32_t seed) {
+    std::string path = dir.file("w.cq4p.weights");
+    EXPECT_TRUE(writeBytes(path, realisticLayerFile(n, k, gs, orthogonal, seed).bytes));
+    Status status = TensorFile::open(path, file);
+    EXPECT_TRUE(status) << status.message();
+  }
+};
+
+/// The outputs of every case, one vector per case, from `library`.
+std::vector<std::vector<float>> outputs(const KernelLibrary &library) {
+  std::vector<std::vector<float>> all;
+  std::unique_ptr<ThreadPool> pool;
+  EXPECT_TRUE(ThreadPool::create(2, pool));
+  ActivationScratch scratch;
+  struct Case {
+    uint64_t n, k;
+    uint32_t gs;
+  };
+  for (Case c : {Case{72, 256, 32}, Case{100, 256, 64}, Case{192, 256, 256},
+                 Case{100, 1536, 128}}) {
+    Mapped layer(c.n, c.k, c.gs, false, uint32_t(c.n + c.gs));
+    std::unique_ptr<LinearLayer> linear;
+    Status bound = LinearLayer::bind(library, *layer.file, linear);
+    EXPECT_TRUE(bound) << bound.message();
+    if (!linear)
+      return all;
+    std::vector<double> weight = dequantize(*layer.file);
+    for (uint64_t m : {1, 5, 16}) {
+      std::vector<float> x = gaussianRows(m, c.k, uint32_t(m));
+      std::vector<float> y(m * c.n);
+      EXPECT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(m), scratch));
+      std::vector<double> ref = referenceLinear(weight, c.n, c.k, x, m);
+      double diff2 = 0, ref2 = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        diff2 += (y[i] - ref[i]) * (y[i] - ref[i]);
+        ref2 += ref[i] * ref[i];
+      }
+      EXPECT_LT(std::sqrt(diff2 / ref2), 0.02) << c.n << "x" << c.k << " M " << m;
+      all.push_back(y);
+    }
+  }
+  Mapped head(1024, 1536, 128, true, 5);
+  std::unique_ptr<LinearLayer> linear;
+  EXPECT_TRUE(LinearLayer::bind(library, *head.file, linear));
+  for (uint64_t m : {1, 3}) {
+    std::vector<float> x = gaussianRows(m, 1536, 6);
+    std::vector<float> y(m * 1024);
+    EXPECT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(m), scratch));
+    std::vector<double> ref = referenceOrthogonalLinear(*head.file, x, m);
+    double diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      diff2 += (y[i] - ref[i]) * (y[i] - ref[i]);
+      ref2 += ref[i] * ref[i];
+    }
+    EXPECT_LT(std::sqrt(diff2 / ref2), 0.02) << "lm_head M " << m;
+    all.push_back(y);
+  }
+  std::unique_ptr<EmbeddingLayer> embedding;
+  EXPECT_TRUE(EmbeddingLayer::bind(library, *head.file, embedding));
+  // More ids than one tile of rows, so full tiles and single rows both run.
+  std::vector<int64_t> ids = {0, 1023, 64, 63, 500, 0, 7, 8, 9, 1000, 12};
+  std::vector<float> out(ids.size() * 1536);
+  EXPECT_TRUE(embedding->run(ids.data(), out.data(), int64_t(ids.size())));
+  std::vector<double> ref = dequantizeOrthogonalRows(*head.file, ids);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (uint64_t j = 0; j < 1536; ++j) {
+      double s = storedHalf(*head.file, CQ4P_REGION_INPUT_SCALE, j);
+      double isr = storedHalf(*head.file, CQ4P_REGION_INPUT_SCALE_RECIP, j);
+      EXPECT_NEAR(out[i * 1536 + j], ref[i * 1536 + j] * s * isr, 1e-2);
+    }
+  all.push_back(out);
+  return all;
+}
+
+TEST(HostLevels, EveryLevelRecordsItsFeaturesAndGivesTheDefaultLevelsBits) {
+  CpuFeatures cpu = detectCpuFeatures();
+  std::unique_ptr<KernelLibrary> reference;
+  Status opened = KernelLibrary::open(kLevels[0].path, reference);
+  if (!opened)
+    GTEST_SKIP() << opened.message();
+  std::vector<std::vector<float>> expected = outputs(*reference);
+  for (const Level &level : kLevels) {
+    SCOPED_TRACE(level.name);
+    std::unique_ptr<KernelLibrary> library;
+    Status status = KernelLibrary::open(level.path, library);
+    if (level.features & ~cpu.features) {
+      EXPECT_FALSE(status);
+      EXPECT_NE(status.message().find("which this CPU lacks"), std::string::npos)
+          << status.message();
+      std::printf("%s: not run on this CPU: %s\n", level.name,
+                  status.message().c_str());
+      continue;
+    }
+    ASSERT_TRUE(status) << status.message();
+    for (size_t i = 0; i < library->kernelCount(); ++i)
+      EXPECT_EQ(library->table().kernels[i].features, level.features)
+          << library->table().kernels[i].name;
+    std::vector<std::vector<float>> got = outputs(*library);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t c = 0; c < got.size(); ++c)
+      EXPECT_EQ(0, std::memcmp(got[c].data(), expected[c].data(),
+                               got[c].size() * sizeof(float)))
+          << "case " << c;
+  }
+}
+
+TEST(HostLevels, ALevelTheCpuLacksIsRefusedNamingTheMissingFeatures) {
+  CpuFeatures v3 = detectCpuFeatures();
+  v3.features = kV3;
+  std::unique_ptr<KernelLibrary> library;
+  Status status =
+      KernelLibrary::open(CQ4P_TEST_LEVEL_X86_64_V4_AVX512VNNI, v3, library);
+  EXPECT_FALSE(status);
+  EXPECT_FALSE(library);
+  EXPECT_NE(status.message().find("needs avx512bw, avx512vnni, x86-64-v4, "
+                                  "which this CPU lacks (it has: ssse3, avx2, "
+                                  "x86-64-v2, x86-64-v3)"),
+            std::string::npos)
+      << status.message();
+  // The default level runs on any x86-64-v3 CPU.
+  EXPECT_TRUE(KernelLibrary::open(CQ4P_TEST_LEVEL_X86_64_V3, v3, library));
+}
+
+} // namespace
