@@ -2,11 +2,39 @@
 
 #include "cq4p/runtime/Linear.h"
 
+#include "cq4p/format.h"
+
 #include <algorithm>
 #include <limits>
 
 namespace cq4p::runtime {
 namespace {
+
+// Less work than this many multiply-adds (about two microseconds of one
+// core) is not worth waking another thread for.
+constexpr int64_t kMinWorkPerTask = int64_t(1) << 16;
+// Tasks per thread when the work allows it: a thread the OS delays leaves
+// its remaining tasks to the others.
+constexpr int64_t kTasksPerThread = 4;
+
+/// How many tasks share `units` units of `workPerUnit` each over `threads`
+/// threads: one when the work is too small to split, otherwise up to
+/// kTasksPerThread per thread, never fewer units than one per task.
+int64_t taskCountFor(int64_t units, int64_t workPerUnit, int threads) {
+  if (units <= 1 || threads <= 1)
+    return 1;
+  int64_t byWork = workPerUnit > std::numeric_limits<int64_t>::max() / units
+                       ? units
+                       : std::max<int64_t>(1, units * workPerUnit / kMinWorkPerTask);
+  return std::min({units, int64_t(threads) * kTasksPerThread, byWork});
+}
+
+/// `work` multiplied out, saturating (rows can be large).
+int64_t workOf(int64_t rows, int64_t perRow) {
+  return rows > std::numeric_limits<int64_t>::max() / std::max<int64_t>(perRow, 1)
+             ? std::numeric_limits<int64_t>::max()
+             : rows * perRow;
+}
 
 std::string str(uint64_t value) { return std::to_string(value); }
 
@@ -210,17 +238,30 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
     return noKernelForRows(*library_, *file_, CQ4P_KERNEL_MATMUL,
                            matmulKernels_, rows, true);
 
+  // The scratch is one call's: a second call at once would overwrite it.
+  if (scratch.inUse_.exchange(true, std::memory_order_acquire))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  path() + ": run: scratch: in use by another call at the "
+                           "same time; each thread needs its own "
+                           "ActivationScratch");
+  struct Release {
+    std::atomic<bool> &inUse;
+    ~Release() { inUse.store(false, std::memory_order_release); }
+  } release{scratch.inUse_};
   scratch.reserve(size_t(rows), size_t(k()), numGroups());
   int8_t *activations = scratch.activations();
   float *scales = scratch.scales();
   const cq4p_weight_view *weight = &weight_.view();
   int threads = pool.threadCount();
 
-  // Phase 1: groups across threads, every row in each task. Quantizing is a
-  // small share of the work, so one task per thread is enough.
+  // Phase 1: groups across threads, every row in each task. The Hadamard
+  // transform is a small share of the work (a butterfly pass per
+  // activation); an orthogonal group is a 128 x K matrix product per row.
   auto quantizeFn = entryAs<cq4p_quantize_fn>(*quantize);
   int64_t groups = numGroups();
-  int64_t groupsPerTask = ceilDiv(groups, std::min<int64_t>(groups, threads));
+  int64_t gs = int64_t(k()) / groups;
+  int64_t perGroup = workOf(rows, file_->isOrthogonal() ? gs * int64_t(k()) : 8 * gs);
+  int64_t groupsPerTask = ceilDiv(groups, taskCountFor(groups, perGroup, threads));
   pool.parallelFor(ceilDiv(groups, groupsPerTask), [&](int64_t task) {
     int64_t begin = task * groupsPerTask;
     int64_t end = std::min(groups, begin + groupsPerTask);
@@ -238,16 +279,11 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
                                       : neonFn;
   int64_t superBlocks = int64_t(this->superBlocks());
   int64_t perTask = superBlocksPerTask_;
-  // The scratch is one call's: a second call at once would overwrite it.
-  if (scratch.inUse_.exchange(true, std::memory_order_acquire))
-    return Status(CQ4P_ERROR_ARGUMENT,
-                  path() + ": run: scratch: in use by another call at the "
-                           "same time; each thread needs its own "
-                           "ActivationScratch");
-  struct Release {
-    std::atomic<bool> &inUse;
-    ~Release() { inUse.store(false, std::memory_order_release); }
-  } release{scratch.inUse_};
+  if (perTask == 0)
+    perTask = ceilDiv(superBlocks,
+                      taskCountFor(superBlocks,
+                                   workOf(rows, CQ4P_PANEL_CHANNELS * int64_t(k())),
+                                   threads));
   int64_t tasks = ceilDiv(superBlocks, perTask);
   if (trace != nullptr) {
     trace->threads = threads;

@@ -1,14 +1,16 @@
 //===- ThreadPool.cpp - workers, a task counter and a generation number ---===//
 //
 // One job at a time. The caller publishes a job (function, task count,
-// how many workers take part) under the mutex and bumps the generation;
-// workers that see a new generation copy the job under the mutex and, if
-// they take part, draw tasks from the shared counter, then check in. The
-// caller draws tasks too and returns once every participant has checked in,
-// so no worker touches a job after its parallelFor has returned. Because
-// the next job cannot be published before that, a participant always sees
-// the generation it takes part in; a non-participant may sleep through
-// generations, which is harmless since it reads only under the mutex.
+// how many workers may take part) under the mutex and bumps the
+// generation; workers that see a new generation copy the job under the
+// mutex and, if they may take part, join it (an atomic count tagged with
+// the job's generation, refused once the job is closed), draw tasks from
+// the shared counter, then check in. The caller draws tasks too; when none
+// is left it closes the job and waits only for the workers that joined, so
+// no worker touches a job after its parallelFor has returned, and a worker
+// that wakes late (or was descheduled before joining) costs nothing. A
+// worker may sleep through generations, which is harmless since it reads
+// the job only under the mutex and joins only its own generation.
 //
 // Threads come from pthread_create rather than std::thread so that a
 // failure to start one is a Status, not an exception in a runtime built
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace cq4p::runtime {
 namespace {
@@ -87,6 +90,9 @@ Status ThreadPool::setThreadCount(int threads) {
                       std::to_string(threads));
   std::lock_guard<std::mutex> submit(submitMutex_);
   stopWorkers();
+  // Set before any worker starts (they read it without the mutex).
+  unsigned cpus = std::thread::hardware_concurrency();
+  spinIterations_ = cpus != 0 && unsigned(threads) > cpus ? 0 : kSpinIterations;
   for (int i = 0; i + 1 < threads; ++i) {
     auto slot = std::make_unique<WorkerSlot>();
     slot->pool = this;
@@ -132,14 +138,13 @@ void *ThreadPool::workerMain(void *slot) {
 
 void ThreadPool::workerLoop(int index, uint64_t seen) {
   for (;;) {
-    for (int spin = 0; spin < kSpinIterations &&
+    for (int spin = 0; spin < spinIterations_ &&
                        generation_.load(std::memory_order_acquire) == seen;
          ++spin)
       cpuRelax();
     ThreadTaskFn fn;
     void *context;
     int64_t taskCount;
-    int participants;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wakeWorkers_.wait(lock, [&] {
@@ -153,10 +158,23 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
       fn = fn_;
       context = context_;
       taskCount = taskCount_;
-      participants = participants_;
     }
+    uint64_t job = (seen & 0xffffffffu) << 32;
+    uint64_t state = joined_.load(std::memory_order_acquire);
+    bool joining = false;
+    while ((state & ~kJoinedMask & ~kClosed) == job && !(state & kClosed)) {
+      if (joined_.compare_exchange_weak(state, state + 1,
+                                        std::memory_order_acq_rel)) {
+        joining = true;
+        break;
+      }
+    }
+    if (!joining)
+      continue;
     drain(fn, context, taskCount, index + 1);
-    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == participants) {
+    int done = finished_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    state = joined_.load(std::memory_order_acquire);
+    if ((state & kClosed) && uint64_t(done) == (state & kJoinedMask)) {
       // Under the mutex: the caller tests the count and sleeps atomically
       // with respect to it, so this wake-up cannot fall between the two.
       std::lock_guard<std::mutex> lock(mutex_);
@@ -209,17 +227,22 @@ void ThreadPool::run(int64_t taskCount, ThreadTaskFn fn, void *context) {
     participants_ = participants;
     nextTask_.store(0, std::memory_order_relaxed);
     finished_.store(0, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    joined_.store((generation & 0xffffffffu) << 32, std::memory_order_relaxed);
+    generation_.store(generation, std::memory_order_release);
   }
   wakeWorkers_.notify_all();
   drain(fn, context, taskCount, 0);
-  for (int spin = 0; spin < kSpinIterations &&
-                     finished_.load(std::memory_order_acquire) != participants;
+  // No task is left: close the job to latecomers, then wait for those in it.
+  int joined = int(joined_.fetch_or(kClosed, std::memory_order_acq_rel) &
+                   kJoinedMask);
+  for (int spin = 0; spin < spinIterations_ &&
+                     finished_.load(std::memory_order_acquire) != joined;
        ++spin)
     cpuRelax();
   std::unique_lock<std::mutex> lock(mutex_);
   jobDone_.wait(lock, [&] {
-    return finished_.load(std::memory_order_acquire) == participants;
+    return finished_.load(std::memory_order_acquire) == joined;
   });
 }
 

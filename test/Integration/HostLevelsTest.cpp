@@ -172,4 +172,35 @@ TEST(HostLevels, ALevelTheCpuLacksIsRefusedNamingTheMissingFeatures) {
   EXPECT_TRUE(KernelLibrary::open(CQ4P_TEST_LEVEL_X86_64_V3, v3, library));
 }
 
+// Phase-2 tasks sized from the work: a layer too small to split runs as
+// one task on the calling thread (no worker woken), a larger one gives
+// every thread tasks.
+TEST(HostRuntime, MatmulTasksAreSizedFromTheWorkAndTheThreads) {
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_TEST_LEVEL_X86_64_V3, library));
+  std::unique_ptr<ThreadPool> pool;
+  ASSERT_TRUE(ThreadPool::create(2, pool));
+  ActivationScratch scratch;
+  struct Case {
+    uint64_t n, k;
+    uint32_t gs;
+    int64_t rows, tasks;
+  };
+  // 64 x K multiply-adds per super-block and row; at least 2^16 per task.
+  for (Case c : {Case{192, 256, 64, 1, 1}, Case{100, 1536, 128, 1, 2},
+                 Case{192, 256, 64, 5, 3}}) {
+    Mapped layer(c.n, c.k, c.gs, false, 3);
+    std::unique_ptr<LinearLayer> linear;
+    ASSERT_TRUE(LinearLayer::bind(*library, *layer.file, linear));
+    std::vector<float> x = gaussianRows(uint64_t(c.rows), c.k, 4);
+    std::vector<float> y(size_t(c.rows) * c.n);
+    LinearRunTrace trace;
+    ASSERT_TRUE(linear->run(*pool, x.data(), y.data(), c.rows, scratch, &trace));
+    EXPECT_EQ(int64_t(trace.matmulTasks.size()), c.tasks)
+        << c.n << "x" << c.k << ", " << c.rows << " rows";
+    if (c.tasks == 1)
+      EXPECT_EQ(trace.matmulTasks[0].thread, 0);
+  }
+}
+
 } // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -151,6 +152,16 @@ TEST(ThreadPool, MoreThreadsThanCores) {
   auto pool = makePool(16);
   for (int round = 0; round < 20; ++round)
     expectEachTaskOnce(*pool, 33 + round);
+}
+
+// Back-to-back loops of a few tasks with more threads than CPUs: workers
+// wake late and find the loop closed (or a later one open); each task still
+// runs exactly once and no loop waits for a worker that did not join it.
+TEST(ThreadPool, ShortLoopsWithMoreThreadsThanCpus) {
+  int cpus = int(std::max(1u, std::thread::hardware_concurrency()));
+  auto pool = makePool(std::min(4 * cpus, 64));
+  for (int round = 0; round < 2000; ++round)
+    expectEachTaskOnce(*pool, 2 + round % 4);
 }
 
 TEST(ThreadPool, NestedLoopRunsInline) {

@@ -120,7 +120,8 @@ struct LinearRunTrace {
 
 class LinearLayer {
 public:
-  static constexpr int64_t kDefaultSuperBlocksPerTask = 8;
+  /// 0: phase-2 tasks sized from the work and the thread count (Linear.cpp).
+  static constexpr int64_t kDefaultSuperBlocksPerTask = 0;
   static constexpr int kDefaultSmeWorkers = 2;
 
   /// Binds `file` (a CQ4 packed-panel tensor) to `library`'s kernels (the
@@ -157,7 +158,8 @@ public:
   Status run(ThreadPool &pool, const float *x, float *y, int64_t rows,
              ActivationScratch &scratch, LinearRunTrace *trace = nullptr) const;
 
-  /// Super-blocks of 64 channels per phase-2 task (>= 1).
+  /// Super-blocks of 64 channels per phase-2 task (>= 1), instead of a
+  /// count sized from the work and the thread count.
   Status setSuperBlocksPerTask(int64_t count);
   int64_t superBlocksPerTask() const { return superBlocksPerTask_; }
 

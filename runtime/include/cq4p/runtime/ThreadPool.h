@@ -8,7 +8,12 @@
 // exactly once.
 //
 // Idle workers spin briefly (back-to-back loops are the common case), then
-// sleep on a condition variable: an idle pool costs no CPU.
+// sleep on a condition variable: an idle pool costs no CPU. With more
+// threads than the machine has CPUs they do not spin (a spinning worker
+// would take the CPU of one that works), and a loop never waits for a
+// worker that had not started on it by the time every task was taken: it
+// waits only for the workers that joined, so a descheduled worker cannot
+// make a call slower than running it alone.
 //
 // parallelFor calls are serialised: one loop runs at a time per pool. A
 // parallelFor issued from inside one of this pool's tasks runs its tasks
@@ -123,7 +128,13 @@ private:
   int64_t taskCount_ = 0;
   int participants_ = 0; // worker slots 0..participants_-1 join the current job
   std::atomic<int64_t> nextTask_{0};
-  std::atomic<int> finished_{0}; // participants done with the current job
+  std::atomic<int> finished_{0}; // joined workers done with the current job
+  /// The current job's low 32 generation bits, kClosed once the caller has
+  /// taken its last task, and the number of workers that joined it.
+  std::atomic<uint64_t> joined_{0};
+  static constexpr uint64_t kClosed = uint64_t(1) << 31;
+  static constexpr uint64_t kJoinedMask = kClosed - 1;
+  int spinIterations_ = 0; // 0 when oversubscribed
 };
 
 } // namespace cq4p::runtime
