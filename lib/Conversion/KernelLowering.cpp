@@ -20,10 +20,10 @@
 // accumulators; a GEMM tile passes over 8 channels at a time so that each
 // unpacked weight vector feeds every row of the tile.
 //
-// cq4p.rescale and cq4p.quantize_activations lower to plain scf loops over
-// scalar and small vector ops, identical on every target: the activation
-// transform in particular must give every backend the same int8
-// activations. cq4p.rotate_quantize_activations and cq4p.decode_embedding
+// cq4p.rescale lowers to plain scf loops over small vector ops, identical on
+// every target. cq4p.quantize_activations is straight-line vector code per
+// group (ActivationTransform.cpp) with the contract's fp32 operations in the
+// contract's order, so every backend gets the same int8 activations. cq4p.rotate_quantize_activations and cq4p.decode_embedding
 // are fp16 matrix products over tiles of rows, vectorized across outputs
 // with blocks of the rotation transposed in registers, so every output
 // still sums in index order (the same bits at every vector width).
@@ -32,6 +32,7 @@
 
 #include "HostKernels.h"
 
+#include "ActivationTransform.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
@@ -378,73 +379,6 @@ Value rowsOf(OpBuilder &b, Location loc, Value memref) {
     return cIndex(b, loc, type.getDimSize(0));
   return memref::DimOp::create(b, loc, memref, 0);
 }
-
-struct QuantizeActivationsLowering
-    : public OpRewritePattern<QuantizeActivationsOp> {
-  using OpRewritePattern::OpRewritePattern;
-
-  LogicalResult matchAndRewrite(QuantizeActivationsOp op,
-                                PatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    OpBuilder &b = rewriter;
-    int64_t gs = op.getGroupSize();
-    Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
-    Value work = memref::AllocaOp::create(
-        b, loc, MemRefType::get({gs}, b.getF32Type()));
-    // The natural-order butterfly's constant, rounded once to fp32.
-    Value invSqrt = arith::ConstantOp::create(
-        b, loc, b.getF32FloatAttr(float(1.0 / std::sqrt(double(gs)))));
-    forRange(b, loc, c0, rowsOf(b, loc, op.getX()), [&](OpBuilder &b, Value row) {
-      forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
-               [&](OpBuilder &b, Value g) {
-        Value kBase = arith::MulIOp::create(b, loc, g, cGs);
-        // w = x * isr * left
-        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
-          Value k = arith::AddIOp::create(b, loc, kBase, j);
-          Value x = memref::LoadOp::create(b, loc, op.getX(), ValueRange{row, k});
-          Value isr = loadAsF32(b, loc, op.getInputScaleRecip(), k);
-          Value left = loadAsF32(b, loc, op.getLeftSigns(), j);
-          Value w = arith::MulFOp::create(
-              b, loc, arith::MulFOp::create(b, loc, x, isr), left);
-          memref::StoreOp::create(b, loc, w, work, j);
-        });
-        // The fast Walsh-Hadamard transform in natural order: per stage h,
-        // blocks of 2h, butterflies (i, i + h) for the first h of each.
-        for (int64_t h = 1; h < gs; h *= 2) {
-          Value cH = cIndex(b, loc, h);
-          auto blocks = scf::ForOp::create(b, loc, c0, cGs, cIndex(b, loc, 2 * h));
-          OpBuilder::InsertionGuard stageGuard(b);
-          b.setInsertionPointToStart(blocks.getBody());
-          Value blockStart = blocks.getInductionVar();
-          forRange(b, loc, c0, cH, [&](OpBuilder &b, Value offset) {
-            Value i = arith::AddIOp::create(b, loc, blockStart, offset);
-            Value partner = arith::AddIOp::create(b, loc, i, cH);
-            Value u = memref::LoadOp::create(b, loc, work, i);
-            Value v = memref::LoadOp::create(b, loc, work, partner);
-            memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, u, v),
-                                    work, i);
-            memref::StoreOp::create(b, loc, arith::SubFOp::create(b, loc, u, v),
-                                    work, partner);
-          });
-        }
-        // w = w / sqrt(gs) * right
-        forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
-          Value w = memref::LoadOp::create(b, loc, work, j);
-          Value right = loadAsF32(b, loc, op.getRightSigns(), j);
-          w = arith::MulFOp::create(b, loc,
-                                    arith::MulFOp::create(b, loc, w, invSqrt),
-                                    right);
-          memref::StoreOp::create(b, loc, w, work, j);
-        });
-        // z[j] = w[perm[j]], quantized.
-        quantizeGroup(b, loc, work, gs, op.getPermutation(), op.getAct(),
-                      op.getActScales(), row, g);
-      });
-    });
-    rewriter.eraseOp(op);
-    return success();
-  }
-};
 
 /// How the orthogonal rotations are blocked: `lanes` outputs per fp32
 /// vector (one register of the target) and `rows` activation or embedding
@@ -904,6 +838,7 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   patterns.add<PanelDotLowering>(ctx, target);
   patterns.add<RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(
       ctx, rotationBlocking(target));
-  patterns.add<RescaleLowering, QuantizeActivationsLowering,
-               PackActivationTileLowering, AttentionLowering>(ctx);
+  populateActivationTransformPatterns(patterns, target);
+  patterns.add<RescaleLowering, PackActivationTileLowering, AttentionLowering>(
+      ctx);
 }

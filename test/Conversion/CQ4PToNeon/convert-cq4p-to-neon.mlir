@@ -76,20 +76,36 @@ func.func @rescale(%partials: memref<1x64xi32>, %scales: memref<?x2xf32>,
 
 // -----
 
-// The activation transform: x * isr * left, the butterfly, 1/sqrt(gs) and
-// the right signs, then the permuted quantization with round-half-even.
+// The activation transform in vectors (ActivationTransform.cpp): per call
+// the signs and the permutation's table indices; per group x * (isr * left)
+// from de-interleaved loads, the butterflies between pieces, the abs-max, the
+// scale; then the division, FCVTNS and saturating narrows, the right signs
+// on the bytes and a TBL per 16 bytes.
 // CHECK-LABEL: func.func @quantize
-// CHECK-DAG: arith.constant 0.176776692 : f32
+// CHECK-DAG: arith.constant dense<0.176776692> : vector<4xf32>
 // CHECK-DAG: arith.constant 1.000000e-10 : f32
-// CHECK-DAG: memref.alloca() : memref<32xf32>
-// CHECK: arith.extf %{{.*}} : f16 to f32
-// CHECK: arith.sitofp %{{.*}} : i8 to f32
-// CHECK: arith.addf
-// CHECK: arith.subf
-// CHECK: arith.maximumf
-// CHECK: memref.load %{{.*}} : memref<32xi32>
-// CHECK: math.roundeven
-// CHECK: arith.fptosi %{{.*}} : f32 to i8
+// CHECK: vector.load %{{.*}} : memref<32xi8>, vector<16xi8>
+// CHECK: arith.sitofp %{{.*}} : vector<4xi8> to vector<4xf32>
+// CHECK: vector.load %{{.*}} : memref<32xi32>, vector<16xi32>
+// CHECK: scf.for %[[G:.*]] = %{{.*}} to %{{.*}} step
+// CHECK: arith.extf %{{.*}} : vector<4xf16> to vector<4xf32>
+// CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step
+// CHECK: vector.load %{{.*}}[%[[ROW]], %{{.*}}] : memref<?x64xf32>, vector<16xf32>
+// CHECK: arith.addf %{{.*}} : vector<4xf32>
+// CHECK: arith.subf %{{.*}} : vector<4xf32>
+// CHECK: math.absf %{{.*}} : vector<4xf32>
+// CHECK: vector.reduction <maximumf>, %{{.*}} : vector<4xf32> into f32
+// CHECK: arith.divf %{{.*}} : f32
+// CHECK: arith.maximumf %{{.*}} : f32
+// CHECK: memref.store %{{.*}}, %{{.*}}[%[[ROW]], %[[G]]] : memref<?x2xf32>
+// CHECK: arith.divf %{{.*}} : vector<4xf32>
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.fcvtns.v4i32.v4f32"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.sqxtn.v4i16"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.sqxtn.v8i8"
+// CHECK: arith.muli %{{.*}} : vector<16xi8>
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl2.v16i8"
+// CHECK: vector.store %{{.*}}, %{{.*}}[%[[ROW]], %{{.*}}] : memref<?x64xi8>, vector<16xi8>
+// CHECK-NOT: memref.alloca
 func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32xi8>,
                     %right: memref<32xi8>, %perm: memref<32xi32>, %act: memref<?x64xi8>,
                     %scales: memref<?x2xf32>, %g0: index, %g1: index) {

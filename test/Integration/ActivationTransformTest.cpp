@@ -1,0 +1,156 @@
+//===- ActivationTransformTest.cpp - the quantize kernels, bit for bit ----===//
+//
+// Calls the compiled Hadamard quantize kernels directly and compares their
+// int8 activations and fp32 scales, bit for bit, with FORMAT.md section 5's
+// steps 1-2 written out as plain scalar fp32 code in the contract's order
+// (section 6): the kernels are vector code, the oracle is one float at a
+// time. Every group size, group ranges that leave neighbours untouched, and
+// rows that stress the scale: all zero (the 1e-10 floor), tiny, huge, and
+// ones with many equal magnitudes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../unit/Runtime/LayerFiles.h"
+#include "../unit/Runtime/TempDir.h"
+
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/WeightView.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+/// FORMAT.md section 5 steps 1-2 for one row and group, scalar fp32.
+void referenceGroup(const cq4p_weight_view &view, uint32_t gs, const float *x,
+                    uint64_t g, int8_t *act, float *scale) {
+  std::vector<float> w(gs);
+  for (uint32_t j = 0; j < gs; ++j) {
+    float isr = halfToFloat(view.input_scale_recip[g * gs + j]);
+    w[j] = x[g * gs + j] * isr * float(view.left_signs[j]);
+  }
+  for (uint32_t h = 1; h < gs; h *= 2)
+    for (uint32_t i = 0; i < gs; ++i)
+      if (!(i & h)) {
+        float u = w[i], v = w[i + h];
+        w[i] = u + v;
+        w[i + h] = u - v;
+      }
+  const float invSqrt = float(1.0 / std::sqrt(double(gs)));
+  for (uint32_t j = 0; j < gs; ++j)
+    w[j] = w[j] * invSqrt * float(view.right_signs[j]);
+  float maxAbs = 0.0f;
+  for (uint32_t j = 0; j < gs; ++j)
+    maxAbs = std::max(maxAbs, std::fabs(w[view.permutation[j]]));
+  *scale = std::max(maxAbs / 127.0f, 1e-10f);
+  for (uint32_t j = 0; j < gs; ++j) {
+    float q = std::nearbyintf(w[view.permutation[j]] / *scale); // ties to even
+    act[j] = int8_t(std::min(std::max(q, -128.0f), 127.0f));
+  }
+}
+
+/// Rows that exercise the scale: Gaussian, zero, tiny, huge, and rows of
+/// +-1 whose transform has many equal magnitudes (ties in the abs-max).
+std::vector<float> stressRows(uint64_t rows, uint64_t k, uint32_t seed) {
+  std::vector<float> x = gaussianRows(rows, k, seed);
+  for (uint64_t r = 0; r < rows; ++r) {
+    float *row = x.data() + r * k;
+    switch (r % 5) {
+    case 1:
+      std::fill(row, row + k, 0.0f);
+      break;
+    case 2:
+      for (uint64_t i = 0; i < k; ++i)
+        row[i] *= 1e-30f;
+      break;
+    case 3:
+      for (uint64_t i = 0; i < k; ++i)
+        row[i] *= 1e30f;
+      break;
+    case 4:
+      for (uint64_t i = 0; i < k; ++i)
+        row[i] = (i * 7 + r) % 3 ? 1.0f : -1.0f;
+      break;
+    }
+  }
+  return x;
+}
+
+void checkLibrary(const char *path) {
+  std::unique_ptr<KernelLibrary> library;
+  Status opened = KernelLibrary::open(path, library);
+  ASSERT_TRUE(opened) << opened.message();
+  struct Shape {
+    uint64_t k;
+    uint32_t gs;
+  };
+  uint32_t seed = 11;
+  for (Shape s : {Shape{256, 32}, Shape{256, 64}, Shape{256, 128},
+                  Shape{256, 256}, Shape{1536, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "K " << s.k << " gs " << s.gs);
+    TempDir dir;
+    LayerFile layer = realisticLayerFile(64, s.k, s.gs, false, seed++);
+    std::string file = dir.file("w.cq4p.weights");
+    ASSERT_TRUE(writeBytes(file, layer.bytes));
+    std::unique_ptr<TensorFile> tensor;
+    ASSERT_TRUE(TensorFile::open(file, tensor));
+    WeightView view;
+    ASSERT_TRUE(view.bind(*tensor));
+    auto kernels =
+        library->find(CQ4P_KERNEL_QUANTIZE_HADAMARD, 64, s.k, s.gs, false);
+    ASSERT_FALSE(kernels.empty());
+    uint64_t ng = s.k / s.gs;
+    for (const cq4p_kernel_desc *kernel : kernels) {
+      auto quantize = reinterpret_cast<cq4p_quantize_fn>(const_cast<void *>(kernel->entry));
+      for (uint64_t m : {1, 3, 5, 16}) {
+        if (m < kernel->min_rows || (kernel->max_rows && m > kernel->max_rows))
+          continue;
+        // All groups, and (when there are three or more) the inner ones
+        // only, so that the first and last must stay untouched.
+        for (uint64_t begin : {uint64_t(0), uint64_t(1)}) {
+          uint64_t end = begin ? ng - 1 : ng;
+          if (begin >= end)
+            continue;
+          SCOPED_TRACE(::testing::Message() << kernel->name << " M " << m
+                                            << " groups [" << begin << ", "
+                                            << end << ")");
+          std::vector<float> x = stressRows(m, s.k, seed++);
+          std::vector<int8_t> act(m * s.k, 0x55), want = act;
+          std::vector<float> scales(m * ng, -1.0f), wantScales = scales;
+          for (uint64_t r = 0; r < m; ++r)
+            for (uint64_t g = begin; g < end; ++g)
+              referenceGroup(view.view(), s.gs, x.data() + r * s.k, g,
+                             want.data() + r * s.k + g * s.gs,
+                             wantScales.data() + r * ng + g);
+          quantize(&view.view(), x.data(), act.data(), scales.data(),
+                   int64_t(m), int64_t(begin), int64_t(end));
+          for (uint64_t i = 0; i < act.size(); ++i)
+            ASSERT_EQ(int(want[i]), int(act[i]))
+                << "row " << i / s.k << " k " << i % s.k;
+          for (uint64_t i = 0; i < scales.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(&wantScales[i], &scales[i], 4))
+                << "row " << i / ng << " group " << i % ng << ": "
+                << wantScales[i] << " vs " << scales[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(ActivationTransform, QuantizeKernelsMatchTheScalarContractBitForBit) {
+  checkLibrary(CQ4P_TEST_KERNEL_LIBRARY);
+}
+
+#ifdef CQ4P_TEST_SME2_KERNEL_LIBRARY
+// The SME2 library's quantize kernels are its NEON side: the same bits.
+TEST(ActivationTransform, Sme2LibraryQuantizeKernelsMatchTheScalarContract) {
+  checkLibrary(CQ4P_TEST_SME2_KERNEL_LIBRARY);
+}
+#endif
+
+} // namespace
