@@ -24,7 +24,9 @@ using namespace mlir;
 void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                                      const KernelPipelineOptions &options) {
   // A model graph: its kernels and the planned prefill and decode steps.
-  pm.addPass(createCQ4PLowerModel(CQ4PLowerModelOptions{options.prefillChunk}));
+  pm.addPass(createCQ4PLowerModel(
+      CQ4PLowerModelOptions{options.prefillChunk, options.kvCache,
+                            options.fuseDenseMlp}));
   // Graph-level ops to kernel functions over buffers (M-dispatch).
   pm.addPass(createCQ4PLowerToKernels(CQ4PLowerToKernelsOptions{true}));
   // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.

@@ -33,9 +33,10 @@ LOGIT_TOLERANCE = gn.LOGIT_TOLERANCE
 CHUNKING_TOLERANCE = 1e-4
 
 
-def compile_model(bundle, library, chunk=CHUNK):
+def compile_model(bundle, library, chunk=CHUNK, kv_cache="f32", options=()):
     result = subprocess.run([tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"),
-                             "--target=host", "--prefill-chunk", str(chunk), "-o", library],
+                             "--target=host", "--prefill-chunk", str(chunk),
+                             f"--kv-cache={kv_cache}", *options, "-o", library],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     return library
@@ -84,6 +85,54 @@ def test_logits_match_the_oracle(compiled, arch):
           f"{error:.4f} (tolerance {LOGIT_TOLERANCE})")
     assert error <= LOGIT_TOLERANCE
     assert int(np.argmax(got)) == int(np.argmax(expected))
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_an_fp16_kv_cache_keeps_the_oracles_tokens(synthetic_model, tmp_path, arch):
+    # Keys and values rounded to fp16 (keys by the rotary embedding's
+    # store, values by a conversion into the cache): the same greedy
+    # tokens, every step within the tolerance, and the runtime sizes the
+    # cache by the library's element type.
+    _, bundle, config = synthetic_model(arch)
+    library = compile_model(str(bundle), str(tmp_path / "libmodel-f16.so"), kv_cache="f16")
+    prompt = synthetic.prompt(config, PROMPT_TOKENS, seed=1)
+    expected = rf.Reference.from_bundle(str(bundle)).generate(prompt, GREEDY_STEPS)
+    with native.NativeModel(str(bundle), library, threads=2) as model:
+        assert model.info()["kv_dtype"] == 2
+        ids, _ = model.generate(prompt, GREEDY_STEPS)
+        rows = gn.compare(model, rf.Reference.from_bundle(str(bundle)), prompt, GREEDY_STEPS)
+    assert ids == expected
+    worst = max(row[1] for row in rows)
+    print(f"{arch}, fp16 KV cache: worst step max |diff| / std = {worst:.4f}")
+    assert worst <= LOGIT_TOLERANCE
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_the_fused_dense_mlp_computes_the_same_logits(compiled, tmp_path, arch):
+    # --fuse-dense-mlp runs the same matmuls and gating per super-block in
+    # one dispatch: logits equal the unfused library's bit for bit, over a
+    # chunked prefill and decode steps.
+    bundle, library, config = compiled(arch)
+    fused = compile_model(bundle, str(tmp_path / "libmodel-fused.so"),
+                          options=("--fuse-dense-mlp",))
+    prompt = synthetic.prompt(config, 2 * CHUNK + 3, seed=2)
+    outputs = []
+    for path in (library, fused):
+        with native.NativeModel(bundle, path, threads=2) as model:
+            steps = [model.prefill(prompt)]
+            for _ in range(4):
+                steps.append(model.decode(int(np.argmax(steps[-1]))))
+            outputs.append(np.stack(steps))
+    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+
+
+def test_an_unknown_kv_cache_type_is_refused(synthetic_model, tmp_path):
+    _, bundle, _ = synthetic_model("llama")
+    result = subprocess.run([tools.find_tool("cq4p-compile"), str(bundle / "model.mlir"),
+                             "--target=host", "--kv-cache=bf16", "-o", str(tmp_path / "x.so")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "--kv-cache=bf16 is not a KV cache element type (f32 or f16)" in result.stderr
 
 
 @pytest.mark.parametrize("arch", synthetic.ARCHITECTURES)

@@ -91,6 +91,17 @@ static cl::opt<int64_t>
                           "(2 to 65536; a longer prompt runs as chunks)"),
                  cl::init(128), cl::cat(category));
 static cl::opt<std::string>
+    kvCache("kv-cache",
+            cl::desc("Element type of a model's KV cache: f32 (default) or "
+                     "f16 (half the memory and attention reads)"),
+            cl::init("f32"), cl::cat(category));
+static cl::opt<bool> fuseDenseMlp(
+    "fuse-dense-mlp",
+    cl::desc("A model's gate and up projections and their gating in one "
+             "dispatch sharing one quantized activation (off by default: on "
+             "some phones it costs decode time)"),
+    cl::init(false), cl::cat(category));
+static cl::opt<std::string>
     tuneCpu("tune-cpu",
             cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
                      "instruction set stays armv8.2-a+dotprod)"),
@@ -338,6 +349,11 @@ int main(int argc, char **argv) {
     return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
                 " is out of range (2 to 65536)");
   options.prefillChunk = prefillChunk;
+  if (kvCache != "f32" && kvCache != "f16")
+    return fail("--kv-cache=" + kvCache + " is not a KV cache element type "
+                "(f32 or f16)");
+  options.kvCache = kvCache;
+  options.fuseDenseMlp = fuseDenseMlp;
   options.x86Dot = choice->x86Dot;
   options.features = choice->kernelFeatures;
   cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);

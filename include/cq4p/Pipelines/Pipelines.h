@@ -27,6 +27,15 @@ struct KernelPipelineOptions
       *this, "prefill-chunk",
       llvm::cl::desc("Most rows one prefill step of a model takes"),
       llvm::cl::init(128)};
+  PassOptions::Option<std::string> kvCache{
+      *this, "kv-cache",
+      llvm::cl::desc("Element type of a model's KV cache: f32 or f16"),
+      llvm::cl::init("f32")};
+  PassOptions::Option<bool> fuseDenseMlp{
+      *this, "fuse-dense-mlp",
+      llvm::cl::desc("A model's gate and up projections and gating in one "
+                     "dispatch (opt-in)"),
+      llvm::cl::init(false)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
       llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),

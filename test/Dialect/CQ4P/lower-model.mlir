@@ -1,4 +1,31 @@
 // RUN: cq4p-opt %s -cq4p-lower-model=prefill-chunk=8 | FileCheck %s
+// RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 kv-cache=f16" | FileCheck %s --check-prefix=F16
+// RUN: not cq4p-opt %s -cq4p-lower-model="kv-cache=bf16" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 fuse-dense-mlp" | FileCheck %s --check-prefix=FUSED
+
+// BAD: kv-cache 'bf16' is not an element type of the KV cache (f32 or f16)
+
+// With fuse-dense-mlp, the gate and up projections and their gating are one
+// dispatch over the super-blocks, after the one shared activation transform.
+// FUSED-LABEL: cq4p.step @decode
+// FUSED: cq4p.dispatch @cq4p_add_128
+// FUSED-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
+// FUSED-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {pointers = [{base = "binding", index = 7 : i64}, {{.*}}, {base = "workspace", offset = [[A:[0-9]+]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S:[0-9]+]] : i64, row_bytes = 4 : i64}]
+// FUSED-NEXT: cq4p.dispatch @cq4p_mlp_gemv_256x128_gs128_silu {pointers = [{base = "binding", index = 7 : i64}, {base = "binding", index = 8 : i64}, {base = "workspace", offset = [[A]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S]] : i64, row_bytes = 4 : i64}, {{.*}}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 4>}
+// FUSED-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
+// FUSED-LABEL: cq4p.step @prefill
+// FUSED: cq4p.dispatch @cq4p_mlp_gemm_256x128_gs128_silu
+// FUSED-NOT: cq4p_glu
+
+// An fp16 KV cache: the rotary embedding writes the keys as fp16; the
+// values are computed into the workspace and converted into the cache.
+// F16: cq4p.model_plan = {{.*}}kv_dtype = 2 : i64
+// F16-LABEL: cq4p.step @decode
+// F16: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {{.*}}, {base = "workspace", offset = [[V:[0-9]+]] : i64, row_bytes = 256 : i64}]
+// F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 {pointers = [{base = "workspace", offset = [[V]] : i64, row_bytes = 256 : i64}, {at_position, base = "values", index = 0 : i64, row_bytes = 128 : i64}], scalars = ["rows"], split = "rows"
+// F16: cq4p.dispatch @cq4p_rope_64_d64_t{{[0-9]+}}_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {at_position, base = "keys", index = 0 : i64, row_bytes = 128 : i64}]
+// F16-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {base = "keys", index = 0 : i64, row_bytes = 128 : i64}, {base = "values", index = 0 : i64, row_bytes = 128 : i64}
 
 // One llama-style layer. The decode step runs GEMVs, the prefill step
 // GEMMs and hands a single row to @decode; q, k and v (and gate, up) share

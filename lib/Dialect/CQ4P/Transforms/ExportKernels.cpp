@@ -70,25 +70,27 @@ std::optional<AbiSignature> signatureOf(StringRef op) {
 }
 
 /// A model kernel's entry (called by the model's steps, not listed in the
-/// table): a `weight` view pointer when it reads weight regions, then its
-/// buffers' pointers and its integer parameters, in the kernel's order.
+/// table): one cq4p_weight_view pointer per weight it reads regions of
+/// (`<view>.<region>` parameters, views in order of first appearance), then
+/// its buffers' pointers and its integer parameters, in the kernel's order.
 AbiSignature genericSignature(ArrayAttr params, ArrayAttr types) {
   AbiSignature abi{cq4p_kernel_op(0), {}, 0, "rows"};
-  SmallVector<StringRef> scalars;
-  bool weight = false;
+  SmallVector<StringRef> views, buffers, scalars;
   for (auto [param, type] : llvm::zip(params, types)) {
     StringRef name = cast<StringAttr>(param).getValue();
-    if (name.starts_with("weight.")) {
-      weight = true;
+    auto [view, region] = name.split('.');
+    if (!region.empty()) {
+      if (!llvm::is_contained(views, view))
+        views.push_back(view);
       continue;
     }
     if (isa<MemRefType>(cast<TypeAttr>(type).getValue()))
-      abi.params.push_back(name);
+      buffers.push_back(name);
     else
       scalars.push_back(name);
   }
-  if (weight)
-    abi.params.insert(abi.params.begin(), "weight");
+  abi.params.append(views);
+  abi.params.append(buffers);
   abi.pointerCount = abi.params.size();
   abi.params.append(scalars);
   return abi;
@@ -233,13 +235,14 @@ private:
       StringRef param = cast<StringAttr>(paramAttr).getValue();
       Type type = cast<TypeAttr>(typeAttr).getValue();
       Value pointer;
-      if (param.consume_front("weight.")) {
-        std::optional<unsigned> field = weightField(param);
-        if (!field)
+      if (auto [view, region] = param.split('.'); !region.empty()) {
+        std::optional<unsigned> field = weightField(region);
+        if (!field || !abiArg(view))
           return impl.emitError() << "cq4p-export-kernels: unknown weight region '"
                                   << param << "'";
+        param = region;
         Value address = LLVM::GEPOp::create(
-            b, loc, ptrType, ptrType, abiArg("weight"),
+            b, loc, ptrType, ptrType, abiArg(view),
             ArrayRef<LLVM::GEPArg>{int32_t(*field)});
         pointer = LLVM::LoadOp::create(b, loc, ptrType, address);
       } else {

@@ -86,7 +86,8 @@ private:
   MLIRContext *ctx;
   Type ptr, i32, i64;
   LLVM::LLVMStructType argsType;
-  int64_t kvRowBytes = 0, layers = 0;
+  int64_t kvRowBytes = 0;
+  uint32_t kvDtypeId = CQ4P_KV_F32;
   unsigned strings = 0;
 };
 
@@ -326,7 +327,7 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
       c64(intOf(model, "hidden")),
       c64(intOf(model, "layers")),
       c64(intOf(model, "num_kv_heads") * intOf(model, "head_dim")),
-      c32(CQ4P_KV_F32),
+      c32(kvDtypeId),
       c32(targetId),
       c64(int64_t(features)),
       c64(intOf(plan, "prefill_chunk")),
@@ -350,8 +351,11 @@ LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features)
     return module.emitError()
            << "cq4p.step ops need the cq4p.model and cq4p.model_plan "
               "attributes (run cq4p-lower-model)";
+  auto kvDtype = plan.getAs<IntegerAttr>("kv_dtype");
+  kvDtypeId = kvDtype ? uint32_t(kvDtype.getInt()) : uint32_t(CQ4P_KV_F32);
   kvRowBytes = model.getAs<IntegerAttr>("num_kv_heads").getInt() *
-               model.getAs<IntegerAttr>("head_dim").getInt() * 4;
+               model.getAs<IntegerAttr>("head_dim").getInt() *
+               (kvDtypeId == CQ4P_KV_F16 ? 2 : 4);
   LLVM::LLVMFuncOp decode, prefill;
   // The single-row step first: the others branch to it.
   llvm::stable_sort(steps, [](StepOp a, StepOp b) {

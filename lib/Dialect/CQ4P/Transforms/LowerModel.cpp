@@ -126,9 +126,16 @@ struct Slot {
 /// Plans one step of the graph.
 class StepPlanner {
 public:
+  /// Shared activation transforms: key -> (act, scales) places, last use.
+  struct Quantized {
+    Place act, scales;
+    int64_t lastUse;
+  };
   StepPlanner(func::FuncOp forward, KernelBuilder &kernels, int64_t maxRows,
-              DictionaryAttr model, OpBuilder &stepBuilder)
+              DictionaryAttr model, Type cacheElement, bool fuseDenseMlp,
+              OpBuilder &stepBuilder)
       : forward(forward), kernels(kernels), maxRows(maxRows), model(model),
+        cacheElement(cacheElement), fuseDenseMlp(fuseDenseMlp),
         b(stepBuilder) {}
 
   LogicalResult plan();
@@ -138,6 +145,12 @@ private:
   LogicalResult placeSpecialValues();
   LogicalResult planOp(Operation *op, int64_t index);
   LogicalResult planLinear(LinearOp linear, int64_t index);
+  /// The quantized activation `linear` reads (dispatched when new).
+  Quantized &quantize(LinearOp linear, Place weight,
+                      FlatSymbolRefAttr kernel, int64_t index);
+  /// gate = linear(x), up = linear(x), glu(gate, up) as one dispatch, when
+  /// `gate` is the gate of such a pattern.
+  bool planDenseMlp(LinearOp gate, int64_t index);
 
   /// The bound tensor an operand is (a @forward argument after ids and pos).
   FailureOr<int64_t> bindingOf(Operation *op, Value value, StringRef what) {
@@ -234,18 +247,21 @@ private:
   KernelBuilder &kernels;
   int64_t maxRows;
   DictionaryAttr model;
+  Type cacheElement; ///< f32 or f16
+  bool fuseDenseMlp;
   OpBuilder &b;
+  /// Ops a fused dispatch has already computed.
+  llvm::DenseSet<Operation *> fused;
+  /// Keys and values: their place in the KV cache. A value its producer
+  /// cannot write there (an fp16 cache, but not a rotary embedding's
+  /// output) lives in the workspace and is converted into the cache.
+  llvm::DenseMap<Value, Place> cachePlaces;
 
   Arena arena;
   SmallVector<Slot> slots;
   llvm::DenseMap<Value, Place> places;
   llvm::DenseMap<Value, int64_t> lastUse;
   llvm::DenseSet<Value> donated;
-  /// Shared activation transforms: key -> (act, scales) places, last use.
-  struct Quantized {
-    Place act, scales;
-    int64_t lastUse;
-  };
   std::map<std::string, Quantized> quantized;
   /// Slots to release after the op of the given index.
   std::map<int64_t, SmallVector<int>> deferred;
@@ -303,9 +319,11 @@ LogicalResult StepPlanner::placeSpecialValues() {
       Place place;
       place.base = base.str();
       place.index = attention.getLayer();
-      place.rowBytes = kvWidth * 4;
+      place.rowBytes = kvWidth * int64_t(cacheElement.getIntOrFloatBitWidth() / 8);
       place.atPosition = true;
-      places[value] = place;
+      cachePlaces[value] = place;
+      if (cacheElement.isF32() || value.getDefiningOp<RopeOp>())
+        places[value] = place;
     }
     return WalkResult::advance();
   });
@@ -359,6 +377,15 @@ LogicalResult StepPlanner::plan() {
   for (Operation &op : body) {
     if (failed(planOp(&op, order[&op])))
       return failure();
+    for (Value result : op.getResults()) {
+      auto cached = cachePlaces.find(result);
+      if (cached == cachePlaces.end() || places[result].base != "workspace")
+        continue;
+      rowsDispatch(createConvertKernel(kernels,
+                                       cast<ShapedType>(result.getType()).getDimSize(1),
+                                       cacheElement),
+                   result, {places[result], cached->second}, {"rows"});
+    }
     // Values that die here give their slot back (a donated value's
     // reference went to the result that took its slot).
     for (Value operand : op.getOperands()) {
@@ -384,6 +411,65 @@ LogicalResult StepPlanner::plan() {
   return success();
 }
 
+StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
+                                              FlatSymbolRefAttr kernel,
+                                              int64_t index) {
+  WeightType w = linear.getWeight().getType();
+  Value x = linear.getInput();
+  Quantized &q = quantized[quantizeKey(linear, x, index)];
+  if (q.act.rowBytes == 0) {
+    int64_t rows = capacityRows(x);
+    q.act = workspacePlace(newSlot(rows * w.getK()), w.getK());
+    q.scales = workspacePlace(newSlot(rows * w.getNumGroups() * 4),
+                              w.getNumGroups() * 4);
+    dispatch(kernel, "range", {0, w.getNumGroups()},
+             {weight, places[x], q.act, q.scales}, {"rows", "begin", "end"},
+             singleRow(x));
+  }
+  return q;
+}
+
+bool StepPlanner::planDenseMlp(LinearOp gate, int64_t index) {
+  Value g = gate.getResult();
+  auto glu = g.hasOneUse() ? dyn_cast<GluOp>(*g.getUsers().begin()) : GluOp();
+  if (!glu || glu.getGate() != g || !glu.getUp().hasOneUse())
+    return false;
+  auto up = glu.getUp().getDefiningOp<LinearOp>();
+  WeightType w = gate.getWeight().getType();
+  if (!up || up.getInput() != gate.getInput() ||
+      up.getWeight().getType() != w || w.getN() % 16 != 0 ||
+      quantizeKey(gate, gate.getInput(), index) !=
+          quantizeKey(up, up.getInput(), index) ||
+      glu->getBlock() != gate->getBlock() || up->isBeforeInBlock(gate))
+    return false;
+  FailureOr<int64_t> gateBinding = bindingOf(gate, gate.getWeight(), "the weight");
+  FailureOr<int64_t> upBinding = bindingOf(up, up.getWeight(), "the weight");
+  if (failed(gateBinding) || failed(upBinding))
+    return false;
+  Value x = gate.getInput();
+  bool single = singleRow(x) || maxRows == 1;
+  SmallVector<FlatSymbolRefAttr> refs =
+      createLinearKernels(kernels, w, /*gemv=*/true, /*gemm=*/!single);
+  Quantized &q = quantize(gate, Place::binding(*gateBinding), refs[0], index);
+  // The gate's and the up's matmuls write scratch rows of N; only the
+  // gated result outlives the dispatch.
+  int64_t rowBytes = w.getN() * 4;
+  int gSlot = newSlot(capacityRows(x) * rowBytes);
+  int uSlot = newSlot(capacityRows(x) * rowBytes);
+  Place out = placeResult(glu.getResult(), index, {});
+  dispatch(createFusedMlpKernel(kernels, w, glu.getActivation(), single),
+           "range", {0, w.getNumSuperBlocks()},
+           {Place::binding(*gateBinding), Place::binding(*upBinding), q.act,
+            q.scales, workspacePlace(gSlot, rowBytes),
+            workspacePlace(uSlot, rowBytes), out},
+           {"rows", "begin", "end"}, singleRow(x));
+  releaseSlot(gSlot);
+  releaseSlot(uSlot);
+  fused.insert(up);
+  fused.insert(glu);
+  return true;
+}
+
 LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
   WeightType w = linear.getWeight().getType();
   FailureOr<int64_t> binding = bindingOf(linear, linear.getWeight(), "the weight");
@@ -395,17 +481,7 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
       createLinearKernels(kernels, w, /*gemv=*/true, /*gemm=*/!single);
   Place weight = Place::binding(*binding);
 
-  std::string key = quantizeKey(linear, x, index);
-  Quantized &q = quantized[key];
-  if (q.act.rowBytes == 0) {
-    int64_t rows = capacityRows(x);
-    q.act = workspacePlace(newSlot(rows * w.getK()), w.getK());
-    q.scales = workspacePlace(newSlot(rows * w.getNumGroups() * 4),
-                              w.getNumGroups() * 4);
-    dispatch(refs[0], "range", {0, w.getNumGroups()},
-             {weight, places[x], q.act, q.scales}, {"rows", "begin", "end"},
-             singleRow(x));
-  }
+  Quantized &q = quantize(linear, weight, refs[0], index);
   Place y = placeResult(linear.getResult(), index, {});
   dispatch(single ? refs[1] : refs[2], "range", {0, w.getNumSuperBlocks()},
            {weight, q.act, q.scales, y}, {"rows", "begin", "end"},
@@ -414,8 +490,13 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
 }
 
 LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
-  if (auto linear = dyn_cast<LinearOp>(op))
+  if (fused.contains(op))
+    return success();
+  if (auto linear = dyn_cast<LinearOp>(op)) {
+    if (fuseDenseMlp && planDenseMlp(linear, index))
+      return success();
     return planLinear(linear, index);
+  }
 
   if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
     FailureOr<int64_t> binding =
@@ -462,9 +543,12 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     int64_t width = rope.getInput().getType().getDimSize(1);
     Place in = places[rope.getInput()];
     Place out = placeResult(rope.getResult(), index, {rope.getInput()});
+    Type outElement = out.base == "keys" || out.base == "values"
+                          ? cacheElement
+                          : Type(Float32Type::get(op->getContext()));
     rowsDispatch(createRopeKernel(kernels, width, rope.getHeadDim(),
                                   rope.getTheta().convertToFloat(),
-                                  rope.getScaling().convertToFloat()),
+                                  rope.getScaling().convertToFloat(), outElement),
                  rope.getResult(), {in, out}, {"rows", "position"});
     return success();
   }
@@ -475,12 +559,13 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place q = places[attention.getQueries()];
     Place out =
         placeResult(attention.getResult(), index, {attention.getQueries()});
-    Place keys = places[attention.getKeys()], values = places[attention.getValues()];
+    Place keys = cachePlaces[attention.getKeys()];
+    Place values = cachePlaces[attention.getValues()];
     keys.atPosition = values.atPosition = false; // the kernel reads the whole cache
     dispatch(createCachedAttentionKernel(
                  kernels, attention.getNumHeads(), attention.getNumKvHeads(),
                  attention.getHeadDim(), attention.getWindow(),
-                 attention.getScale().convertToFloat()),
+                 attention.getScale().convertToFloat(), cacheElement),
              "range", {0, int64_t(attention.getNumHeads())}, {q, keys, values, out},
              {"rows", "position", "context", "begin", "end"},
              singleRow(attention.getQueries()));
@@ -572,6 +657,16 @@ public:
     }
     if (failed(checkSignature(forward)))
       return signalPassFailure();
+    Type cacheElement;
+    if (kvCache == "f32")
+      cacheElement = Float32Type::get(&getContext());
+    else if (kvCache == "f16")
+      cacheElement = Float16Type::get(&getContext());
+    else {
+      module.emitError() << "kv-cache '" << kvCache
+                         << "' is not an element type of the KV cache (f32 or f16)";
+      return signalPassFailure();
+    }
 
     KernelBuilder kernels(module);
     OpBuilder b(module.getContext());
@@ -585,7 +680,8 @@ public:
                    : FlatSymbolRefAttr());
       step.getBody().emplaceBlock();
       OpBuilder stepBuilder = OpBuilder::atBlockEnd(&step.getBody().front());
-      StepPlanner planner(forward, kernels, rows, model, stepBuilder);
+      StepPlanner planner(forward, kernels, rows, model, cacheElement,
+                          fuseDenseMlp, stepBuilder);
       if (failed(planner.plan()))
         return signalPassFailure();
       workspace = std::max(workspace, planner.workspaceBytes());
@@ -619,6 +715,9 @@ public:
                     b.getDictionaryAttr({
                         b.getNamedAttr("bindings", b.getArrayAttr(bindings)),
                         b.getNamedAttr("prefill_chunk", b.getI64IntegerAttr(prefillChunk)),
+                        b.getNamedAttr("kv_dtype", b.getI64IntegerAttr(
+                                                       cacheElement.isF16() ? CQ4P_KV_F16
+                                                                            : CQ4P_KV_F32)),
                         b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
                     }));
     forward.erase();
@@ -634,7 +733,8 @@ public:
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
       auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
-      if (op && (op.getValue() == "glu" || op.getValue() == "cached_attention"))
+      if (op && (op.getValue() == "glu" || op.getValue() == "dense_mlp" ||
+                 op.getValue() == "cached_attention"))
         if (failed(applyPatternsGreedily(func, frozen)))
           return signalPassFailure();
     }

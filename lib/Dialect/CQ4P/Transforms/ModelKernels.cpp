@@ -15,6 +15,8 @@
 
 #include "ModelKernels.h"
 
+#include "cq4p/format.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -62,6 +64,10 @@ struct Emitter {
     return v;
   }
   void store(Value v, Value memref, ValueRange indices) {
+    Type element = cast<MemRefType>(memref.getType()).getElementType();
+    if (element != cast<VectorType>(v.getType()).getElementType())
+      v = arith::TruncFOp::create(
+          b, loc, cast<VectorType>(v.getType()).clone(element), v);
     vector::StoreOp::create(b, loc, v, memref, indices);
   }
   Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
@@ -83,6 +89,19 @@ struct Emitter {
       v = add(low, high);
     }
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
+  }
+
+  /// silu(x) = x / (1 + exp(-x)), or gelu_tanh(x) = 0.5 x (1 + tanh(
+  /// sqrt(2/pi) (x + 0.044715 x^3))).
+  Value activate(Value x, bool silu) {
+    if (silu)
+      return div(x, add(splatc(1.0f),
+                        math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x))));
+    Value cube = mul(mul(x, x), x);
+    Value inner = mul(splatc(0.7978845608028654f),
+                      add(x, mul(splatc(0.044715f), cube)));
+    return mul(mul(splatc(0.5f), x),
+               add(splatc(1.0f), math::TanhOp::create(b, loc, inner)));
   }
 
   /// The largest lane of a 16-lane vector, folded by halves.
@@ -173,17 +192,19 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
 
 FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
                                                int64_t width, int64_t d,
-                                               float theta, float scaling) {
+                                               float theta, float scaling,
+                                               Type outElement) {
   MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
   spec.name = "cq4p_rope_" + std::to_string(width) + "_d" + std::to_string(d) +
-              "_t" + floatTag(theta) + "_s" + floatTag(scaling);
+              "_t" + floatTag(theta) + "_s" + floatTag(scaling) +
+              (outElement.isF16() ? "_f16" : "");
   spec.op = "rope";
   spec.n = width;
   spec.k = d;
   Type index = IndexType::get(ctx);
   spec.params = {{"x", rowsType(ctx, width)},
-                 {"out", rowsType(ctx, width)},
+                 {"out", MemRefType::get({kDynamic, width}, outElement)},
                  {"rows", index},
                  {"position", index}};
   int64_t half = d / 2;
@@ -265,21 +286,7 @@ FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
               [&](OpBuilder &b2, Location l2, Value i) {
                 Emitter e2{b2, l2};
                 Value g = e2.load(gate, {r, i});
-                Value act;
-                if (silu) {
-                  // x * sigmoid(x) = x / (1 + exp(-x))
-                  Value negExp = math::ExpOp::create(
-                      b2, l2, arith::NegFOp::create(b2, l2, g));
-                  act = e2.div(g, e2.add(e2.splatc(1.0f), negExp));
-                } else {
-                  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-                  Value cube = e2.mul(e2.mul(g, g), g);
-                  Value inner = e2.mul(e2.splatc(0.7978845608028654f),
-                                       e2.add(g, e2.mul(e2.splatc(0.044715f), cube)));
-                  Value t = math::TanhOp::create(b2, l2, inner);
-                  act = e2.mul(e2.mul(e2.splatc(0.5f), g),
-                               e2.add(e2.splatc(1.0f), t));
-                }
+                Value act = e2.activate(g, silu);
                 e2.store(e2.mul(act, e2.load(up, {r, i})), out, {r, i});
               });
     });
@@ -339,12 +346,13 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
 
 FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
     KernelBuilder &kernels, int64_t heads, int64_t kvHeads, int64_t d,
-    int64_t window, float scale) {
+    int64_t window, float scale, Type cacheElement) {
   MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
   spec.name = "cq4p_cached_attention_h" + std::to_string(heads) + "_kv" +
               std::to_string(kvHeads) + "_d" + std::to_string(d) + "_w" +
-              std::to_string(window) + "_s" + floatTag(scale);
+              std::to_string(window) + "_s" + floatTag(scale) +
+              (cacheElement.isF16() ? "_f16" : "");
   spec.op = "cached_attention";
   spec.n = heads;
   spec.k = d;
@@ -353,8 +361,8 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
   Type index = IndexType::get(ctx);
   int64_t kvWidth = kvHeads * d;
   spec.params = {{"q", rowsType(ctx, heads * d)},
-                 {"keys", rowsType(ctx, kvWidth), "context"},
-                 {"values", rowsType(ctx, kvWidth), "context"},
+                 {"keys", MemRefType::get({kDynamic, kvWidth}, cacheElement), "context"},
+                 {"values", MemRefType::get({kDynamic, kvWidth}, cacheElement), "context"},
                  {"out", rowsType(ctx, heads * d)},
                  {"rows", index},
                  {"position", index},
@@ -457,6 +465,94 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
         for (int64_t c = 0; c < chunks; ++c)
           e2.store(e2.mul(tiles.getResult(2 + c), inv), out,
                    {r, e2.addi(qBase, e2.index(c * kLanes))});
+      });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
+                                                  int64_t width,
+                                                  Type outElement) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_convert_" + std::to_string(width) +
+              (outElement.isF16() ? "_f16" : "_f32");
+  spec.op = "convert";
+  spec.n = width;
+  spec.params = {{"x", rowsType(ctx, width)},
+                 {"out", MemRefType::get({kDynamic, width}, outElement)},
+                 {"rows", IndexType::get(ctx)}};
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Emitter e{b, loc};
+    e.loop(e.index(0), args[2], 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), kLanes,
+              [&](OpBuilder &b2, Location l2, Value i) {
+                Emitter e2{b2, l2};
+                e2.store(e2.load(args[0], {r, i}), args[1], {r, i});
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
+                                                   WeightType w,
+                                                   StringRef activation,
+                                                   bool single) {
+  MLIRContext *ctx = kernels.getContext();
+  int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
+  int64_t rows = single ? 1 : kDynamic;
+  KernelSpec spec;
+  spec.name = std::string(single ? "cq4p_mlp_gemv_" : "cq4p_mlp_gemm_") +
+              std::to_string(n) + "x" + std::to_string(k) + "_gs" +
+              std::to_string(w.getGroupSize()) + "_" + activation.str();
+  spec.op = "dense_mlp";
+  spec.describeWeight(w);
+  Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
+  Type index = IndexType::get(ctx);
+  auto normPanels = MemRefType::get(
+      {w.getNumSuperBlocks(), ng, CQ4P_PANEL_CHANNELS}, f32);
+  auto cb = MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8);
+  auto outType = MemRefType::get({rows, n}, f32);
+  spec.params = {{"gate.panels", panelsType(w)},
+                 {"gate.norm_panels", normPanels},
+                 {"gate.cb_i8", cb},
+                 {"up.panels", panelsType(w)},
+                 {"up.norm_panels", normPanels},
+                 {"up.cb_i8", cb},
+                 {"act", MemRefType::get({rows, k}, i8)},
+                 {"act_scales", MemRefType::get({rows, ng}, f32)},
+                 {"g", outType},
+                 {"u", outType},
+                 {"out", outType},
+                 {"rows", index},
+                 {"sb_begin", index},
+                 {"sb_end", index}};
+  bool silu = activation == "silu";
+  // Both matmuls over the range's super-blocks, then the gating of just
+  // those channels while they are in cache: one dispatch instead of three.
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value act = args[6], scales = args[7], g = args[8], u = args[9],
+          out = args[10], rowCount = args[11], sbBegin = args[12],
+          sbEnd = args[13];
+    PanelMatmulOp::create(b, loc, args[0], args[1], args[2], act, scales, g,
+                          sbBegin, sbEnd);
+    PanelMatmulOp::create(b, loc, args[3], args[4], args[5], act, scales, u,
+                          sbBegin, sbEnd);
+    Emitter e{b, loc};
+    Value channels = e.index(CQ4P_PANEL_CHANNELS);
+    Value begin = arith::MulIOp::create(b, loc, sbBegin, channels);
+    Value end = arith::MinSIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, sbEnd, channels), e.index(n));
+    Value loopRows = single ? e.index(1) : rowCount;
+    e.loop(e.index(0), loopRows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
+        Emitter e2{b2, l2};
+        Value gv = e2.load(g, {r, c});
+        e2.store(e2.mul(e2.activate(gv, silu), e2.load(u, {r, c})), out, {r, c});
       });
     });
   });

@@ -18,9 +18,14 @@ namespace mlir::cq4p {
 FlatSymbolRefAttr createRmsNormKernel(KernelBuilder &kernels, int64_t width,
                                       Type weightElement, int64_t d,
                                       float epsilon, bool unitOffset);
-/// (x, out, rows, position): rotary embedding, rotate-half pairing.
+/// (x, out, rows, position): rotary embedding, rotate-half pairing; `out`
+/// of `outElement` (f16: rounded, for an fp16 KV cache).
 FlatSymbolRefAttr createRopeKernel(KernelBuilder &kernels, int64_t width,
-                                   int64_t d, float theta, float scaling);
+                                   int64_t d, float theta, float scaling,
+                                   Type outElement);
+/// (x, out, rows): fp32 rows stored as `outElement` (rounded to nearest).
+FlatSymbolRefAttr createConvertKernel(KernelBuilder &kernels, int64_t width,
+                                      Type outElement);
 /// (gate, up, out, rows): act(gate) * up.
 FlatSymbolRefAttr createGluKernel(KernelBuilder &kernels, int64_t width,
                                   StringRef activation);
@@ -31,11 +36,19 @@ FlatSymbolRefAttr createScaleKernel(KernelBuilder &kernels, int64_t width,
                                     float factor);
 /// (q, keys, values, out, rows, position, context, head_begin, head_end):
 /// row r (position + r) of heads [head_begin, head_end) over the cached
-/// keys and values of positions [max(0, p + 1 - window), p].
+/// keys and values (of `cacheElement`) of positions
+/// [max(0, p + 1 - window), p].
 FlatSymbolRefAttr createCachedAttentionKernel(KernelBuilder &kernels,
                                               int64_t heads, int64_t kvHeads,
                                               int64_t d, int64_t window,
-                                              float scale);
+                                              float scale, Type cacheElement);
+
+/// The dense MLP's gate and up matmuls and its gating, over a range of
+/// super-blocks: (gate, up views; act, act_scales, g, u, out, rows,
+/// sb_begin, sb_end). `g` and `u` are scratch of out's shape. GEMV (one
+/// row) or GEMM.
+FlatSymbolRefAttr createFusedMlpKernel(KernelBuilder &kernels, WeightType w,
+                                       StringRef activation, bool single);
 
 } // namespace mlir::cq4p
 

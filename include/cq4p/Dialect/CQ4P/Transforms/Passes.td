@@ -50,6 +50,13 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
   let options = [
     Option<"prefillChunk", "prefill-chunk", "int64_t", /*default=*/"128",
            "Most rows one prefill step takes">,
+    Option<"kvCache", "kv-cache", "std::string", /*default=*/"\"f32\"",
+           "Element type of the KV cache: f32, or f16 (half the memory and "
+           "the attention's reads; keys and values rounded to nearest)">,
+    Option<"fuseDenseMlp", "fuse-dense-mlp", "bool", /*default=*/"false",
+           "Gate and up projections in one dispatch with one quantized "
+           "activation, the gating applied per super-block right after "
+           "their rescale (opt-in: it costs decode time on some cores)">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
