@@ -2,7 +2,8 @@
 """Runs every cq4p test suite and prints one summary line.
 
 Suites: lit (pass output, diagnostics), GoogleTest on the host, GoogleTest
-cross-built for aarch64 and run under QEMU 11.1, and pytest for python/. Each
+cross-built for aarch64 and run under QEMU 11.1, pytest for python/, and the
+packaging tests (test/packaging: pip, cmake --install, the example). Each
 writes a JUnit XML report; the test cases in them are counted together and
 the last line printed is `N passed, N failed`. The exit status is non-zero
 when any test fails or any suite cannot run.
@@ -51,6 +52,8 @@ def main():
     # Whole models on AArch64 (python/tests/test_model_aarch64.py): the
     # cross-built cq4p-run under QEMU 11.1.
     env["CQ4P_AARCH64_RUN"] = str(build / "aarch64" / "bin" / "cq4p-run")
+    # test/packaging installs this build (and its aarch64 sub-build).
+    env["CQ4P_BUILD"] = str(build)
 
     suites = [
         ("lit", [str(LLVM_BIN / "lit"), "-sv", str(build / "test"),
@@ -64,6 +67,9 @@ def main():
         ("pytest", [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                     str(SOURCE / "python" / "tests"),
                     "--junitxml", str(results / "pytest.xml")], results / "pytest.xml"),
+        ("packaging", [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                       str(SOURCE / "test" / "packaging"),
+                       "--junitxml", str(results / "packaging.xml")], results / "packaging.xml"),
     ]
     if args.suite:
         unknown = set(args.suite) - {name for name, _, _ in suites}
