@@ -128,7 +128,7 @@ def _depth(value):
     return deepest
 
 
-def _read_manifest_text(directory, path):
+def _read_manifest_text(path):
     """The bytes of manifest.json, read as the runtime reads them: a regular
     file directly in the bundle, not a symbolic link, bounded in size."""
     from cq4p import files as fl  # files imports nothing of bundles
@@ -151,7 +151,7 @@ def read_manifest(directory):
     same rules in the same order, the same wording), before any tensor
     file is touched. Raises BundleError."""
     path = os.path.join(directory, MANIFEST)
-    raw = _read_manifest_text(directory, path)
+    raw = _read_manifest_text(path)
     try:
         text = raw.decode("utf-8")
         content = json.loads(text, object_pairs_hook=_refuse_duplicates,
