@@ -4,10 +4,10 @@
 //
 //   cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row
 //
-// becomes `func.call @<kernel>_sme_partials(...)`, a function marked
-// `cq4p.sme_leaf` (cq4p-export-kernels gives it locally-streaming, new-ZA
-// and new-ZT0 attributes once it is an llvm.func) whose body is, at a
-// 512-bit streaming vector length:
+// becomes `func.call @<kernel>_sme_row_partials(...)` (`_sme_tile_partials`
+// for a packed tile), a function marked `cq4p.sme_leaf` (cq4p-export-kernels
+// gives it locally-streaming, new-ZA and new-ZT0 attributes once it is an
+// llvm.func) whose body is, at a 512-bit streaming vector length:
 //
 //   ZT0 <- the int8 codebook (entry i's low byte)       ldr zt0
 //   for each chunk of 16 groups:
@@ -24,12 +24,24 @@
 // hold the 16-channel blocks of the super-block in order, so `str za`
 // writes the partials linearly.
 //
+// When the partials op is followed by the loop that rescales each of its
+// groups in order (cq4p-tile-super-blocks emits that), the leaf
+// (`<kernel>_sme_row_matmul`, `<kernel>_sme_tile_matmul` for 16-row tiles)
+// does the rescale itself, straight out of ZA, and the partials never reach
+// memory: per group, the 64 partials of a row (one multi-vector read of a
+// ZA slice for a single row, four MOVA of a tile row for a tile), one
+// SCVTF x4, FMUL by the activation scale, FMUL by the norms (loaded once
+// per group), FADD into the fp32 accumulators (four-vector load and
+// store). That is cq4p.rescale's order of fp32 operations exactly, so the
+// results equal the NEON rescale's bit for bit.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
 
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -126,12 +138,100 @@ public:
     return vectors;
   }
 
+  /// The four consecutive fp32 streaming vectors (256 bytes) at `address`.
+  SmallVector<Value> loadQuadF32(Value address) {
+    auto quadType = LLVM::LLVMStructType::getLiteral(
+        b.getContext(), {nxv4f32(), nxv4f32(), nxv4f32(), nxv4f32()});
+    return unpack(intrinsic(quadType, "llvm.aarch64.sve.ld1.pn.x4.nxv4f32",
+                            {allWords(), address}));
+  }
+  void storeQuadF32(ArrayRef<Value> vectors, Value address) {
+    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4f32",
+              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
+  }
+  SmallVector<Value> unpack(Value quad) {
+    SmallVector<Value> vectors;
+    for (int64_t i = 0; i < 4; ++i)
+      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quad, i));
+    return vectors;
+  }
+  VectorType nxv4f32() { return VectorType::get({4}, b.getF32Type(), {true}); }
+  VectorType nxv4i32() { return VectorType::get({4}, b.getI32Type(), {true}); }
+  /// An all-true predicate-as-counter for 32-bit elements.
+  Value allWords() {
+    if (!allWordsCounter)
+      allWordsCounter = intrinsic(LLVM::LLVMTargetExtType::get(
+                                      b.getContext(), "aarch64.svcount", {}, {}),
+                                  "llvm.aarch64.sve.ptrue.c32", {});
+    return allWordsCounter;
+  }
+
   OpBuilder &b;
   Location loc;
   Type ptrType;
   VectorType nxv16i8;
   Value allBytes; ///< an all-true predicate-as-counter for bytes
+  Value allWordsCounter;
 };
+
+/// The operands of the cq4p.rescale loop fused into a leaf: the partials
+/// are rescaled straight out of ZA instead of being stored.
+struct FusedRescale {
+  Value scales;   ///< act_scales ([rows][ng] from `row`)
+  Value norms;    ///< norm_panels ([sb][ng][64])
+  Value accum;    ///< fp32 accumulators ([R][64])
+};
+
+/// accum[0..64) += float(ints) * scale * norms, the contract's order of
+/// fp32 operations (cq4p.rescale: a multiply by the activation scale, one
+/// by the norm, then the add; no fused multiply-add, so the bits equal
+/// every other backend's): one multi-vector SCVTF, one four-vector load
+/// and store of the accumulators.
+void rescaleQuad(LeafBuilder &leaf, ArrayRef<Value> ints, Value scale,
+                 ArrayRef<Value> norms, Value accumAddress) {
+  OpBuilder &b = leaf.b;
+  Location loc = leaf.loc;
+  Type f32 = leaf.nxv4f32();
+  auto quadType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  SmallVector<Value> floats = leaf.unpack(leaf.intrinsic(
+      quadType, "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32", ints));
+  SmallVector<Value> accums = leaf.loadQuadF32(accumAddress);
+  for (int64_t i = 0; i < 4; ++i) {
+    Value term = arith::MulFOp::create(
+        b, loc, arith::MulFOp::create(b, loc, floats[i], scale), norms[i]);
+    accums[i] = arith::AddFOp::create(b, loc, accums[i], term);
+  }
+  leaf.storeQuadF32(accums, accumAddress);
+}
+
+/// act_scales[row + r, g], in every lane.
+Value loadScale(LeafBuilder &leaf, Value scalesBase, int64_t scaleColumns,
+                Value row, int64_t r, Value g) {
+  OpBuilder &b = leaf.b;
+  Location loc = leaf.loc;
+  Value element = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc,
+                            arith::AddIOp::create(b, loc, row, leaf.index(r)),
+                            leaf.index(scaleColumns)),
+      g);
+  Value scale = LLVM::LoadOp::create(
+      b, loc, b.getF32Type(),
+      leaf.offset(scalesBase, arith::MulIOp::create(b, loc, element, leaf.index(4))));
+  return vector::BroadcastOp::create(b, loc, leaf.nxv4f32(), scale);
+}
+
+/// The 64 norms of group g of super-block sb (four vectors).
+SmallVector<Value> loadNorms(LeafBuilder &leaf, Value normsBase, int64_t ng,
+                             Value sb, Value g) {
+  OpBuilder &b = leaf.b;
+  Location loc = leaf.loc;
+  Value element = arith::AddIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, sb, leaf.index(ng)), g);
+  return leaf.loadQuadF32(leaf.offset(
+      normsBase,
+      arith::MulIOp::create(b, loc, element, leaf.index(CQ4P_PANEL_CHANNELS * 4))));
+}
 
 /// ZT0 <- the int8 codebook: entry i (32 bits) holds cb_i8[i] in its low
 /// byte, where LUTI4 on bytes reads it.
@@ -172,15 +272,23 @@ SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value address) {
   return expandKgBlock(leaf, low, high);
 }
 
+/// A partials leaf's operands: the partials buffer, or with a fused rescale
+/// its operands instead.
+struct LeafArgs {
+  Value panels, cb, act, sb, row, groupBegin;
+  Value partials;
+  std::optional<FusedRescale> fused;
+};
+
 /// The GEMM leaf: per group, 4-way outer products of the packed
 /// activation tile ([16 rows][4 K] per kg-block, one load) with the four
 /// expanded weight vectors, one 32-bit ZA tile per 16 channels; ZA array
 /// vector v is then row v/4, channels 16*(v%4).., so the group's partials
 /// [16][64] are stored linearly with `str za`.
 void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
-                               ValueRange args) {
-  Value panels = args[0], cb = args[1], packed = args[2], partials = args[3];
-  Value sb = args[4], groupBegin = args[6];
+                               const LeafArgs &args) {
+  Value panels = args.panels, cb = args.cb, packed = args.act;
+  Value sb = args.sb, groupBegin = args.groupBegin;
   auto panelsType = cast<MemRefType>(op.getPanels().getType());
   int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
   int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
@@ -190,7 +298,6 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
                                   "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
   Value panelsBase = leaf.base(panels), packedBase = leaf.base(packed);
-  Value partialsBase = leaf.base(partials);
   int64_t groupBytes = kgPerGroup * CQ4P_KG_BLOCK_BYTES;
   Value sbBase = leaf.offset(
       panelsBase, arith::MulIOp::create(b, loc, sb, leaf.index(ng * groupBytes)));
@@ -232,8 +339,30 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       }
     }
   }
+  if (args.fused) {
+    // Row r of the tile is horizontal slice r of the four 32-bit tiles
+    // (channels 16t.., tile t): four MOVA, then accum[r][0..64) as one
+    // four-vector load and store; the group's norms serve every row.
+    const FusedRescale &fused = *args.fused;
+    Value scalesBase = leaf.base(fused.scales), accumBase = leaf.base(fused.accum);
+    int64_t scaleColumns = cast<MemRefType>(fused.scales.getType()).getDimSize(1);
+    SmallVector<Value> norms = loadNorms(leaf, leaf.base(fused.norms), ng, sb, g);
+    Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
+                                 "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
+    Value undefined = LLVM::PoisonOp::create(b, loc, leaf.nxv4i32());
+    for (int64_t r = 0; r < kSmeTileRows; ++r) {
+      SmallVector<Value> ints;
+      for (int64_t tile = 0; tile < 4; ++tile)
+        ints.push_back(leaf.intrinsic(leaf.nxv4i32(), "llvm.aarch64.sme.read.horiz.nxv4i32",
+                                      {undefined, lanes, leaf.i32(tile), leaf.i32(r)}));
+      rescaleQuad(leaf, ints, loadScale(leaf, scalesBase, scaleColumns, args.row, r, g),
+                  norms,
+                  leaf.offset(accumBase, leaf.index(r * CQ4P_PANEL_CHANNELS * 4)));
+    }
+    return;
+  }
   Value groupPartials = leaf.offset(
-      partialsBase,
+      leaf.base(args.partials),
       arith::MulIOp::create(b, loc, j,
                             leaf.index(kSmeTileRows * CQ4P_PANEL_CHANNELS * 4)));
   // `str za[wv, #i], [x, #i, mul vl]`: one slice register and base address
@@ -248,9 +377,9 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 
 /// The GEMV leaf (one unpacked activation row).
 void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
-                      ValueRange args) {
-  Value panels = args[0], cb = args[1], act = args[2], partials = args[3];
-  Value sb = args[4], row = args[5], groupBegin = args[6];
+                      const LeafArgs &args) {
+  Value panels = args.panels, cb = args.cb, act = args.act;
+  Value sb = args.sb, row = args.row, groupBegin = args.groupBegin;
   auto panelsType = cast<MemRefType>(op.getPanels().getType());
   int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
   int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
@@ -261,7 +390,6 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   loadCodebookIntoZt0(leaf, cb);
 
   Value panelsBase = leaf.base(panels), actBase = leaf.base(act);
-  Value partialsBase = leaf.base(partials);
   Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
                                   "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
   // act[row, 0] and panels[sb, 0, 0, 0], in bytes.
@@ -320,13 +448,32 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     }
   }
 
-  // The chunk's partials, from ZA to memory: vector s + 16i holds channels
+  // The chunk's partials, out of ZA: vector s + 16i holds channels
   // 16i..16i+15 of the group in slice s.
   auto storeLoop = scf::ForOp::create(b, loc, chunkFirst, chunkEnd, c1);
   OpBuilder::InsertionGuard storeGuard(b);
   b.setInsertionPointToStart(storeLoop.getBody());
   Value j = storeLoop.getInductionVar();
   Value slice = leaf.toI32(arith::SubIOp::create(b, loc, j, chunkFirst));
+  if (args.fused) {
+    // One multi-vector read of ZA gives the group's 64 partials in channel
+    // order, rescaled into the row's accumulators.
+    const FusedRescale &fused = *args.fused;
+    Value g = arith::AddIOp::create(b, loc, groupBegin, j);
+    auto i32 = leaf.nxv4i32();
+    auto quadType =
+        LLVM::LLVMStructType::getLiteral(b.getContext(), {i32, i32, i32, i32});
+    SmallVector<Value> ints = leaf.unpack(
+        leaf.intrinsic(quadType, "llvm.aarch64.sme.read.vg1x4.nxv4i32", {slice}));
+    rescaleQuad(leaf, ints,
+                loadScale(leaf, leaf.base(fused.scales),
+                          cast<MemRefType>(fused.scales.getType()).getDimSize(1), row,
+                          0, g),
+                loadNorms(leaf, leaf.base(fused.norms), ng, sb, g),
+                leaf.base(fused.accum));
+    return;
+  }
+  Value partialsBase = leaf.base(args.partials);
   for (int64_t i = 0; i < 4; ++i) {
     Value vectorIndex =
         arith::AddIOp::create(b, loc, slice, leaf.i32(i * kZaSlices));
@@ -457,15 +604,15 @@ func::FuncOp getOrCreateLeaf(ModuleOp module, SymbolTable &symbols,
   if (auto existing = symbols.lookup<func::FuncOp>(name))
     return existing;
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-  auto func = b.create<func::FuncOp>(loc, name, b.getFunctionType(types, {}));
-  func.setPrivate();
-  func->setAttr("cq4p.sme_leaf", b.getUnitAttr());
-  Block *entry = func.addEntryBlock();
+  auto leaf = func::FuncOp::create(b, loc, name, b.getFunctionType(types, {}));
+  leaf.setPrivate();
+  leaf->setAttr("cq4p.sme_leaf", b.getUnitAttr());
+  Block *entry = leaf.addEntryBlock();
   OpBuilder inner = OpBuilder::atBlockBegin(entry);
   body(inner, entry->getArguments());
   func::ReturnOp::create(inner, loc);
-  symbols.insert(func);
-  return func;
+  symbols.insert(leaf);
+  return leaf;
 }
 
 void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
@@ -651,6 +798,57 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   op.erase();
 }
 
+/// The loop right after `op` that rescales each of its groups in order,
+/// as cq4p-tile-super-blocks emits it:
+///
+///   cq4p.panel_partials ..., %partials, %sb, %row, %g0
+///   scf.for %j = 0 to G step 1 {
+///     %g = %g0 + %j
+///     cq4p.rescale subview(%partials[%j]), %scales, %norms, %accum, %sb, %g, %row
+///   }
+///
+/// The leaf can then rescale straight out of ZA (the partials are not
+/// stored). Null when the IR has another shape.
+scf::ForOp fusableRescaleLoop(PanelPartialsOp op) {
+  // Constants (the loop's bounds) may come between.
+  Operation *next = op->getNextNode();
+  while (next && isa<arith::ConstantOp>(next))
+    next = next->getNextNode();
+  auto loop = dyn_cast_or_null<scf::ForOp>(next);
+  if (!loop)
+    return {};
+  int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+  auto lower = getConstantIntValue(loop.getLowerBound());
+  auto upper = getConstantIntValue(loop.getUpperBound());
+  auto step = getConstantIntValue(loop.getStep());
+  if (!lower || *lower != 0 || !upper || *upper != groups || !step || *step != 1)
+    return {};
+  auto rescales = loop.getBody()->getOps<RescaleOp>();
+  if (std::distance(rescales.begin(), rescales.end()) != 1)
+    return {};
+  RescaleOp rescale = *rescales.begin();
+  auto slice = rescale.getPartials().getDefiningOp<memref::SubViewOp>();
+  Value j = loop.getInductionVar();
+  // The group is %g0 + %j, or %j itself from group 0.
+  auto group = rescale.getGroup().getDefiningOp<arith::AddIOp>();
+  bool groupInOrder =
+      group ? group.getLhs() == op.getGroupBegin() && group.getRhs() == j
+            : rescale.getGroup() == j && isConstantIntValue(op.getGroupBegin(), 0);
+  if (!slice || slice.getSource() != op.getPartials() ||
+      slice.getMixedOffsets()[0] != OpFoldResult(j) || !groupInOrder ||
+      rescale.getSuperBlock() != op.getSuperBlock() ||
+      rescale.getRow() != op.getRow() ||
+      cast<MemRefType>(rescale.getPartials().getType()).getDimSize(0) !=
+          cast<MemRefType>(op.getPartials().getType()).getDimSize(1))
+    return {};
+  // Nothing else in the loop: the subview, the group index, the rescale.
+  for (Operation &inner : loop.getBody()->without_terminator())
+    if (&inner != slice.getOperation() && &inner != group.getOperation() &&
+        &inner != rescale.getOperation())
+      return {};
+  return loop;
+}
+
 class ConvertCQ4PToArmSME
     : public mlir::cq4p::impl::ConvertCQ4PToArmSMEBase<ConvertCQ4PToArmSME> {
 public:
@@ -684,28 +882,56 @@ public:
                        << kg * CQ4P_KG_BLOCK_K;
         return signalPassFailure();
       }
-      // One leaf per kernel.
-      std::string name = (parent.getSymName() + "_sme_partials").str();
+      // One leaf per kernel and kind (16-row tiles or single rows): with
+      // the rescale loop that follows the partials fused into it when there
+      // is one.
+      scf::ForOp rescaleLoop = fusableRescaleLoop(op);
+      std::string name = (parent.getSymName() + (packed ? "_sme_tile" : "_sme_row") +
+                          (rescaleLoop ? "_matmul" : "_partials"))
+                             .str();
+      SmallVector<Value> operands{op.getPanels(), op.getCbI8(), op.getAct()};
+      if (rescaleLoop) {
+        auto rescale = *rescaleLoop.getBody()->getOps<RescaleOp>().begin();
+        operands.append({rescale.getActScales(), rescale.getNormPanels(),
+                         rescale.getAccum()});
+      } else {
+        operands.push_back(op.getPartials());
+      }
+      operands.append({op.getSuperBlock(), op.getRow(), op.getGroupBegin()});
       auto leafFunc = symbols.lookup<func::FuncOp>(name);
       if (!leafFunc) {
         OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-        SmallVector<Type> types(op->getOperandTypes());
-        leafFunc = b.create<func::FuncOp>(op.getLoc(), name,
-                                          b.getFunctionType(types, {}));
+        leafFunc = func::FuncOp::create(
+            b, op.getLoc(), name,
+            b.getFunctionType(ValueRange(operands).getTypes(), {}));
         leafFunc.setPrivate();
         leafFunc->setAttr("cq4p.sme_leaf", b.getUnitAttr());
         Block *entry = leafFunc.addEntryBlock();
-        OpBuilder body = OpBuilder::atBlockBegin(entry);
-        if (cast<MemRefType>(op.getAct().getType()).getRank() == 4)
-          buildOuterProductLeafBody(body, op.getLoc(), op, entry->getArguments());
+        ValueRange a = entry->getArguments();
+        LeafArgs args{a[0], a[1], a[2], a[a.size() - 3], a[a.size() - 2], a.back(),
+                      Value(), std::nullopt};
+        if (rescaleLoop)
+          args.fused = FusedRescale{a[3], a[4], a[5]};
         else
-          buildDotLeafBody(body, op.getLoc(), op, entry->getArguments());
+          args.partials = a[3];
+        OpBuilder body = OpBuilder::atBlockBegin(entry);
+        if (packed)
+          buildOuterProductLeafBody(body, op.getLoc(), op, args);
+        else
+          buildDotLeafBody(body, op.getLoc(), op, args);
         func::ReturnOp::create(body, op.getLoc());
         symbols.insert(leafFunc);
       }
       OpBuilder b(op);
-      func::CallOp::create(b, op.getLoc(), leafFunc, op->getOperands());
+      func::CallOp::create(b, op.getLoc(), leafFunc, operands);
+      Value partials = op.getPartials();
+      if (rescaleLoop)
+        rescaleLoop.erase();
       op.erase();
+      // The partials buffer of a fused leaf is no longer written or read.
+      if (auto alloca = partials.getDefiningOp<memref::AllocaOp>();
+          alloca && alloca->use_empty())
+        alloca.erase();
     }
   }
 };

@@ -4,8 +4,8 @@
 // ZA and ZT0 state (no state leaks into the NEON caller); the table says
 // aarch64-sme2 (target 3) and DOTPROD | SME2 (features 5).
 // CHECK-LABEL: llvm.func internal @cq4p_gemv_100x256_gs128_impl
-// CHECK: llvm.call @cq4p_gemv_100x256_gs128_sme_partials
-// CHECK-LABEL: llvm.func internal @cq4p_gemv_100x256_gs128_sme_partials
+// CHECK: llvm.call @cq4p_gemv_100x256_gs128_sme_row_matmul
+// CHECK-LABEL: llvm.func internal @cq4p_gemv_100x256_gs128_sme_row_matmul
 // CHECK-SAME: arm_locally_streaming
 // CHECK-SAME: arm_new_za
 // CHECK-SAME: passthrough = ["aarch64_new_zt0"]

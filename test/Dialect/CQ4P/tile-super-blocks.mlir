@@ -47,17 +47,32 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // ROWS2-LABEL: func.func @gemm
 // ROWS2: memref.alloca() : memref<2x64xi32>
 // SME2 GEMM: tiles of 16 rows packed once, super-blocks inside, partials of
-// the 4 groups (all of them here) per streaming call.
+// every group (4 here) per streaming call. A last tile of fewer than 4 rows
+// is not padded: (rows + 12) / 16 tiles, then the rows past them one by one
+// with the one-row partials. Whole rows of 64 channels go to y as vectors.
 // SME2-LABEL: func.func @gemm
 // SME2-DAG: %[[PACKED:.*]] = memref.alloca() : memref<4x8x16x4xi8>
 // SME2-DAG: %[[SCALES:.*]] = memref.alloca() : memref<16x4xf32>
 // SME2-DAG: %[[PART:.*]] = memref.alloca() : memref<4x16x64xi32>
-// SME2: arith.ceildivui
-// SME2: scf.for %[[TILE:.*]] =
+// SME2: %[[ROWS:.*]] = memref.dim
+// SME2: %[[PLUS:.*]] = arith.addi %[[ROWS]], %c12
+// SME2: %[[TILES:.*]] = arith.divui %[[PLUS]], %c16
+// SME2: %[[TILED:.*]] = arith.muli %[[TILES]], %c16
+// SME2: %[[END:.*]] = arith.minsi %[[TILED]], %[[ROWS]]
+// SME2: scf.for %[[TILE:.*]] = %{{.*}} to %[[TILES]]
 // SME2: cq4p.pack_activation_tile %{{.*}}, %{{.*}}, %[[PACKED]], %[[SCALES]]
 // SME2: scf.for %[[SB:.*]] =
 // SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %[[PACKED]], %[[PART]], %[[SB]]
 // SME2: cq4p.rescale %{{.*}}, %[[SCALES]]
+// SME2: scf.if
+// SME2-COUNT-4: vector.store %{{.*}} : memref<?x64xf32>, vector<16xf32>
+// SME2: } else {
+// SME2: memref.store
+// SME2: memref.alloca() : memref<4x1x64xi32>
+// SME2: scf.for
+// SME2: scf.for %{{.*}} = %[[END]] to %[[ROWS]]
+// SME2: cq4p.panel_partials {{.*}} : {{.*}}, memref<?x128xi8>, memref<4x1x64xi32>
+// SME2: cq4p.rescale
 func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
                 %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
                 %y: memref<?x64xf32>, %sb0: index, %sb1: index) {

@@ -23,7 +23,10 @@
 //     (the same with one-row tiles for the rows past the last full tile)
 //   }
 //
-// A GEMV (one static row) has one-row tiles only.
+// A GEMV (one static row) has one-row tiles only. With super-block partials
+// (SME2), a GEMM packs tiles of 16 rows for outer products instead, pads the
+// last one only if it has at least kSmeMinTileRows rows, and runs the rows
+// past its tiles as one-row tiles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -76,19 +79,14 @@ void zeroAccumulator(OpBuilder &b, Location loc, Value accum) {
           ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
 }
 
-/// The largest divisor of `n` that is at most `limit`.
-int64_t largestDivisorAtMost(int64_t n, int64_t limit) {
-  for (int64_t d = std::min(n, limit); d > 1; --d)
-    if (n % d == 0)
-      return d;
-  return 1;
-}
-
 /// Rows per SME2 outer-product tile: the 16 rows of a 32-bit ZA tile at a
 /// 512-bit streaming vector length.
 constexpr int64_t kSmeTileRows = 16;
-/// Groups of partials per streaming call of an SME2 GEMM.
-constexpr int64_t kSmeGroupsPerCall = 8;
+/// Fewest rows of a padded SME2 tile: a tile costs the same whatever its
+/// rows, so fewer rows than this go through the one-row kernel instead
+/// (bench/run, section 5.5: a 16-row tile of 1024x1024 costs about as much
+/// as 3 rows of the one-row kernel, instructions under QEMU).
+constexpr int64_t kSmeMinTileRows = 4;
 
 class TileSuperBlocks
     : public mlir::cq4p::impl::CQ4PTileSuperBlocksBase<TileSuperBlocks> {
@@ -181,7 +179,9 @@ private:
     auto panelsType = cast<MemRefType>(op.getPanels().getType());
     int64_t ng = panelsType.getDimSize(1), kg = panelsType.getDimSize(2);
     int64_t n = cast<MemRefType>(op.getY().getType()).getDimSize(1);
-    int64_t chunk = largestDivisorAtMost(ng, kSmeGroupsPerCall);
+    // Every group in one streaming call per super-block (the leaf rescales
+    // out of ZA, so the partials buffer is never written).
+    int64_t chunk = ng;
     Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
     Value c16 = constantIndex(b, loc, kSmeTileRows);
     Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
@@ -197,7 +197,15 @@ private:
         b, loc,
         MemRefType::get({kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
     Value rows = memref::DimOp::create(b, loc, op.getAct(), 0);
-    Value tiles = arith::CeilDivUIOp::create(b, loc, rows, c16);
+    // Whole tiles, and a padded last one if it has at least
+    // kSmeMinTileRows rows; the rows past them go one by one.
+    Value tiles = arith::DivUIOp::create(
+        b, loc,
+        arith::AddIOp::create(b, loc, rows,
+                              constantIndex(b, loc, kSmeTileRows - kSmeMinTileRows)),
+        c16);
+    Value tiledRows = arith::MinSIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, tiles, c16), rows);
 
     auto tileLoop = scf::ForOp::create(b, loc, c0, tiles, c1);
     b.setInsertionPointToStart(tileLoop.getBody());
@@ -235,18 +243,55 @@ private:
                         op.getNormPanels(), accum, sb, g, c0);
     }
 
-    // The tile's rows and the super-block's channels that exist, to y.
-    auto rowCopy = scf::ForOp::create(b, loc, c0, validRows, c1);
-    b.setInsertionPointToStart(rowCopy.getBody());
-    Value r = rowCopy.getInductionVar();
-    Value outRow = arith::AddIOp::create(b, loc, row, r);
-    auto channelCopy = scf::ForOp::create(b, loc, c0, validChannels, c1);
-    b.setInsertionPointToStart(channelCopy.getBody());
-    Value c = channelCopy.getInductionVar();
-    Value value = memref::LoadOp::create(b, loc, accum, ValueRange{r, c});
-    Value channel =
-        arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, sb, c64), c);
-    memref::StoreOp::create(b, loc, value, op.getY(), ValueRange{outRow, channel});
+    // The tile's rows and the super-block's channels that exist, to y:
+    // whole rows of 64 as vectors, a last super-block short of 64 one by
+    // one.
+    {
+      OpBuilder::InsertionGuard guard(b);
+      auto rowCopy = scf::ForOp::create(b, loc, c0, validRows, c1);
+      b.setInsertionPointToStart(rowCopy.getBody());
+      Value r = rowCopy.getInductionVar();
+      Value outRow = arith::AddIOp::create(b, loc, row, r);
+      Value first = arith::MulIOp::create(b, loc, sb, c64);
+      Value whole = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          validChannels, c64);
+      auto ifWhole = scf::IfOp::create(b, loc, whole, /*withElseRegion=*/true);
+      b.setInsertionPointToStart(ifWhole.thenBlock());
+      auto f32x16 = VectorType::get({16}, b.getF32Type());
+      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 16) {
+        Value cIndex = constantIndex(b, loc, c);
+        Value values =
+            vector::LoadOp::create(b, loc, f32x16, accum, ValueRange{r, cIndex});
+        vector::StoreOp::create(b, loc, values, op.getY(),
+                                ValueRange{outRow, arith::AddIOp::create(b, loc, first, cIndex)});
+      }
+      b.setInsertionPointToStart(ifWhole.elseBlock());
+      auto channelCopy = scf::ForOp::create(b, loc, c0, validChannels, c1);
+      b.setInsertionPointToStart(channelCopy.getBody());
+      Value c = channelCopy.getInductionVar();
+      Value value = memref::LoadOp::create(b, loc, accum, ValueRange{r, c});
+      memref::StoreOp::create(b, loc, value, op.getY(),
+                              ValueRange{outRow, arith::AddIOp::create(b, loc, first, c)});
+    }
+
+    // The rows past the tiles, one at a time (the one-row kernel's
+    // streaming leaf), after every tile.
+    b.setInsertionPointAfter(tileLoop);
+    Value rowPartials = memref::AllocaOp::create(
+        b, loc, MemRefType::get({ng, 1, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+    Value rowAccum = memref::AllocaOp::create(
+        b, loc, MemRefType::get({1, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
+    auto rowSbLoop =
+        scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+    b.setInsertionPointToStart(rowSbLoop.getBody());
+    Value rowSb = rowSbLoop.getInductionVar();
+    Value rowValidChannels = arith::MinSIOp::create(
+        b, loc,
+        arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
+                              arith::MulIOp::create(b, loc, rowSb, c64)),
+        c64);
+    emitRowTiles(b, loc, op, rowSb, tiledRows, rows, 1, rowPartials, rowAccum,
+                 rowValidChannels);
   }
 
   void tile(PanelMatmulOp op) {
