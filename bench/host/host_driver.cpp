@@ -1,0 +1,423 @@
+//===- host_driver.cpp - host kernels timed against the machine -----------===//
+//
+//   cq4p-bench-host DIR LIBRARY [BASELINE] [--reps R] [--dram-factor F]
+//
+// Times the host kernels of LIBRARY (built by cq4p-compile --target=host
+// from bench/host/shapes.mlir) through the runtime, and BASELINE's (the
+// same shapes built by another compiler, e.g. main's) side by side. Every
+// measurement of a section is repeated R times, the candidates interleaved
+// within each repetition (probe, library, baseline, probe, ...), and the
+// medians reported with their ratios, as a markdown table on stdout. DIR
+// holds the tensor files it writes (realistic panel files, LayerFiles.h).
+//
+// Sections (the targets are issue 10's):
+//   - GEMV from DRAM, 1 thread: copies of the weight filling F times the
+//     last-level cache, each call reading a different copy, against a
+//     vector read of the same bytes (the read-bandwidth probe);
+//   - GEMV in cache (weights/ns), GEMM (GFLOP/s, 1 and 2 threads);
+//   - the activation transform + quantization alone (ns per activation);
+//   - the orthogonal lm_head against a Hadamard GEMV of K x K, embedding
+//     rows (16 against 1);
+//   - thread scaling of a 512-channel GEMV in cache (2 and 4 threads
+//     against 1; 4 is more threads than this 2-core machine has).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LayerFiles.h"
+
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Linear.h"
+#include "cq4p/runtime/TensorFile.h"
+#include "cq4p/runtime/ThreadPool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace cq4p::runtime;
+using namespace cq4p::test;
+
+namespace {
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "cq4p-bench-host: %s\n", message.c_str());
+  std::exit(1);
+}
+
+void check(const Status &status) {
+  if (!status)
+    die(status.message());
+}
+
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/// Sums 64-byte lines with AVX2 loads, four independent accumulators: the
+/// read bandwidth a streaming kernel can hope for.
+__attribute__((target("avx2"))) uint64_t readProbe(const uint8_t *data,
+                                                   size_t bytes) {
+  typedef long long v4i64 __attribute__((vector_size(32)));
+  v4i64 a = {0, 0, 0, 0}, b = a, c = a, d = a;
+  size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    v4i64 x0, x1, x2, x3;
+    std::memcpy(&x0, data + i, 32);
+    std::memcpy(&x1, data + i + 32, 32);
+    std::memcpy(&x2, data + i + 64, 32);
+    std::memcpy(&x3, data + i + 96, 32);
+    a += x0;
+    b += x1;
+    c += x2;
+    d += x3;
+  }
+  v4i64 s = a + b + c + d;
+  return uint64_t(s[0] + s[1] + s[2] + s[3]);
+}
+
+/// A layer file written once, then copied so that the copies are distinct
+/// pages; each copy mapped and bound to every library.
+struct Layer {
+  std::vector<std::unique_ptr<TensorFile>> files;
+  std::vector<std::vector<std::unique_ptr<LinearLayer>>> bound; // [library][copy]
+};
+
+struct Bench {
+  std::string dir;
+  std::vector<std::unique_ptr<KernelLibrary>> libraries;
+  std::vector<std::string> names;
+  int reps = 9;
+  double dramFactor = 4;
+  std::vector<std::unique_ptr<ThreadPool>> pools; // index = threads
+  ActivationScratch scratch;
+
+  ThreadPool &pool(int threads) {
+    if (pools.size() <= size_t(threads))
+      pools.resize(size_t(threads) + 1);
+    if (!pools[size_t(threads)])
+      check(ThreadPool::create(threads, pools[size_t(threads)]));
+    return *pools[size_t(threads)];
+  }
+
+  Layer layer(uint64_t n, uint64_t k, bool orthogonal, size_t copies) {
+    std::string base = dir + "/w" + std::to_string(n) + "x" + std::to_string(k) +
+                       (orthogonal ? "o" : "h");
+    std::string first = base + "_0.cq4p.weights";
+    if (!std::filesystem::exists(first) &&
+        !writeBytes(first, realisticLayerFile(n, k, 128, orthogonal, 7).bytes))
+      die("cannot write " + first);
+    Layer out;
+    for (size_t c = 0; c < copies; ++c) {
+      std::string path = base + "_" + std::to_string(c) + ".cq4p.weights";
+      if (c > 0 && !std::filesystem::exists(path))
+        std::filesystem::copy_file(first, path);
+      std::unique_ptr<TensorFile> file;
+      check(TensorFile::open(path, file));
+      out.files.push_back(std::move(file));
+    }
+    out.bound.resize(libraries.size());
+    for (size_t l = 0; l < libraries.size(); ++l)
+      for (auto &file : out.files) {
+        std::unique_ptr<LinearLayer> linear;
+        check(LinearLayer::bind(*libraries[l], *file, linear));
+        out.bound[l].push_back(std::move(linear));
+      }
+    return out;
+  }
+
+  /// The medians of `cases` timed interleaved, each sample `calls` calls.
+  std::vector<double> interleaved(const std::vector<std::function<void()>> &cases,
+                                  int calls) {
+    std::vector<std::vector<double>> samples(cases.size());
+    for (auto &run : cases) // warm-up
+      run();
+    for (int r = 0; r < reps; ++r)
+      for (size_t c = 0; c < cases.size(); ++c) {
+        double start = now();
+        for (int i = 0; i < calls; ++i)
+          cases[c]();
+        samples[c].push_back((now() - start) / calls);
+      }
+    std::vector<double> medians;
+    for (auto &s : samples)
+      medians.push_back(median(s));
+    return medians;
+  }
+
+  /// Calls per sample so that one sample takes about 20 ms.
+  int callsFor(const std::function<void()> &run) {
+    double start = now();
+    run();
+    double once = std::max(now() - start, 1e-7);
+    return int(std::clamp(0.02 / once, 1.0, 100000.0));
+  }
+
+  std::function<void()> linearCall(LinearLayer &linear, const std::vector<float> &x,
+                                   std::vector<float> &y, int64_t rows, int threads) {
+    return [&, rows, threads] {
+      check(linear.run(pool(threads), x.data(), y.data(), rows, scratch));
+    };
+  }
+
+  /// One table row per library: name, the libraries' values, their ratio to
+  /// the first, and the target.
+  void row(const std::string &what, const std::vector<double> &values,
+           const char *unit, const std::string &target) {
+    std::printf("| %s |", what.c_str());
+    for (double v : values)
+      std::printf(" %.3g %s |", v, unit);
+    if (values.size() > 1)
+      std::printf(" %.2fx |", values[0] / values[1]);
+    std::printf(" %s |\n", target.c_str());
+  }
+
+  void header(const char *title) {
+    std::printf("\n### %s\n\n| measurement |", title);
+    for (auto &name : names)
+      std::printf(" %s |", name.c_str());
+    if (names.size() > 1)
+      std::printf(" %s / %s |", names[0].c_str(), names[1].c_str());
+    std::printf(" target |\n|---|");
+    for (size_t i = 0; i < names.size() + (names.size() > 1 ? 2 : 1); ++i)
+      std::printf("---:|");
+    std::printf("\n");
+  }
+
+  void dram() {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0)
+      llc = 32l << 20;
+    std::printf("\n### GEMV from DRAM, 1 thread (working set %.1fx the %ld MiB LLC)\n\n"
+                "| shape (N x K) | read probe |",
+                dramFactor, llc >> 20);
+    for (auto &name : names)
+      std::printf(" %s | %s / probe |", name.c_str(), name.c_str());
+    std::printf(" target |\n|---|---:|");
+    for (size_t i = 0; i < names.size(); ++i)
+      std::printf("---:|---:|");
+    std::printf("---|\n");
+    for (auto [n, k] : {std::pair<uint64_t, uint64_t>{4096, 4096},
+                        {14336, 4096},
+                        {4096, 14336}}) {
+      uint64_t bytes = n * k / 2;
+      size_t copies = size_t(std::ceil(dramFactor * double(llc) / double(bytes)));
+      Layer l = layer(n, k, false, copies);
+      std::vector<float> x = gaussianRows(1, k, 3), y(n);
+      size_t next = 0;
+      volatile uint64_t sink = 0;
+      std::vector<std::function<void()>> cases;
+      cases.push_back([&] {
+        for (auto &file : l.files) {
+          ByteSpan panels = file->region(CQ4P_REGION_DATA);
+          sink = sink + readProbe(panels.data, size_t(panels.size));
+        }
+      });
+      for (size_t lib = 0; lib < libraries.size(); ++lib)
+        cases.push_back([&, lib] {
+          for (size_t c = 0; c < copies; ++c) {
+            LinearLayer &linear = *l.bound[lib][(next + c) % copies];
+            check(linear.run(pool(1), x.data(), y.data(), 1, scratch));
+          }
+          next += 1;
+        });
+      std::vector<double> t = interleaved(cases, 1);
+      double probe = double(bytes) * double(copies) / t[0] / 1e9;
+      std::printf("| %llux%llu | %.1f GB/s |", (unsigned long long)n,
+                  (unsigned long long)k, probe);
+      for (size_t lib = 0; lib < libraries.size(); ++lib) {
+        double rate = double(bytes) * double(copies) / t[1 + lib] / 1e9;
+        std::printf(" %.1f GB/s | %.0f%% |", rate, 100 * rate / probe);
+      }
+      std::printf(" >= 90%% of the probe |\n");
+    }
+  }
+
+  void cache() {
+    header("GEMV in cache and GEMM");
+    for (auto [n, k] : {std::pair<uint64_t, uint64_t>{1536, 512}, {512, 1536}}) {
+      Layer l = layer(n, k, false, 1);
+      std::vector<float> x = gaussianRows(1, k, 3), y(n);
+      std::vector<std::function<void()>> cases;
+      for (size_t lib = 0; lib < libraries.size(); ++lib)
+        cases.push_back(linearCall(*l.bound[lib][0], x, y, 1, 1));
+      std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+      std::vector<double> rates;
+      for (double s : t)
+        rates.push_back(double(n * k) / s / 1e9);
+      row("GEMV " + std::to_string(n) + "x" + std::to_string(k) + ", 1 thread",
+          rates, "weights/ns", ">= 40");
+    }
+    for (uint64_t size : {1024, 4096}) {
+      Layer l = layer(size, size, false, 1);
+      for (int64_t m : {16, 256})
+        for (int threads : {1, 2}) {
+          std::vector<float> x = gaussianRows(uint64_t(m), size, 3),
+                             y(size_t(m) * size);
+          std::vector<std::function<void()>> cases;
+          for (size_t lib = 0; lib < libraries.size(); ++lib)
+            cases.push_back(linearCall(*l.bound[lib][0], x, y, m, threads));
+          std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+          std::vector<double> rates;
+          for (double s : t)
+            rates.push_back(2.0 * double(m) * double(size * size) / s / 1e9);
+          row("GEMM M=" + std::to_string(m) + " " + std::to_string(size) + "^2, " +
+                  std::to_string(threads) + " thread" + (threads > 1 ? "s" : ""),
+              rates, "GFLOP/s",
+              threads == 1 ? ">= 140 (aim 200)" : ">= 140 per thread");
+        }
+    }
+  }
+
+  void transform() {
+    header("Activation transform + quantization (K = 4096, 1 thread)");
+    Layer l = layer(4096, 4096, false, 1);
+    for (int64_t m : {1, 16}) {
+      std::vector<float> x = gaussianRows(uint64_t(m), 4096, 3);
+      std::vector<int8_t> act(size_t(m) * 4096);
+      std::vector<float> scales(size_t(m) * 32);
+      std::vector<std::function<void()>> cases;
+      for (size_t lib = 0; lib < libraries.size(); ++lib) {
+        LinearLayer &linear = *l.bound[lib][0];
+        auto fn = reinterpret_cast<cq4p_quantize_fn>(
+            const_cast<void *>(linear.quantizeKernelFor(m)->entry));
+        cases.push_back([&, fn, m] {
+          fn(&linear.view(), x.data(), act.data(), scales.data(), m, 0, 32);
+        });
+      }
+      std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+      std::vector<double> ns;
+      for (double s : t)
+        ns.push_back(s / double(m * 4096) * 1e9);
+      row("M=" + std::to_string(m), ns, "ns/activation", "<= 0.6");
+    }
+  }
+
+  void orthogonal() {
+    header("Orthogonal tensors (K = 4096, 1 thread)");
+    Layer head = layer(1024, 4096, true, 1);
+    Layer hadamard = layer(4096, 4096, false, 1);
+    std::vector<float> x = gaussianRows(1, 4096, 3), y(4096);
+    std::vector<std::function<void()>> cases;
+    for (size_t lib = 0; lib < libraries.size(); ++lib) {
+      cases.push_back(linearCall(*head.bound[lib][0], x, y, 1, 1));
+      cases.push_back(linearCall(*hadamard.bound[lib][0], x, y, 1, 1));
+    }
+    std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+    std::vector<double> ms, ratio;
+    for (size_t lib = 0; lib < libraries.size(); ++lib) {
+      ms.push_back(t[2 * lib] * 1e3);
+      ratio.push_back(t[2 * lib] / t[2 * lib + 1]);
+    }
+    row("lm_head 1024x4096", ms, "ms", "");
+    row("lm_head / Hadamard GEMV 4096x4096", ratio, "x", "<= 2");
+
+    std::vector<std::unique_ptr<EmbeddingLayer>> embeddings;
+    for (auto &library : libraries) {
+      std::unique_ptr<EmbeddingLayer> e;
+      check(EmbeddingLayer::bind(*library, *head.files[0], e));
+      embeddings.push_back(std::move(e));
+    }
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 16; ++i)
+      ids.push_back((i * 389) % 1024);
+    std::vector<float> out(16 * 4096);
+    cases.clear();
+    for (auto &e : embeddings)
+      for (int64_t count : {1, 16})
+        cases.push_back([&, count] { check(e->run(ids.data(), out.data(), count)); });
+    t = interleaved(cases, callsFor(cases[1]));
+    std::vector<double> one, sixteen, rowsRatio;
+    for (size_t lib = 0; lib < libraries.size(); ++lib) {
+      one.push_back(t[2 * lib] * 1e3);
+      sixteen.push_back(t[2 * lib + 1] * 1e3);
+      rowsRatio.push_back(t[2 * lib + 1] / t[2 * lib]);
+    }
+    row("embedding, 1 row", one, "ms", "");
+    row("embedding, 16 rows", sixteen, "ms", "");
+    row("16 rows / 1 row", rowsRatio, "x", "<= 4");
+  }
+
+  void threads() {
+    header("Thread scaling, GEMV 512x1536 in cache (this machine: 2 cores)");
+    Layer l = layer(512, 1536, false, 1);
+    std::vector<float> x = gaussianRows(1, 1536, 3), y(512);
+    std::vector<std::function<void()>> cases;
+    for (size_t lib = 0; lib < libraries.size(); ++lib)
+      for (int threads : {1, 2, 4})
+        cases.push_back(linearCall(*l.bound[lib][0], x, y, 1, threads));
+    std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+    std::vector<double> two, four, us;
+    for (size_t lib = 0; lib < libraries.size(); ++lib) {
+      us.push_back(t[3 * lib] * 1e6);
+      two.push_back(t[3 * lib] / t[3 * lib + 1]);
+      four.push_back(t[3 * lib] / t[3 * lib + 2]);
+    }
+    row("1 thread", us, "us", "");
+    row("2 threads: speed-up", two, "x", ">= 1.6");
+    row("4 threads: speed-up", four, "x", ">= 1");
+  }
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Bench bench;
+  std::vector<std::string> positional;
+  std::vector<std::string> only;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc)
+      bench.reps = std::atoi(argv[++i]);
+    else if (arg == "--dram-factor" && i + 1 < argc)
+      bench.dramFactor = std::atof(argv[++i]);
+    else if (arg == "--only" && i + 1 < argc)
+      only.push_back(argv[++i]);
+    else
+      positional.push_back(arg);
+  }
+  if (positional.size() < 2 || positional.size() > 3 || bench.reps < 1 ||
+      bench.dramFactor <= 0)
+    die("usage: cq4p-bench-host DIR LIBRARY [BASELINE] [--reps R] "
+        "[--dram-factor F] [--only dram|cache|transform|orthogonal|threads]");
+  bench.dir = positional[0];
+  std::filesystem::create_directories(bench.dir);
+  for (size_t i = 1; i < positional.size(); ++i) {
+    std::unique_ptr<KernelLibrary> library;
+    check(KernelLibrary::open(positional[i], library));
+    bench.libraries.push_back(std::move(library));
+    bench.names.push_back(i == 1 ? "cq4p" : "baseline");
+  }
+  auto wanted = [&](const char *section) {
+    return only.empty() || std::find(only.begin(), only.end(), section) != only.end();
+  };
+  std::printf("Medians of %d interleaved repetitions.\n", bench.reps);
+  if (wanted("dram"))
+    bench.dram();
+  if (wanted("cache"))
+    bench.cache();
+  if (wanted("transform"))
+    bench.transform();
+  if (wanted("orthogonal"))
+    bench.orthogonal();
+  if (wanted("threads"))
+    bench.threads();
+  return 0;
+}
