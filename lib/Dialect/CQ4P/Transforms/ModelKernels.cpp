@@ -263,85 +263,66 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
   });
 }
 
-FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
-                                              int64_t width,
-                                              StringRef activation) {
+/// (inputs..., out, rows): out = compute(inputs) element by element over
+/// rows of `width`, 16 lanes at a time; inputs fp32, `out` of `outElement`.
+static FlatSymbolRefAttr
+createElementwiseKernel(KernelBuilder &kernels, std::string name, StringRef op,
+                        int64_t width, ArrayRef<const char *> inputs,
+                        Type outElement,
+                        function_ref<Value(Emitter &, ArrayRef<Value>)> compute) {
   MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
-  spec.name = "cq4p_glu_" + activation.str() + "_" + std::to_string(width);
-  spec.op = "glu";
+  spec.name = std::move(name);
+  spec.op = op.str();
   spec.n = width;
-  spec.params = {{"gate", rowsType(ctx, width)},
-                 {"up", rowsType(ctx, width)},
-                 {"out", rowsType(ctx, width)},
-                 {"rows", IndexType::get(ctx)}};
-  bool silu = activation == "silu";
+  for (const char *input : inputs)
+    spec.params.push_back({input, rowsType(ctx, width)});
+  spec.params.push_back({"out", MemRefType::get({kDynamic, width}, outElement)});
+  spec.params.push_back({"rows", IndexType::get(ctx)});
+  size_t count = inputs.size();
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
-    Value gate = args[0], up = args[1], out = args[2], rows = args[3];
     Emitter e{b, loc};
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.loop(e.index(0), args[count + 1], 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
       e1.loop(e1.index(0), e1.index(width), kLanes,
               [&](OpBuilder &b2, Location l2, Value i) {
                 Emitter e2{b2, l2};
-                Value g = e2.load(gate, {r, i});
-                Value act = e2.activate(g, silu);
-                e2.store(e2.mul(act, e2.load(up, {r, i})), out, {r, i});
+                SmallVector<Value> loaded;
+                for (size_t k = 0; k < count; ++k)
+                  loaded.push_back(e2.load(args[k], {r, i}));
+                e2.store(compute(e2, loaded), args[count], {r, i});
               });
     });
   });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
+                                              int64_t width,
+                                              StringRef activation) {
+  bool silu = activation == "silu";
+  return createElementwiseKernel(
+      kernels, "cq4p_glu_" + activation.str() + "_" + std::to_string(width),
+      "glu", width, {"gate", "up"}, Float32Type::get(kernels.getContext()),
+      [&](Emitter &e, ArrayRef<Value> v) {
+        return e.mul(e.activate(v[0], silu), v[1]);
+      });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createAddKernel(KernelBuilder &kernels,
                                               int64_t width) {
-  MLIRContext *ctx = kernels.getContext();
-  KernelSpec spec;
-  spec.name = "cq4p_add_" + std::to_string(width);
-  spec.op = "add";
-  spec.n = width;
-  spec.params = {{"a", rowsType(ctx, width)},
-                 {"b", rowsType(ctx, width)},
-                 {"out", rowsType(ctx, width)},
-                 {"rows", IndexType::get(ctx)}};
-  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
-                                       ValueRange args) {
-    Emitter e{b, loc};
-    e.loop(e.index(0), args[3], 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), kLanes,
-              [&](OpBuilder &b2, Location l2, Value i) {
-                Emitter e2{b2, l2};
-                e2.store(e2.add(e2.load(args[0], {r, i}), e2.load(args[1], {r, i})),
-                         args[2], {r, i});
-              });
-    });
-  });
+  return createElementwiseKernel(
+      kernels, "cq4p_add_" + std::to_string(width), "add", width, {"a", "b"},
+      Float32Type::get(kernels.getContext()),
+      [](Emitter &e, ArrayRef<Value> v) { return e.add(v[0], v[1]); });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
                                                 int64_t width, float factor) {
-  MLIRContext *ctx = kernels.getContext();
-  KernelSpec spec;
-  spec.name = "cq4p_scale_" + std::to_string(width) + "_f" + floatTag(factor);
-  spec.op = "scale";
-  spec.n = width;
-  spec.params = {{"x", rowsType(ctx, width)},
-                 {"out", rowsType(ctx, width)},
-                 {"rows", IndexType::get(ctx)}};
-  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
-                                       ValueRange args) {
-    Emitter e{b, loc};
-    e.loop(e.index(0), args[2], 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), kLanes,
-              [&](OpBuilder &b2, Location l2, Value i) {
-                Emitter e2{b2, l2};
-                e2.store(e2.mul(e2.load(args[0], {r, i}), e2.splatc(factor)),
-                         args[1], {r, i});
-              });
-    });
-  });
+  return createElementwiseKernel(
+      kernels, "cq4p_scale_" + std::to_string(width) + "_f" + floatTag(factor),
+      "scale", width, {"x"}, Float32Type::get(kernels.getContext()),
+      [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
@@ -473,27 +454,11 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
 FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
                                                   int64_t width,
                                                   Type outElement) {
-  MLIRContext *ctx = kernels.getContext();
-  KernelSpec spec;
-  spec.name = "cq4p_convert_" + std::to_string(width) +
-              (outElement.isF16() ? "_f16" : "_f32");
-  spec.op = "convert";
-  spec.n = width;
-  spec.params = {{"x", rowsType(ctx, width)},
-                 {"out", MemRefType::get({kDynamic, width}, outElement)},
-                 {"rows", IndexType::get(ctx)}};
-  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
-                                       ValueRange args) {
-    Emitter e{b, loc};
-    e.loop(e.index(0), args[2], 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), kLanes,
-              [&](OpBuilder &b2, Location l2, Value i) {
-                Emitter e2{b2, l2};
-                e2.store(e2.load(args[0], {r, i}), args[1], {r, i});
-              });
-    });
-  });
+  return createElementwiseKernel(
+      kernels,
+      "cq4p_convert_" + std::to_string(width) + (outElement.isF16() ? "_f16" : "_f32"),
+      "convert", width, {"x"}, outElement,
+      [](Emitter &, ArrayRef<Value> v) { return v[0]; });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
