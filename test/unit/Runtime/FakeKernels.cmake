@@ -14,6 +14,20 @@ set_property(GLOBAL PROPERTY CQ4P_FAKE_MODEL_VARIANTS
   "-any-digest|CQ4P_FAKE_MODEL_ANY_DIGEST"
   "-sme2|CQ4P_FAKE_MODEL_SME2")
 
+# Like cq4p-compile's libraries, the fake ones have no initialisers, which
+# the runtime refuses (KernelLibrary.h): no start files, and on AArch64 no
+# outline atomics (their helpers come with a constructor that probes the CPU).
+# (A function, not variables: test/fuzz builds sanitized variants too.)
+# No fused multiply-adds either: the same rounding on the host and on aarch64.
+function(cq4p_fake_library_options name)
+  cmake_parse_arguments(ARG "" "" "OPTIONS" ${ARGN})
+  target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+    target_compile_options(${name} PRIVATE -mno-outline-atomics)
+  endif()
+  target_link_options(${name} PRIVATE -nostartfiles)
+endfunction()
+
 # cq4p_fake_kernel_library(<name> [DEFINES ...] [OPTIONS ...]): FakeKernels.cpp
 # as a loadable module, compiled with OPTIONS (sanitizers) and DEFINES.
 function(cq4p_fake_kernel_library name)
@@ -22,11 +36,7 @@ function(cq4p_fake_kernel_library name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src
                                              ${PROJECT_SOURCE_DIR}/runtime/include)
   target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
-  # No fused multiply-adds: the same rounding on the host and on aarch64.
-  target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
-  # Like cq4p-compile's libraries: no start files, so no initialisers, which
-  # the runtime refuses (KernelLibrary.h).
-  target_link_options(${name} PRIVATE -nostartfiles)
+  cq4p_fake_library_options(${name} OPTIONS ${ARG_OPTIONS})
   set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
                                            VISIBILITY_INLINES_HIDDEN ON)
 endfunction()
@@ -39,8 +49,7 @@ function(cq4p_fake_model_library name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src
                                              ${PROJECT_SOURCE_DIR}/runtime/include)
   target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
-  target_compile_options(${name} PRIVATE -ffp-contract=off ${ARG_OPTIONS})
-  target_link_options(${name} PRIVATE -nostartfiles)
+  cq4p_fake_library_options(${name} OPTIONS ${ARG_OPTIONS})
   set_target_properties(${name} PROPERTIES C_VISIBILITY_PRESET hidden)
 endfunction()
 
