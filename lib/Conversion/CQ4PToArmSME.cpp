@@ -240,12 +240,16 @@ void loadCodebookIntoZt0(LeafBuilder &leaf, Value cb) {
   Location loc = leaf.loc;
   Value table = memref::AllocaOp::create(
       b, loc, MemRefType::get({CQ4P_CODEBOOK_LEVELS}, b.getI32Type()));
-  for (int64_t i = 0; i < CQ4P_CODEBOOK_LEVELS; ++i) {
-    Value level = memref::LoadOp::create(b, loc, cb, leaf.index(i));
-    Value entry = arith::ExtUIOp::create(b, loc, b.getI32Type(), level);
-    memref::StoreOp::create(b, loc, entry, table, leaf.index(i));
-  }
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), leaf.base(table)});
+  // At SVL 512 one vector of 32-bit lanes holds the 16 entries: one
+  // widening load (LD1B to words) and one store.
+  static_assert(CQ4P_CODEBOOK_LEVELS * 4 == kStreamingBytes,
+                "the codebook fills one streaming vector of words");
+  Value levels = LLVM::LoadOp::create(
+      b, loc, VectorType::get({4}, b.getI8Type(), {true}), leaf.base(cb));
+  Value entries = arith::ExtUIOp::create(b, loc, leaf.nxv4i32(), levels);
+  Value tableBase = leaf.base(table);
+  LLVM::StoreOp::create(b, loc, entries, tableBase);
+  leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), tableBase});
 }
 
 /// The four [16 channels][4 K] vectors of a kg-block whose 128 bytes are

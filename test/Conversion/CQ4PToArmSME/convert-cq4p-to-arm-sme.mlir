@@ -10,7 +10,7 @@
 // CHECK-LABEL: func.func private @cq4p_gemv_100x256_gs128_sme_row_partials
 // CHECK-SAME: attributes {cq4p.sme_leaf}
 // CHECK: memref.alloca() : memref<16xi32>
-// CHECK: arith.extui %{{.*}} : i8 to i32
+// CHECK: arith.extui %{{.*}} : vector<[4]xi8> to vector<[4]xi32>
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
 // CHECK: scf.for
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.zero"

@@ -79,6 +79,39 @@ void zeroAccumulator(OpBuilder &b, Location loc, Value accum) {
           ValueRange{constantIndex(b, loc, r), constantIndex(b, loc, c)});
 }
 
+/// y[row + r, 64 sb + c] = accum[r, c] for r < rows, c < validChannels:
+/// whole rows of 64 channels as vectors, a last super-block short of 64
+/// one value at a time.
+void copyToOutput(OpBuilder &b, Location loc, Value accum, Value y, Value row,
+                  Value rows, Value sb, Value validChannels) {
+  OpBuilder::InsertionGuard guard(b);
+  Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+  Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
+  Value first = arith::MulIOp::create(b, loc, sb, c64);
+  Value whole =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validChannels, c64);
+  auto rowCopy = scf::ForOp::create(b, loc, c0, rows, c1);
+  b.setInsertionPointToStart(rowCopy.getBody());
+  Value r = rowCopy.getInductionVar();
+  Value outRow = arith::AddIOp::create(b, loc, row, r);
+  auto ifWhole = scf::IfOp::create(b, loc, whole, /*withElseRegion=*/true);
+  b.setInsertionPointToStart(ifWhole.thenBlock());
+  auto f32x16 = VectorType::get({16}, b.getF32Type());
+  for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 16) {
+    Value cIndex = constantIndex(b, loc, c);
+    Value values = vector::LoadOp::create(b, loc, f32x16, accum, ValueRange{r, cIndex});
+    vector::StoreOp::create(b, loc, values, y,
+                            ValueRange{outRow, arith::AddIOp::create(b, loc, first, cIndex)});
+  }
+  b.setInsertionPointToStart(ifWhole.elseBlock());
+  auto channelCopy = scf::ForOp::create(b, loc, c0, validChannels, c1);
+  b.setInsertionPointToStart(channelCopy.getBody());
+  Value c = channelCopy.getInductionVar();
+  Value value = memref::LoadOp::create(b, loc, accum, ValueRange{r, c});
+  memref::StoreOp::create(b, loc, value, y,
+                          ValueRange{outRow, arith::AddIOp::create(b, loc, first, c)});
+}
+
 /// Rows per SME2 outer-product tile: the 16 rows of a 32-bit ZA tile at a
 /// 512-bit streaming vector length.
 constexpr int64_t kSmeTileRows = 16;
@@ -120,7 +153,6 @@ private:
                     Value begin, Value end, int64_t tileRows, Value partials,
                     Value accum, Value validChannels) {
     Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
-    Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
     Value ng = constantIndex(
         b, loc, cast<MemRefType>(op.getPanels().getType()).getDimSize(1));
     Value step = constantIndex(b, loc, tileRows);
@@ -154,19 +186,7 @@ private:
     }
 
     // The super-block's channels below N, to the output.
-    Value base = arith::MulIOp::create(b, loc, sb, c64);
-    for (int64_t r = 0; r < tileRows; ++r) {
-      Value rIndex = constantIndex(b, loc, r);
-      Value outRow = arith::AddIOp::create(b, loc, row, rIndex);
-      auto copy = scf::ForOp::create(b, loc, c0, validChannels, c1);
-      OpBuilder::InsertionGuard copyGuard(b);
-      b.setInsertionPointToStart(copy.getBody());
-      Value c = copy.getInductionVar();
-      Value value = memref::LoadOp::create(b, loc, accum, ValueRange{rIndex, c});
-      Value channel = arith::AddIOp::create(b, loc, base, c);
-      memref::StoreOp::create(b, loc, value, op.getY(),
-                              ValueRange{outRow, channel});
-    }
+    copyToOutput(b, loc, accum, op.getY(), row, step, sb, validChannels);
   }
 
   /// The SME2 GEMM: tiles of 16 rows (the last one padded with zero
@@ -243,36 +263,8 @@ private:
                         op.getNormPanels(), accum, sb, g, c0);
     }
 
-    // The tile's rows and the super-block's channels that exist, to y:
-    // whole rows of 64 as vectors, a last super-block short of 64 one by
-    // one.
-    {
-      OpBuilder::InsertionGuard guard(b);
-      auto rowCopy = scf::ForOp::create(b, loc, c0, validRows, c1);
-      b.setInsertionPointToStart(rowCopy.getBody());
-      Value r = rowCopy.getInductionVar();
-      Value outRow = arith::AddIOp::create(b, loc, row, r);
-      Value first = arith::MulIOp::create(b, loc, sb, c64);
-      Value whole = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                          validChannels, c64);
-      auto ifWhole = scf::IfOp::create(b, loc, whole, /*withElseRegion=*/true);
-      b.setInsertionPointToStart(ifWhole.thenBlock());
-      auto f32x16 = VectorType::get({16}, b.getF32Type());
-      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 16) {
-        Value cIndex = constantIndex(b, loc, c);
-        Value values =
-            vector::LoadOp::create(b, loc, f32x16, accum, ValueRange{r, cIndex});
-        vector::StoreOp::create(b, loc, values, op.getY(),
-                                ValueRange{outRow, arith::AddIOp::create(b, loc, first, cIndex)});
-      }
-      b.setInsertionPointToStart(ifWhole.elseBlock());
-      auto channelCopy = scf::ForOp::create(b, loc, c0, validChannels, c1);
-      b.setInsertionPointToStart(channelCopy.getBody());
-      Value c = channelCopy.getInductionVar();
-      Value value = memref::LoadOp::create(b, loc, accum, ValueRange{r, c});
-      memref::StoreOp::create(b, loc, value, op.getY(),
-                              ValueRange{outRow, arith::AddIOp::create(b, loc, first, c)});
-    }
+    // The tile's rows and the super-block's channels that exist, to y.
+    copyToOutput(b, loc, accum, op.getY(), row, validRows, sb, validChannels);
 
     // The rows past the tiles, one at a time (the one-row kernel's
     // streaming leaf), after every tile.
