@@ -77,8 +77,8 @@ struct Emitter {
   Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
   Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
 
-  /// The sum of a 16-lane vector, folded by halves.
-  Value sum(Value v) {
+  /// A 16-lane vector folded by halves with `combine` to one value.
+  Value fold(Value v, function_ref<Value(Value, Value)> combine) {
     for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
       Value low = vector::ExtractStridedSliceOp::create(
           b, loc, v, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{width},
@@ -86,9 +86,17 @@ struct Emitter {
       Value high = vector::ExtractStridedSliceOp::create(
           b, loc, v, ArrayRef<int64_t>{width}, ArrayRef<int64_t>{width},
           ArrayRef<int64_t>{1});
-      v = add(low, high);
+      v = combine(low, high);
     }
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
+  }
+  Value sum(Value v) {
+    return fold(v, [&](Value x, Value y) { return add(x, y); });
+  }
+  Value max(Value v) {
+    return fold(v, [&](Value x, Value y) -> Value {
+      return arith::MaximumFOp::create(b, loc, x, y);
+    });
   }
 
   /// silu(x) = x / (1 + exp(-x)), or gelu_tanh(x) = 0.5 x (1 + tanh(
@@ -102,20 +110,6 @@ struct Emitter {
                       add(x, mul(splatc(0.044715f), cube)));
     return mul(mul(splatc(0.5f), x),
                add(splatc(1.0f), math::TanhOp::create(b, loc, inner)));
-  }
-
-  /// The largest lane of a 16-lane vector, folded by halves.
-  Value max(Value v) {
-    for (int64_t width = kLanes / 2; width >= 1; width /= 2) {
-      Value low = vector::ExtractStridedSliceOp::create(
-          b, loc, v, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{width},
-          ArrayRef<int64_t>{1});
-      Value high = vector::ExtractStridedSliceOp::create(
-          b, loc, v, ArrayRef<int64_t>{width}, ArrayRef<int64_t>{width},
-          ArrayRef<int64_t>{1});
-      v = arith::MaximumFOp::create(b, loc, low, high);
-    }
-    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
   }
 
   /// for (i = lb; i < ub; i += step) body(i)
