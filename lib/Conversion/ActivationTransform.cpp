@@ -33,6 +33,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ActivationTransform.h"
+#include "LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
@@ -48,15 +49,6 @@ namespace {
 
 constexpr int64_t kLanes = 4;
 constexpr int64_t kChunk = 16; ///< bytes of one quantized output vector
-
-Value cIndex(OpBuilder &b, Location loc, int64_t value) {
-  return arith::ConstantIndexOp::create(b, loc, value);
-}
-
-Value splat(OpBuilder &b, Location loc, VectorType type, Attribute value) {
-  return arith::ConstantOp::create(b, loc, type,
-                                   SplatElementsAttr::get(type, value));
-}
 
 Value lanes(OpBuilder &b, Location loc, Value vector, ArrayRef<int64_t> mask) {
   return vector::ShuffleOp::create(b, loc, vector, vector, mask);

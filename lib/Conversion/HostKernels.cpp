@@ -35,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostKernels.h"
+#include "LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
@@ -46,29 +47,11 @@ using namespace mlir::cq4p;
 
 namespace {
 
-Value cIndex(OpBuilder &b, Location loc, int64_t value) {
-  return arith::ConstantIndexOp::create(b, loc, value);
-}
-
-Value splat(OpBuilder &b, Location loc, VectorType type, Attribute value) {
-  return arith::ConstantOp::create(b, loc, type,
-                                   DenseElementsAttr::get(type, value));
-}
-
 Value intrinsic(OpBuilder &b, Location loc, Type result, StringRef name,
                 ValueRange operands) {
   return LLVM::CallIntrinsicOp::create(b, loc, result, b.getStringAttr(name),
                                        operands)
       .getResult(0);
-}
-
-/// A buffer at the start of the function: a static frame slot, not a
-/// stack allocation per loop iteration.
-Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
-  OpBuilder::InsertionGuard guard(b);
-  Block &entry = op->getParentOfType<func::FuncOp>().getBody().front();
-  b.setInsertionPointToStart(&entry);
-  return memref::AllocaOp::create(b, op->getLoc(), type);
 }
 
 } // namespace

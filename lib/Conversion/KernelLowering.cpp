@@ -31,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostKernels.h"
+#include "LoweringHelpers.h"
 
 #include "ActivationTransform.h"
 #include "cq4p/Conversion/Passes.h"
@@ -48,15 +49,6 @@ using namespace mlir;
 using namespace mlir::cq4p;
 
 namespace {
-
-Value cIndex(OpBuilder &b, Location loc, int64_t value) {
-  return arith::ConstantIndexOp::create(b, loc, value);
-}
-
-Value splat(OpBuilder &b, Location loc, VectorType type, Attribute value) {
-  return arith::ConstantOp::create(
-      b, loc, type, DenseElementsAttr::get(type, value));
-}
 
 Value shuffle(OpBuilder &b, Location loc, Value lhs, Value rhs,
               ArrayRef<int64_t> mask) {
@@ -400,14 +392,6 @@ RotationBlocking rotationBlocking(DotTarget target) {
     break;
   }
   return {4, 4};
-}
-
-/// A stack buffer in the function's entry block (a static frame slot).
-Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(
-      &op->getParentOfType<func::FuncOp>().getBody().front());
-  return memref::AllocaOp::create(b, op->getLoc(), type);
 }
 
 /// columns[c][j] = float(matrix[j0 + j][c0 + c]) for a lanes x lanes block:
