@@ -41,6 +41,8 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -104,6 +106,130 @@ void butterflies(OpBuilder &b, Location loc, MutableArrayRef<Value> w,
     w[i + distance] = arith::SubFOp::create(b, loc, u, v);
   }
 }
+
+/// The output permutation act[k0 + j] = natural[perm[j]] of one group,
+/// with lookup indices computed once per call.
+class Permuter {
+public:
+  Permuter(DotTarget target, OpBuilder &b, Location loc, Value permutation,
+           ArrayRef<Value> permBytes, int64_t gs)
+      : target(target), b(b), loc(loc), permutation(permutation), gs(gs) {
+    auto i8x16 = VectorType::get({kChunk}, b.getI8Type());
+    switch (target) {
+    case DotTarget::Neon:
+      // TBL/TBX over up to 64 bytes: table t answers perm - 64 t when it
+      // is in [0, 64) and leaves the lane alone otherwise (the wrapped
+      // byte is >= 64).
+      for (Value p : permBytes)
+        for (int64_t t = 0; t * 64 < gs; ++t)
+          indices.push_back(arith::SubIOp::create(
+              b, loc, p, splat(b, loc, i8x16, b.getI8IntegerAttr(64 * t))));
+      break;
+    case DotTarget::X86Ssse3:
+    case DotTarget::X86Avx2:
+    case DotTarget::X86AvxVnni:
+    case DotTarget::X86Avx512Vnni: {
+      // PSHUFB per 16-byte chunk t: perm - 16 t when in [0, 16), else
+      // 0x80, which reads as zero; the chunks' lookups are or-ed.
+      Value limit = splat(b, loc, i8x16, b.getI8IntegerAttr(kChunk));
+      Value none = splat(b, loc, i8x16, b.getI8IntegerAttr(-128));
+      for (Value p : permBytes)
+        for (int64_t t = 0; t * kChunk < gs; ++t) {
+          Value d = arith::SubIOp::create(
+              b, loc, p, splat(b, loc, i8x16, b.getI8IntegerAttr(kChunk * t)));
+          Value inside = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::ult, d, limit);
+          indices.push_back(arith::SelectOp::create(b, loc, inside, d, none));
+        }
+      break;
+    }
+    case DotTarget::Generic:
+      // A byte gather from the group's stack copy, by the u32 indices.
+      break;
+    }
+  }
+
+  void store(ArrayRef<Value> natural, Value act, Value row, Value kBase) {
+    auto i8x16 = VectorType::get({kChunk}, b.getI8Type());
+    int64_t chunks = gs / kChunk;
+    auto storeChunk = [&](Value bytes, int64_t o) {
+      Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kChunk));
+      vector::StoreOp::create(b, loc, bytes, act, ValueRange{row, k});
+    };
+    auto intrinsic = [&](StringRef name, ValueRange operands) {
+      return LLVM::CallIntrinsicOp::create(b, loc, i8x16,
+                                           b.getStringAttr(name), operands)
+          .getResult(0);
+    };
+    switch (target) {
+    case DotTarget::Neon: {
+      int64_t tables = std::max<int64_t>(1, gs / 64);
+      for (int64_t o = 0; o < chunks; ++o) {
+        Value out;
+        for (int64_t t = 0; t < tables; ++t) {
+          Value idx = indices[o * tables + t];
+          if (gs == 32) {
+            out = intrinsic("llvm.aarch64.neon.tbl2.v16i8",
+                            {natural[0], natural[1], idx});
+            continue;
+          }
+          ArrayRef<Value> table = natural.slice(4 * t, 4);
+          SmallVector<Value> operands;
+          if (out)
+            operands.push_back(out);
+          llvm::append_range(operands, table);
+          operands.push_back(idx);
+          out = intrinsic(out ? "llvm.aarch64.neon.tbx4.v16i8"
+                              : "llvm.aarch64.neon.tbl4.v16i8",
+                          operands);
+        }
+        storeChunk(out, o);
+      }
+      return;
+    }
+    case DotTarget::X86Ssse3:
+    case DotTarget::X86Avx2:
+    case DotTarget::X86AvxVnni:
+    case DotTarget::X86Avx512Vnni:
+      for (int64_t o = 0; o < chunks; ++o) {
+        Value out;
+        for (int64_t t = 0; t < chunks; ++t) {
+          Value part = intrinsic("llvm.x86.ssse3.pshuf.b.128",
+                                 {natural[t], indices[o * chunks + t]});
+          out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
+        }
+        storeChunk(out, o);
+      }
+      return;
+    case DotTarget::Generic:
+      break;
+    }
+    Value copy = memref::AllocaOp::create(
+        b, loc, MemRefType::get({gs}, b.getI8Type()));
+    for (int64_t o = 0; o < chunks; ++o)
+      vector::StoreOp::create(b, loc, natural[o], copy,
+                              cIndex(b, loc, o * kChunk));
+    auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0),
+                                   cIndex(b, loc, gs), cIndex(b, loc, 1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value j = loop.getInductionVar();
+    Value source = arith::IndexCastUIOp::create(
+        b, loc, b.getIndexType(),
+        memref::LoadOp::create(b, loc, permutation, j));
+    memref::StoreOp::create(b, loc,
+                            memref::LoadOp::create(b, loc, copy, source), act,
+                            ValueRange{row, arith::AddIOp::create(b, loc, kBase, j)});
+  }
+
+private:
+  DotTarget target;
+  OpBuilder &b;
+  Location loc;
+  Value permutation; ///< the u32 indices, for the generic gather
+  int64_t gs;
+  SmallVector<Value> indices;
+};
 
 struct QuantizeActivationsVectorLowering
     : public OpRewritePattern<QuantizeActivationsOp> {
@@ -287,137 +413,387 @@ struct QuantizeActivationsVectorLowering
         concat(concat(ints[0], ints[1]), concat(ints[2], ints[3])));
   }
 
-  /// The output permutation act[k0 + j] = natural[perm[j]] of one group,
-  /// with lookup indices computed once per call.
-  class Permuter {
-  public:
-    Permuter(DotTarget target, OpBuilder &b, Location loc, Value permutation,
-             ArrayRef<Value> permBytes, int64_t gs)
-        : target(target), b(b), loc(loc), permutation(permutation), gs(gs) {
-      auto i8x16 = VectorType::get({kChunk}, b.getI8Type());
-      switch (target) {
-      case DotTarget::Neon:
-        // TBL/TBX over up to 64 bytes: table t answers perm - 64 t when it
-        // is in [0, 64) and leaves the lane alone otherwise (the wrapped
-        // byte is >= 64).
-        for (Value p : permBytes)
-          for (int64_t t = 0; t * 64 < gs; ++t)
-            indices.push_back(arith::SubIOp::create(
-                b, loc, p, splat(b, loc, i8x16, b.getI8IntegerAttr(64 * t))));
-        break;
-      case DotTarget::X86Ssse3:
-      case DotTarget::X86Avx2:
-      case DotTarget::X86AvxVnni:
-      case DotTarget::X86Avx512Vnni: {
-        // PSHUFB per 16-byte chunk t: perm - 16 t when in [0, 16), else
-        // 0x80, which reads as zero; the chunks' lookups are or-ed.
-        Value limit = splat(b, loc, i8x16, b.getI8IntegerAttr(kChunk));
-        Value none = splat(b, loc, i8x16, b.getI8IntegerAttr(-128));
-        for (Value p : permBytes)
-          for (int64_t t = 0; t * kChunk < gs; ++t) {
-            Value d = arith::SubIOp::create(
-                b, loc, p, splat(b, loc, i8x16, b.getI8IntegerAttr(kChunk * t)));
-            Value inside = arith::CmpIOp::create(
-                b, loc, arith::CmpIPredicate::ult, d, limit);
-            indices.push_back(arith::SelectOp::create(b, loc, inside, d, none));
-          }
-        break;
+  DotTarget target;
+};
+
+/// x86 with AVX2 (8 lanes) or AVX-512 (16 lanes): the same contract with a
+/// group in natural order, `lanes` consecutive elements per vector.
+///
+///   - Butterfly stages whose partner is in the same vector (h < lanes) are
+///     a lane swap t = v[i ^ h] and one FMA, r = fma(v, s, t) with s = +1 in
+///     the lower lanes and -1 in the upper ones: b + a below, a - b above,
+///     each rounded once from an exact product, so the same bits as the
+///     contract's a + b and a - b. The later stages pair whole vectors.
+///   - w / scale rounds half to even and saturates as on every target (on
+///     AVX-512 with VCVTPS2DQ under an explicit round-to-nearest-even, not
+///     MXCSR's mode).
+///   - The right signs are a byte negate under a per-call mask (x86 has no
+///     byte multiply); the values are +-1 (checked at open), so this is the
+///     contract's multiply.
+///   - The output permutation of a group of up to 128 bytes on AVX-512 is two
+///     word permutes over the whole group (VPERMW / VPERMI2W: the word that
+///     holds each output byte, one permute for the even outputs and one for
+///     the odd) and one in-lane byte pick (PSHUFB) of each, blended: AVX-512BW
+///     only, about 7 instructions per 64 bytes. Larger groups, and AVX2, or
+///     PSHUFB lookups per 16-byte chunk (Permuter).
+struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
+  WideQuantizeLowering(MLIRContext *ctx, DotTarget target, int64_t lanes)
+      : OpRewritePattern(ctx), target(target), lanes(lanes) {}
+
+  LogicalResult matchAndRewrite(QuantizeActivationsOp op,
+                                PatternRewriter &rewriter) const override {
+    int64_t gs = op.getGroupSize();
+    if (gs % kChunk != 0 || gs % lanes != 0)
+      return rewriter.notifyMatchFailure(op, "group size not a multiple of 16");
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    Type f32 = b.getF32Type(), i8 = b.getI8Type(), i16 = b.getI16Type(),
+         i32 = b.getI32Type();
+    auto vec = [&](int64_t n, Type element) {
+      return VectorType::get({n}, element);
+    };
+    auto f32v = vec(lanes, f32), i32v = vec(lanes, i32);
+    int64_t vectors = gs / lanes;
+    bool wordPermute = target == DotTarget::X86Avx512Vnni && gs <= 128;
+    // Bytes per output block: what one permute writes.
+    int64_t blockBytes = wordPermute ? std::min<int64_t>(gs, 64) : kChunk;
+    int64_t blocks = gs / blockBytes;
+    // A 64-byte block narrowed by VPACKSSDW + VPACKSSWB (3 instructions for
+    // 64 bytes, against 4 two-uop VPMOVSDB and 3 inserts) holds the byte of
+    // natural position 16 s + 4 l + e (vector s, 128-bit lane l, element e)
+    // at 16 l + 4 s + e: the two bit fields swap, so the per-call right
+    // signs and permutation indices are moved into that order, not the
+    // bytes of every row.
+    bool packed = wordPermute && blockBytes == 64;
+
+    // Per call: left signs as fp32, the in-vector stages' +-1 multipliers,
+    // 1/sqrt(gs), the right signs' negate masks, the permutation's indices.
+    SmallVector<Value> left;
+    for (int64_t v = 0; v < vectors; ++v)
+      left.push_back(loadFloats(b, loc, op.getLeftSigns(),
+                                cIndex(b, loc, v * lanes)));
+    SmallVector<Value> stageSigns;
+    for (int64_t h = 1; h < lanes; h *= 2) {
+      SmallVector<float> signs;
+      for (int64_t i = 0; i < lanes; ++i)
+        signs.push_back(i & h ? -1.0f : 1.0f);
+      stageSigns.push_back(arith::ConstantOp::create(
+          b, loc, f32v, DenseElementsAttr::get(f32v, ArrayRef<float>(signs))));
+    }
+    Value invSqrt = splat(b, loc, f32v,
+                          b.getF32FloatAttr(float(1.0 / std::sqrt(double(gs)))));
+    Value zeroBytes = splat(b, loc, vec(blockBytes, i8), b.getI8IntegerAttr(0));
+    SmallVector<Value> negate;
+    for (int64_t o = 0; o < blocks; ++o) {
+      Value right = vector::LoadOp::create(b, loc, vec(blockBytes, i8),
+                                           op.getRightSigns(),
+                                           cIndex(b, loc, o * blockBytes));
+      if (packed) {
+        SmallVector<int64_t> natural;
+        for (int64_t p = 0; p < blockBytes; ++p)
+          natural.push_back(16 * ((p >> 2) & 3) + 4 * ((p >> 4) & 3) + (p & 3));
+        right = vector::ShuffleOp::create(b, loc, right, right, natural);
       }
-      case DotTarget::Generic:
-        // A byte gather from the group's stack copy, by the u32 indices.
-        break;
+      negate.push_back(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                             right, zeroBytes));
+    }
+    SmallVector<Value> evenWords, oddWords, picks, chunkPerm;
+    if (wordPermute) {
+      for (int64_t o = 0; o < blocks; ++o) {
+        Value p = vector::LoadOp::create(b, loc, vec(blockBytes, i32),
+                                         op.getPermutation(),
+                                         cIndex(b, loc, o * blockBytes));
+        if (packed) {
+          // (n & ~63) | (n & 3) | ((n >> 4) & 3) << 2 | ((n >> 2) & 3) << 4
+          auto constant = [&](int32_t value) {
+            return splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(value));
+          };
+          auto field = [&](int32_t shift, int32_t to) {
+            Value bits = arith::AndIOp::create(
+                b, loc, arith::ShRUIOp::create(b, loc, p, constant(shift)),
+                constant(3));
+            return Value(arith::ShLIOp::create(b, loc, bits, constant(to)));
+          };
+          Value kept = arith::AndIOp::create(b, loc, p, constant(~60));
+          p = arith::OrIOp::create(
+              b, loc, kept,
+              arith::OrIOp::create(b, loc, field(4, 2), field(2, 4)));
+        }
+        auto words = [&](int64_t parity) {
+          SmallVector<int64_t> mask;
+          for (int64_t j = parity; j < blockBytes; j += 2)
+            mask.push_back(j);
+          Value half = vector::ShuffleOp::create(b, loc, p, p, mask);
+          Value word = arith::ShRUIOp::create(
+              b, loc, half,
+              splat(b, loc, vec(blockBytes / 2, i32), b.getI32IntegerAttr(1)));
+          return Value(arith::TruncIOp::create(
+              b, loc, vec(blockBytes / 2, i16), word));
+        };
+        evenWords.push_back(words(0));
+        oddWords.push_back(words(1));
+        // Byte j picks byte perm[j] & 1 of its word, which a word permute
+        // left at the even position of j's 16-byte lane: PSHUFB index
+        // (j mod 16 rounded down to even) + (perm[j] & 1).
+        SmallVector<int8_t> base;
+        for (int64_t j = 0; j < blockBytes; ++j)
+          base.push_back(int8_t((j % kChunk) & ~int64_t(1)));
+        auto bytesType = vec(blockBytes, i8);
+        Value low = arith::TruncIOp::create(
+            b, loc, bytesType,
+            arith::AndIOp::create(
+                b, loc, p,
+                splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(1))));
+        picks.push_back(arith::AddIOp::create(
+            b, loc, low,
+            arith::ConstantOp::create(
+                b, loc, bytesType,
+                DenseElementsAttr::get(bytesType, ArrayRef<int8_t>(base)))));
+      }
+    } else {
+      auto i8x16 = vec(kChunk, i8), i32x16 = vec(kChunk, i32);
+      for (int64_t o = 0; o < gs / kChunk; ++o)
+        chunkPerm.push_back(arith::TruncIOp::create(
+            b, loc, i8x16,
+            vector::LoadOp::create(b, loc, i32x16, op.getPermutation(),
+                                   cIndex(b, loc, o * kChunk))));
+    }
+    std::optional<Permuter> permuter;
+    if (!wordPermute)
+      permuter.emplace(target, b, loc, op.getPermutation(), chunkPerm, gs);
+
+    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+    Value rows = memref::DimOp::create(b, loc, op.getX(), 0);
+    auto groups = scf::ForOp::create(b, loc, op.getGroupBegin(),
+                                     op.getGroupEnd(), c1);
+    b.setInsertionPointToStart(groups.getBody());
+    Value g = groups.getInductionVar();
+    Value kBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
+    auto at = [&](Value base, int64_t offset) {
+      return Value(arith::AddIOp::create(b, loc, base, cIndex(b, loc, offset)));
+    };
+    SmallVector<Value> isrLeft;
+    for (int64_t v = 0; v < vectors; ++v)
+      isrLeft.push_back(arith::MulFOp::create(
+          b, loc,
+          loadFloats(b, loc, op.getInputScaleRecip(), at(kBase, v * lanes)),
+          left[v]));
+
+    auto rowLoop = scf::ForOp::create(b, loc, c0, rows, c1);
+    b.setInsertionPointToStart(rowLoop.getBody());
+    Value row = rowLoop.getInductionVar();
+    SmallVector<Value> w;
+    for (int64_t v = 0; v < vectors; ++v)
+      w.push_back(arith::MulFOp::create(
+          b, loc, loadFloats(b, loc, op.getX(), {row, at(kBase, v * lanes)}),
+          isrLeft[v]));
+    // The stages in the contract's order: h = 1, 2, ... inside vectors, then
+    // between them.
+    for (int64_t h = 1, stage = 0; h < std::min(lanes, gs); h *= 2, ++stage) {
+      SmallVector<int64_t> swap;
+      for (int64_t i = 0; i < lanes; ++i)
+        swap.push_back(i ^ h);
+      for (Value &v : w) {
+        Value t = vector::ShuffleOp::create(b, loc, v, v, swap);
+        v = math::FmaOp::create(b, loc, v, stageSigns[stage], t);
       }
     }
-
-    void store(ArrayRef<Value> natural, Value act, Value row, Value kBase) {
-      auto i8x16 = VectorType::get({kChunk}, b.getI8Type());
-      int64_t chunks = gs / kChunk;
-      auto storeChunk = [&](Value bytes, int64_t o) {
-        Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kChunk));
-        vector::StoreOp::create(b, loc, bytes, act, ValueRange{row, k});
-      };
-      auto intrinsic = [&](StringRef name, ValueRange operands) {
-        return LLVM::CallIntrinsicOp::create(b, loc, i8x16,
-                                             b.getStringAttr(name), operands)
-            .getResult(0);
-      };
-      switch (target) {
-      case DotTarget::Neon: {
-        int64_t tables = std::max<int64_t>(1, gs / 64);
-        for (int64_t o = 0; o < chunks; ++o) {
-          Value out;
-          for (int64_t t = 0; t < tables; ++t) {
-            Value idx = indices[o * tables + t];
-            if (gs == 32) {
-              out = intrinsic("llvm.aarch64.neon.tbl2.v16i8",
-                              {natural[0], natural[1], idx});
-              continue;
-            }
-            ArrayRef<Value> table = natural.slice(4 * t, 4);
-            SmallVector<Value> operands;
-            if (out)
-              operands.push_back(out);
-            llvm::append_range(operands, table);
-            operands.push_back(idx);
-            out = intrinsic(out ? "llvm.aarch64.neon.tbx4.v16i8"
-                                : "llvm.aarch64.neon.tbl4.v16i8",
-                            operands);
-          }
-          storeChunk(out, o);
-        }
-        return;
-      }
-      case DotTarget::X86Ssse3:
-      case DotTarget::X86Avx2:
-      case DotTarget::X86AvxVnni:
-      case DotTarget::X86Avx512Vnni:
-        for (int64_t o = 0; o < chunks; ++o) {
-          Value out;
-          for (int64_t t = 0; t < chunks; ++t) {
-            Value part = intrinsic("llvm.x86.ssse3.pshuf.b.128",
-                                   {natural[t], indices[o * chunks + t]});
-            out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
-          }
-          storeChunk(out, o);
-        }
-        return;
-      case DotTarget::Generic:
-        break;
-      }
-      Value copy = memref::AllocaOp::create(
-          b, loc, MemRefType::get({gs}, b.getI8Type()));
-      for (int64_t o = 0; o < chunks; ++o)
-        vector::StoreOp::create(b, loc, natural[o], copy,
-                                cIndex(b, loc, o * kChunk));
-      auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0),
-                                     cIndex(b, loc, gs), cIndex(b, loc, 1));
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value j = loop.getInductionVar();
-      Value source = arith::IndexCastUIOp::create(
-          b, loc, b.getIndexType(),
-          memref::LoadOp::create(b, loc, permutation, j));
-      memref::StoreOp::create(b, loc,
-                              memref::LoadOp::create(b, loc, copy, source), act,
-                              ValueRange{row, arith::AddIOp::create(b, loc, kBase, j)});
+    butterflyStages(b, loc, w);
+    // max|w| as an integer max of the magnitudes' bits: for floats without
+    // a sign bit the order of the bits is the order of the values, and a
+    // NaN is above every number, so a NaN still wins as with maximumf; one
+    // instruction per vector where x86 needs six for maximumf's NaN rule.
+    Value columnMax;
+    Value magnitudeBits = splat(b, loc, i32v, b.getI32IntegerAttr(0x7fffffff));
+    for (Value &v : w) {
+      v = arith::MulFOp::create(b, loc, v, invSqrt);
+      Value magnitude = arith::AndIOp::create(
+          b, loc, vector::BitCastOp::create(b, loc, i32v, v), magnitudeBits);
+      columnMax = columnMax ? Value(arith::MaxSIOp::create(b, loc, columnMax,
+                                                           magnitude))
+                            : Value(magnitude);
     }
+    Value maxAbs = arith::BitcastOp::create(
+        b, loc, f32,
+        vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXSI,
+                                    columnMax));
+    Value scale = arith::DivFOp::create(
+        b, loc, maxAbs,
+        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f)));
+    scale = arith::MaximumFOp::create(
+        b, loc, scale,
+        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
+    memref::StoreOp::create(b, loc, scale, op.getActScales(),
+                            ValueRange{row, g});
 
-  private:
-    DotTarget target;
-    OpBuilder &b;
-    Location loc;
-    Value permutation; ///< the u32 indices, for the generic gather
-    int64_t gs;
-    SmallVector<Value> indices;
-  };
+    // |w / scale| <= 127 * (1 + 2^-23) for every finite w: rounding first
+    // and saturating the integer gives the contract's clamp.
+    Value scales = vector::BroadcastOp::create(b, loc, f32v, scale);
+    SmallVector<Value> ints;
+    for (Value v : w) {
+      Value quotient = arith::DivFOp::create(b, loc, v, scales);
+      if (target == DotTarget::X86Avx512Vnni) {
+        ints.push_back(
+            LLVM::CallIntrinsicOp::create(
+                b, loc, i32v, b.getStringAttr("llvm.x86.avx512.mask.cvtps2dq.512"),
+                ValueRange{quotient, splat(b, loc, i32v, b.getI32IntegerAttr(0)),
+                           LLVM::ConstantOp::create(b, loc, b.getI16Type(),
+                                                    b.getI16IntegerAttr(-1)),
+                           LLVM::ConstantOp::create(b, loc, i32,
+                                                    b.getI32IntegerAttr(8))})
+                .getResult(0));
+      } else {
+        ints.push_back(arith::FPToSIOp::create(
+            b, loc, i32v, math::RoundEvenOp::create(b, loc, quotient)));
+      }
+    }
+    int64_t perBlock = blockBytes / lanes;
+    Value lowest = splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(-128));
+    Value highest = splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(127));
+    SmallVector<Value> natural;
+    for (int64_t o = 0; o < blocks; ++o) {
+      ArrayRef<Value> parts = ArrayRef<Value>(ints).slice(o * perBlock, perBlock);
+      Value bytes;
+      if (packed) {
+        auto call = [&](StringRef name, Type type, ValueRange operands) {
+          return LLVM::CallIntrinsicOp::create(b, loc, type,
+                                               b.getStringAttr(name), operands)
+              .getResult(0);
+        };
+        auto words = vec(32, i16);
+        bytes = call("llvm.x86.avx512.packsswb.512", vec(64, i8),
+                     {call("llvm.x86.avx512.packssdw.512", words,
+                           {parts[0], parts[1]}),
+                      call("llvm.x86.avx512.packssdw.512", words,
+                           {parts[2], parts[3]})});
+      } else {
+        Value block = concat(b, loc, parts);
+        block = arith::MinSIOp::create(
+            b, loc, arith::MaxSIOp::create(b, loc, block, lowest), highest);
+        bytes = arith::TruncIOp::create(b, loc, vec(blockBytes, i8), block);
+      }
+      natural.push_back(arith::SelectOp::create(
+          b, loc, negate[o], arith::SubIOp::create(b, loc, zeroBytes, bytes),
+          bytes));
+    }
+    if (permuter) {
+      permuter->store(natural, op.getAct(), row, kBase);
+    } else {
+      storeWordPermuted(b, loc, natural, evenWords, oddWords, picks, op.getAct(),
+                        row, kBase);
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+
+  /// `memref`'s `lanes` elements at `indices`, as fp32.
+  Value loadFloats(OpBuilder &b, Location loc, Value memref,
+                   ValueRange indices) const {
+    Type element = cast<MemRefType>(memref.getType()).getElementType();
+    Value v = vector::LoadOp::create(b, loc, VectorType::get({lanes}, element),
+                                     memref, indices);
+    auto f32v = VectorType::get({lanes}, b.getF32Type());
+    if (element.isF16())
+      return arith::ExtFOp::create(b, loc, f32v, v);
+    if (element.isInteger(8))
+      return arith::SIToFPOp::create(b, loc, f32v, v);
+    return v;
+  }
+
+  /// The butterfly stages between whole vectors, in increasing distance.
+  static void butterflyStages(OpBuilder &b, Location loc,
+                              MutableArrayRef<Value> w) {
+    for (size_t distance = 1; distance < w.size(); distance *= 2)
+      butterflies(b, loc, w, distance);
+  }
+
+  /// The vectors of `parts`, end to end.
+  static Value concat(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
+    SmallVector<Value> level(parts);
+    while (level.size() > 1) {
+      SmallVector<Value> next;
+      for (size_t i = 0; i < level.size(); i += 2) {
+        int64_t width =
+            cast<VectorType>(level[i].getType()).getNumElements();
+        SmallVector<int64_t> mask;
+        for (int64_t j = 0; j < 2 * width; ++j)
+          mask.push_back(j);
+        next.push_back(
+            vector::ShuffleOp::create(b, loc, level[i], level[i + 1], mask));
+      }
+      level = std::move(next);
+    }
+    return level.front();
+  }
+
+  /// act[k0 + j] = natural[perm[j]] by word permutes over the whole group
+  /// (one or two blocks of up to 64 bytes) and a byte pick.
+  void storeWordPermuted(OpBuilder &b, Location loc, ArrayRef<Value> natural,
+                         ArrayRef<Value> evenWords, ArrayRef<Value> oddWords,
+                         ArrayRef<Value> picks, Value act, Value row,
+                         Value kBase) const {
+    int64_t bytes = cast<VectorType>(natural.front().getType()).getNumElements();
+    auto wordsType = VectorType::get({bytes / 2}, b.getI16Type());
+    auto bytesType = VectorType::get({bytes}, b.getI8Type());
+    std::string bits = std::to_string(bytes * 8);
+    SmallVector<Value> tables;
+    for (Value block : natural)
+      tables.push_back(vector::BitCastOp::create(b, loc, wordsType, block));
+    auto call = [&](StringRef name, Type type, ValueRange operands) {
+      return LLVM::CallIntrinsicOp::create(b, loc, type, b.getStringAttr(name),
+                                           operands)
+          .getResult(0);
+    };
+    auto permute = [&](Value index) {
+      Value words =
+          tables.size() == 2
+              ? call("llvm.x86.avx512.vpermi2var.hi.512", wordsType,
+                     {tables[0], index, tables[1]})
+              : call("llvm.x86.avx512.permvar.hi." + bits, wordsType,
+                     {tables[0], index});
+      return Value(vector::BitCastOp::create(b, loc, bytesType, words));
+    };
+    std::string pshufb = bytes == 64   ? "llvm.x86.avx512.pshuf.b.512"
+                         : bytes == 32 ? "llvm.x86.avx2.pshuf.b"
+                                       : "llvm.x86.ssse3.pshuf.b.128";
+    SmallVector<bool> odd;
+    for (int64_t j = 0; j < bytes; ++j)
+      odd.push_back(j % 2);
+    auto maskType = VectorType::get({bytes}, b.getI1Type());
+    Value oddMask = arith::ConstantOp::create(
+        b, loc, maskType, DenseElementsAttr::get(maskType, ArrayRef<bool>(odd)));
+    for (size_t o = 0; o < natural.size(); ++o) {
+      Value even = call(pshufb, bytesType, {permute(evenWords[o]), picks[o]});
+      Value oddBytes = call(pshufb, bytesType, {permute(oddWords[o]), picks[o]});
+      Value out = arith::SelectOp::create(b, loc, oddMask, oddBytes, even);
+      vector::StoreOp::create(
+          b, loc, out, act,
+          ValueRange{row, arith::AddIOp::create(b, loc, kBase,
+                                                cIndex(b, loc, o * bytes))});
+    }
+  }
 
   DotTarget target;
+  int64_t lanes;
 };
 
 } // namespace
 
 void mlir::cq4p::populateActivationTransformPatterns(RewritePatternSet &patterns,
                                                       DotTarget target) {
-  patterns.add<QuantizeActivationsVectorLowering>(patterns.getContext(),
-                                                   target);
+  switch (target) {
+  case DotTarget::X86Avx2:
+  case DotTarget::X86AvxVnni:
+    patterns.add<WideQuantizeLowering>(patterns.getContext(), target, 8);
+    return;
+  case DotTarget::X86Avx512Vnni:
+    patterns.add<WideQuantizeLowering>(patterns.getContext(), target, 16);
+    return;
+  case DotTarget::Neon:
+  case DotTarget::X86Ssse3:
+  case DotTarget::Generic:
+    patterns.add<QuantizeActivationsVectorLowering>(patterns.getContext(),
+                                                     target);
+    return;
+  }
 }

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 using namespace cq4p::runtime;
@@ -145,6 +146,27 @@ void checkLibrary(const char *path) {
 TEST(ActivationTransform, QuantizeKernelsMatchTheScalarContractBitForBit) {
   checkLibrary(CQ4P_TEST_KERNEL_LIBRARY);
 }
+
+#ifdef CQ4P_TEST_LEVEL_X86_64_V4_AVX512VNNI
+// Each x86-64 level lowers the transform its own way (AVX2: 8 lanes and
+// PSHUFB per 16 bytes; AVX-512: 16 lanes and word permutes over the group),
+// so each is held to the scalar contract itself, where this CPU runs it.
+TEST(ActivationTransform, EveryHostLevelsQuantizeKernelsMatchTheScalarContract) {
+  for (const char *path : {CQ4P_TEST_LEVEL_X86_64_V3_AVXVNNI,
+                           CQ4P_TEST_LEVEL_X86_64_V4_AVX512VNNI}) {
+    SCOPED_TRACE(path);
+    std::unique_ptr<KernelLibrary> library;
+    Status opened = KernelLibrary::open(path, library);
+    if (!opened) {
+      EXPECT_NE(opened.message().find("which this CPU lacks"), std::string::npos)
+          << opened.message();
+      std::printf("not run on this CPU: %s\n", opened.message().c_str());
+      continue;
+    }
+    checkLibrary(path);
+  }
+}
+#endif
 
 #ifdef CQ4P_TEST_SME2_KERNEL_LIBRARY
 // The SME2 library's quantize kernels are its NEON side: the same bits.

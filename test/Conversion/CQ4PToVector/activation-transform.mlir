@@ -46,3 +46,54 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
         memref<?x64xi8>, memref<?x2xf32>
   return
 }
+
+// AVX2 and AVX-512 (WideQuantizeLowering): a group in natural order, 8 or
+// 16 lanes; the butterflies inside a vector are a lane swap and an FMA by
+// +-1, max|w| an integer max of the magnitudes' bits, the right signs a
+// byte negate under a per-call mask. AVX-512 rounds with VCVTPS2DQ under
+// round-to-nearest-even and permutes a group of up to 128 bytes with word
+// permutes and one PSHUFB pick per parity; a 128-byte group is narrowed by
+// VPACKSSDW + VPACKSSWB, whose byte order the per-call indices absorb.
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=avx2 | FileCheck %s --check-prefix=AVX2
+// RUN: cq4p-opt %s -convert-cq4p-to-vector=x86-dot=avx512vnni | FileCheck %s --check-prefix=AVX512
+
+// AVX2-LABEL: func.func @quantize
+// AVX2: scf.for
+// AVX2: scf.for
+// AVX2: vector.shuffle %{{.*}} [1, 0, 3, 2, 5, 4, 7, 6] : vector<8xf32>, vector<8xf32>
+// AVX2: math.fma %{{.*}} : vector<8xf32>
+// AVX2: vector.reduction <maxsi>, %{{.*}} : vector<8xi32> into i32
+// AVX2: math.roundeven %{{.*}} : vector<8xf32>
+// AVX2: arith.trunci %{{.*}} : vector<16xi32> to vector<16xi8>
+// AVX2: arith.select %{{.*}} : vector<16xi1>, vector<16xi8>
+// AVX2: llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
+// AVX2-NOT: arith.muli %{{.*}} : vector<16xi8>
+
+// AVX512-LABEL: func.func @quantize
+// AVX512: scf.for
+// AVX512: scf.for
+// AVX512: math.fma %{{.*}} : vector<16xf32>
+// AVX512: vector.reduction <maxsi>, %{{.*}} : vector<16xi32> into i32
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"
+// AVX512: arith.trunci %{{.*}} : vector<32xi32> to vector<32xi8>
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.permvar.hi.256"
+// AVX512: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVX512: vector.store %{{.*}} : memref<?x64xi8>, vector<32xi8>
+
+// AVX512-LABEL: func.func @quantize128
+// AVX512: scf.for
+// AVX512: scf.for
+// AVX512-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.packsswb.512"
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.vpermi2var.hi.512"
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.pshuf.b.512"
+// AVX512: vector.store %{{.*}} : memref<?x256xi8>, vector<64xi8>
+func.func @quantize128(%x: memref<?x256xf32>, %isr: memref<256xf16>, %left: memref<128xi8>,
+                       %right: memref<128xi8>, %perm: memref<128xi32>, %act: memref<?x256xi8>,
+                       %scales: memref<?x2xf32>, %g0: index, %g1: index) {
+  cq4p.quantize_activations %x, %isr, %left, %right, %perm, %act, %scales, %g0, %g1
+      {group_size = 128 : i64}
+      : memref<?x256xf32>, memref<256xf16>, memref<128xi8>, memref<128xi8>, memref<128xi32>,
+        memref<?x256xi8>, memref<?x2xf32>
+  return
+}
