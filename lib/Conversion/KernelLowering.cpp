@@ -202,15 +202,32 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
           }
           Value kgA = arith::AddIOp::create(b, loc, kgBase, cIndex(b, loc, 2 * p));
           Value kgB = arith::AddIOp::create(b, loc, kgA, c1);
+          // Slices are loaded two at a time, adjacent in the instruction
+          // stream, so that each pair becomes one LDP q without help from a
+          // scheduler.
+          SmallVector<Value> aSlices(slices), bSlices(slices);
           for (int64_t s = 0; s < slices; ++s) {
-            Value byte = arith::AddIOp::create(
-                b, loc,
-                arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 16 * slices)),
-                cIndex(b, loc, 16 * s));
-            Value a = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
-                                             ValueRange{sb, g, kgA, byte});
-            Value bb = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
-                                              ValueRange{sb, g, kgB, byte});
+            if (s % 2 == 0) {
+              for (int64_t t = s; t < std::min(s + 2, slices); ++t) {
+                Value byte = arith::AddIOp::create(
+                    b, loc,
+                    arith::MulIOp::create(b, loc, pass,
+                                          cIndex(b, loc, 16 * slices)),
+                    cIndex(b, loc, 16 * t));
+                aSlices[t] = vector::LoadOp::create(
+                    b, loc, i8x16, op.getPanels(), ValueRange{sb, g, kgA, byte});
+              }
+              for (int64_t t = s; t < std::min(s + 2, slices); ++t) {
+                Value byte = arith::AddIOp::create(
+                    b, loc,
+                    arith::MulIOp::create(b, loc, pass,
+                                          cIndex(b, loc, 16 * slices)),
+                    cIndex(b, loc, 16 * t));
+                bSlices[t] = vector::LoadOp::create(
+                    b, loc, i8x16, op.getPanels(), ValueRange{sb, g, kgB, byte});
+              }
+            }
+            Value a = aSlices[s], bb = bSlices[s];
             Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
             Value zipped[2] = {
                 bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),

@@ -426,6 +426,22 @@ int main(int argc, char **argv) {
     }
   }
 
+  if (choice->triple.isAArch64()) {
+    // No pre-RA machine scheduling on AArch64: the kernels' loops are
+    // emitted in an order that fits the 32 vector registers (the panel GEMV
+    // holds 16 accumulators and loads each pair of slices next to its use),
+    // and the pre-RA scheduler of several cores' models (cortex-a76/a78,
+    // a710/a715/a720, a510/a520, neoverse-n2, generic) hoists the loads of
+    // a whole iteration ahead of their uses and spills, up to 1.45x the
+    // GEMV loop's instructions. The post-RA scheduler still orders
+    // instructions for the tuned core's latencies, within the allocation.
+    auto &options = llvm::cl::getRegisteredOptions();
+    auto found = options.find("enable-misched");
+    if (found != options.end() &&
+        found->second->addOccurrence(0, "enable-misched", "false"))
+      return fail("cannot turn off LLVM's pre-RA machine scheduler");
+  }
+
   // The standard O3 optimization pipeline.
   {
     llvm::LoopAnalysisManager lam;
