@@ -130,7 +130,9 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
 
   LogicalResult matchAndRewrite(PanelDotOp op,
                                 PatternRewriter &rewriter) const override {
-    if (isWideX86DotTarget(target))
+    // A packed NEON tile takes the pair loop on every target (the x86 loop
+    // reads activations in their natural order).
+    if (isWideX86DotTarget(target) && !op.getPairedActivations())
       return lowerWideX86PanelDot(op, rewriter, target);
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
@@ -160,6 +162,13 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     Value sb = op.getSuperBlock(), g = op.getGroup(), row = op.getRow();
     Value groupBase =
         arith::MulIOp::create(b, loc, g, cIndex(b, loc, groupSize));
+
+    if (op.getPairedActivations()) {
+      emitPairedPasses(b, loc, op, emit, table, lowMask, four, zeroAcc,
+                       groupBase, tileRows, groupSize);
+      rewriter.eraseOp(op);
+      return success();
+    }
 
     auto emitPass = [&](OpBuilder &b, Value pass) {
       SmallVector<Value> inits(tileRows * accsPerRow, zeroAcc);
@@ -271,6 +280,94 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     }
     rewriter.eraseOp(op);
     return success();
+  }
+
+  /// The pair loop over a packed tile (paired_activations): 8 channels per
+  /// pass, every row of the tile on each unpacked weight vector. Per two
+  /// pairs of kg-blocks the 8 weight vectors are unpacked first; then each
+  /// row loads its 16 packed bytes [evens, odds] x 2 pairs once and feeds
+  /// them by lane to 8 SDOTs, so a row's activations live for one load and
+  /// the tile's accumulators (2 per row) and the weights fit the registers
+  /// whatever its rows.
+  void emitPairedPasses(OpBuilder &b, Location loc, PanelDotOp op,
+                        DotEmitter &emit, Value table, Value lowMask,
+                        Value four, Value zeroAcc, Value groupBase,
+                        int64_t tileRows, int64_t groupSize) const {
+    auto i8x16 = VectorType::get({16}, b.getI8Type());
+    auto i16x8 = VectorType::get({8}, b.getI16Type());
+    auto i32x4 = VectorType::get({4}, b.getI32Type());
+    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+    Value sb = op.getSuperBlock(), g = op.getGroup();
+    auto passLoop = scf::ForOp::create(
+        b, loc, c0, cIndex(b, loc, CQ4P_PANEL_CHANNELS / 8), c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(passLoop.getBody());
+    Value pass = passLoop.getInductionVar();
+    Value byte = arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 16));
+    SmallVector<Value> inits(2 * tileRows, zeroAcc);
+    auto kLoop = scf::ForOp::create(b, loc, c0,
+                                    cIndex(b, loc, groupSize / 32), c1, inits);
+    {
+      OpBuilder::InsertionGuard loopGuard(b);
+      b.setInsertionPointToStart(kLoop.getBody());
+      Value it = kLoop.getInductionVar();
+      SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
+                              kLoop.getRegionIterArgs().end());
+      Value kBase = arith::AddIOp::create(
+          b, loc, groupBase,
+          arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
+      Value kgBase = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
+      for (int64_t p = 0; p < 4; p += 2) {
+        // weights[q][half] = {low, high} of pairs p and p + 1.
+        Value weights[2][2][2];
+        for (int64_t q = 0; q < 2; ++q) {
+          Value kgA =
+              arith::AddIOp::create(b, loc, kgBase, cIndex(b, loc, 2 * (p + q)));
+          Value kgB = arith::AddIOp::create(b, loc, kgA, c1);
+          Value a = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
+                                           ValueRange{sb, g, kgA, byte});
+          Value bb = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
+                                            ValueRange{sb, g, kgB, byte});
+          Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
+          Value zipped[2] = {
+              bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
+              bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
+          for (int64_t half = 0; half < 2; ++half) {
+            weights[q][half][0] = emit.lookup(
+                table, arith::AndIOp::create(b, loc, zipped[half], lowMask));
+            weights[q][half][1] = emit.lookup(
+                table, arith::ShRUIOp::create(b, loc, zipped[half], four));
+          }
+        }
+        Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, 8 * p));
+        for (int64_t r = 0; r < tileRows; ++r) {
+          Value lanes = bitcast(
+              b, loc,
+              vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                     ValueRange{cIndex(b, loc, r), k}),
+              i32x4);
+          for (int64_t q = 0; q < 2; ++q)
+            for (int64_t half = 0; half < 2; ++half)
+              for (int64_t nibble = 0; nibble < 2; ++nibble) {
+                int64_t lane = 2 * q + nibble;
+                Value broadcast = bitcast(
+                    b, loc, shuffle(b, loc, lanes, lanes, {lane, lane, lane, lane}),
+                    i8x16);
+                Value &acc = accs[2 * r + half];
+                acc = emit.dot(acc, weights[q][half][nibble], broadcast);
+              }
+        }
+      }
+      scf::YieldOp::create(b, loc, accs);
+    }
+    Value channelBase = arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 8));
+    for (int64_t r = 0; r < tileRows; ++r)
+      for (int64_t half = 0; half < 2; ++half)
+        vector::StoreOp::create(
+            b, loc, kLoop.getResult(2 * r + half), op.getPartials(),
+            ValueRange{cIndex(b, loc, r),
+                       arith::AddIOp::create(b, loc, channelBase,
+                                             cIndex(b, loc, 4 * half))});
   }
 
   DotTarget target;

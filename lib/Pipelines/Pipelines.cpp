@@ -33,8 +33,9 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   // SME2 computes one row's partials of every group of a super-block in a
   // streaming leaf; the rest is NEON.
   bool sme2 = target == KernelTarget::AArch64Sme2;
+  bool neon = target == KernelTarget::AArch64Neon;
   pm.addNestedPass<func::FuncOp>(createCQ4PTileSuperBlocks(
-      CQ4PTileSuperBlocksOptions{options.gemmRows, sme2}));
+      CQ4PTileSuperBlocksOptions{options.gemmRows, sme2, neon}));
   if (sme2)
     pm.addPass(createConvertCQ4PToArmSME());
   // The target's panel dot; the shared lowering of the rest.

@@ -83,8 +83,11 @@ static cl::opt<std::string>
     emitKind("emit", cl::desc("lib (shared library), obj, llvm (LLVM IR) or "
                               "mlir (the LLVM dialect)"),
              cl::init("lib"), cl::cat(category));
-static cl::opt<int64_t> gemmRows("gemm-rows", cl::desc("Rows per GEMM tile"),
-                                 cl::init(4), cl::cat(category));
+static cl::opt<int64_t> gemmRows(
+    "gemm-rows",
+    cl::desc("Rows per GEMM tile (1 to 8; default: 8 for aarch64-neon, whose "
+             "packed tiles keep 16 accumulators, else 4)"),
+    cl::init(0), cl::cat(category));
 static cl::opt<int64_t>
     prefillChunk("prefill-chunk",
                  cl::desc("Most tokens one prefill step of a model takes "
@@ -299,12 +302,17 @@ int main(int argc, char **argv) {
       emitKind != "mlir")
     return fail("unknown --emit '" + emitKind +
                 "' (expected lib, obj, llvm or mlir)");
-  if (gemmRows < 1 || gemmRows > 8)
+  if (gemmRows.getNumOccurrences() && (gemmRows < 1 || gemmRows > 8))
     return fail("--gemm-rows must be in [1, 8], got " +
                 llvm::Twine(int64_t(gemmRows)));
   FailureOr<TargetChoice> choice = chooseTarget();
   if (failed(choice))
     return 1;
+  int64_t tileRows = gemmRows.getNumOccurrences()
+                         ? int64_t(gemmRows)
+                         : choice->kernelTarget == cq4p::KernelTarget::AArch64Neon
+                               ? 8
+                               : 4;
   if (emitKind == "lib" && !choice->triple.isOSBinFormatELF())
     return fail("a shared library for '" + choice->triple.str() +
                 "' needs that platform's SDK: use --emit=obj and link it there");
@@ -344,7 +352,7 @@ int main(int argc, char **argv) {
 
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;
-  options.gemmRows = gemmRows;
+  options.gemmRows = tileRows;
   if (prefillChunk < 2 || prefillChunk > 65536)
     return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
                 " is out of range (2 to 65536)");

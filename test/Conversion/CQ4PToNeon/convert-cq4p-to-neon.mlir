@@ -54,6 +54,33 @@ func.func @panel_dot_gemm(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 
 // -----
 
+// A packed 8-row tile (paired_activations): per pass of 8 channels, 16
+// accumulators; per two pairs of kg-blocks 8 looked-up weight vectors, then
+// each row's 16 packed bytes once, fed by lane to 8 SDOTs (lanes 0-3:
+// evens and odds of the two pairs).
+// CHECK-LABEL: func.func @panel_dot_paired
+// CHECK: scf.for
+// CHECK: scf.for {{.*}} -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
+// CHECK: %[[ROW0:.*]] = vector.load %{{.*}}[%c0, %{{.*}}] : memref<8x256xi8>, vector<16xi8>
+// CHECK: %[[LANES:.*]] = vector.bitcast %[[ROW0]] : vector<16xi8> to vector<4xi32>
+// CHECK: vector.shuffle %[[LANES]], %[[LANES]] [0, 0, 0, 0]
+// CHECK: arm_neon.intr.sdot
+// CHECK: vector.shuffle %[[LANES]], %[[LANES]] [1, 1, 1, 1]
+// CHECK: arm_neon.intr.sdot
+// CHECK: vector.shuffle %[[LANES]], %[[LANES]] [3, 3, 3, 3]
+// CHECK: vector.load %{{.*}}[%c1, %{{.*}}] : memref<8x256xi8>, vector<16xi8>
+func.func @panel_dot_paired(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                            %act: memref<8x256xi8>, %partials: memref<8x64xi32>,
+                            %sb: index, %g: index) {
+  %c0 = arith.constant 0 : index
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %c0 {paired_activations}
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<8x256xi8>, memref<8x64xi32>
+  return
+}
+
+// -----
+
 // The rescale: float(P) * act_scale * norm, accumulated.
 // CHECK-LABEL: func.func @rescale
 // CHECK: %[[SCALE:.*]] = memref.load %{{.*}} : memref<?x2xf32>

@@ -149,3 +149,14 @@ func.func @decode_embedding_norms(%p: memref<1x2x32x128xi8>, %n: memref<64x1xf16
         memref<256xf16>, memref<?xi64>, memref<?x256xf32>
   return
 }
+
+// -----
+
+func.func @paired_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                       %act: memref<4x256xi8>, %partials: memref<8x64xi32>,
+                       %sb: index, %g: index, %row: index) {
+  // expected-error @+1 {{expected dimension 0 of the paired activations to be 8, got 4}}
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row {paired_activations}
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<4x256xi8>, memref<8x64xi32>
+  return
+}

@@ -1,6 +1,7 @@
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks | FileCheck %s
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=gemm-rows=2 | FileCheck %s --check-prefix=ROWS2
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=super-block-partials | FileCheck %s --check-prefix=SME2
+// RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks="gemm-rows=8 paired-tiles" | FileCheck %s --check-prefix=PAIRED
 
 // A GEMV: one-row tiles; per group the int32 partials, then the rescale.
 // CHECK-LABEL: func.func @gemv
@@ -46,6 +47,25 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // CHECK: cq4p.panel_dot {{.*}} : {{.*}}, memref<1x64xi32>
 // ROWS2-LABEL: func.func @gemm
 // ROWS2: memref.alloca() : memref<2x64xi32>
+// NEON GEMM (paired tiles): tiles of 8 rows, then at most one of 4, each
+// packed once per call (per 8 K values the even bytes, then the odd ones),
+// super-blocks inside, the pair loop over the packed tile (row 0 of it) and
+// the rescale at the tile's rows; then the rows past the tiles one by one.
+// PAIRED-LABEL: func.func @gemm
+// PAIRED: %[[ROWS:.*]] = memref.dim
+// PAIRED: %[[PACK8:.*]] = memref.alloca() : memref<8x128xi8>
+// PAIRED: %[[PART8:.*]] = memref.alloca() : memref<8x64xi32>
+// PAIRED: scf.for %[[ROW:.*]] = %c0 to %{{.*}} step %c8
+// PAIRED: vector.shuffle %{{.*}} [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15] : vector<16xi8>, vector<16xi8>
+// PAIRED: vector.store %{{.*}}, %[[PACK8]]
+// PAIRED: scf.for %[[SB:.*]] =
+// PAIRED: scf.for %[[G:.*]] =
+// PAIRED-NEXT: cq4p.panel_dot %{{.*}}, %{{.*}}, %[[PACK8]], %[[PART8]], %[[SB]], %[[G]], %c0 {paired_activations} : {{.*}}, memref<8x128xi8>, memref<8x64xi32>
+// PAIRED-NEXT: cq4p.rescale %[[PART8]], %{{.*}}, %{{.*}}, %{{.*}}, %[[SB]], %[[G]], %[[ROW]]
+// PAIRED: memref.alloca() : memref<4x128xi8>
+// PAIRED: step %c4
+// PAIRED: cq4p.panel_dot {{.*}} {paired_activations} : {{.*}}, memref<4x128xi8>, memref<4x64xi32>
+// PAIRED: cq4p.panel_dot {{.*}} : {{.*}}, memref<?x128xi8>, memref<1x64xi32>
 // SME2 GEMM: tiles of 16 rows packed once, super-blocks inside, partials of
 // every group (4 here) per streaming call. A last tile of fewer than 4 rows
 // is not padded: (rows + 12) / 16 tiles, then the rows past them one by one

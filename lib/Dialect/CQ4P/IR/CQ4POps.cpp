@@ -240,7 +240,16 @@ LogicalResult PanelDotOp::verify() {
       .dim("the activations", getAct(), 1, k)
       .isStatic("the partials", getPartials(), 0)
       .dim("the partials", getPartials(), 1, CQ4P_PANEL_CHANNELS);
-  return check.failed;
+  if (failed(check.failed) || !getPairedActivations())
+    return check.failed;
+  // A packed tile has exactly the partials' rows, in whole 8-K pairs.
+  check.dim("the paired activations", getAct(), 0, dimOf(getPartials(), 0));
+  if (failed(check.failed))
+    return failure();
+  if (k % 8 != 0)
+    return emitOpError() << "expected K (" << k
+                         << ") to be a multiple of 8 with paired activations";
+  return success();
 }
 
 LogicalResult PanelPartialsOp::verify() {

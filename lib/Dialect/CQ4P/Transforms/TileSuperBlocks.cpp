@@ -140,6 +140,8 @@ public:
           cast<MemRefType>(op.getAct().getType()).getDimSize(0) == 1;
       if (superBlockPartials && !singleRow)
         tileOuterProducts(op);
+      else if (pairedTiles && !singleRow)
+        tilePaired(op);
       else
         tile(op);
       op.erase();
@@ -187,6 +189,113 @@ private:
 
     // The super-block's channels below N, to the output.
     copyToOutput(b, loc, accum, op.getY(), row, step, sb, validChannels);
+  }
+
+  /// The NEON GEMM: tiles of gemm-rows rows, then at most one of half as
+  /// many, each packed once per call for the pair loop (per 8 K values the
+  /// 4 even-indexed bytes, then the 4 odd ones: one 16-byte load per row
+  /// serves two pairs of kg-blocks), then every super-block's groups over
+  /// the packed tile; the rows past the tiles one at a time.
+  void tilePaired(PanelMatmulOp op) {
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto actType = cast<MemRefType>(op.getAct().getType());
+    int64_t k = actType.getDimSize(1);
+    int64_t n = cast<MemRefType>(op.getY().getType()).getDimSize(1);
+    int64_t ng = cast<MemRefType>(op.getPanels().getType()).getDimSize(1);
+    Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+    Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
+    Value rows = actType.isDynamicDim(0)
+                     ? memref::DimOp::create(b, loc, op.getAct(), 0).getResult()
+                     : constantIndex(b, loc, actType.getDimSize(0));
+    auto validChannelsOf = [&](OpBuilder &b, Value sb) {
+      return Value(arith::MinSIOp::create(
+          b, loc,
+          arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
+                                arith::MulIOp::create(b, loc, sb, c64)),
+          c64));
+    };
+    Value done = c0;
+    for (int64_t tileRows : {int64_t(gemmRows), int64_t(gemmRows) / 2}) {
+      if (tileRows < 2 || k % 16 != 0)
+        continue;
+      Value packed = memref::AllocaOp::create(
+          b, loc, MemRefType::get({tileRows, k}, b.getI8Type()));
+      Value partials = memref::AllocaOp::create(
+          b, loc, MemRefType::get({tileRows, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+      Value accum = memref::AllocaOp::create(
+          b, loc, MemRefType::get({tileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
+      Value step = constantIndex(b, loc, tileRows);
+      Value end = arith::AddIOp::create(
+          b, loc, done,
+          arith::MulIOp::create(
+              b, loc,
+              arith::DivUIOp::create(
+                  b, loc, arith::SubIOp::create(b, loc, rows, done), step),
+              step));
+      auto tileLoop = scf::ForOp::create(b, loc, done, end, step);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(tileLoop.getBody());
+        Value row = tileLoop.getInductionVar();
+        packPairs(b, loc, op.getAct(), packed, row);
+        auto sbLoop =
+            scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+        b.setInsertionPointToStart(sbLoop.getBody());
+        Value sb = sbLoop.getInductionVar();
+        zeroAccumulator(b, loc, accum);
+        auto groupLoop =
+            scf::ForOp::create(b, loc, c0, constantIndex(b, loc, ng), c1);
+        {
+          OpBuilder::InsertionGuard groupGuard(b);
+          b.setInsertionPointToStart(groupLoop.getBody());
+          Value g = groupLoop.getInductionVar();
+          auto dot = PanelDotOp::create(b, loc, op.getPanels(), op.getCbI8(),
+                                        packed, partials, sb, g, c0);
+          dot.setPairedActivations(true);
+          RescaleOp::create(b, loc, partials, op.getActScales(),
+                            op.getNormPanels(), accum, sb, g, row);
+        }
+        copyToOutput(b, loc, accum, op.getY(), row, step, sb,
+                     validChannelsOf(b, sb));
+      }
+      done = end;
+    }
+    Value rowPartials = memref::AllocaOp::create(
+        b, loc, MemRefType::get({1, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+    Value rowAccum = memref::AllocaOp::create(
+        b, loc, MemRefType::get({1, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
+    auto sbLoop = scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+    b.setInsertionPointToStart(sbLoop.getBody());
+    Value sb = sbLoop.getInductionVar();
+    emitRowTiles(b, loc, op, sb, done, rows, 1, rowPartials, rowAccum,
+                 validChannelsOf(b, sb));
+  }
+
+  /// packed[r, 8p + i] = act[row + r, 8p + 2i] and packed[r, 8p + 4 + i] =
+  /// act[row + r, 8p + 2i + 1] (i < 4) for the tile's rows.
+  static void packPairs(OpBuilder &b, Location loc, Value act, Value packed,
+                        Value row) {
+    OpBuilder::InsertionGuard guard(b);
+    auto type = cast<MemRefType>(packed.getType());
+    Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
+    auto i8x16 = VectorType::get({16}, b.getI8Type());
+    auto rowLoop = scf::ForOp::create(
+        b, loc, c0, constantIndex(b, loc, type.getDimSize(0)), c1);
+    b.setInsertionPointToStart(rowLoop.getBody());
+    Value r = rowLoop.getInductionVar();
+    Value actRow = arith::AddIOp::create(b, loc, row, r);
+    auto kLoop = scf::ForOp::create(b, loc, c0,
+                                    constantIndex(b, loc, type.getDimSize(1)),
+                                    constantIndex(b, loc, 16));
+    b.setInsertionPointToStart(kLoop.getBody());
+    Value k = kLoop.getInductionVar();
+    Value bytes =
+        vector::LoadOp::create(b, loc, i8x16, act, ValueRange{actRow, k});
+    Value pairs = vector::ShuffleOp::create(
+        b, loc, bytes, bytes,
+        ArrayRef<int64_t>{0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15});
+    vector::StoreOp::create(b, loc, pairs, packed, ValueRange{r, k});
   }
 
   /// The SME2 GEMM: tiles of 16 rows (the last one padded with zero

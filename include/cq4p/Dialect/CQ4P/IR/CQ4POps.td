@@ -409,6 +409,10 @@ def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
     bytes. Backends lower it to SDOT (NEON), SMOPA or multi-vector SDOT
     (SME2), or generic vector code (host).
 
+    With `paired_activations`, `act` is a row tile packed for the NEON pair
+    loop: its R rows hold, per 8 K values, their 4 even-indexed bytes and
+    then their 4 odd-indexed ones, and `row` is 0.
+
     Example:
 
     ```mlir
@@ -424,7 +428,8 @@ def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
     MemRefRankOf<[I32], [2]>:$partials,
     Index:$super_block,
     Index:$group,
-    Index:$row
+    Index:$row,
+    UnitAttr:$paired_activations
   );
   let assemblyFormat = [{
     $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $group `,`

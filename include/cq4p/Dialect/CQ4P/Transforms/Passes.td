@@ -78,6 +78,10 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
     Option<"superBlockPartials", "super-block-partials", "bool", /*default=*/"false",
            "One-row tiles compute every group's partials at once "
            "(cq4p.panel_partials, for SME2), then rescale group by group">,
+    Option<"pairedTiles", "paired-tiles", "bool", /*default=*/"false",
+           "GEMM row tiles are packed once per call for the NEON pair loop "
+           "(even and odd bytes of each 8 K values), then every super-block "
+           "runs over the packed tile">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
