@@ -328,6 +328,26 @@ struct Bench {
     }
     row("lm_head 1024x4096", ms, "ms", "");
     row("lm_head / Hadamard GEMV 4096x4096", ratio, "x", "<= 2");
+    // What each call must read: the lm_head a K x K fp16 rotation besides
+    // its panels and norm panels, the Hadamard GEMV its panels and norm
+    // panels. At equal bandwidth their ratio is the least time ratio.
+    auto bytesOf = [](const TensorFile &file, std::initializer_list<int> regions) {
+      double bytes = 0;
+      for (int region : regions)
+        bytes += double(file.region(cq4p_region(region)).size);
+      return bytes;
+    };
+    double headBytes = bytesOf(*head.files[0], {CQ4P_REGION_ROTATION,
+                                                CQ4P_REGION_DATA,
+                                                CQ4P_REGION_NORM_PANELS});
+    double hadamardBytes =
+        bytesOf(*hadamard.files[0], {CQ4P_REGION_DATA, CQ4P_REGION_NORM_PANELS});
+    std::printf("| lm_head / Hadamard GEMV, bytes read |");
+    for (size_t lib = 0; lib < libraries.size(); ++lib)
+      std::printf(" %.2f x |", headBytes / hadamardBytes);
+    if (libraries.size() > 1)
+      std::printf(" |");
+    std::printf(" the least time ratio at equal bandwidth |\n");
 
     std::vector<std::unique_ptr<EmbeddingLayer>> embeddings;
     for (auto &library : libraries) {

@@ -23,10 +23,12 @@
 // cq4p.rescale lowers to plain scf loops over small vector ops, identical on
 // every target. cq4p.quantize_activations is straight-line vector code per
 // group (ActivationTransform.cpp) with the contract's fp32 operations in the
-// contract's order, so every backend gets the same int8 activations. cq4p.rotate_quantize_activations and cq4p.decode_embedding
-// are fp16 matrix products over tiles of rows, vectorized across outputs
-// with blocks of the rotation transposed in registers, so every output
-// still sums in index order (the same bits at every vector width).
+// contract's order, so every backend gets the same int8 activations.
+// cq4p.rotate_quantize_activations and cq4p.decode_embedding are fp16
+// matrix products over tiles of rows, vectorized across outputs: each reads
+// the one of rotation and rotation_t whose rows run along the outputs, so
+// every output still sums in index order (the same bits at every vector
+// width) without a transpose.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,6 +44,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -432,20 +435,24 @@ Value loadAsF32(OpBuilder &b, Location loc, Value memref, ValueRange indices) {
   return arith::SIToFPOp::create(b, loc, b.getF32Type(), value);
 }
 
-/// The quantization of one group (FORMAT.md section 5, step 2): `values`
-/// holds z in permuted or natural order as `source(j)` says; writes the
-/// scale and the int8 activations of (row, group).
-void quantizeGroup(OpBuilder &b, Location loc, Value values, int64_t groupSize,
-                   Value permutation, Value act, Value actScales, Value row,
+/// The quantization of one group (FORMAT.md section 5, step 2): row `slot`
+/// of `values` ([slots][K] fp32) holds z at the group's positions; writes
+/// the scale and the int8 activations of (row, group).
+void quantizeGroup(OpBuilder &b, Location loc, Value values, Value slot,
+                   int64_t groupSize, Value act, Value actScales, Value row,
                    Value group) {
   Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, groupSize);
+  Value kBase = arith::MulIOp::create(b, loc, group, cGs);
   Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
   auto maxLoop = scf::ForOp::create(b, loc, c0, cGs, cIndex(b, loc, 1),
                                     ValueRange{zero});
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(maxLoop.getBody());
-    Value v = memref::LoadOp::create(b, loc, values, maxLoop.getInductionVar());
+    Value v = memref::LoadOp::create(
+        b, loc, values,
+        ValueRange{slot,
+                   arith::AddIOp::create(b, loc, kBase, maxLoop.getInductionVar())});
     Value magnitude = math::AbsFOp::create(b, loc, v);
     scf::YieldOp::create(
         b, loc,
@@ -458,24 +465,18 @@ void quantizeGroup(OpBuilder &b, Location loc, Value values, int64_t groupSize,
   scale = arith::MaximumFOp::create(
       b, loc, scale, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
   memref::StoreOp::create(b, loc, scale, actScales, ValueRange{row, group});
-  Value kBase = arith::MulIOp::create(b, loc, group, cGs);
   Value lowest = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-128.0f));
   Value highest = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f));
   forRange(b, loc, c0, cGs, [&](OpBuilder &b, Value j) {
-    Value source = j;
-    if (permutation) {
-      Value p = memref::LoadOp::create(b, loc, permutation, j);
-      source = arith::IndexCastUIOp::create(b, loc, b.getIndexType(), p);
-    }
-    Value z = memref::LoadOp::create(b, loc, values, source);
+    Value k = arith::AddIOp::create(b, loc, kBase, j);
+    Value z = memref::LoadOp::create(b, loc, values, ValueRange{slot, k});
     Value q = math::RoundEvenOp::create(b, loc,
                                         arith::DivFOp::create(b, loc, z, scale));
     q = arith::MinimumFOp::create(b, loc,
                                   arith::MaximumFOp::create(b, loc, q, lowest),
                                   highest);
     Value byte = arith::FPToSIOp::create(b, loc, b.getI8Type(), q);
-    memref::StoreOp::create(b, loc, byte, act,
-                            ValueRange{row, arith::AddIOp::create(b, loc, kBase, j)});
+    memref::StoreOp::create(b, loc, byte, act, ValueRange{row, k});
   });
 }
 
@@ -486,89 +487,104 @@ Value rowsOf(OpBuilder &b, Location loc, Value memref) {
   return memref::DimOp::create(b, loc, memref, 0);
 }
 
-/// How the orthogonal rotations are blocked: `lanes` outputs per fp32
-/// vector (one register of the target) and `rows` activation or embedding
-/// rows per pass over the K x K rotation.
+/// How the orthogonal rotations are blocked for the target's registers:
+/// `lanes` outputs per fp32 vector; a tile of `tileRows` rows sums
+/// `tileVectors` vectors of outputs at once, a row alone `rowVectors`
+/// (enough independent sums to hide the add latency); up to `chunkRows`
+/// rows are prepared at once, and the rotation is taken `spanRows` of its
+/// rows at a time (see rotateRows).
 struct RotationBlocking {
-  int64_t lanes, rows;
+  int64_t lanes, tileRows, tileVectors, rowVectors, chunkRows, spanRows;
 };
 
 RotationBlocking rotationBlocking(DotTarget target) {
   switch (target) {
-  case DotTarget::X86Avx512Vnni:
-    return {16, 8};
-  case DotTarget::X86Avx2:
+  case DotTarget::X86Avx512Vnni: // 32 zmm: 16 sums, 2 rotation vectors
+    return {16, 8, 2, 8, 16, 16};
+  case DotTarget::X86Avx2: // 16 ymm: 8 sums, 2 rotation vectors
   case DotTarget::X86AvxVnni:
-    return {8, 4};
-  case DotTarget::Neon:
-  case DotTarget::X86Ssse3:
+    return {8, 4, 2, 4, 8, 16};
+  case DotTarget::Neon: // 32 q registers: 16 sums, 4 rotation vectors
+    return {4, 4, 4, 8, 16, 16};
+  case DotTarget::X86Ssse3: // 16 xmm
   case DotTarget::Generic:
     break;
   }
-  return {4, 4};
+  return {4, 4, 2, 4, 8, 16};
 }
 
-/// columns[c][j] = float(matrix[j0 + j][c0 + c]) for a lanes x lanes block:
-/// the rows loaded and widened, then transposed in registers, one stage per
-/// index bit (a stage swaps that bit between the row and the column).
-SmallVector<Value> transposedBlock(OpBuilder &b, Location loc, Value matrix,
-                                   Value j0, Value c0, int64_t lanes) {
+/// The largest count of `lanes`-wide vectors, at most `wanted`, that
+/// divides `width` outputs.
+int64_t vectorsDividing(int64_t width, int64_t lanes, int64_t wanted) {
+  int64_t vectors = wanted;
+  while (vectors > 1 && width % (vectors * lanes) != 0)
+    vectors /= 2;
+  return vectors;
+}
+
+/// Rows of a chunk: at most blocking.chunkRows, and no more than 128 KiB of
+/// fp32 rows of length k in each of the chunk's two stack buffers (the
+/// kernels run on the runtime's threads, whose stacks may be small), but
+/// at least one tile.
+int64_t chunkRowsFor(RotationBlocking blocking, int64_t k) {
+  int64_t byStack = (int64_t(1) << 15) / k / blocking.tileRows * blocking.tileRows;
+  return std::max(blocking.tileRows, std::min(blocking.chunkRows, byStack));
+}
+
+/// Adds to sums[first + r][j + v * lanes + i] (r < tileRows, v < vectors,
+/// i < lanes) the terms matrix[c][..] * rowValues[first + r][c] for c in
+/// [c0, c0 + span), one c after the other, the sums held in registers
+/// meanwhile: the order of fp32 operations is a scalar loop's.
+void addSpan(OpBuilder &b, Location loc, Value matrix, Value rowValues,
+             Value sums, Value first, int64_t tileRows, Value j, int64_t vectors,
+             Value c0, int64_t span, int64_t lanes) {
   auto f16v = VectorType::get({lanes}, b.getF16Type());
   auto f32v = VectorType::get({lanes}, b.getF32Type());
-  SmallVector<Value> rows;
-  for (int64_t j = 0; j < lanes; ++j) {
-    Value at = arith::AddIOp::create(b, loc, j0, cIndex(b, loc, j));
-    rows.push_back(arith::ExtFOp::create(
-        b, loc, f32v,
-        Value(vector::LoadOp::create(b, loc, f16v, matrix, ValueRange{at, c0}))));
-  }
-  for (int64_t h = 1; h < lanes; h *= 2) {
-    SmallVector<int64_t> clear, set;
-    for (int64_t c = 0; c < lanes; ++c) {
-      clear.push_back((c & h) ? lanes + (c & ~h) : c);
-      set.push_back((c & h) ? lanes + c : (c | h));
+  SmallVector<Value> rowIndex, columnIndex, inits;
+  for (int64_t r = 0; r < tileRows; ++r)
+    rowIndex.push_back(arith::AddIOp::create(b, loc, first, cIndex(b, loc, r)));
+  for (int64_t v = 0; v < vectors; ++v)
+    columnIndex.push_back(arith::AddIOp::create(b, loc, j, cIndex(b, loc, v * lanes)));
+  for (int64_t r = 0; r < tileRows; ++r)
+    for (int64_t v = 0; v < vectors; ++v)
+      inits.push_back(vector::LoadOp::create(b, loc, f32v, sums,
+                                             ValueRange{rowIndex[r], columnIndex[v]}));
+  // Four values of c per iteration: less loop overhead, the same order.
+  constexpr int64_t kUnroll = 4;
+  auto loop = scf::ForOp::create(b, loc, c0,
+                                 arith::AddIOp::create(b, loc, c0, cIndex(b, loc, span)),
+                                 cIndex(b, loc, kUnroll), inits);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    SmallVector<Value> accs(loop.getRegionIterArgs().begin(),
+                            loop.getRegionIterArgs().end());
+    for (int64_t u = 0; u < kUnroll; ++u) {
+      Value c = arith::AddIOp::create(b, loc, loop.getInductionVar(),
+                                      cIndex(b, loc, u));
+      SmallVector<Value> columns;
+      for (int64_t v = 0; v < vectors; ++v)
+        columns.push_back(arith::ExtFOp::create(
+            b, loc, f32v,
+            Value(vector::LoadOp::create(b, loc, f16v, matrix,
+                                         ValueRange{c, columnIndex[v]}))));
+      for (int64_t r = 0; r < tileRows; ++r) {
+        Value value = vector::BroadcastOp::create(
+            b, loc, f32v,
+            memref::LoadOp::create(b, loc, rowValues, ValueRange{rowIndex[r], c}));
+        for (int64_t v = 0; v < vectors; ++v) {
+          Value &acc = accs[r * vectors + v];
+          acc = arith::AddFOp::create(
+              b, loc, acc, arith::MulFOp::create(b, loc, columns[v], value));
+        }
+      }
     }
-    for (int64_t i = 0; i < lanes; ++i) {
-      if (i & h)
-        continue;
-      Value low = shuffle(b, loc, rows[i], rows[i + h], clear);
-      Value high = shuffle(b, loc, rows[i], rows[i + h], set);
-      rows[i] = low;
-      rows[i + h] = high;
-    }
+    scf::YieldOp::create(b, loc, accs);
   }
-  return rows;
-}
-
-/// For each row r of `rowValues` and the `lanes` outputs j0..j0+lanes: the
-/// fp32 sums sum_{c < k} matrix[j0 + j][c] * rowValues[r][c], each
-/// accumulated in index order from 0.0 as a scalar loop would (the same
-/// bits), every lanes x lanes block of the matrix read once for all rows.
-SmallVector<Value> blockSums(OpBuilder &b, Location loc, Value matrix, Value j0,
-                             ArrayRef<Value> rowValues, int64_t k,
-                             int64_t lanes) {
-  auto f32v = VectorType::get({lanes}, b.getF32Type());
-  Value zeros = splat(b, loc, f32v, b.getF32FloatAttr(0.0f));
-  SmallVector<Value> inits(rowValues.size(), zeros);
-  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0), cIndex(b, loc, k),
-                                 cIndex(b, loc, lanes), inits);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(loop.getBody());
-  Value c0 = loop.getInductionVar();
-  SmallVector<Value> accs(loop.getRegionIterArgs().begin(),
-                          loop.getRegionIterArgs().end());
-  SmallVector<Value> columns = transposedBlock(b, loc, matrix, j0, c0, lanes);
-  for (int64_t c = 0; c < lanes; ++c) {
-    Value at = arith::AddIOp::create(b, loc, c0, cIndex(b, loc, c));
-    for (size_t r = 0; r < rowValues.size(); ++r) {
-      Value value = vector::BroadcastOp::create(
-          b, loc, f32v, memref::LoadOp::create(b, loc, rowValues[r], at));
-      accs[r] = arith::AddFOp::create(
-          b, loc, accs[r], arith::MulFOp::create(b, loc, columns[c], value));
-    }
-  }
-  scf::YieldOp::create(b, loc, accs);
-  return SmallVector<Value>(loop.getResults());
+  for (int64_t r = 0; r < tileRows; ++r)
+    for (int64_t v = 0; v < vectors; ++v)
+      vector::StoreOp::create(b, loc, loop.getResult(r * vectors + v), sums,
+                              ValueRange{rowIndex[r], columnIndex[v]});
 }
 
 /// Row tiles over [0, rows): full tiles of `tileRows`, then single rows;
@@ -592,10 +608,65 @@ void forRowTiles(OpBuilder &b, Location loc, Value rows, int64_t tileRows,
   }
 }
 
-/// The orthogonal lm_head's transform as a matrix product: for a tile of
-/// rows, a = x * isr, then per block of `lanes` basis outputs the sums over
-/// K with the block of rotation_t transposed in registers, so the K x K
-/// rotation is read once per tile, not once per row and output.
+/// Chunks of at most `chunkRows` rows over [0, rows): body(first row, count).
+void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
+               function_ref<void(OpBuilder &, Value, Value)> body) {
+  Value cChunk = cIndex(b, loc, chunkRows);
+  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0), rows, cChunk);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value first = loop.getInductionVar();
+  Value count = arith::MinUIOp::create(
+      b, loc, cChunk, arith::SubIOp::create(b, loc, rows, first));
+  body(b, first, count);
+}
+
+/// sums[r][j] = sum_{c < k} matrix[c][j] * rowValues[r][c] for the rows
+/// r < count and the outputs j in [jBegin, jEnd) (a multiple of `granule`
+/// apart), each accumulated in index order from 0.0 as a scalar loop would:
+/// the same bits at every blocking. The matrix is read along its rows,
+/// spanRows of them at a time: the span's first row tile streams them from
+/// memory in long runs (spanRows sequential streams, a few pages), the
+/// other tiles find them in cache, and the sums wait in `sums` (cached too)
+/// from one span to the next.
+void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
+                Value sums, Value count, Value jBegin, Value jEnd,
+                int64_t granule, int64_t k, RotationBlocking blocking) {
+  int64_t lanes = blocking.lanes;
+  auto f32v = VectorType::get({lanes}, b.getF32Type());
+  Value c0 = cIndex(b, loc, 0), cLanes = cIndex(b, loc, lanes);
+  Value zeros = splat(b, loc, f32v, b.getF32FloatAttr(0.0f));
+  forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+    auto loop = scf::ForOp::create(b, loc, jBegin, jEnd, cLanes);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    vector::StoreOp::create(b, loc, zeros, sums,
+                            ValueRange{r, loop.getInductionVar()});
+  });
+  int64_t span = std::min(blocking.spanRows, k);
+  auto spans = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k),
+                                  cIndex(b, loc, span));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(spans.getBody());
+  Value spanBegin = spans.getInductionVar();
+  forRowTiles(b, loc, count, blocking.tileRows,
+              [&](OpBuilder &b, Value first, int64_t tile) {
+    int64_t vectors = vectorsDividing(
+        granule, lanes, tile == 1 ? blocking.rowVectors : blocking.tileVectors);
+    auto blocks = scf::ForOp::create(b, loc, jBegin, jEnd,
+                                     cIndex(b, loc, vectors * lanes));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(blocks.getBody());
+    addSpan(b, loc, matrix, rowValues, sums, first, tile,
+            blocks.getInductionVar(), vectors, spanBegin, span, lanes);
+  });
+}
+
+/// The orthogonal lm_head's transform as a matrix product: for a chunk of
+/// rows, a = x * isr, then the basis outputs of the task's groups,
+/// basis[j] = sum_k a[k] * rotation[k][j] (the file's rotation_t[j][k]:
+/// the runtime checks that one is the other's transpose bit for bit), read
+/// along the rotation's rows, then each group's quantization.
 struct RotateQuantizeActivationsLowering
     : public OpRewritePattern<RotateQuantizeActivationsOp> {
   RotateQuantizeActivationsLowering(MLIRContext *ctx, RotationBlocking blocking)
@@ -608,20 +679,24 @@ struct RotateQuantizeActivationsLowering
     int64_t gs = op.getGroupSize();
     int64_t k = cast<MemRefType>(op.getX().getType()).getDimSize(1);
     int64_t lanes = blocking.lanes;
-    if (k % lanes != 0 || gs % lanes != 0)
+    if (k % lanes != 0 || gs % lanes != 0 || k % std::min(blocking.spanRows, k) != 0)
       return rewriter.notifyMatchFailure(op, "K and the group size must be "
-                                             "multiples of the vector lanes");
+                                             "multiples of the vector lanes "
+                                             "and K of the span");
     auto f16v = VectorType::get({lanes}, b.getF16Type());
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
-    forRowTiles(b, loc, rowsOf(b, loc, op.getX()), blocking.rows,
-                [&](OpBuilder &b, Value row, int64_t tile) {
-      SmallVector<Value> scaled, work;
-      for (int64_t r = 0; r < tile; ++r) {
-        scaled.push_back(entryAlloca(b, op, MemRefType::get({k}, b.getF32Type())));
-        work.push_back(entryAlloca(b, op, MemRefType::get({gs}, b.getF32Type())));
-        Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
-        // a = x * isr
+    int64_t chunk = chunkRowsFor(blocking, k);
+    auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
+    Value scaled = entryAlloca(b, op, buffer);
+    Value basis = entryAlloca(b, op, buffer);
+    Value jBegin = arith::MulIOp::create(b, loc, op.getGroupBegin(), cGs);
+    Value jEnd = arith::MulIOp::create(b, loc, op.getGroupEnd(), cGs);
+    forChunks(b, loc, rowsOf(b, loc, op.getX()), chunk,
+              [&](OpBuilder &b, Value first, Value count) {
+      // a = x * isr
+      forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+        Value actRow = arith::AddIOp::create(b, loc, first, r);
         auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k),
                                        cIndex(b, loc, lanes));
         OpBuilder::InsertionGuard guard(b);
@@ -633,24 +708,16 @@ struct RotateQuantizeActivationsLowering
             b, loc, f32v,
             Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), kk)));
         vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
-                                scaled[r], kk);
-      }
+                                scaled, ValueRange{r, kk});
+      });
+      rotateRows(b, loc, op.getRotation(), scaled, basis, count, jBegin, jEnd,
+                 gs, k, blocking);
       forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
                [&](OpBuilder &b, Value g) {
-        Value jBase = arith::MulIOp::create(b, loc, g, cGs);
-        // basis[j] = sum_k a[k] * rotation_t[j][k]
-        for (int64_t jb = 0; jb < gs; jb += lanes) {
-          Value j0 = arith::AddIOp::create(b, loc, jBase, cIndex(b, loc, jb));
-          SmallVector<Value> sums =
-              blockSums(b, loc, op.getRotationT(), j0, scaled, k, lanes);
-          for (int64_t r = 0; r < tile; ++r)
-            vector::StoreOp::create(b, loc, sums[r], work[r],
-                                    ValueRange{cIndex(b, loc, jb)});
-        }
-        for (int64_t r = 0; r < tile; ++r)
-          quantizeGroup(b, loc, work[r], gs, Value(), op.getAct(),
-                        op.getActScales(),
-                        arith::AddIOp::create(b, loc, row, cIndex(b, loc, r)), g);
+        forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+          quantizeGroup(b, loc, basis, r, gs, op.getAct(), op.getActScales(),
+                        arith::AddIOp::create(b, loc, first, r), g);
+        });
       });
     });
     rewriter.eraseOp(op);
@@ -660,9 +727,10 @@ struct RotateQuantizeActivationsLowering
   RotationBlocking blocking;
 };
 
-/// Embedding rows decoded a tile at a time: each row's codebook values
-/// times its norm, then one matrix product with the rotation (blocks of it
-/// transposed in registers), so the K x K rotation is read once per tile.
+/// Embedding rows decoded a chunk at a time: each row's codebook values
+/// times its norm, then one matrix product with the rotation,
+/// out[j] = sum_c rotation_t[c][j] * v[c] (the file's rotation[j][c]) read
+/// along rotation_t's rows, so the K x K rotation is read once per chunk.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
       : OpRewritePattern(ctx), blocking(blocking) {}
@@ -676,64 +744,79 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
     int64_t k = panelsType.getDimSize(1) * gs;
     int64_t lanes = blocking.lanes;
-    if (k % lanes != 0)
-      return rewriter.notifyMatchFailure(op,
-                                         "K must be a multiple of the vector lanes");
+    if (k % lanes != 0 || k % std::min(blocking.spanRows, k) != 0)
+      return rewriter.notifyMatchFailure(
+          op, "K must be a multiple of the vector lanes and of the span");
     auto f16v = VectorType::get({lanes}, b.getF16Type());
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
-    forRowTiles(b, loc, rowsOf(b, loc, op.getIds()), blocking.rows,
-                [&](OpBuilder &b, Value first, int64_t tile) {
-      SmallVector<Value> decoded;
-      for (int64_t r = 0; r < tile; ++r) {
-        decoded.push_back(entryAlloca(b, op, MemRefType::get({k}, b.getF32Type())));
-        Value i = arith::AddIOp::create(b, loc, first, cIndex(b, loc, r));
+    int64_t chunk = chunkRowsFor(blocking, k);
+    auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
+    Value decoded = entryAlloca(b, op, buffer);
+    Value sums = entryAlloca(b, op, buffer);
+    forChunks(b, loc, rowsOf(b, loc, op.getIds()), chunk,
+              [&](OpBuilder &b, Value first, Value count) {
+      forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+        Value i = arith::AddIOp::create(b, loc, first, r);
         Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
         Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
         Value sb = arith::DivUIOp::create(b, loc, row, c64);
         Value channel = arith::RemUIOp::create(b, loc, row, c64);
-        // v[c] = cb[idx(row, c)] * norm[row]
-        forRange(b, loc, c0, cK, [&](OpBuilder &b, Value kk) {
-          Value g = arith::DivUIOp::create(b, loc, kk, cIndex(b, loc, gs));
-          Value within = arith::RemUIOp::create(b, loc, kk, cIndex(b, loc, gs));
-          Value kg = arith::DivUIOp::create(b, loc, within, c4);
-          Value kc = arith::RemUIOp::create(b, loc, within, c4);
-          Value nibble = arith::AddIOp::create(
-              b, loc, arith::MulIOp::create(b, loc, channel, c4), kc);
-          Value byteIndex =
-              arith::DivUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
-          Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
-                                              ValueRange{sb, g, kg, byteIndex});
-          Value odd = arith::RemUIOp::create(b, loc, nibble, cIndex(b, loc, 2));
-          Value shift = arith::IndexCastOp::create(
-              b, loc, b.getI8Type(), arith::MulIOp::create(b, loc, odd, c4));
-          Value index = arith::AndIOp::create(
-              b, loc, arith::ShRUIOp::create(b, loc, byte, shift),
-              arith::ConstantOp::create(b, loc, b.getI8IntegerAttr(0x0F)));
-          Value levelIndex =
-              arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
-          Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
+        // v[c] = cb[idx(row, c)] * norm[row]: the row's two bytes of each
+        // kg-block hold its 4 K values, low nibble first.
+        forRange(b, loc, c0, cIndex(b, loc, k / gs), [&](OpBuilder &b, Value g) {
           Value norm = loadAsF32(b, loc, op.getNorms(), ValueRange{row, g});
-          memref::StoreOp::create(
-              b, loc, arith::MulFOp::create(b, loc, level, norm), decoded[r], kk);
+          Value groupBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
+          forRange(b, loc, c0, cIndex(b, loc, kgPerGroup), [&](OpBuilder &b, Value kg) {
+            Value base = arith::AddIOp::create(
+                b, loc, groupBase, arith::MulIOp::create(b, loc, kg, c4));
+            for (int64_t half = 0; half < 2; ++half) {
+              Value byteIndex = arith::AddIOp::create(
+                  b, loc, arith::MulIOp::create(b, loc, channel, cIndex(b, loc, 2)),
+                  cIndex(b, loc, half));
+              Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
+                                                  ValueRange{sb, g, kg, byteIndex});
+              for (int64_t nibble = 0; nibble < 2; ++nibble) {
+                Value index =
+                    nibble == 0
+                        ? Value(arith::AndIOp::create(
+                              b, loc, byte,
+                              arith::ConstantOp::create(b, loc,
+                                                        b.getI8IntegerAttr(0x0F))))
+                        : Value(arith::ShRUIOp::create(
+                              b, loc, byte,
+                              arith::ConstantOp::create(b, loc,
+                                                        b.getI8IntegerAttr(4))));
+                Value levelIndex =
+                    arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
+                Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
+                memref::StoreOp::create(
+                    b, loc, arith::MulFOp::create(b, loc, level, norm), decoded,
+                    ValueRange{r, arith::AddIOp::create(
+                                      b, loc, base,
+                                      cIndex(b, loc, 2 * half + nibble))});
+              }
+            }
+          });
         });
-      }
+      });
+      rotateRows(b, loc, op.getRotationT(), decoded, sums, count, c0, cK, k, k,
+                 blocking);
       // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
-      auto blocks = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, lanes));
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(blocks.getBody());
-      Value j0 = blocks.getInductionVar();
-      SmallVector<Value> sums =
-          blockSums(b, loc, op.getRotation(), j0, decoded, k, lanes);
-      Value isr = arith::ExtFOp::create(
-          b, loc, f32v,
-          Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), j0)));
-      for (int64_t r = 0; r < tile; ++r) {
-        Value i = arith::AddIOp::create(b, loc, first, cIndex(b, loc, r));
-        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sums[r], isr),
-                                op.getOut(), ValueRange{i, j0});
-      }
+      forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+        Value i = arith::AddIOp::create(b, loc, first, r);
+        auto loop = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, lanes));
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value j = loop.getInductionVar();
+        Value isr = arith::ExtFOp::create(
+            b, loc, f32v,
+            Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), j)));
+        Value sum = vector::LoadOp::create(b, loc, f32v, sums, ValueRange{r, j});
+        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sum, isr),
+                                op.getOut(), ValueRange{i, j});
+      });
     });
     rewriter.eraseOp(op);
     return success();

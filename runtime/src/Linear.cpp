@@ -252,7 +252,7 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
   int8_t *activations = scratch.activations();
   float *scales = scratch.scales();
   const cq4p_weight_view *weight = &weight_.view();
-  int threads = pool.threadCount();
+  int threads = pool.workingThreads();
 
   // Phase 1: groups across threads, every row in each task. The Hadamard
   // transform is a small share of the work (a butterfly pass per

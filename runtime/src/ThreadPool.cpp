@@ -1,16 +1,17 @@
-//===- ThreadPool.cpp - workers, a task counter and a generation number ---===//
+//===- ThreadPool.cpp - workers, ranges of tasks and a generation number --===//
 //
-// One job at a time. The caller publishes a job (function, task count,
-// how many workers may take part) under the mutex and bumps the
-// generation; workers that see a new generation copy the job under the
-// mutex and, if they may take part, join it (an atomic count tagged with
-// the job's generation, refused once the job is closed), draw tasks from
-// the shared counter, then check in. The caller draws tasks too; when none
-// is left it closes the job and waits only for the workers that joined, so
-// no worker touches a job after its parallelFor has returned, and a worker
-// that wakes late (or was descheduled before joining) costs nothing. A
-// worker may sleep through generations, which is harmless since it reads
-// the job only under the mutex and joins only its own generation.
+// One job at a time. The caller publishes a job (function, one range of
+// tasks per taking part thread) under the mutex and bumps the generation;
+// workers that see a new generation copy the job under the mutex and, if
+// they may take part, join it (an atomic count tagged with the job's
+// generation, refused once the job is closed), take tasks from their own
+// range and then from the others', then check in. The caller takes tasks
+// too; when none is left it closes the job and waits only for the workers
+// that joined, so no worker touches a job after its parallelFor has
+// returned, and a worker that wakes late (or was descheduled before
+// joining) costs nothing. A worker may sleep through generations, which is
+// harmless since it reads the job only under the mutex and joins only its
+// own generation.
 //
 // Threads come from pthread_create rather than std::thread so that a
 // failure to start one is a Status, not an exception in a runtime built
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sched.h>
 #include <string>
 #include <thread>
 
@@ -31,6 +33,17 @@ namespace {
 // Short enough that an idle pool stops burning CPU within tens of
 // microseconds, long enough to catch the next loop of a decode step.
 constexpr int kSpinIterations = 2000;
+
+/// The CPUs this process may run on (its affinity mask where there is one),
+/// 0 if unknown.
+int usableCpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return CPU_COUNT(&set);
+#endif
+  return int(std::thread::hardware_concurrency());
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -90,10 +103,10 @@ Status ThreadPool::setThreadCount(int threads) {
                       std::to_string(threads));
   std::lock_guard<std::mutex> submit(submitMutex_);
   stopWorkers();
-  // Set before any worker starts (they read it without the mutex).
-  unsigned cpus = std::thread::hardware_concurrency();
-  spinIterations_ = cpus != 0 && unsigned(threads) > cpus ? 0 : kSpinIterations;
-  for (int i = 0; i + 1 < threads; ++i) {
+  int cpus = usableCpus();
+  int working = cpus > 0 ? std::min(threads, cpus) : threads;
+  ranges_.reset(new Range[size_t(working)]);
+  for (int i = 0; i + 1 < working; ++i) {
     auto slot = std::make_unique<WorkerSlot>();
     slot->pool = this;
     slot->index = i;
@@ -106,13 +119,14 @@ Status ThreadPool::setThreadCount(int threads) {
       stopWorkers();
       return Status(CQ4P_ERROR_IO,
                     "thread pool: cannot start worker " + std::to_string(i + 1) +
-                        " of " + std::to_string(threads - 1) + ": " +
+                        " of " + std::to_string(working - 1) + ": " +
                         std::strerror(error) +
                         "; running on the calling thread alone");
     }
     workers_.push_back(std::move(slot));
   }
   threadCount_.store(threads, std::memory_order_relaxed);
+  workingThreads_.store(working, std::memory_order_relaxed);
   return Status::ok();
 }
 
@@ -126,6 +140,7 @@ void ThreadPool::stopWorkers() {
     pthread_join(slot->thread, nullptr);
   workers_.clear();
   threadCount_.store(1, std::memory_order_relaxed);
+  workingThreads_.store(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   stopping_ = false;
 }
@@ -138,13 +153,13 @@ void *ThreadPool::workerMain(void *slot) {
 
 void ThreadPool::workerLoop(int index, uint64_t seen) {
   for (;;) {
-    for (int spin = 0; spin < spinIterations_ &&
+    for (int spin = 0; spin < kSpinIterations &&
                        generation_.load(std::memory_order_acquire) == seen;
          ++spin)
       cpuRelax();
     ThreadTaskFn fn;
     void *context;
-    int64_t taskCount;
+    int ranges;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wakeWorkers_.wait(lock, [&] {
@@ -157,7 +172,7 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
         continue;
       fn = fn_;
       context = context_;
-      taskCount = taskCount_;
+      ranges = participants_ + 1;
     }
     uint64_t job = (seen & 0xffffffffu) << 32;
     uint64_t state = joined_.load(std::memory_order_acquire);
@@ -171,7 +186,7 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
     }
     if (!joining)
       continue;
-    drain(fn, context, taskCount, index + 1);
+    drain(fn, context, ranges, index + 1);
     int done = finished_.fetch_add(1, std::memory_order_acq_rel) + 1;
     state = joined_.load(std::memory_order_acquire);
     if ((state & kClosed) && uint64_t(done) == (state & kJoinedMask)) {
@@ -183,14 +198,18 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
   }
 }
 
-void ThreadPool::drain(ThreadTaskFn fn, void *context, int64_t taskCount,
+void ThreadPool::drain(ThreadTaskFn fn, void *context, int ranges,
                        int thread) {
   RunningPoolScope scope(this, thread);
-  for (;;) {
-    int64_t task = nextTask_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= taskCount)
-      return;
-    fn(context, task, thread);
+  // The thread's own range first, then the others' in turn.
+  for (int i = 0; i < ranges; ++i) {
+    Range &range = ranges_[size_t((thread + i) % ranges)];
+    while (range.next.load(std::memory_order_relaxed) < range.end) {
+      int64_t task = range.next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= range.end)
+        break;
+      fn(context, task, thread);
+    }
   }
 }
 
@@ -223,20 +242,26 @@ void ThreadPool::run(int64_t taskCount, ThreadTaskFn fn, void *context) {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = fn;
     context_ = context;
-    taskCount_ = taskCount;
     participants_ = participants;
-    nextTask_.store(0, std::memory_order_relaxed);
+    // Sizes differing by at most one, without a product that could overflow.
+    int64_t ranges = participants + 1;
+    int64_t base = taskCount / ranges, extra = taskCount % ranges;
+    for (int64_t t = 0; t < ranges; ++t) {
+      Range &range = ranges_[size_t(t)];
+      range.next.store(t * base + std::min(t, extra), std::memory_order_relaxed);
+      range.end = (t + 1) * base + std::min(t + 1, extra);
+    }
     finished_.store(0, std::memory_order_relaxed);
     uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
     joined_.store((generation & 0xffffffffu) << 32, std::memory_order_relaxed);
     generation_.store(generation, std::memory_order_release);
   }
   wakeWorkers_.notify_all();
-  drain(fn, context, taskCount, 0);
+  drain(fn, context, participants + 1, 0);
   // No task is left: close the job to latecomers, then wait for those in it.
   int joined = int(joined_.fetch_or(kClosed, std::memory_order_acq_rel) &
                    kJoinedMask);
-  for (int spin = 0; spin < spinIterations_ &&
+  for (int spin = 0; spin < kSpinIterations &&
                      finished_.load(std::memory_order_acquire) != joined;
        ++spin)
     cpuRelax();

@@ -100,7 +100,7 @@ func.func @quantize_signs(%x: memref<?x64xf32>, %isr: memref<64xf16>, %l: memref
 
 func.func @rotation(%x: memref<?x256xf32>, %isr: memref<256xf16>, %rt: memref<256x128xf16>,
                     %a: memref<?x256xi8>, %s: memref<?x2xf32>, %i: index) {
-  // expected-error @+1 {{'cq4p.rotate_quantize_activations' op expected dimension 1 of the transposed rotation to be 256, got 128}}
+  // expected-error @+1 {{'cq4p.rotate_quantize_activations' op expected dimension 1 of the rotation to be 256, got 128}}
   cq4p.rotate_quantize_activations %x, %isr, %rt, %a, %s, %i, %i {group_size = 128 : i64}
       : memref<?x256xf32>, memref<256xf16>, memref<256x128xf16>, memref<?x256xi8>,
         memref<?x2xf32>

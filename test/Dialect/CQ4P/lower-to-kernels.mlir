@@ -46,7 +46,7 @@ func.func @decode_twice(%x: tensor<1x512xf32>,
 
 // -----
 
-// The orthogonal lm_head quantizes through rotation_t; a static M > 1 takes
+// The orthogonal lm_head quantizes through the rotation; a static M > 1 takes
 // the GEMM only.
 // CHECK-LABEL: func.func @lm_head_prefill
 // CHECK: cq4p.kernels = [@cq4p_quantize_256_orthogonal, @cq4p_gemm_1000x256_gs128]

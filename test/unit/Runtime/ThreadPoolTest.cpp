@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -88,12 +90,21 @@ TEST(ThreadPool, OneThreadRunsEverythingOnTheCaller) {
   EXPECT_EQ(runs, 50);
 }
 
-// Each task waits until every thread of the pool holds a task at once: only
-// a pool whose nt - 1 workers and caller all work can finish (a deadline
-// turns a hang into a failure).
+/// The CPUs this process may run on.
+int usableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return int(std::max(1u, std::thread::hardware_concurrency()));
+  return CPU_COUNT(&set);
+}
+
+// Each task waits until every working thread of the pool holds a task at
+// once: only a pool whose workers and caller all work can finish (a
+// deadline turns a hang into a failure).
 TEST(ThreadPool, CallerAndEveryWorkerWorkAtOnce) {
-  for (int threads : {2, 3, 4}) {
-    auto pool = makePool(threads);
+  for (int requested : {2, 3, 4}) {
+    auto pool = makePool(requested);
+    int threads = pool->workingThreads();
     std::atomic<int> arrived{0};
     std::atomic<bool> timedOut{false};
     std::mutex idsMutex;
@@ -146,6 +157,58 @@ TEST(ThreadPool, EveryTaskOnceUnderContention) {
   for (std::thread &t : callers)
     t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// No more threads take tasks than the process has CPUs; the count asked for
+// is still what threadCount() reports.
+TEST(ThreadPool, WorkingThreadsAreAtMostTheCpus) {
+  int cpus = usableCpus();
+  for (int threads : {1, 2, 3, 4, 16}) {
+    auto pool = makePool(threads);
+    EXPECT_EQ(pool->threadCount(), threads);
+    EXPECT_EQ(pool->workingThreads(), std::min(threads, cpus));
+    pool->parallelFor(200, [&](int64_t, int thread) {
+      ASSERT_GE(thread, 0);
+      ASSERT_LT(thread, pool->workingThreads());
+    });
+  }
+}
+
+// Thread t starts with the t-th of equal contiguous ranges of the tasks:
+// the first task of every range waits until all of them have started, so
+// no thread can take another's range first, and task 3t runs on thread t.
+TEST(ThreadPool, EachThreadStartsOnItsOwnRange) {
+  for (int requested : {2, 3, 4}) {
+    auto pool = makePool(requested);
+    int threads = pool->workingThreads();
+    if (threads < 2)
+      GTEST_SKIP() << "one CPU: no worker takes tasks";
+    for (int round = 0; round < 20; ++round) {
+      std::atomic<int> arrived{0};
+      std::atomic<bool> timedOut{false};
+      std::vector<std::atomic<int>> ranOn(size_t(3 * threads));
+      for (auto &r : ranOn)
+        r.store(-1);
+      pool->parallelFor(3 * threads, [&](int64_t task, int thread) {
+        ranOn[size_t(task)].store(thread);
+        if (task % 3 != 0)
+          return;
+        arrived.fetch_add(1);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (arrived.load() < threads) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            timedOut = true;
+            return;
+          }
+          std::this_thread::yield();
+        }
+      });
+      ASSERT_FALSE(timedOut) << threads << " threads never all held a task";
+      for (int t = 0; t < threads; ++t)
+        EXPECT_EQ(ranOn[size_t(3 * t)].load(), t)
+            << "task " << 3 * t << " of " << 3 * threads << ", round " << round;
+    }
+  }
 }
 
 TEST(ThreadPool, MoreThreadsThanCores) {
@@ -241,8 +304,9 @@ TEST(ThreadPool, IdleWorkersSleep) {
 // As above, every thread holds one task at once; each reports its index:
 // the caller 0, the workers 1..nt-1, one index per thread.
 TEST(ThreadPool, TasksAreToldWhichThreadRunsThem) {
-  for (int threads : {1, 2, 3, 4}) {
-    auto pool = makePool(threads);
+  for (int requested : {1, 2, 3, 4}) {
+    auto pool = makePool(requested);
+    int threads = pool->workingThreads();
     std::atomic<int> arrived{0};
     std::atomic<bool> timedOut{false};
     std::mutex seenMutex;

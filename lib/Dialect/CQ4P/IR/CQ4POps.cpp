@@ -189,8 +189,8 @@ LogicalResult RotateQuantizeActivationsOp::verify() {
                                getAct(), getActScales(), getGroupSize());
   if (!k)
     return failure();
-  return check.dim("the transposed rotation", getRotationT(), 0, *k)
-      .dim("the transposed rotation", getRotationT(), 1, *k)
+  return check.dim("the rotation", getRotation(), 0, *k)
+      .dim("the rotation", getRotation(), 1, *k)
       .failed;
 }
 
@@ -323,8 +323,8 @@ LogicalResult DecodeEmbeddingOp::verify() {
   ShapeChecker check{*this};
   check.dim("the norms", getNorms(), 1, ng)
       .dim("the codebook", getCodebook(), 0, CQ4P_CODEBOOK_LEVELS)
-      .dim("the rotation", getRotation(), 0, k)
-      .dim("the rotation", getRotation(), 1, k)
+      .dim("the transposed rotation", getRotationT(), 0, k)
+      .dim("the transposed rotation", getRotationT(), 1, k)
       .dim("the input scale reciprocal", getInputScaleRecip(), 0, k)
       .dim("the output", getOut(), 1, k)
       .sameRows("the ids", getIds(), "the output", getOut());

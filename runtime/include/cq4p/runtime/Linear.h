@@ -26,7 +26,8 @@
 // SME workers. On SME2 silicon the cores of a cluster share one SME unit,
 // so only a few threads should run SME2 kernels while the others keep
 // their NEON units busy. A layer bound to a NEON library may also have an
-// SME2 library attached (attachSme2); then, of a pool of nt threads, the
+// SME2 library attached (attachSme2); then, of a pool of nt working threads
+// (ThreadPool::workingThreads), the
 // threads with index (ThreadPool.h) below smeThreadsFor(nt) run the SME2
 // matmul kernel for the super-blocks they take and the others the NEON one:
 // min(smeWorkers(), nt - 1) threads, so that at least one thread runs NEON,
@@ -108,7 +109,7 @@ struct LinearRunTrace {
     int thread = -1;                ///< the pool's index of the thread that ran it
     Backend backend = Backend::Auto; ///< Neon or Sme2 once it has run
   };
-  int threads = 0;    ///< the pool's thread count when the call began
+  int threads = 0;    ///< the pool's working threads when the call began
   int smeThreads = 0; ///< threads [0, smeThreads) ran the SME2 kernel
   const cq4p_kernel_desc *neonMatmul = nullptr;
   const cq4p_kernel_desc *sme2Matmul = nullptr; ///< null: no SME2 this call

@@ -3,14 +3,24 @@
 // A pool of `threadCount()` threads in total: threadCount() - 1 workers plus
 // the thread that calls parallelFor, which works too (a decode step is a
 // chain of short parallel loops; handing the caller's core to a worker and
-// sleeping would waste it). Tasks are handed out one at a time from an
-// atomic counter, so a slow thread takes fewer of them and every task runs
-// exactly once.
+// sleeping would waste it).
 //
-// Idle workers spin briefly (back-to-back loops are the common case), then
-// sleep on a condition variable: an idle pool costs no CPU. With more
-// threads than the machine has CPUs they do not spin (a spinning worker
-// would take the CPU of one that works), and a loop never waits for a
+// Tasks are split into one contiguous range per working thread, the same
+// ranges for the same task count every time: a layer's loop gives each
+// thread the same weights call after call, which then stay in that core's
+// cache (with tasks dealt from one shared counter they wandered between
+// cores, and a GEMV that fits in the caches ran no faster on 2 threads than
+// on 1). A thread that finishes its range takes tasks from the others'
+// (from a worker that has not started, all of them), each from an atomic
+// counter per range, so every task runs exactly once and a slow thread
+// does fewer.
+//
+// At most workingThreads() of the threads work at once: no more than the
+// process may run on CPUs at once. The others never take a task (with more
+// threads than CPUs, a worker preempted in the middle of its task would
+// make the whole loop wait for the scheduler). Idle working workers spin
+// briefly (back-to-back loops are the common case), then sleep on a
+// condition variable: an idle pool costs no CPU. A loop never waits for a
 // worker that had not started on it by the time every task was taken: it
 // waits only for the workers that joined, so a descheduled worker cannot
 // make a call slower than running it alone.
@@ -20,7 +30,7 @@
 // inline on the calling thread (it would otherwise wait for itself).
 //
 // Every task is told which of the pool's threads runs it: 0 for the thread
-// that called parallelFor, 1..threadCount()-1 for the workers (a nested
+// that called parallelFor, 1..workingThreads()-1 for the workers (a nested
 // loop's tasks carry the index of the task that issued it). Loops being
 // serialised, at most one thread at a time runs this pool's tasks under a
 // given index, so a caller can reserve a resource for some indices: the
@@ -62,6 +72,13 @@ public:
 
   int threadCount() const {
     return threadCount_.load(std::memory_order_relaxed);
+  }
+
+  /// How many of the threads take tasks: threadCount(), or the number of
+  /// CPUs this process may run on if that is smaller. Callers size their
+  /// tasks by it.
+  int workingThreads() const {
+    return workingThreads_.load(std::memory_order_relaxed);
   }
 
   /// Stops the workers and starts `threads` - 1 new ones, after any
@@ -111,12 +128,13 @@ private:
   ThreadPool() = default;
   static void *workerMain(void *slot);
   void workerLoop(int index, uint64_t seen);
-  void drain(ThreadTaskFn fn, void *context, int64_t taskCount, int thread);
+  void drain(ThreadTaskFn fn, void *context, int ranges, int thread);
   void stopWorkers();
 
   std::mutex submitMutex_; // one loop (or resize) at a time
   std::vector<std::unique_ptr<WorkerSlot>> workers_; // under submitMutex_
   std::atomic<int> threadCount_{1};
+  std::atomic<int> workingThreads_{1};
   std::mutex mutex_;       // guards the job fields below and stopping_
   std::condition_variable wakeWorkers_;
   std::condition_variable jobDone_;
@@ -125,16 +143,20 @@ private:
 
   ThreadTaskFn fn_ = nullptr;
   void *context_ = nullptr;
-  int64_t taskCount_ = 0;
   int participants_ = 0; // worker slots 0..participants_-1 join the current job
-  std::atomic<int64_t> nextTask_{0};
+  /// The current job's tasks [next, end) of thread t's range, t = 0 for the
+  /// caller, t = slot + 1 for a worker; participants_ + 1 of them in use.
+  struct alignas(64) Range {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  std::unique_ptr<Range[]> ranges_; // workingThreads() of them
   std::atomic<int> finished_{0}; // joined workers done with the current job
   /// The current job's low 32 generation bits, kClosed once the caller has
   /// taken its last task, and the number of workers that joined it.
   std::atomic<uint64_t> joined_{0};
   static constexpr uint64_t kClosed = uint64_t(1) << 31;
   static constexpr uint64_t kJoinedMask = kClosed - 1;
-  int spinIterations_ = 0; // 0 when oversubscribed
 };
 
 } // namespace cq4p::runtime

@@ -329,14 +329,17 @@ def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
   let summary = "orthogonal activation transform and per-group int8 quantization";
   let description = [{
     The orthogonal lm_head's activation transform (FORMAT.md section 5):
-    `a = x * isr`, `basis[j] = sum_k a[k] * rotation_t[j][k]` in fp32, then
+    `a = x * isr`, `basis[j] = sum_k a[k] * rotation[k][j]` in fp32 (the
+    file's `rotation_t[j][k]`, the same fp16 value: the runtime checks that
+    rotation_t is rotation's transpose bit for bit; rotation's rows run
+    along the outputs, so a vector of outputs reads one row), then
     the per-group int8 quantization of `cq4p.quantize_activations` over the
     virtual groups of 128, for the groups `[group_begin, group_end)`.
 
     Example:
 
     ```mlir
-    cq4p.rotate_quantize_activations %x, %isr, %rotation_t, %act, %scales,
+    cq4p.rotate_quantize_activations %x, %isr, %rotation, %act, %scales,
         %g0, %g1 {group_size = 128 : i64}
         : memref<?x1536xf32>, memref<1536xf16>, memref<1536x1536xf16>,
           memref<?x1536xi8>, memref<?x12xf32>
@@ -345,7 +348,7 @@ def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
   let arguments = (ins
     MemRefRankOf<[F32], [2]>:$x,
     MemRefRankOf<[F16], [1]>:$input_scale_recip,
-    MemRefRankOf<[F16], [2]>:$rotation_t,
+    MemRefRankOf<[F16], [2]>:$rotation,
     MemRefRankOf<[I8], [2]>:$act,
     MemRefRankOf<[F32], [2]>:$act_scales,
     Index:$group_begin,
@@ -353,9 +356,9 @@ def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
     I64Attr:$group_size
   );
   let assemblyFormat = [{
-    $x `,` $input_scale_recip `,` $rotation_t `,` $act `,` $act_scales `,`
+    $x `,` $input_scale_recip `,` $rotation `,` $act `,` $act_scales `,`
     $group_begin `,` $group_end attr-dict `:` type($x) `,`
-    type($input_scale_recip) `,` type($rotation_t) `,` type($act) `,`
+    type($input_scale_recip) `,` type($rotation) `,` type($act) `,`
     type($act_scales)
   }];
   let hasVerifier = 1;
@@ -545,13 +548,15 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
   let summary = "decodes embedding rows from orthogonal panels";
   let description = [{
     `out[i, j] = sum_c R[j][c] * cb[idx(ids[i], c)] * norm[ids[i]] * isr[j]`
-    for every id, from the panel bytes, the fp16 rotation, the raw fp16
-    codebook and the unfolded fp16 norms (FORMAT.md section 5).
+    for every id, from the panel bytes, the fp16 rotation (read as the
+    file's rotation_t, `R[j][c] = rotation_t[c][j]`, whose rows run along
+    the outputs), the raw fp16 codebook and the unfolded fp16 norms
+    (FORMAT.md section 5).
 
     Example:
 
     ```mlir
-    cq4p.decode_embedding %panels, %norms, %codebook, %rotation, %isr, %ids, %out
+    cq4p.decode_embedding %panels, %norms, %codebook, %rotation_t, %isr, %ids, %out
         : memref<4096x12x32x128xi8>, memref<262144x12xf16>, memref<16xf16>,
           memref<1536x1536xf16>, memref<1536xf16>, memref<?xi64>,
           memref<?x1536xf32>
@@ -561,15 +566,15 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
     MemRefRankOf<[I8], [4]>:$panels,
     MemRefRankOf<[F16], [2]>:$norms,
     MemRefRankOf<[F16], [1]>:$codebook,
-    MemRefRankOf<[F16], [2]>:$rotation,
+    MemRefRankOf<[F16], [2]>:$rotation_t,
     MemRefRankOf<[F16], [1]>:$input_scale_recip,
     MemRefRankOf<[I64], [1]>:$ids,
     MemRefRankOf<[F32], [2]>:$out
   );
   let assemblyFormat = [{
-    $panels `,` $norms `,` $codebook `,` $rotation `,` $input_scale_recip `,`
+    $panels `,` $norms `,` $codebook `,` $rotation_t `,` $input_scale_recip `,`
     $ids `,` $out attr-dict `:` type($panels) `,` type($norms) `,`
-    type($codebook) `,` type($rotation) `,` type($input_scale_recip) `,`
+    type($codebook) `,` type($rotation_t) `,` type($input_scale_recip) `,`
     type($ids) `,` type($out)
   }];
   let hasVerifier = 1;
