@@ -35,12 +35,22 @@
 // store). That is cq4p.rescale's order of fp32 operations exactly, so the
 // results equal the NEON rescale's bit for bit.
 //
+// ZA is zeroed, accumulated into by outer products, and read by `str za`
+// and single-vector MOVA through the ArmSME dialect's typed operations
+// (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.str`, `.read.horiz`),
+// translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
+// multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
+// with predicates-as-counters, LD1RQ and the multi-vector SCVTF have no
+// operation in the ArmSME or ArmSVE dialects: each is an
+// `llvm.call_intrinsic` in one LeafBuilder helper.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
 
+#include "mlir/Dialect/ArmSME/IR/ArmSME.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -61,6 +71,9 @@ constexpr int64_t kStreamingBytes = 64;  // SVL 512: one Z register
 constexpr int64_t kZaSlices = 16;        // ZA vector groups of 4 at SVL 512
 constexpr int64_t kSmeTileRows = 16;     // rows of a 32-bit ZA tile
 
+/// Builds a leaf's operations: ArmSME dialect operations where it has them,
+/// an `llvm.call_intrinsic` in one helper each where neither it nor the
+/// ArmSVE dialect does (as of MLIR 22).
 class LeafBuilder {
 public:
   LeafBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {
@@ -97,6 +110,127 @@ public:
                                ArrayRef<LLVM::GEPArg>{int32_t(vectors)});
   }
 
+  VectorType nxv4f32() { return VectorType::get({4}, b.getF32Type(), {true}); }
+  VectorType nxv4i32() { return VectorType::get({4}, b.getI32Type(), {true}); }
+
+  /// An all-true predicate of `lanes` x vscale lanes (PTRUE).
+  Value allTrue(int64_t lanes) {
+    auto type = VectorType::get({lanes}, b.getI1Type(), {true});
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(type, true));
+  }
+
+  //===--------------------------------------------------------------------===//
+  // ArmSME dialect operations.
+  //===--------------------------------------------------------------------===//
+
+  /// ZA <- 0: the mask names all eight 64-bit tiles, which cover ZA.
+  void zeroZa() { arm_sme::aarch64_sme_zero::create(b, loc, uint32_t(0xff)); }
+
+  /// `str za[vectorIndex, #offset], [address, #offset, mul vl]`: ZA array
+  /// vector vectorIndex + offset to address + offset streaming vectors.
+  void storeZaVector(Value vectorIndex, Value address, int64_t offset) {
+    arm_sme::aarch64_sme_str::create(b, loc, vectorIndex, address, i32(offset));
+  }
+
+  /// za<tile>.s += lhs (x) rhs, 4-way outer products of int8 (SMOPA).
+  void signedOuterProduct4Way(int64_t tile, Value predicate, Value lhs, Value rhs) {
+    arm_sme::aarch64_sme_smopa_wide::create(b, loc, uint32_t(tile), predicate,
+                                            predicate, lhs, rhs);
+  }
+
+  /// za<tile>.s += lhs (x) rhs, fp32 outer product (FMOPA).
+  void floatOuterProduct(int64_t tile, Value predicate, Value lhs, Value rhs) {
+    arm_sme::aarch64_sme_mopa::create(b, loc, uint32_t(tile), predicate, predicate,
+                                      lhs, rhs);
+  }
+
+  /// Horizontal slice `slice` of the 32-bit tile za<tile>.s (MOVA).
+  Value readTileRow(int64_t tile, int64_t slice, Value predicate) {
+    if (!undefinedWords)
+      undefinedWords = LLVM::PoisonOp::create(b, loc, nxv4i32());
+    return arm_sme::aarch64_sme_read_horiz::create(
+        b, loc, nxv4i32(), undefinedWords, predicate, uint32_t(tile), i32(slice));
+  }
+
+  //===--------------------------------------------------------------------===//
+  // What the ArmSME and ArmSVE dialects lack: LLVM intrinsics, one helper
+  // each.
+  //===--------------------------------------------------------------------===//
+
+  /// ZT0 <- the 64 bytes at `table` (LDR ZT0; the dialects have no ZT0).
+  void loadZt0(Value table) {
+    intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {i32(0), table});
+  }
+
+  /// `packed`'s 128 nibbles looked up in ZT0, nibble j to byte j of the
+  /// pair (LUTI4 to two vectors; the dialects have no ZT0 lookups).
+  std::pair<Value, Value> lookupPairInZt0(Value packed) {
+    return unpackPair(intrinsic(pairType(nxv16i8),
+                                "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
+                                {i32(0), packed, i32(0)}));
+  }
+
+  /// ZA array vectors slice + 16i, i < 4, += 4-way dot products of
+  /// vectors[i] with the 4 bytes `lane` of each 128-bit segment of
+  /// `activations` (multi-vector SDOT; the ArmSME dialect has no
+  /// multi-vector ZA operations).
+  void dotZaVectors4(Value slice, ArrayRef<Value> vectors, Value activations,
+                     int64_t lane) {
+    intrinsic(Type(), "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8",
+              {slice, vectors[0], vectors[1], vectors[2], vectors[3], activations,
+               i32(lane)});
+  }
+
+  /// ZA array vectors slice + 16i, i < 4, as int32 vectors (multi-vector
+  /// MOVA; the ArmSME dialect has no multi-vector ZA operations).
+  SmallVector<Value> readZaVectors4(Value slice) {
+    return unpack(intrinsic(quadType(nxv4i32()),
+                            "llvm.aarch64.sme.read.vg1x4.nxv4i32", {slice}));
+  }
+
+  /// The 16 bytes at `address` in every 128-bit segment (LD1RQB; the ArmSVE
+  /// dialect has no loads).
+  Value loadReplicatedQuadword(Value predicate, Value address) {
+    return intrinsic(nxv16i8, "llvm.aarch64.sve.ld1rq.nxv16i8", {predicate, address});
+  }
+
+  /// The two consecutive streaming vectors (128 bytes) at `address`, with
+  /// one SME2 multi-vector load (LD1B with a predicate-as-counter, which
+  /// the ArmSVE dialect lacks, as it does every load and store below).
+  std::pair<Value, Value> loadPair(Value address) {
+    return unpackPair(intrinsic(pairType(nxv16i8), "llvm.aarch64.sve.ld1.pn.x2.nxv16i8",
+                                {allBytes(), address}));
+  }
+
+  /// The four consecutive streaming vectors (256 bytes) at `address`.
+  SmallVector<Value> loadQuad(Value address) {
+    return unpack(intrinsic(quadType(nxv16i8), "llvm.aarch64.sve.ld1.pn.x4.nxv16i8",
+                            {allBytes(), address}));
+  }
+
+  /// The four consecutive fp32 streaming vectors (256 bytes) at `address`.
+  SmallVector<Value> loadQuadF32(Value address) {
+    return unpack(intrinsic(quadType(nxv4f32()), "llvm.aarch64.sve.ld1.pn.x4.nxv4f32",
+                            {allWords(), address}));
+  }
+  void storeQuadF32(ArrayRef<Value> vectors, Value address) {
+    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4f32",
+              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
+  }
+
+  /// Four int32 vectors converted to fp32 (multi-vector SCVTF, which the
+  /// ArmSVE dialect lacks).
+  SmallVector<Value> convertQuadToF32(ArrayRef<Value> ints) {
+    return unpack(intrinsic(quadType(nxv4f32()),
+                            "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32", ints));
+  }
+
+  OpBuilder &b;
+  Location loc;
+  Type ptrType;
+  VectorType nxv16i8;
+
+private:
   Value intrinsic(Type result, StringRef name, ValueRange args) {
     if (!result) {
       LLVM::CallIntrinsicOp::create(b, loc, b.getStringAttr(name), args);
@@ -107,47 +241,33 @@ public:
         .getResult(0);
   }
 
-  /// The two consecutive streaming vectors (128 bytes) at `address`, with
-  /// one SME2 multi-vector load.
-  std::pair<Value, Value> loadPair(Value address) {
-    if (!allBytes)
-      allBytes = intrinsic(LLVM::LLVMTargetExtType::get(
-                               b.getContext(), "aarch64.svcount", {}, {}),
-                           "llvm.aarch64.sve.ptrue.c8", {});
-    auto pairType =
-        LLVM::LLVMStructType::getLiteral(b.getContext(), {nxv16i8, nxv16i8});
-    Value pair = intrinsic(pairType, "llvm.aarch64.sve.ld1.pn.x2.nxv16i8",
-                           {allBytes, address});
+  /// All-true predicates-as-counters for bytes and for 32-bit elements
+  /// (PTRUE PNx; the ArmSVE dialect has no predicate-as-counter type).
+  Value allBytes() {
+    if (!allBytesCounter)
+      allBytesCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c8", {});
+    return allBytesCounter;
+  }
+  Value allWords() {
+    if (!allWordsCounter)
+      allWordsCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c32", {});
+    return allWordsCounter;
+  }
+  Type svcountType() {
+    return LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {});
+  }
+
+  /// The literal structs of multi-vector results.
+  Type pairType(Type vector) {
+    return LLVM::LLVMStructType::getLiteral(b.getContext(), {vector, vector});
+  }
+  Type quadType(Type vector) {
+    return LLVM::LLVMStructType::getLiteral(b.getContext(),
+                                            {vector, vector, vector, vector});
+  }
+  std::pair<Value, Value> unpackPair(Value pair) {
     return {LLVM::ExtractValueOp::create(b, loc, pair, 0),
             LLVM::ExtractValueOp::create(b, loc, pair, 1)};
-  }
-
-  /// The four consecutive streaming vectors (256 bytes) at `address`.
-  SmallVector<Value> loadQuad(Value address) {
-    if (!allBytes)
-      allBytes = intrinsic(LLVM::LLVMTargetExtType::get(
-                               b.getContext(), "aarch64.svcount", {}, {}),
-                           "llvm.aarch64.sve.ptrue.c8", {});
-    auto quadType = LLVM::LLVMStructType::getLiteral(
-        b.getContext(), {nxv16i8, nxv16i8, nxv16i8, nxv16i8});
-    Value quad = intrinsic(quadType, "llvm.aarch64.sve.ld1.pn.x4.nxv16i8",
-                           {allBytes, address});
-    SmallVector<Value> vectors;
-    for (int64_t i = 0; i < 4; ++i)
-      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quad, i));
-    return vectors;
-  }
-
-  /// The four consecutive fp32 streaming vectors (256 bytes) at `address`.
-  SmallVector<Value> loadQuadF32(Value address) {
-    auto quadType = LLVM::LLVMStructType::getLiteral(
-        b.getContext(), {nxv4f32(), nxv4f32(), nxv4f32(), nxv4f32()});
-    return unpack(intrinsic(quadType, "llvm.aarch64.sve.ld1.pn.x4.nxv4f32",
-                            {allWords(), address}));
-  }
-  void storeQuadF32(ArrayRef<Value> vectors, Value address) {
-    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4f32",
-              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
   }
   SmallVector<Value> unpack(Value quad) {
     SmallVector<Value> vectors;
@@ -155,23 +275,11 @@ public:
       vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quad, i));
     return vectors;
   }
-  VectorType nxv4f32() { return VectorType::get({4}, b.getF32Type(), {true}); }
-  VectorType nxv4i32() { return VectorType::get({4}, b.getI32Type(), {true}); }
-  /// An all-true predicate-as-counter for 32-bit elements.
-  Value allWords() {
-    if (!allWordsCounter)
-      allWordsCounter = intrinsic(LLVM::LLVMTargetExtType::get(
-                                      b.getContext(), "aarch64.svcount", {}, {}),
-                                  "llvm.aarch64.sve.ptrue.c32", {});
-    return allWordsCounter;
-  }
 
-  OpBuilder &b;
-  Location loc;
-  Type ptrType;
-  VectorType nxv16i8;
-  Value allBytes; ///< an all-true predicate-as-counter for bytes
+  // Made once per leaf, at their first use.
+  Value allBytesCounter;
   Value allWordsCounter;
+  Value undefinedWords; ///< the inactive lanes of a MOVA (all are active)
 };
 
 /// The operands of the cq4p.rescale loop fused into a leaf: the partials
@@ -191,10 +299,7 @@ void rescaleQuad(LeafBuilder &leaf, ArrayRef<Value> ints, Value scale,
                  ArrayRef<Value> norms, Value accumAddress) {
   OpBuilder &b = leaf.b;
   Location loc = leaf.loc;
-  Type f32 = leaf.nxv4f32();
-  auto quadType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
-  SmallVector<Value> floats = leaf.unpack(leaf.intrinsic(
-      quadType, "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32", ints));
+  SmallVector<Value> floats = leaf.convertQuadToF32(ints);
   SmallVector<Value> accums = leaf.loadQuadF32(accumAddress);
   for (int64_t i = 0; i < 4; ++i) {
     Value term = arith::MulFOp::create(
@@ -249,23 +354,17 @@ void loadCodebookIntoZt0(LeafBuilder &leaf, Value cb) {
   Value entries = arith::ExtUIOp::create(b, loc, leaf.nxv4i32(), levels);
   Value tableBase = leaf.base(table);
   LLVM::StoreOp::create(b, loc, entries, tableBase);
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {leaf.i32(0), tableBase});
+  leaf.loadZt0(tableBase);
 }
 
 /// The four [16 channels][4 K] vectors of a kg-block whose 128 bytes are
 /// the streaming vectors `low` and `high`: two LUTI4 (x2) of 64 bytes each,
 /// nibble j to byte j.
 SmallVector<Value> expandKgBlock(LeafBuilder &leaf, Value low, Value high) {
-  OpBuilder &b = leaf.b;
-  auto pairType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), {leaf.nxv16i8, leaf.nxv16i8});
   SmallVector<Value> vectors;
   for (Value packed : {low, high}) {
-    Value pair = leaf.intrinsic(pairType,
-                                "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
-                                {leaf.i32(0), packed, leaf.i32(0)});
-    vectors.push_back(LLVM::ExtractValueOp::create(b, leaf.loc, pair, 0));
-    vectors.push_back(LLVM::ExtractValueOp::create(b, leaf.loc, pair, 1));
+    auto [first, second] = leaf.lookupPairInZt0(packed);
+    vectors.append({first, second});
   }
   return vectors;
 }
@@ -299,8 +398,7 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   LeafBuilder leaf(b, loc);
   Value c0 = leaf.index(0), c1 = leaf.index(1);
   loadCodebookIntoZt0(leaf, cb);
-  Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
-                                  "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
+  Value allLanes = leaf.allTrue(16);
   Value panelsBase = leaf.base(panels), packedBase = leaf.base(packed);
   int64_t groupBytes = kgPerGroup * CQ4P_KG_BLOCK_BYTES;
   Value sbBase = leaf.offset(
@@ -311,7 +409,7 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   b.setInsertionPointToStart(groupLoop.getBody());
   Value j = groupLoop.getInductionVar();
   Value g = arith::AddIOp::create(b, loc, groupBegin, j);
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  leaf.zeroZa();
   Value groupPanels =
       leaf.offset(sbBase, arith::MulIOp::create(b, loc, g, leaf.index(groupBytes)));
   // The packed tile has 16 rows x 4 K = one 64-byte vector per kg-block.
@@ -337,9 +435,8 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
         SmallVector<Value> weights =
             expandKgBlock(leaf, packed[2 * step], packed[2 * step + 1]);
         for (int64_t tile = 0; tile < 4; ++tile)
-          leaf.intrinsic(Type(), "llvm.aarch64.sme.smopa.wide.nxv16i8",
-                         {leaf.i32(tile), allLanes, allLanes,
-                          activations[2 * half + step], weights[tile]});
+          leaf.signedOuterProduct4Way(tile, allLanes, activations[2 * half + step],
+                                      weights[tile]);
       }
     }
   }
@@ -351,14 +448,11 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     Value scalesBase = leaf.base(fused.scales), accumBase = leaf.base(fused.accum);
     int64_t scaleColumns = cast<MemRefType>(fused.scales.getType()).getDimSize(1);
     SmallVector<Value> norms = loadNorms(leaf, leaf.base(fused.norms), ng, sb, g);
-    Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
-                                 "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
-    Value undefined = LLVM::PoisonOp::create(b, loc, leaf.nxv4i32());
+    Value lanes = leaf.allTrue(4);
     for (int64_t r = 0; r < kSmeTileRows; ++r) {
       SmallVector<Value> ints;
       for (int64_t tile = 0; tile < 4; ++tile)
-        ints.push_back(leaf.intrinsic(leaf.nxv4i32(), "llvm.aarch64.sme.read.horiz.nxv4i32",
-                                      {undefined, lanes, leaf.i32(tile), leaf.i32(r)}));
+        ints.push_back(leaf.readTileRow(tile, r, lanes));
       rescaleQuad(leaf, ints, loadScale(leaf, scalesBase, scaleColumns, args.row, r, g),
                   norms,
                   leaf.offset(accumBase, leaf.index(r * CQ4P_PANEL_CHANNELS * 4)));
@@ -374,8 +468,7 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   for (int64_t block = 0; block < 4; ++block) {
     Value base = leaf.vectorOffset(groupPartials, 16 * block);
     for (int64_t i = 0; i < 16; ++i)
-      leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
-                     {leaf.i32(16 * block), base, leaf.i32(i)});
+      leaf.storeZaVector(leaf.i32(16 * block), base, i);
   }
 }
 
@@ -394,8 +487,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   loadCodebookIntoZt0(leaf, cb);
 
   Value panelsBase = leaf.base(panels), actBase = leaf.base(act);
-  Value allLanes = leaf.intrinsic(VectorType::get({16}, b.getI1Type(), {true}),
-                                  "llvm.aarch64.sve.ptrue.nxv16i1", {leaf.i32(31)});
+  Value allLanes = leaf.allTrue(16);
   // act[row, 0] and panels[sb, 0, 0, 0], in bytes.
   Value actRow = leaf.offset(
       actBase, arith::MulIOp::create(b, loc, row, leaf.index(k)));
@@ -415,7 +507,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   Value chunkEnd = arith::MinSIOp::create(
       b, loc, arith::AddIOp::create(b, loc, chunkFirst, leaf.index(kZaSlices)),
       leaf.index(groups));
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  leaf.zeroZa();
 
   auto groupLoop = scf::ForOp::create(b, loc, chunkFirst, chunkEnd, c1);
   {
@@ -435,10 +527,8 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     b.setInsertionPointToStart(stepLoop.getBody());
     Value q = stepLoop.getInductionVar();
     // The 16 activations of kg-blocks 4q..4q+3, in every 128-bit segment.
-    Value activations = leaf.intrinsic(
-        leaf.nxv16i8, "llvm.aarch64.sve.ld1rq.nxv16i8",
-        {allLanes,
-         leaf.offset(groupAct, arith::MulIOp::create(b, loc, q, leaf.index(16)))});
+    Value activations = leaf.loadReplicatedQuadword(
+        allLanes, leaf.offset(groupAct, arith::MulIOp::create(b, loc, q, leaf.index(16))));
     Value stepPanels = leaf.offset(
         groupPanels,
         arith::MulIOp::create(b, loc, q, leaf.index(4 * CQ4P_KG_BLOCK_BYTES)));
@@ -446,9 +536,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
       // Kg-block t is 2t streaming vectors further (128 bytes at SVL 512).
       SmallVector<Value> vectors =
           expandKgBlock(leaf, leaf.vectorOffset(stepPanels, 2 * t));
-      leaf.intrinsic(Type(), "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8",
-                     {slice, vectors[0], vectors[1], vectors[2], vectors[3],
-                      activations, leaf.i32(t)});
+      leaf.dotZaVectors4(slice, vectors, activations, t);
     }
   }
 
@@ -464,12 +552,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     // order, rescaled into the row's accumulators.
     const FusedRescale &fused = *args.fused;
     Value g = arith::AddIOp::create(b, loc, groupBegin, j);
-    auto i32 = leaf.nxv4i32();
-    auto quadType =
-        LLVM::LLVMStructType::getLiteral(b.getContext(), {i32, i32, i32, i32});
-    SmallVector<Value> ints = leaf.unpack(
-        leaf.intrinsic(quadType, "llvm.aarch64.sme.read.vg1x4.nxv4i32", {slice}));
-    rescaleQuad(leaf, ints,
+    rescaleQuad(leaf, leaf.readZaVectors4(slice),
                 loadScale(leaf, leaf.base(fused.scales),
                           cast<MemRefType>(fused.scales.getType()).getDimSize(1), row,
                           0, g),
@@ -485,8 +568,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
         b, loc,
         arith::MulIOp::create(b, loc, j, leaf.index(CQ4P_PANEL_CHANNELS * 4)),
         leaf.index(i * kStreamingBytes));
-    leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
-                   {vectorIndex, leaf.offset(partialsBase, byteOffset), leaf.i32(0)});
+    leaf.storeZaVector(vectorIndex, leaf.offset(partialsBase, byteOffset), 0);
   }
 }
 
@@ -511,8 +593,7 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
   LeafBuilder leaf(b, loc);
   Value c0 = leaf.index(0), c1 = leaf.index(1);
   auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
-  Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
-                               "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
+  Value lanes = leaf.allTrue(4);
   Value padded = memref::DimOp::create(b, loc, kt, 1);
   Value qtBase = leaf.base(qt), ktBase = leaf.base(kt), scoresBase = leaf.base(scores);
   Value four = leaf.index(4);
@@ -521,7 +602,7 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
   b.setInsertionPointToStart(tileLoop.getBody());
   Value firstKey = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(),
                                          leaf.index(kSmeTileRows));
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  leaf.zeroZa();
   {
     auto dimLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim), c1);
     OpBuilder::InsertionGuard dimGuard(b);
@@ -535,17 +616,15 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
     Value zm = LLVM::LoadOp::create(
         b, loc, nxv4f32,
         leaf.offset(ktBase, arith::MulIOp::create(b, loc, keyOffset, four)));
-    leaf.intrinsic(Type(), "llvm.aarch64.sme.mopa.nxv4f32",
-                   {leaf.i32(0), lanes, lanes, zn, zm});
+    leaf.floatOuterProduct(0, lanes, zn, zm);
   }
   // Row r of ZA0.S is ZA array vector 4r.
   for (int64_t r = 0; r < kSmeTileRows; ++r) {
     Value offset = arith::AddIOp::create(
         b, loc, arith::MulIOp::create(b, loc, leaf.index(r), padded), firstKey);
-    leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
-                   {leaf.i32(4 * r),
-                    leaf.offset(scoresBase, arith::MulIOp::create(b, loc, offset, four)),
-                    leaf.i32(0)});
+    leaf.storeZaVector(leaf.i32(4 * r),
+                       leaf.offset(scoresBase, arith::MulIOp::create(b, loc, offset, four)),
+                       0);
   }
 }
 
@@ -557,8 +636,7 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
   LeafBuilder leaf(b, loc);
   Value c0 = leaf.index(0), c1 = leaf.index(1), four = leaf.index(4);
   auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
-  Value lanes = leaf.intrinsic(VectorType::get({4}, b.getI1Type(), {true}),
-                               "llvm.aarch64.sve.ptrue.nxv4i1", {leaf.i32(31)});
+  Value lanes = leaf.allTrue(4);
   int64_t width = cast<MemRefType>(v.getType()).getDimSize(1);
   Value ptBase = leaf.base(pt), vBase = leaf.base(v), outBase = leaf.base(outTile);
   auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim / 64), c1);
@@ -566,7 +644,7 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
   b.setInsertionPointToStart(chunkLoop.getBody());
   Value chunkFirst =
       arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(), leaf.index(64));
-  leaf.intrinsic(Type(), "llvm.aarch64.sme.zero", {leaf.i32(255)});
+  leaf.zeroZa();
   {
     auto keyLoop = scf::ForOp::create(b, loc, c0, keys, c1);
     OpBuilder::InsertionGuard keyGuard(b);
@@ -585,8 +663,7 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
       Value zm = LLVM::LoadOp::create(
           b, loc, nxv4f32,
           leaf.offset(vBase, arith::MulIOp::create(b, loc, element, four)));
-      leaf.intrinsic(Type(), "llvm.aarch64.sme.mopa.nxv4f32",
-                     {leaf.i32(t), lanes, lanes, zn, zm});
+      leaf.floatOuterProduct(t, lanes, zn, zm);
     }
   }
   // ZA array vector 4r + t: row r, dimensions chunk + 16t ..
@@ -594,10 +671,9 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
     for (int64_t t = 0; t < 4; ++t) {
       Value element = arith::AddIOp::create(b, loc, leaf.index(r * dim + 16 * t),
                                             chunkFirst);
-      leaf.intrinsic(Type(), "llvm.aarch64.sme.str",
-                     {leaf.i32(4 * r + t),
-                      leaf.offset(outBase, arith::MulIOp::create(b, loc, element, four)),
-                      leaf.i32(0)});
+      leaf.storeZaVector(leaf.i32(4 * r + t),
+                         leaf.offset(outBase, arith::MulIOp::create(b, loc, element, four)),
+                         0);
     }
 }
 

@@ -65,10 +65,10 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     keys, the softmax in NEON, and P V with four FMOPA per key into the four
     32-bit tiles (64 dimensions at a time).
   }];
-  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
-                           "mlir::LLVM::LLVMDialect", "mlir::math::MathDialect",
-                           "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect"];
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_sme::ArmSMEDialect",
+                           "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect",
+                           "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
+                           "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
 }
 
 #endif // CQ4P_CONVERSION_PASSES_TD

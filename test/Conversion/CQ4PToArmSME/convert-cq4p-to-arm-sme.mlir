@@ -1,4 +1,26 @@
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme | FileCheck %s
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme \
+// RUN:   | grep -o 'llvm.call_intrinsic "[^"]*"' | sort -u \
+// RUN:   | FileCheck %s --check-prefix=INTRINSICS
+
+// ZA is zeroed, written by outer products and read by `str za` and MOVA
+// through the ArmSME dialect's typed operations; llvm.call_intrinsic is left
+// only for what the ArmSME and ArmSVE dialects lack: ZT0 (LDR, LUTI4), the
+// multi-vector ZA operations (SDOT, MOVA), the predicate-as-counter loads
+// and stores with their PTRUE, LD1RQ and multi-vector SCVTF. The whole set:
+// INTRINSICS: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ptrue.c32"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ptrue.c8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
+// INTRINSICS-NOT: {{.}}
 
 // GEMV: the partials of every group of a super-block in one streaming leaf:
 // ZT0 from the int8 codebook, per kg-block two LUTI4 x2 and one multi-vector
@@ -12,17 +34,35 @@
 // CHECK: memref.alloca() : memref<16xi32>
 // CHECK: arith.extui %{{.*}} : vector<[4]xi8> to vector<[4]xi32>
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
 // CHECK: scf.for
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.zero"
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for %[[J:.*]] = %[[FIRST:.*]] to
+// CHECK: %[[SLICE_INDEX:.*]] = arith.subi %[[J]], %[[FIRST]] : index
+// CHECK: %[[SLICE:.*]] = arith.index_cast %[[SLICE_INDEX]] : index to i32
 // CHECK: scf.for
-// CHECK: scf.for
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"
+// CHECK: %[[ACT:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]],
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
-// CHECK-COUNT-6: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: scf.for
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.str"
+// CHECK: %[[LANE0:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]], %[[LANE0]])
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: %[[LANE1:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]], %[[LANE1]])
+// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: scf.for %[[K:.*]] = %[[FIRST]] to
+// CHECK: %[[STORE_SLICE_INDEX:.*]] = arith.subi %[[K]], %[[FIRST]] : index
+// CHECK: %[[STORE_SLICE:.*]] = arith.index_cast %[[STORE_SLICE_INDEX]] : index to i32
+// CHECK: %[[V0:.*]] = arith.addi %[[STORE_SLICE]], %{{.*}} : i32
+// CHECK: %[[P0:.*]] = llvm.getelementptr
+// CHECK: %[[NO_OFFSET:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: "arm_sme.intr.str"(%[[V0]], %[[P0]], %[[NO_OFFSET]]) : (i32, !llvm.ptr, i32) -> ()
+// CHECK: %[[SIXTEEN:.*]] = arith.constant 16 : i32
+// CHECK-NEXT: %[[V1:.*]] = arith.addi %[[STORE_SLICE]], %[[SIXTEEN]] : i32
+// CHECK: "arm_sme.intr.str"(%[[V1]],
+// CHECK-COUNT-2: "arm_sme.intr.str"
+// CHECK-NOT: "arm_sme.intr.str"
+// CHECK: return
 func.func @cq4p_gemv_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
                                    %act: memref<1x256xi8>, %partials: memref<2x1x64xi32>,
                                    %sb: index, %row: index, %g0: index) {
@@ -40,21 +80,43 @@ func.func @cq4p_gemv_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // order, stored with `str za`.
 // CHECK-LABEL: func.func private @cq4p_gemm_100x256_gs128_sme_tile_partials
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
 // CHECK: scf.for
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.zero"
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
 // CHECK: %[[ACTS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
 // CHECK: %[[ACT0:.*]] = llvm.extractvalue %[[ACTS]][0]
 // CHECK: %[[ACT1:.*]] = llvm.extractvalue %[[ACTS]][1]
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
+// CHECK: %[[LOW:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: %[[W0:.*]] = llvm.extractvalue %[[LOW]][0]
+// CHECK: %[[W1:.*]] = llvm.extractvalue %[[LOW]][1]
+// CHECK: %[[HIGH:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: %[[W2:.*]] = llvm.extractvalue %[[HIGH]][0]
+// CHECK: %[[W3:.*]] = llvm.extractvalue %[[HIGH]][1]
+// CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W0]]) <{tile_id = 0 : i32}> : (vector<[16]xi1>, vector<[16]xi1>, vector<[16]xi8>, vector<[16]xi8>) -> ()
+// CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W1]]) <{tile_id = 1 : i32}>
+// CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W2]]) <{tile_id = 2 : i32}>
+// CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W3]]) <{tile_id = 3 : i32}>
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT0]]
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"(%{{.*}}, %{{.*}}, %{{.*}}, %[[ACT1]]
+// CHECK-COUNT-4: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT1]]
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
-// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.smopa
-// CHECK-COUNT-64: llvm.call_intrinsic "llvm.aarch64.sme.str"
+// CHECK-COUNT-8: "arm_sme.intr.smopa.wide"
+// CHECK-NOT: "arm_sme.intr.smopa.wide"
+// CHECK: %[[ROWS0:.*]] = llvm.getelementptr %{{.*}}[0] : (!llvm.ptr) -> !llvm.ptr, vector<[16]xi8>
+// CHECK-NEXT: %[[V0:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[OFFSET0:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: "arm_sme.intr.str"(%[[V0]], %[[ROWS0]], %[[OFFSET0]]) : (i32, !llvm.ptr, i32) -> ()
+// CHECK-NEXT: %[[V0_AGAIN:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[OFFSET1:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: "arm_sme.intr.str"(%[[V0_AGAIN]], %[[ROWS0]], %[[OFFSET1]])
+// CHECK-COUNT-14: "arm_sme.intr.str"(%{{.*}}, %[[ROWS0]],
+// CHECK-NEXT: %[[ROWS1:.*]] = llvm.getelementptr %{{.*}}[16] : (!llvm.ptr) -> !llvm.ptr, vector<[16]xi8>
+// CHECK-NEXT: %[[V16:.*]] = arith.constant 16 : i32
+// CHECK-NEXT: %[[OFFSET0_AGAIN:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: "arm_sme.intr.str"(%[[V16]], %[[ROWS1]], %[[OFFSET0_AGAIN]])
+// CHECK-COUNT-47: "arm_sme.intr.str"
+// CHECK-NOT: "arm_sme.intr.str"
 func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
                                    %packed: memref<2x32x16x4xi8>, %partials: memref<2x16x64xi32>,
                                    %sb: index, %row: index, %g0: index) {
@@ -79,10 +141,12 @@ func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // CHECK-LABEL: func.func private @cq4p_gemv_fused_sme_row_matmul
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
 // CHECK: scf.for
-// CHECK: %[[READ:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
+// CHECK: %[[SLICE:.*]] = arith.index_cast %{{.*}} : index to i32
+// CHECK: %[[READ:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[SLICE]])
+// CHECK: %[[I0:.*]] = llvm.extractvalue %[[READ]][0]
 // CHECK: %[[SCALE:.*]] = vector.broadcast %{{.*}} : f32 to vector<[4]xf32>
 // CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
-// CHECK: %[[FLOATS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
+// CHECK: %[[FLOATS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[I0]],
 // CHECK: %[[F0:.*]] = llvm.extractvalue %[[FLOATS]][0]
 // CHECK: %[[ACC:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: %[[A0:.*]] = llvm.extractvalue %[[ACC]][0]
@@ -91,7 +155,7 @@ func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // CHECK: arith.addf %[[A0]], %[[T0]] : vector<[4]xf32>
 // CHECK-COUNT-3: arith.addf
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
-// CHECK-NOT: llvm.aarch64.sme.str
+// CHECK-NOT: "arm_sme.intr.str"
 // CHECK: return
 func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
                            %act: memref<1x256xi8>, %scales: memref<?x2xf32>,
@@ -122,17 +186,25 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK-LABEL: func.func @cq4p_gemm_fused
 // CHECK: call @cq4p_gemm_fused_sme_tile_matmul
 // CHECK-LABEL: func.func private @cq4p_gemm_fused_sme_tile_matmul
-// CHECK-COUNT-16: llvm.call_intrinsic "llvm.aarch64.sme.smopa.wide.nxv16i8"
+// CHECK-COUNT-16: "arm_sme.intr.smopa.wide"
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.read.horiz.nxv4i32"
+// CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
+// CHECK: %[[UNDEFINED:.*]] = llvm.mlir.poison : vector<[4]xi32>
+// CHECK: %[[ROW0:.*]] = arith.constant 0 : i32
+// CHECK-NEXT: %[[T0:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %[[ROW0]]) <{tile_id = 0 : i32}> : (vector<[4]xi32>, vector<[4]xi1>, i32) -> vector<[4]xi32>
+// CHECK: %[[T1:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 1 : i32}>
+// CHECK: %[[T2:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 2 : i32}>
+// CHECK: %[[T3:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 3 : i32}>
 // CHECK: vector.broadcast
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[T0]], %[[T1]], %[[T2]], %[[T3]])
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
-// CHECK-COUNT-60: llvm.call_intrinsic "llvm.aarch64.sme.read.horiz.nxv4i32"
-// CHECK-NOT: llvm.aarch64.sme.read.horiz
-// CHECK-NOT: llvm.aarch64.sme.str
+// CHECK: %[[ROW1:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %[[ROW1]]) <{tile_id = 0 : i32}>
+// CHECK-COUNT-59: "arm_sme.intr.read.horiz"
+// CHECK-NOT: "arm_sme.intr.read.horiz"
+// CHECK-NOT: "arm_sme.intr.str"
 // CHECK: return
 func.func @cq4p_gemm_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
                            %packed: memref<2x32x16x4xi8>, %scales: memref<16x2xf32>,
@@ -180,5 +252,57 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
         : memref<1x64xi32, strided<[64, 1], offset: ?>>, memref<?x2xf32>,
           memref<2x2x64xf32>, memref<1x64xf32>
   }
+  return
+}
+
+// -----
+
+// Prefill attention (head dim 64): Q K^T as one FMOPA per dimension into
+// ZA0.S per tile of 16 keys, its 16 rows stored with `str za` from ZA array
+// vectors 4r; P V as four FMOPA per key, one per 32-bit tile (16 dimensions
+// each), row r of tile t stored from ZA array vector 4r + t.
+// CHECK-LABEL: func.func @cq4p_attention
+// CHECK: call @cq4p_attention_sme_scores
+// CHECK: call @cq4p_attention_sme_values
+// CHECK-NOT: cq4p.attention
+// CHECK-LABEL: func.func private @cq4p_attention_sme_scores
+// CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
+// CHECK: scf.for
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for
+// CHECK: %[[Q:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
+// CHECK: %[[K:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
+// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[Q]], %[[K]]) <{tile_id = 0 : i32}> : (vector<[4]xi1>, vector<[4]xi1>, vector<[4]xf32>, vector<[4]xf32>) -> ()
+// CHECK-NEXT: }
+// CHECK: %[[ROW0:.*]] = arith.constant 0 : i32
+// CHECK: "arm_sme.intr.str"(%[[ROW0]],
+// CHECK: %[[ROW1:.*]] = arith.constant 4 : i32
+// CHECK: "arm_sme.intr.str"(%[[ROW1]],
+// CHECK-COUNT-14: "arm_sme.intr.str"
+// CHECK-NOT: "arm_sme.intr.str"
+// CHECK-LABEL: func.func private @cq4p_attention_sme_values
+// CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
+// CHECK: scf.for
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for
+// CHECK: %[[P:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
+// CHECK: %[[V0:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
+// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
+// CHECK: %[[V1:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
+// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V1]]) <{tile_id = 1 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 2 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 3 : i32}>
+// CHECK-NEXT: }
+// CHECK: %[[VECTOR0:.*]] = arith.constant 0 : i32
+// CHECK: "arm_sme.intr.str"(%[[VECTOR0]],
+// CHECK: %[[VECTOR1:.*]] = arith.constant 1 : i32
+// CHECK: "arm_sme.intr.str"(%[[VECTOR1]],
+// CHECK-COUNT-62: "arm_sme.intr.str"
+// CHECK-NOT: "arm_sme.intr.str"
+func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
+                          %out: memref<?x128xf32>, %h0: index, %h1: index) {
+  cq4p.attention %q, %k, %v, %out, %h0, %h1 {num_heads = 2 : i64, num_kv_heads = 1 : i64,
+      head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
+      : memref<?x128xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x128xf32>
   return
 }
