@@ -17,8 +17,10 @@
 // Files must not change while a bundle is open: the tensors are the files'
 // own pages, mapped read-only. A file rewritten in place changes what the
 // kernels read (never where: the runtime keeps its own copy of every index
-// that drives an address); a file truncated under the mapping makes reads
-// past its new end fault (SIGBUS) and cannot be detected by the runtime.
+// that drives an address); a file truncated under the mapping is detected
+// (TensorFile::checkMapping, and the runtime's SIGBUS handler turns a read
+// past the new end into zeros and an error from the call that made it;
+// docs/TRUST.md).
 // Writers replace files by renaming a new one into place, which leaves an
 // open bundle's mapping intact.
 //
