@@ -248,16 +248,8 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
     return Status(CQ4P_ERROR_NOT_FOUND,
                   library.path() + ": has no model steps (compiled from a "
                                    "kernel-only model.mlir?)");
-  std::string libraryDigest = desc->digest;
-  if (!libraryDigest.empty() && libraryDigest != bundle.modelDigest())
-    return Status(CQ4P_ERROR_UNSUPPORTED,
-                  library.path() + ": library built for bundle digest " +
-                      libraryDigest +
-                      (bundle.hasModelDigest()
-                           ? ", this bundle's is " + bundle.modelDigest()
-                           : ", this bundle has none (no model_digest in "
-                             "its manifest.json)") +
-                      " (" + bundle.directory() + ")");
+  if (Status status = bundle.checkLibrary(library); !status)
+    return status;
   if (options.expectedPrefillChunk < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "prefill chunk: expected >= 0 (0: the library's), found " +

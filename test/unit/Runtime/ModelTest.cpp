@@ -928,3 +928,38 @@ TEST_F(ModelTest, TheCApiReportsAFileTruncatedWhileMapped) {
   EXPECT_TRUE(contains(error, message)) << error;
   cq4p_model_close(model);
 }
+
+// A kernel-only library compiled for a bundle (cq4p-compile --bundle)
+// records its digest and is refused for any other bundle, as a model
+// library is; one that records none serves any bundle unless a digest is
+// required.
+TEST_F(ModelTest, AKernelLibraryForAnotherBundleIsRefused) {
+  std::unique_ptr<KernelLibrary> recorded, none;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_DIGEST_PATH, recorded));
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, none));
+  Status status = bundle->checkLibrary(*recorded, true);
+  EXPECT_TRUE(status) << status.message();
+  EXPECT_TRUE(bundle->checkLibrary(*none));
+  std::string required = std::string(CQ4P_FAKE_KERNELS_PATH) +
+                         ": records no bundle digest, and one is required "
+                         "(compile it from the bundle's model.mlir or with "
+                         "cq4p-compile --bundle " +
+                         toy.dir.path() + ")";
+  EXPECT_REFUSED(bundle->checkLibrary(*none, true), CQ4P_ERROR_UNSUPPORTED,
+                 required.c_str());
+
+  toy.digest = "\"model_digest\": \"f00d\", ";
+  ASSERT_TRUE(toy.open(bundle));
+  std::string other = std::string(CQ4P_FAKE_KERNELS_DIGEST_PATH) +
+                      ": library built for bundle digest toy-digest-1, this "
+                      "bundle's is f00d (" +
+                      toy.dir.path() + ")";
+  EXPECT_REFUSED(bundle->checkLibrary(*recorded), CQ4P_ERROR_UNSUPPORTED,
+                 other.c_str());
+  EXPECT_TRUE(bundle->checkLibrary(*none));
+  toy.digest = "";
+  ASSERT_TRUE(toy.open(bundle));
+  EXPECT_REFUSED(bundle->checkLibrary(*recorded), CQ4P_ERROR_UNSUPPORTED,
+                 "library built for bundle digest toy-digest-1, this bundle has "
+                 "none (no model_digest in its manifest.json)");
+}

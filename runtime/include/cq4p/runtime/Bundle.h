@@ -46,6 +46,8 @@
 
 namespace cq4p::runtime {
 
+class KernelLibrary;
+
 struct BundleTensor {
   std::string name;
   std::string logicalFile;  ///< as the manifest names it
@@ -85,6 +87,13 @@ public:
   /// manifest.json's top-level `model_digest` (empty when it has none).
   const std::string &modelDigest() const { return modelDigest_; }
   bool hasModelDigest() const { return hasModelDigest_; }
+
+  /// Refuses a library compiled for another bundle: one that records a
+  /// bundle digest (KernelLibrary::bundleDigest) other than this bundle's
+  /// model_digest, or records one when this bundle has none. A library that
+  /// records none serves any bundle, unless `requireDigest`.
+  Status checkLibrary(const KernelLibrary &library,
+                      bool requireDigest = false) const;
 
   /// The integer member `key` of manifest.json's `config` object, if there
   /// is one (e.g. "max_position_embeddings").
