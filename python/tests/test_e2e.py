@@ -8,6 +8,7 @@ numpy reference of the dequantized weights.
 
 import json
 import os
+import resource
 import subprocess
 
 import numpy as np
@@ -206,4 +207,31 @@ def test_compile_refuses_a_bundle_digest_it_cannot_record(compiled, tmp_path):
     assert result.returncode != 0
     assert (f"{model} was written for bundle digest {digest}, but --bundle {other} has "
             f"f00d") in result.stderr
+    assert not library.exists()
+
+
+def test_compile_says_so_when_memory_runs_out(tmp_path):
+    # 40 distinct shapes need about 250 MiB; 64 MiB of data runs out while
+    # lowering them. One CPU, so that the compiler's threads (a stack each)
+    # do not depend on the machine.
+    source = tmp_path / "shapes.mlir"
+    functions = []
+    for i in range(40):
+        weight = ir.WeightType(64 * (1 + i // 4), 128 * 2 ** (i % 4), 128)
+        functions.append(ir.linear_function(f"linear_{i}", None, weight))
+    source.write_text("".join(functions))
+    library = tmp_path / "x.so"
+
+    def limited():
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        resource.setrlimit(resource.RLIMIT_DATA, (64 << 20, 64 << 20))
+
+    result = subprocess.run([tools.find_tool("cq4p-compile"), str(source), "--target=host", "-o",
+                             str(library)], capture_output=True, text=True, preexec_fn=limited)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"cq4p-compile: error: out of memory compiling {source} for --target=host: 40 distinct "
+        f"kernel shapes, at about 3.5 MiB each: split the functions over several files and compile "
+        f"a library of each (a layer binds to any library with its shape's kernels), or give "
+        f"the compiler more memory\n")
     assert not library.exists()

@@ -51,6 +51,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
@@ -65,6 +66,11 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include "SmeAbiSource.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unistd.h>
 
 LLD_HAS_DRIVER(elf)
 
@@ -283,6 +289,34 @@ FailureOr<TargetChoice> chooseTarget() {
   return failure();
 }
 
+/// Peak memory per distinct linear shape (its GEMV and GEMM) beyond a fixed
+/// 130 MiB, as bench/compile/run measured it: 3.1 MiB for the host, 3.5
+/// for aarch64-neon, linear from 10 to 100 shapes.
+constexpr const char *kMemoryPerShape = "3.5 MiB";
+
+/// What cq4p-compile says when memory runs out, written while memory is
+/// still there: the handler may not allocate.
+char outOfMemoryMessage[1024];
+size_t outOfMemoryLength = 0;
+/// The temporary object file of --emit=lib while it exists, removed too.
+char temporaryObject[4096];
+
+void sayOnOutOfMemory(const std::string &message) {
+  outOfMemoryLength = std::min(message.size(), sizeof(outOfMemoryMessage));
+  std::memcpy(outOfMemoryMessage, message.data(), outOfMemoryLength);
+}
+
+/// LLVM's handler for a failed allocation anywhere in the process (its
+/// safe_malloc, and operator new through LLVM's out-of-memory new-handler,
+/// installed in main), instead of LLVM's abort: one line and exit status 1.
+void onOutOfMemory(void *, const char *, bool) {
+  ssize_t written = ::write(STDERR_FILENO, outOfMemoryMessage, outOfMemoryLength);
+  (void)written;
+  if (temporaryObject[0] != '\0')
+    ::unlink(temporaryObject);
+  ::_exit(1);
+}
+
 /// manifest.json's model_digest in `directory` (--bundle), or a message.
 FailureOr<std::string> readBundleDigest(StringRef directory) {
   llvm::SmallString<256> path(directory);
@@ -343,6 +377,8 @@ int linkSharedLibrary(std::string object, std::string output) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  llvm::install_out_of_memory_new_handler();
+  llvm::install_bad_alloc_error_handler(onOutOfMemory);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "cq4p-compile: builds a per-model kernel library\n");
@@ -372,6 +408,8 @@ int main(int argc, char **argv) {
   registerArmNeonDialectTranslation(registry);
   MLIRContext context(registry);
 
+  sayOnOutOfMemory("cq4p-compile: error: out of memory reading " + inputFile +
+                   "\n");
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   std::string errorMessage;
@@ -406,14 +444,30 @@ int main(int argc, char **argv) {
                 " bytes without NUL, found " + llvm::Twine(digest.size()) +
                 " bytes");
 
-  bool hasWork = false;
+  // Kernels are made per distinct shape: memory grows with their number
+  // (bench/compile/results.md), and is the first thing to run out.
+  std::set<std::string> shapes;
   module->walk([&](Operation *op) {
-    hasWork |= isa<cq4p::LinearOp, cq4p::EmbeddingOp,
-                   cq4p::PrefillAttentionOp>(op);
+    if (!isa<cq4p::LinearOp, cq4p::EmbeddingOp, cq4p::PrefillAttentionOp>(op))
+      return;
+    std::string shape = op->getName().getStringRef().str();
+    llvm::raw_string_ostream os(shape);
+    for (Type type : op->getOperandTypes())
+      os << " " << type;
+    for (NamedAttribute attribute : op->getAttrs())
+      os << " " << attribute.getName() << "=" << attribute.getValue();
+    shapes.insert(shape);
   });
-  if (!hasWork)
+  if (shapes.empty())
     return fail(inputFile + " has no cq4p.linear, cq4p.embedding or "
                             "cq4p.prefill_attention to compile");
+  sayOnOutOfMemory(
+      "cq4p-compile: error: out of memory compiling " + inputFile +
+      " for --target=" + targetName + ": " + std::to_string(shapes.size()) +
+      " distinct kernel shapes, at about " + kMemoryPerShape +
+      " each: split the functions over several files and compile a library "
+      "of each (a layer binds to any library with its shape's kernels), or "
+      "give the compiler more memory\n");
 
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;
@@ -543,6 +597,8 @@ int main(int argc, char **argv) {
             "cq4p-kernels", "o", temporary))
       return fail("cannot create a temporary object file: " + error.message());
     objectPath = std::string(temporary);
+    if (objectPath.size() < sizeof(temporaryObject))
+      std::memcpy(temporaryObject, objectPath.c_str(), objectPath.size() + 1);
   }
   {
     auto out = openOutputFile(objectPath, &errorMessage);
@@ -559,5 +615,6 @@ int main(int argc, char **argv) {
     return 0;
   int status = linkSharedLibrary(objectPath, std::string(outputFile));
   llvm::sys::fs::remove(objectPath);
+  temporaryObject[0] = '\0';
   return status;
 }
