@@ -6,7 +6,9 @@ every packed-panel tensor through cq4p-run and compares with the fp32
 numpy reference of the dequantized weights.
 """
 
+import json
 import os
+import resource
 import subprocess
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 
 from cq4p import check as ck
 from cq4p import convert as cv
+from cq4p import ir
 from cq4p import synthetic
 from cq4p import tools
 
@@ -118,3 +121,117 @@ def test_objects_for_other_aarch64_triples(tmp_path, triple, kind, symbol):
                                 capture_output=True, text=True)
         assert result.returncode != 0
         assert "needs that platform's SDK: use --emit=obj" in result.stderr
+
+
+def _q_proj(bundle):
+    """The bundle's first Hadamard q_proj entry and a one-row graph of its
+    shape (kernels only: no model steps, no digest of its own)."""
+    manifest = json.loads(open(os.path.join(bundle, "manifest.json")).read())
+    entry = next(e for e in manifest["tensors"] if e["name"].endswith("q_proj.weight"))
+    n, k = entry["shape"]
+    return entry["name"], ir.linear_function("q", 1, ir.WeightType(n, k, entry["group_size"]))
+
+
+def _with_digest(bundle, directory, digest):
+    """A copy of `bundle` whose manifest.json says model_digest `digest`
+    (None: no model_digest)."""
+    subprocess.run(["cp", "-r", bundle, str(directory)], check=True)
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if digest is None:
+        del manifest["model_digest"]
+    else:
+        manifest["model_digest"] = digest
+    path.write_text(json.dumps(manifest))
+    return str(directory)
+
+
+def _run_tensor(bundle, library, name, *flags):
+    return subprocess.run([tools.find_tool("cq4p-run"), "--bundle", bundle, "--library", library,
+                           "--tensor", name, "--rows", "1", "--repeat", "1", *flags],
+                          capture_output=True, text=True, check=False)
+
+
+def test_a_kernel_library_compiled_for_a_bundle_refuses_any_other(compiled, tmp_path):
+    bundle, model_library, _ = compiled
+    digest = json.loads(open(os.path.join(bundle, "manifest.json")).read())["model_digest"]
+    name, graph = _q_proj(bundle)
+    source = tmp_path / "q.mlir"
+    source.write_text(graph)
+    compile_tool = tools.find_tool("cq4p-compile")
+    recorded, unrecorded = str(tmp_path / "librecorded.so"), str(tmp_path / "libany.so")
+    subprocess.run([compile_tool, str(source), "--target=host", "--bundle", bundle, "-o",
+                    recorded], check=True, capture_output=True)
+    subprocess.run([compile_tool, str(source), "--target=host", "-o", unrecorded],
+                   check=True, capture_output=True)
+    other = _with_digest(bundle, tmp_path / "other", "f00d")
+
+    for library in (recorded, model_library):
+        result = _run_tensor(bundle, library, name, "--require-digest")
+        assert result.returncode == 0, result.stderr
+    result = _run_tensor(bundle, unrecorded, name)
+    assert result.returncode == 0, result.stderr
+    # The kernel library and the model library (its steps' digest) record
+    # the bundle's digest; the kernel library compiled without --bundle none.
+    for library in (recorded, model_library):
+        result = _run_tensor(other, library, name)
+        assert result.returncode == 2
+        assert (f"cq4p-run: error: {library}: library built for bundle digest {digest}, this "
+                f"bundle's is f00d ({other})") in result.stderr
+    assert _run_tensor(other, unrecorded, name).returncode == 0
+    result = _run_tensor(other, unrecorded, name, "--require-digest")
+    assert result.returncode == 2
+    assert (f"{unrecorded}: records no bundle digest, and one is required (compile it from "
+            f"the bundle's model.mlir or with cq4p-compile --bundle {other})") in result.stderr
+
+
+def test_compile_refuses_a_bundle_digest_it_cannot_record(compiled, tmp_path):
+    bundle, _, _ = compiled
+    compile_tool = tools.find_tool("cq4p-compile")
+    _, graph = _q_proj(bundle)
+    source = tmp_path / "q.mlir"
+    source.write_text(graph)
+    library = tmp_path / "x.so"
+    none = _with_digest(bundle, tmp_path / "none", None)
+    result = subprocess.run([compile_tool, str(source), "--target=host", "--bundle", none,
+                             "-o", str(library)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert (f"--bundle {none}: {none}/manifest.json has no model_digest to record "
+            f"(python -m cq4p convert writes one)") in result.stderr
+    # A model.mlir records its own bundle's digest: another bundle's is a contradiction.
+    other = _with_digest(bundle, tmp_path / "other", "f00d")
+    digest = json.loads(open(os.path.join(bundle, "manifest.json")).read())["model_digest"]
+    model = os.path.join(bundle, "model.mlir")
+    result = subprocess.run([compile_tool, model, "--target=host", "--bundle", other, "-o",
+                             str(library)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert (f"{model} was written for bundle digest {digest}, but --bundle {other} has "
+            f"f00d") in result.stderr
+    assert not library.exists()
+
+
+def test_compile_says_so_when_memory_runs_out(tmp_path):
+    # 40 distinct shapes need about 250 MiB; 64 MiB of data runs out while
+    # lowering them. One CPU, so that the compiler's threads (a stack each)
+    # do not depend on the machine.
+    source = tmp_path / "shapes.mlir"
+    functions = []
+    for i in range(40):
+        weight = ir.WeightType(64 * (1 + i // 4), 128 * 2 ** (i % 4), 128)
+        functions.append(ir.linear_function(f"linear_{i}", None, weight))
+    source.write_text("".join(functions))
+    library = tmp_path / "x.so"
+
+    def limited():
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        resource.setrlimit(resource.RLIMIT_DATA, (64 << 20, 64 << 20))
+
+    result = subprocess.run([tools.find_tool("cq4p-compile"), str(source), "--target=host", "-o",
+                             str(library)], capture_output=True, text=True, preexec_fn=limited)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"cq4p-compile: error: out of memory compiling {source} for --target=host: 40 distinct "
+        f"kernel shapes, at about 3.5 MiB each: split the functions over several files and compile "
+        f"a library of each (a layer binds to any library with its shape's kernels), or give "
+        f"the compiler more memory\n")
+    assert not library.exists()

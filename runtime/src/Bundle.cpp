@@ -1,6 +1,7 @@
 //===- Bundle.cpp - reading a bundle --------------------------------------===//
 
 #include "cq4p/runtime/Bundle.h"
+#include "cq4p/runtime/KernelLibrary.h"
 
 #include "Json.h"
 #include "SafeOpen.h"
@@ -124,6 +125,27 @@ Status Bundle::verify() const {
     if (Status status = tensor.file->verify(); !status)
       return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
   return Status::ok();
+}
+
+Status Bundle::checkLibrary(const KernelLibrary &library,
+                            bool requireDigest) const {
+  const std::string &digest = library.bundleDigest();
+  if (digest.empty() && requireDigest)
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  library.path() +
+                      ": records no bundle digest, and one is required "
+                      "(compile it from the bundle's model.mlir or with "
+                      "cq4p-compile --bundle " +
+                      directory_ + ")");
+  if (digest.empty() || digest == modelDigest_)
+    return Status::ok();
+  return Status(CQ4P_ERROR_UNSUPPORTED,
+                library.path() + ": library built for bundle digest " + digest +
+                    (hasModelDigest_
+                         ? ", this bundle's is " + modelDigest_
+                         : ", this bundle has none (no model_digest in its "
+                           "manifest.json)") +
+                    " (" + directory_ + ")");
 }
 
 const BundleTensor *Bundle::find(const std::string &name) const {

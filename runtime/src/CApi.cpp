@@ -74,6 +74,17 @@ int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
   return status.code();
 }
 
+int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
+                      size_t error_size) {
+  Status status = tensor == nullptr
+                      ? Status(CQ4P_ERROR_ARGUMENT,
+                               "cq4p_tensor_check: expected a tensor, found null")
+                      : tensor->file->checkMapping();
+  if (!status)
+    copyMessage(status, error, error_size);
+  return status.code();
+}
+
 int cq4p_bundle_verify(const char *bundle_dir, char *error, size_t error_size) {
   if (bundle_dir == nullptr) {
     copyMessage(Status(CQ4P_ERROR_ARGUMENT,

@@ -899,6 +899,34 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
     if (Status status = checkModelRunnable(path, *desc, cpu); !status)
       return status;
     library->model_ = desc;
+    library->bundleDigest_ = desc->digest != nullptr ? desc->digest : "";
+  }
+
+  // Optional: the digest of the bundle the library was compiled for.
+  dlerror();
+  if (const auto *digest = static_cast<const char *>(
+          ::dlsym(handle, CQ4P_BUNDLE_DIGEST_SYMBOL))) {
+    if (Status status = check.string(CQ4P_BUNDLE_DIGEST_SYMBOL, digest); !status)
+      return status;
+    size_t length = std::strlen(digest);
+    uint64_t size = symbolSize(digest);
+    if (length == 0 || length > kMaxBundleDigestBytes ||
+        (size != 0 && length >= size))
+      return libraryError(CQ4P_ERROR_FORMAT, path,
+                          std::string(CQ4P_BUNDLE_DIGEST_SYMBOL) +
+                              ": expected a string of 1 to " +
+                              str(kMaxBundleDigestBytes) +
+                              " bytes inside the symbol, found " + str(length) +
+                              " bytes" +
+                              (size != 0 ? " in a symbol of " + str(size) : ""));
+    if (library->model_ != nullptr && !library->bundleDigest_.empty() &&
+        library->bundleDigest_ != digest)
+      return libraryError(CQ4P_ERROR_FORMAT, path,
+                          std::string(CQ4P_BUNDLE_DIGEST_SYMBOL) + ": " + digest +
+                              ", but the model steps were compiled for bundle "
+                              "digest " +
+                              library->bundleDigest_);
+    library->bundleDigest_ = digest;
   }
   out = std::move(library);
   return Status::ok();

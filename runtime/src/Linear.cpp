@@ -101,6 +101,17 @@ template <typename Fn> Fn entryAs(const cq4p_kernel_desc &kernel) {
 /// ceil(a / b) for a >= 0, b > 0.
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// After kernels ran over `file`: when it was truncated under them they
+/// read zeros for its lost pages, so their `count` outputs become NaN (a
+/// caller that ignores the status sees no plausible numbers) and the call
+/// fails naming the file.
+Status refuseIfTruncated(const TensorFile &file, float *out, uint64_t count) {
+  if (!file.truncatedWhileMapped())
+    return Status::ok();
+  std::fill(out, out + count, std::numeric_limits<float>::quiet_NaN());
+  return file.checkMapping();
+}
+
 } // namespace
 
 void ActivationScratch::reserve(size_t rows, size_t k, size_t numGroups) {
@@ -113,6 +124,8 @@ void ActivationScratch::reserve(size_t rows, size_t k, size_t numGroups) {
 Status LinearLayer::bind(const KernelLibrary &library, const TensorFile &file,
                          std::unique_ptr<LinearLayer> &out) {
   out.reset();
+  if (Status status = file.checkMapping(); !status)
+    return status;
   std::unique_ptr<LinearLayer> layer(new LinearLayer());
   layer->library_ = &library;
   layer->file_ = &file;
@@ -301,13 +314,15 @@ Status LinearLayer::run(ThreadPool &pool, const float *x, float *y,
       trace->matmulTasks[size_t(task)] = {begin, end, thread,
                                           sme2 ? Backend::Sme2 : Backend::Neon};
   });
-  return Status::ok();
+  return refuseIfTruncated(*file_, y, uint64_t(rows) * n());
 }
 
 Status EmbeddingLayer::bind(const KernelLibrary &library,
                             const TensorFile &file,
                             std::unique_ptr<EmbeddingLayer> &out) {
   out.reset();
+  if (Status status = file.checkMapping(); !status)
+    return status;
   std::unique_ptr<EmbeddingLayer> layer(new EmbeddingLayer());
   layer->library_ = &library;
   layer->file_ = &file;
@@ -359,7 +374,7 @@ Status EmbeddingLayer::run(const int64_t *ids, float *out,
     return noKernelForRows(*library_, *file_, CQ4P_KERNEL_EMBEDDING, kernels_,
                            count, true);
   entryAs<cq4p_embedding_fn>(*kernel)(&weight_.view(), ids, out, count);
-  return Status::ok();
+  return refuseIfTruncated(*file_, out, uint64_t(count) * k());
 }
 
 } // namespace cq4p::runtime

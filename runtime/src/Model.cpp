@@ -2,6 +2,8 @@
 
 #include "cq4p/runtime/Model.h"
 
+#include "MappingGuard.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
@@ -246,16 +248,8 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
     return Status(CQ4P_ERROR_NOT_FOUND,
                   library.path() + ": has no model steps (compiled from a "
                                    "kernel-only model.mlir?)");
-  std::string libraryDigest = desc->digest;
-  if (!libraryDigest.empty() && libraryDigest != bundle.modelDigest())
-    return Status(CQ4P_ERROR_UNSUPPORTED,
-                  library.path() + ": library built for bundle digest " +
-                      libraryDigest +
-                      (bundle.hasModelDigest()
-                           ? ", this bundle's is " + bundle.modelDigest()
-                           : ", this bundle has none (no model_digest in "
-                             "its manifest.json)") +
-                      " (" + bundle.directory() + ")");
+  if (Status status = bundle.checkLibrary(library); !status)
+    return status;
   if (options.expectedPrefillChunk < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "prefill chunk: expected >= 0 (0: the library's), found " +
@@ -347,6 +341,10 @@ Status Model::bindTensors(const Bundle &bundle) {
                     label + ": no such tensor in the bundle (" +
                         bundle.directory() + ")");
     const TensorFile &file = *tensor->file;
+    // Before anything reads it: a truncated file's values are gone.
+    if (Status status = file.checkMapping(); !status)
+      return status;
+    files_.push_back(&file);
     const cq4p_tensor_info &info = file.info();
     std::string wanted = bindingKindName(binding.kind);
     if (binding.kind == CQ4P_BINDING_CQ4)
@@ -488,7 +486,30 @@ Status Model::checkTokens(const char *what, const int64_t *ids,
   return Status::ok();
 }
 
-void Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
+Status Model::checkFiles() const {
+  for (const TensorFile *file : files_)
+    if (Status status = file->checkMapping(); !status)
+      return status;
+  return Status::ok();
+}
+
+Status Model::checkFaults() {
+  // Faults are counted over the process: while the count is the one seen
+  // last, none of this model's files can have faulted.
+  uint64_t faults = guardedFaults();
+  if (faults == faultsSeen_)
+    return Status::ok();
+  for (const TensorFile *file : files_)
+    if (file->truncatedWhileMapped()) {
+      std::fill(logits_.begin(), logits_.end(),
+                std::numeric_limits<float>::quiet_NaN());
+      return file->checkMapping();
+    }
+  faultsSeen_ = faults;
+  return Status::ok();
+}
+
+Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
   cq4p_step_args args = {};
   args.bindings = bindings_.data();
   args.kv_cache = kvCache_;
@@ -502,12 +523,17 @@ void Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
   args.pool = pool_.get();
   step(&args);
   position_ += rows;
+  return checkFaults();
 }
 
-void Model::prefillChecked(const int64_t *ids, int64_t count) {
+Status Model::prefillChecked(const int64_t *ids, int64_t count) {
   int64_t chunk = prefillChunk();
   for (int64_t done = 0; done < count; done += chunk)
-    runStep(desc_->prefill, ids + done, std::min(chunk, count - done));
+    if (Status status =
+            runStep(desc_->prefill, ids + done, std::min(chunk, count - done));
+        !status)
+      return status;
+  return Status::ok();
 }
 
 void Model::copyLogits(float *out) const {
@@ -518,7 +544,8 @@ void Model::copyLogits(float *out) const {
 Status Model::prefill(const int64_t *ids, int64_t count, float *logits) {
   if (Status status = checkTokens("prefill", ids, count); !status)
     return status;
-  prefillChecked(ids, count);
+  if (Status status = prefillChecked(ids, count); !status)
+    return status;
   copyLogits(logits);
   return Status::ok();
 }
@@ -526,7 +553,8 @@ Status Model::prefill(const int64_t *ids, int64_t count, float *logits) {
 Status Model::decode(int64_t id, float *logits) {
   if (Status status = checkTokens("decode", &id, 1); !status)
     return status;
-  runStep(desc_->decode, &id, 1);
+  if (Status status = runStep(desc_->decode, &id, 1); !status)
+    return status;
   copyLogits(logits);
   return Status::ok();
 }
@@ -569,6 +597,8 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   position_ = savedPosition;
   if (!status)
     return status;
+  if (status = checkFiles(); !status)
+    return status;
 
   GenerateStats local;
   GenerateStats &out = stats != nullptr ? *stats : local;
@@ -577,7 +607,8 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   Rng rng(sampling.seed);
   auto start = std::chrono::steady_clock::now();
   reset();
-  prefillChecked(prompt, promptCount);
+  if (status = prefillChecked(prompt, promptCount); !status)
+    return status;
   auto prefilled = std::chrono::steady_clock::now();
   out.prefillSeconds = secondsBetween(start, prefilled);
   if (maxNewTokens == 0)
@@ -591,7 +622,8 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   out.generatedTokens = 1;
   bool more = callback(context, 0, id);
   for (int64_t index = 1; more && index < maxNewTokens; ++index) {
-    runStep(desc_->decode, &id, 1);
+    if (status = runStep(desc_->decode, &id, 1); !status)
+      break;
     if (status = sample(sampling, rng, id); !status)
       break;
     out.generatedTokens = index + 1;

@@ -47,10 +47,11 @@ inline const char *fileKind(mode_t mode) {
 /// Opens a regular file for reading: `name` relative to `directoryFd`
 /// (AT_FDCWD for a path the user gave), without following a final symbolic
 /// link when `noFollow`. `path` names the file in messages. On success `fd`
-/// is open (close-on-exec, blocking again) and `size` is its size.
+/// is open (close-on-exec, blocking again), `size` is its size and `identity`
+/// (when given) what fstat said.
 inline Status openRegularFile(int directoryFd, const std::string &name,
                               const std::string &path, bool noFollow, int &fd,
-                              uint64_t &size) {
+                              uint64_t &size, struct stat *identity = nullptr) {
   fd = -1;
   size = 0;
   int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
@@ -83,6 +84,8 @@ inline Status openRegularFile(int directoryFd, const std::string &name,
     ::fcntl(opened, F_SETFL, status & ~O_NONBLOCK);
   fd = opened;
   size = static_cast<uint64_t>(st.st_size);
+  if (identity != nullptr)
+    *identity = st;
   return Status::ok();
 }
 

@@ -16,6 +16,7 @@
 
 #include "cq4p/runtime/TensorFile.h"
 
+#include "MappingGuard.h"
 #include "SafeOpen.h"
 #include "fp16.h"
 
@@ -579,7 +580,11 @@ Status verifyTensorContent(const std::string &path, const uint8_t *bytes,
 
 Status TensorFile::verify() const {
   static const uint8_t kEmpty[1] = {0};
-  return verifyTensorContent(path_, base_ ? base_ : kEmpty, info_, regions_);
+  Status status = verifyTensorContent(path_, base_ ? base_ : kEmpty, info_, regions_);
+  // A pass over zeros the handler mapped is no verdict on the file.
+  if (truncatedWhileMapped())
+    return checkMapping();
+  return status;
 }
 
 Status TensorFile::open(const std::string &path,
@@ -593,10 +598,16 @@ Status TensorFile::openAt(int directoryFd, const std::string &name,
   out.reset();
   int fd = -1;
   uint64_t size = 0;
-  if (Status status = openRegularFile(directoryFd, name, path, noFollow, fd, size);
+  struct stat identity;
+  if (Status status = openRegularFile(directoryFd, name, path, noFollow, fd,
+                                      size, &identity);
       !status)
     return status;
-  const uint8_t *base = nullptr;
+  std::unique_ptr<TensorFile> file(new TensorFile());
+  file->path_ = path;
+  file->noFollow_ = noFollow;
+  file->device_ = uint64_t(identity.st_dev);
+  file->inode_ = uint64_t(identity.st_ino);
   if (size > 0) {
     void *mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (mapping == MAP_FAILED) {
@@ -605,24 +616,63 @@ Status TensorFile::openAt(int directoryFd, const std::string &name,
       return Status(CQ4P_ERROR_IO, path + ": cannot map " + str(size) +
                                        " bytes: " + std::strerror(error));
     }
-    base = static_cast<const uint8_t *>(mapping);
+    file->base_ = static_cast<const uint8_t *>(mapping);
+    file->size_ = size;
+    // Before the first read: validation itself may meet a truncation.
+    file->guardSlot_ = guardMapping(mapping, size);
+    if (file->guardSlot_ < 0) {
+      ::close(fd);
+      return Status(CQ4P_ERROR_IO,
+                    path + ": cannot guard the mapping against truncation: "
+                           "expected at most " +
+                        str(kMaxGuardedMappings) +
+                        " tensor files mapped at once in this process, or a "
+                        "SIGBUS handler the runtime could install");
+    }
   }
   ::close(fd); // the mapping keeps the file's pages
 
-  std::unique_ptr<TensorFile> file(new TensorFile());
-  file->path_ = path;
-  file->base_ = base;
-  file->size_ = size;
   static const uint8_t kEmpty[1] = {0};
-  if (Status status = validateTensorBytes(path, base ? base : kEmpty, size,
-                                          file->info_, file->regions_);
+  if (Status status = validateTensorBytes(path, file->base_ ? file->base_ : kEmpty,
+                                          size, file->info_, file->regions_);
       !status)
-    return status;
+    return file->truncatedWhileMapped() ? file->checkMapping() : status;
+  if (file->truncatedWhileMapped())
+    return file->checkMapping();
   out = std::move(file);
   return Status::ok();
 }
 
+bool TensorFile::truncatedWhileMapped() const {
+  return mappingFaulted(guardSlot_);
+}
+
+Status TensorFile::checkMapping() const {
+  // The file as its path names it now; another file there (a replacement
+  // renamed into place) is not the one mapped, whose pages stay intact.
+  struct stat now;
+  bool same = ::fstatat(AT_FDCWD, path_.c_str(), &now,
+                        noFollow_ ? AT_SYMLINK_NOFOLLOW : 0) == 0 &&
+              uint64_t(now.st_dev) == device_ && uint64_t(now.st_ino) == inode_;
+  uint64_t current = same ? uint64_t(now.st_size) : 0;
+  bool faulted = truncatedWhileMapped();
+  if (!faulted && (!same || current == size_))
+    return Status::ok(); // allocates nothing: Model::generate calls this
+  std::string message =
+      path_ + (faulted || current < size_ ? " was truncated while mapped: "
+                                          : " changed size while mapped: ") +
+      "mapped " + str(size_) + " bytes, " +
+      (same ? "the file now has " + str(current) + " bytes"
+            : std::string("fewer now (its path names another file or none)"));
+  if (faulted)
+    message += " (a read past its end found no page)";
+  return Status(CQ4P_ERROR_IO,
+                message + "; a bundle's files must not change while it is open");
+}
+
 TensorFile::~TensorFile() {
+  // No handler may be writing over the mapping when it goes.
+  unguardMapping(guardSlot_);
   if (base_ != nullptr)
     ::munmap(const_cast<uint8_t *>(base_), size_);
 }

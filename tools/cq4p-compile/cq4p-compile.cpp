@@ -8,7 +8,11 @@
 // translates the result to LLVM IR, optimizes and generates code in
 // process with LLVM, and links a shared library with lld (also in process)
 // that exports the C-ABI kernels and `cq4p_kernel_table`
-// (runtime/include/cq4p/kernel_abi.h). For AArch64 triples whose shared
+// (runtime/include/cq4p/kernel_abi.h). The library records the model_digest
+// of the bundle it is for (`cq4p_bundle_digest`) when it is known: from a
+// model.mlir's `cq4p.model` attribute, or from the manifest.json of the
+// bundle --bundle names; the runtime then refuses the library for any other
+// bundle. For AArch64 triples whose shared
 // libraries need an SDK this machine lacks (Android, Apple), it writes a
 // relocatable object instead (--emit=obj).
 //
@@ -48,8 +52,11 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
@@ -60,6 +67,11 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include "SmeAbiSource.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unistd.h>
 
 LLD_HAS_DRIVER(elf)
 
@@ -110,6 +122,12 @@ static cl::opt<std::string>
             cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
                      "instruction set stays armv8.2-a+dotprod)"),
             cl::init("neoverse-v2"), cl::cat(category));
+static cl::opt<std::string> bundleDirectory(
+    "bundle",
+    cl::desc("The bundle the library is for: its manifest.json's model_digest "
+             "is recorded in the library, and the runtime refuses the library "
+             "for any other bundle (a model.mlir records its own digest)"),
+    cl::value_desc("DIR"), cl::cat(category));
 static cl::opt<std::string> hostCpu(
     "host-cpu",
     cl::desc("--target=host on x86-64: the instruction set the library may "
@@ -275,6 +293,73 @@ FailureOr<TargetChoice> chooseTarget() {
   return failure();
 }
 
+/// Peak memory per distinct linear shape (its GEMV and GEMM) beyond a fixed
+/// 130 MiB, as bench/compile/run measured it: 3.1 MiB for the host, 3.5
+/// for aarch64-neon, linear from 10 to 100 shapes.
+constexpr const char *kMemoryPerShape = "3.5 MiB";
+
+/// What cq4p-compile says when memory runs out, written while memory is
+/// still there: the handler may not allocate.
+char outOfMemoryMessage[1024];
+size_t outOfMemoryLength = 0;
+/// The temporary object file of --emit=lib while it exists, removed too.
+char temporaryObject[4096];
+
+void sayOnOutOfMemory(const std::string &message) {
+  outOfMemoryLength = std::min(message.size(), sizeof(outOfMemoryMessage));
+  std::memcpy(outOfMemoryMessage, message.data(), outOfMemoryLength);
+}
+
+/// LLVM's handler for a failed allocation anywhere in the process (its
+/// safe_malloc, and operator new through LLVM's out-of-memory new-handler,
+/// installed in main), instead of LLVM's abort: one line and exit status 1.
+void onOutOfMemory(void *, const char *, bool) {
+  ssize_t written = ::write(STDERR_FILENO, outOfMemoryMessage, outOfMemoryLength);
+  (void)written;
+  if (temporaryObject[0] != '\0')
+    ::unlink(temporaryObject);
+  ::_exit(1);
+}
+
+/// manifest.json's model_digest in `directory` (--bundle), or a message.
+FailureOr<std::string> readBundleDigest(StringRef directory) {
+  llvm::SmallString<256> path(directory);
+  llvm::sys::path::append(path, "manifest.json");
+  std::string where = "--bundle " + directory.str() + ": " + path.str().str();
+  // The runtime's bound on a manifest (Bundle::kMaxManifestBytes).
+  constexpr uint64_t kMaxManifestBytes = 16u << 20;
+  uint64_t size = 0;
+  if (std::error_code error = llvm::sys::fs::file_size(path, size)) {
+    fail(where + ": cannot read: " + error.message());
+    return failure();
+  }
+  if (size > kMaxManifestBytes) {
+    fail(where + ": expected at most " + llvm::Twine(kMaxManifestBytes) +
+         " bytes, found " + llvm::Twine(size));
+    return failure();
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    fail(where + ": cannot read: " + buffer.getError().message());
+    return failure();
+  }
+  llvm::Expected<llvm::json::Value> manifest =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!manifest) {
+    fail(where + ": not JSON: " + llvm::toString(manifest.takeError()));
+    return failure();
+  }
+  const llvm::json::Object *object = manifest->getAsObject();
+  std::optional<StringRef> digest =
+      object ? object->getString("model_digest") : std::nullopt;
+  if (!digest || digest->empty()) {
+    fail(where + " has no model_digest to record (python -m cq4p convert "
+                 "writes one)");
+    return failure();
+  }
+  return digest->str();
+}
+
 /// Links `object` into the shared library `output` with lld. Takes copies:
 /// lld resets every command-line option of the process when it is done.
 int linkSharedLibrary(std::string object, std::string output) {
@@ -296,6 +381,8 @@ int linkSharedLibrary(std::string object, std::string output) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  llvm::install_out_of_memory_new_handler();
+  llvm::install_bad_alloc_error_handler(onOutOfMemory);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "cq4p-compile: builds a per-model kernel library\n");
@@ -331,6 +418,8 @@ int main(int argc, char **argv) {
   registerArmSMEDialectTranslation(registry);
   MLIRContext context(registry);
 
+  sayOnOutOfMemory("cq4p-compile: error: out of memory reading " + inputFile +
+                   "\n");
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   std::string errorMessage;
@@ -343,14 +432,52 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
-  bool hasWork = false;
+  // The digest of the bundle the library is for, if known.
+  std::string digest;
+  if (auto model = (*module)->getAttrOfType<DictionaryAttr>("cq4p.model"))
+    if (auto text = model.getAs<StringAttr>("digest"))
+      digest = text.getValue().str();
+  if (!bundleDirectory.empty()) {
+    FailureOr<std::string> named = readBundleDigest(bundleDirectory);
+    if (failed(named))
+      return 1;
+    if (!digest.empty() && digest != *named)
+      return fail(inputFile + " was written for bundle digest " + digest +
+                  ", but --bundle " + bundleDirectory + " has " + *named);
+    digest = *named;
+  }
+  // What the runtime accepts as a recorded digest (kernel_abi.h).
+  if (digest.size() > CQ4P_MAX_BUNDLE_DIGEST_BYTES ||
+      StringRef(digest).contains('\0'))
+    return fail("the bundle digest to record: expected at most " +
+                llvm::Twine(CQ4P_MAX_BUNDLE_DIGEST_BYTES) +
+                " bytes without NUL, found " + llvm::Twine(digest.size()) +
+                " bytes");
+
+  // Kernels are made per distinct shape: memory grows with their number
+  // (bench/compile/results.md), and is the first thing to run out.
+  std::set<std::string> shapes;
   module->walk([&](Operation *op) {
-    hasWork |= isa<cq4p::LinearOp, cq4p::EmbeddingOp,
-                   cq4p::PrefillAttentionOp>(op);
+    if (!isa<cq4p::LinearOp, cq4p::EmbeddingOp, cq4p::PrefillAttentionOp>(op))
+      return;
+    std::string shape = op->getName().getStringRef().str();
+    llvm::raw_string_ostream os(shape);
+    for (Type type : op->getOperandTypes())
+      os << " " << type;
+    for (NamedAttribute attribute : op->getAttrs())
+      os << " " << attribute.getName() << "=" << attribute.getValue();
+    shapes.insert(shape);
   });
-  if (!hasWork)
+  if (shapes.empty())
     return fail(inputFile + " has no cq4p.linear, cq4p.embedding or "
                             "cq4p.prefill_attention to compile");
+  sayOnOutOfMemory(
+      "cq4p-compile: error: out of memory compiling " + inputFile +
+      " for --target=" + targetName + ": " + std::to_string(shapes.size()) +
+      " distinct kernel shapes, at about " + kMemoryPerShape +
+      " each: split the functions over several files and compile a library "
+      "of each (a layer binds to any library with its shape's kernels), or "
+      "give the compiler more memory\n");
 
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;
@@ -369,6 +496,16 @@ int main(int argc, char **argv) {
   cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);
   if (failed(pm.run(*module)))
     return fail("lowering " + inputFile + " failed");
+  if (!digest.empty()) {
+    // kernel_abi.h's optional `const char cq4p_bundle_digest[]`.
+    OpBuilder b = OpBuilder::atBlockEnd(module->getBody());
+    std::string text = digest + std::string(1, '\0');
+    LLVM::GlobalOp::create(
+        b, module->getLoc(),
+        LLVM::LLVMArrayType::get(IntegerType::get(&context, 8), text.size()),
+        /*isConstant=*/true, LLVM::Linkage::External, CQ4P_BUNDLE_DIGEST_SYMBOL,
+        b.getStringAttr(text));
+  }
 
   if (emitKind == "mlir") {
     auto out = openOutputFile(outputFile, &errorMessage);
@@ -486,6 +623,8 @@ int main(int argc, char **argv) {
             "cq4p-kernels", "o", temporary))
       return fail("cannot create a temporary object file: " + error.message());
     objectPath = std::string(temporary);
+    if (objectPath.size() < sizeof(temporaryObject))
+      std::memcpy(temporaryObject, objectPath.c_str(), objectPath.size() + 1);
   }
   {
     auto out = openOutputFile(objectPath, &errorMessage);
@@ -502,5 +641,6 @@ int main(int argc, char **argv) {
     return 0;
   int status = linkSharedLibrary(objectPath, std::string(outputFile));
   llvm::sys::fs::remove(objectPath);
+  temporaryObject[0] = '\0';
   return status;
 }

@@ -43,6 +43,11 @@
 // the CPU cannot run it is a refusal. The backend chosen, and why SME2 was
 // declined, go to stderr before the table.
 //
+// In both modes a library that records the digest of the bundle it was
+// compiled for (kernel_abi.h: a model library, or cq4p-compile --bundle) is
+// refused for a bundle of another digest; with --require-digest, so is a
+// library that records none.
+//
 // In both modes any refusal (a tensor without kernels, a library for
 // another CPU or another bundle, a file that does not validate, a bad flag
 // value) is one line on stderr and exit status 2.
@@ -86,6 +91,7 @@ struct Options {
   // Generation.
   bool generate = false; ///< --prompt-ids given
   bool verify = false;   ///< --verify: check the bundle's content, run nothing
+  bool requireDigest = false; ///< --require-digest
   std::vector<int64_t> promptIds;
   int64_t maxNewTokens = 32;
   ModelOptions model;
@@ -100,11 +106,11 @@ int usage(const std::string &message) {
                "--prompt-ids \"ID ...\" [-n N] [--threads T] [--context C] "
                "[--prefill-chunk N] [--temperature t] [--top-k k] [--top-p p] "
                "[--seed s] [--logits-out FILE] [--backend auto|neon|sme2] "
-               "[--sme2-library LIB]\n"
+               "[--sme2-library LIB] [--require-digest]\n"
                "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
-               "[--sme-workers N]\n"
+               "[--sme-workers N] [--require-digest]\n"
                "       cq4p-run --bundle DIR --verify\n",
                message.c_str());
   return 2;
@@ -244,6 +250,9 @@ int runModel(const Options &options, const Bundle &bundle) {
     std::fprintf(stderr, "cq4p-run: model library %s\n",
                  options.library.c_str());
 
+  if (Status status = bundle.checkLibrary(*library, options.requireDigest);
+      !status)
+    return refuse(status.message());
   std::unique_ptr<Model> model;
   if (Status status = Model::open(bundle, *library, options.model, model);
       !status)
@@ -405,6 +414,8 @@ int main(int argc, char **argv) {
         return badValue(arg, text, "a number in (0, 1] (1: off)");
     } else if (arg == "--verify") {
       options.verify = true;
+    } else if (arg == "--require-digest") {
+      options.requireDigest = true;
     } else if (arg == "--seed") {
       const char *text = value();
       if (!text || !parseUnsigned(text, options.sampling.seed))
@@ -465,6 +476,11 @@ int main(int argc, char **argv) {
   else if (Status status = KernelLibrary::open(options.library, cpu, library);
            !status)
     return refuse(status.message());
+  for (const KernelLibrary *opened : {library.get(), sme2Library.get()})
+    if (opened != nullptr)
+      if (Status status = bundle->checkLibrary(*opened, options.requireDigest);
+          !status)
+        return refuse(status.message());
 
   int smeThreads =
       chosen == Backend::Sme2

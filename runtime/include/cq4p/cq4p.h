@@ -94,6 +94,13 @@ CQ4P_API void cq4p_tensor_get_info(const cq4p_tensor *tensor,
  * no such region). */
 CQ4P_API const void *cq4p_tensor_region(const cq4p_tensor *tensor,
                                         int region, uint64_t *bytes);
+/* Whether the mapping is still the file's: an error naming the file and
+ * both sizes when it was truncated while mapped (a read of a region past the
+ * file's new end then finds zeros instead of killing the process with
+ * SIGBUS, docs/TRUST.md) or its size changed since it was opened. Call it
+ * after reading regions to know the bytes read were the file's. */
+CQ4P_API int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
+                               size_t error_size);
 
 /* Checks every content rule of FORMAT.md that opening leaves out (zero
  * padding, finite values, norm_panels, index 0 past N, canonical indices,

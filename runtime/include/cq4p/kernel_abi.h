@@ -134,6 +134,19 @@ typedef struct cq4p_kernel_table {
 
 #define CQ4P_KERNEL_TABLE_SYMBOL "cq4p_kernel_table"
 
+/* Optional, in a library of any ABI version from 3 on: the model_digest
+ * (manifest.json) of the bundle the library was compiled for, as a
+ * NUL-terminated array `const char cq4p_bundle_digest[]`. cq4p-compile
+ * records it when it knows the bundle (a model.mlir carries its digest;
+ * --bundle DIR names one), and the runtime then refuses the library for a
+ * bundle of another digest. A library without it (compiled for no bundle in
+ * particular, or by an older cq4p-compile) serves any bundle whose tensors
+ * have its kernels' shapes. Optional so that the table's layout, and with it
+ * every existing library, stays valid. */
+#define CQ4P_BUNDLE_DIGEST_SYMBOL "cq4p_bundle_digest"
+/* A longer digest is refused (convert writes a sha256: 64 hex digits). */
+#define CQ4P_MAX_BUNDLE_DIGEST_BYTES 256
+
 /*===----------------------------------------------------------------------===*
  * Model steps (ABI version 3).
  *

@@ -9,10 +9,13 @@ set_property(GLOBAL PROPERTY CQ4P_FAKE_KERNEL_VARIANTS
   "-features|CQ4P_FAKE_MORE_FEATURES"
   "-bad-shape|CQ4P_FAKE_BAD_SHAPE"
   "-sme2|CQ4P_FAKE_SME2"
-  "-no-table|CQ4P_FAKE_NO_TABLE")
+  "-no-table|CQ4P_FAKE_NO_TABLE"
+  "-digest|CQ4P_FAKE_DIGEST"
+  "-bad-digest|CQ4P_FAKE_BAD_DIGEST")
 set_property(GLOBAL PROPERTY CQ4P_FAKE_MODEL_VARIANTS
   "-any-digest|CQ4P_FAKE_MODEL_ANY_DIGEST"
-  "-sme2|CQ4P_FAKE_MODEL_SME2")
+  "-sme2|CQ4P_FAKE_MODEL_SME2"
+  "-other-digest|CQ4P_FAKE_MODEL_OTHER_DIGEST")
 
 # Like cq4p-compile's libraries, the fake ones have no initialisers, which
 # the runtime refuses (KernelLibrary.h): no start files, and on AArch64 no

@@ -15,6 +15,9 @@
 //                              N=72 K=256 gs=32 and the GEMM of N=64 K=256
 //                              gs=128
 //   CQ4P_FAKE_NO_TABLE         no cq4p_kernel_table symbol at all
+//   CQ4P_FAKE_DIGEST           records the bundle digest "toy-digest-1"
+//                              (cq4p_bundle_digest)
+//   CQ4P_FAKE_BAD_DIGEST       records an empty bundle digest
 //
 // Every call is counted (cq4p_fake_calls, by op), as is every call outside
 // the range a kernel declared or outside the tensor (cq4p_fake_violations),
@@ -271,6 +274,14 @@ const cq4p_kernel_desc kKernels[] = {
 };
 
 } // namespace
+
+#if defined(CQ4P_FAKE_DIGEST)
+extern "C" __attribute__((visibility("default"))) const char
+    cq4p_bundle_digest[] = "toy-digest-1";
+#elif defined(CQ4P_FAKE_BAD_DIGEST)
+extern "C" __attribute__((visibility("default"))) const char
+    cq4p_bundle_digest[] = "";
+#endif
 
 #ifndef CQ4P_FAKE_NO_TABLE
 // The symbol shares its name with the struct's typedef, which C and C++ do

@@ -25,6 +25,8 @@
  *   CQ4P_FAKE_MODEL_ANY_DIGEST  an empty digest: any bundle (the default
  *                               is "toy-digest-1")
  *   CQ4P_FAKE_MODEL_SME2        the steps target aarch64-sme2
+ *   CQ4P_FAKE_MODEL_OTHER_DIGEST  also records the bundle digest "f00d"
+ *                               (cq4p_bundle_digest), not the steps' one
  *
  *===----------------------------------------------------------------------===*/
 
@@ -207,6 +209,10 @@ EXPORT const cq4p_model_desc cq4p_model_steps = {
     prefill,
     decode,
 };
+
+#ifdef CQ4P_FAKE_MODEL_OTHER_DIGEST
+EXPORT const char cq4p_bundle_digest[] = "f00d";
+#endif
 
 /* A model library holds its kernels too; this one calls none through the
  * table. The symbol shares its name with the struct's typedef, which C does

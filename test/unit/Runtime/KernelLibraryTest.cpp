@@ -426,6 +426,31 @@ TEST(KernelLibrary, AKernelOnlyLibraryHasNoModel) {
   EXPECT_EQ(library->model(), nullptr);
 }
 
+TEST(KernelLibrary, ReadsTheBundleDigestItRecords) {
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, library));
+  EXPECT_EQ(library->bundleDigest(), "");
+  Status status = KernelLibrary::open(CQ4P_FAKE_KERNELS_DIGEST_PATH, library);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_EQ(library->bundleDigest(), "toy-digest-1");
+  EXPECT_EQ(library->model(), nullptr);
+  // A model library's steps record it too (libraries before the symbol).
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_MODEL_PATH, library));
+  EXPECT_EQ(library->bundleDigest(), "toy-digest-1");
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_MODEL_ANY_DIGEST_PATH, library));
+  EXPECT_EQ(library->bundleDigest(), "");
+
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_BAD_DIGEST_PATH, library),
+                 CQ4P_ERROR_FORMAT,
+                 "cq4p_bundle_digest: expected a string of 1 to 256 bytes inside "
+                 "the symbol, found 0 bytes in a symbol of 1");
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_MODEL_OTHER_DIGEST_PATH, library),
+                 CQ4P_ERROR_FORMAT,
+                 "cq4p_bundle_digest: f00d, but the model steps were compiled "
+                 "for bundle digest toy-digest-1");
+  EXPECT_EQ(library, nullptr);
+}
+
 TEST(KernelLibrary, OpensTheModelSteps) {
   std::unique_ptr<KernelLibrary> library;
   Status status = KernelLibrary::open(CQ4P_FAKE_MODEL_PATH, library);

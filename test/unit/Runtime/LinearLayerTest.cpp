@@ -26,6 +26,7 @@
 #include <limits>
 #include <random>
 #include <thread>
+#include <unistd.h>
 
 using namespace cq4p::runtime;
 using namespace cq4p::test;
@@ -800,4 +801,66 @@ TEST_F(LinearLayerTest, ASharedScratchIsRefusedNotRacedOn) {
   second.join();
   EXPECT_EQ(wrong.load(), 0) << refused.load() << " calls refused";
   std::printf("  shared scratch: %d of 400 calls refused, none wrong\n", refused.load());
+}
+
+// docs/TRUST.md: a file truncated under a bound layer. The kernels read
+// zeros for the lost pages (no SIGBUS, nothing out of bounds under ASan);
+// the run fails naming the file, with NaN for every output, and so does
+// every later run; binding the file again is refused by its size.
+TEST_F(LinearLayerTest, AFileTruncatedWhileMappedFailsTheRunNotTheProcess) {
+  auto threads = pool(2);
+  std::string path = dir_->file("truncated.cq4p.weights");
+  LayerFile layerFile = realisticLayerFile(100, 256, 128, false, 95);
+  auto file = openFile("truncated.cq4p.weights", layerFile.bytes);
+  ASSERT_NE(file, nullptr);
+  auto layer = bindLinear(*file);
+  ASSERT_NE(layer, nullptr);
+  const int64_t rows = 3;
+  std::vector<float> x = gaussianRows(rows, 256, 96);
+  std::vector<float> y = poisoned(rows * 100);
+  ActivationScratch scratch;
+  Status status = layer->run(*threads, x.data(), y.data(), rows, scratch);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_LE(compare(y, referenceLinear(dequantize(*file), 100, 256, x, rows)).relative,
+            kMaxRelativeError);
+
+  // Past the header and scales, into the panels.
+  ASSERT_LT(file->info().data_offset, 8192u);
+  ASSERT_EQ(::truncate(path.c_str(), 8192), 0);
+  std::string message = path + " was truncated while mapped: mapped " +
+                        std::to_string(layerFile.bytes.size()) +
+                        " bytes, the file now has 8192 bytes";
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::fill(y.begin(), y.end(), 1.0f);
+    EXPECT_REFUSED(layer->run(*threads, x.data(), y.data(), rows, scratch),
+                   CQ4P_ERROR_IO, message.c_str(),
+                   "(a read past its end found no page)");
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));
+  }
+  std::unique_ptr<LinearLayer> again;
+  EXPECT_REFUSED(LinearLayer::bind(*library_, *file, again), CQ4P_ERROR_IO,
+                 message.c_str());
+  EXPECT_EQ(again, nullptr);
+}
+
+TEST_F(LinearLayerTest, AnEmbeddingTruncatedWhileMappedFailsTheRun) {
+  std::string path = dir_->file("truncated-embedding.cq4p.weights");
+  LayerFile layerFile = realisticLayerFile(100, 256, 128, true, 97);
+  auto file = openFile("truncated-embedding.cq4p.weights", layerFile.bytes);
+  ASSERT_NE(file, nullptr);
+  std::unique_ptr<EmbeddingLayer> embedding;
+  ASSERT_TRUE(EmbeddingLayer::bind(*library_, *file, embedding));
+  const std::vector<int64_t> ids = {0, 99, 42};
+  std::vector<float> out(ids.size() * 256, 1.0f);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  std::string message = path + " was truncated while mapped: mapped " +
+                        std::to_string(layerFile.bytes.size()) +
+                        " bytes, the file now has 0 bytes";
+  EXPECT_REFUSED(embedding->run(ids.data(), out.data(), int64_t(ids.size())),
+                 CQ4P_ERROR_IO, message.c_str());
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
+  std::unique_ptr<EmbeddingLayer> again;
+  EXPECT_REFUSED(EmbeddingLayer::bind(*library_, *file, again), CQ4P_ERROR_IO,
+                 "was truncated while mapped");
 }

@@ -19,11 +19,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <fstream>
 #include <new>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -849,3 +853,113 @@ TEST_F(ModelTest, TheCApiRunsAModel) {
 }
 
 } // namespace
+
+namespace {
+
+std::string fileSize(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? std::to_string(st.st_size) : "?";
+}
+
+} // namespace
+
+// docs/TRUST.md: a bound file truncated under a model. The step reads zeros
+// for the lost pages (no SIGBUS, nothing out of bounds under ASan); the call
+// fails naming the file without writing logits, and so does every later
+// step; generate and a new Model::open refuse before any step runs.
+TEST_F(ModelTest, AFileTruncatedWhileMappedFailsTheStepNotTheProcess) {
+  std::unique_ptr<Model> model = open(2);
+  ASSERT_NE(model, nullptr);
+  std::vector<int64_t> ids = tokenIds(6);
+  std::vector<float> logits(kVocab);
+  ASSERT_TRUE(model->prefill(ids.data(), 5, logits.data()));
+  EXPECT_EQ(logits, toyLogits(toy.head, {ids.begin(), ids.begin() + 5}));
+
+  std::string head = toy.dir.file("toy.head.cq4p.weights");
+  std::string message = head + " was truncated while mapped: mapped " +
+                        fileSize(head) + " bytes, the file now has 0 bytes";
+  ASSERT_EQ(::truncate(head.c_str(), 0), 0);
+  std::fill(logits.begin(), logits.end(), 2.0f);
+  EXPECT_REFUSED(model->decode(ids[5], logits.data()), CQ4P_ERROR_IO,
+                 message.c_str(), "(a read past its end found no page)");
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return v == 2.0f; }));
+  EXPECT_TRUE(std::all_of(model->logits(), model->logits() + kVocab,
+                          [](float v) { return std::isnan(v); }));
+  EXPECT_REFUSED(model->prefill(ids.data(), 5, logits.data()), CQ4P_ERROR_IO,
+                 message.c_str());
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return v == 2.0f; }));
+
+  int64_t steps = module.prefillSteps() + module.decodeSteps();
+  std::vector<int64_t> generated(3, -1);
+  EXPECT_REFUSED(model->generate(ids.data(), 5, 3, SamplingOptions(), generated.data()),
+                 CQ4P_ERROR_IO, message.c_str());
+  EXPECT_EQ(module.prefillSteps() + module.decodeSteps(), steps);
+  EXPECT_EQ(generated, std::vector<int64_t>(3, -1));
+  std::unique_ptr<Model> again;
+  EXPECT_REFUSED(Model::open(*bundle, *library, ModelOptions(), again), CQ4P_ERROR_IO,
+                 message.c_str());
+  EXPECT_EQ(again, nullptr);
+}
+
+TEST_F(ModelTest, TheCApiReportsAFileTruncatedWhileMapped) {
+  cq4p_model *model = nullptr;
+  char error[512] = "";
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH, nullptr,
+                            &model, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  std::vector<int64_t> ids = tokenIds(3);
+  std::vector<float> logits(kVocab, 2.0f);
+  ASSERT_EQ(cq4p_model_prefill(model, ids.data(), 2, nullptr, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  std::string embed = toy.dir.file("toy.embed.weights");
+  std::string message = embed + " was truncated while mapped: mapped " +
+                        fileSize(embed) + " bytes, the file now has 0 bytes";
+  ASSERT_EQ(::truncate(embed.c_str(), 0), 0);
+  EXPECT_EQ(cq4p_model_decode(model, ids[2], logits.data(), error, sizeof(error)),
+            CQ4P_ERROR_IO);
+  EXPECT_TRUE(contains(error, message)) << error;
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return v == 2.0f; }));
+  std::vector<int64_t> generated(2);
+  EXPECT_EQ(cq4p_model_generate(model, ids.data(), 3, 2, nullptr, generated.data(),
+                                nullptr, error, sizeof(error)),
+            CQ4P_ERROR_IO);
+  EXPECT_TRUE(contains(error, message)) << error;
+  cq4p_model_close(model);
+}
+
+// A kernel-only library compiled for a bundle (cq4p-compile --bundle)
+// records its digest and is refused for any other bundle, as a model
+// library is; one that records none serves any bundle unless a digest is
+// required.
+TEST_F(ModelTest, AKernelLibraryForAnotherBundleIsRefused) {
+  std::unique_ptr<KernelLibrary> recorded, none;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_DIGEST_PATH, recorded));
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, none));
+  Status status = bundle->checkLibrary(*recorded, true);
+  EXPECT_TRUE(status) << status.message();
+  EXPECT_TRUE(bundle->checkLibrary(*none));
+  std::string required = std::string(CQ4P_FAKE_KERNELS_PATH) +
+                         ": records no bundle digest, and one is required "
+                         "(compile it from the bundle's model.mlir or with "
+                         "cq4p-compile --bundle " +
+                         toy.dir.path() + ")";
+  EXPECT_REFUSED(bundle->checkLibrary(*none, true), CQ4P_ERROR_UNSUPPORTED,
+                 required.c_str());
+
+  toy.digest = "\"model_digest\": \"f00d\", ";
+  ASSERT_TRUE(toy.open(bundle));
+  std::string other = std::string(CQ4P_FAKE_KERNELS_DIGEST_PATH) +
+                      ": library built for bundle digest toy-digest-1, this "
+                      "bundle's is f00d (" +
+                      toy.dir.path() + ")";
+  EXPECT_REFUSED(bundle->checkLibrary(*recorded), CQ4P_ERROR_UNSUPPORTED,
+                 other.c_str());
+  EXPECT_TRUE(bundle->checkLibrary(*none));
+  toy.digest = "";
+  ASSERT_TRUE(toy.open(bundle));
+  EXPECT_REFUSED(bundle->checkLibrary(*recorded), CQ4P_ERROR_UNSUPPORTED,
+                 "library built for bundle digest toy-digest-1, this bundle has "
+                 "none (no model_digest in its manifest.json)");
+}

@@ -17,8 +17,10 @@
 // Files must not change while a bundle is open: the tensors are the files'
 // own pages, mapped read-only. A file rewritten in place changes what the
 // kernels read (never where: the runtime keeps its own copy of every index
-// that drives an address); a file truncated under the mapping makes reads
-// past its new end fault (SIGBUS) and cannot be detected by the runtime.
+// that drives an address); a file truncated under the mapping is detected
+// (TensorFile::checkMapping, and the runtime's SIGBUS handler turns a read
+// past the new end into zeros and an error from the call that made it;
+// docs/TRUST.md).
 // Writers replace files by renaming a new one into place, which leaves an
 // open bundle's mapping intact.
 //
@@ -43,6 +45,8 @@
 #include <vector>
 
 namespace cq4p::runtime {
+
+class KernelLibrary;
 
 struct BundleTensor {
   std::string name;
@@ -83,6 +87,13 @@ public:
   /// manifest.json's top-level `model_digest` (empty when it has none).
   const std::string &modelDigest() const { return modelDigest_; }
   bool hasModelDigest() const { return hasModelDigest_; }
+
+  /// Refuses a library compiled for another bundle: one that records a
+  /// bundle digest (KernelLibrary::bundleDigest) other than this bundle's
+  /// model_digest, or records one when this bundle has none. A library that
+  /// records none serves any bundle, unless `requireDigest`.
+  Status checkLibrary(const KernelLibrary &library,
+                      bool requireDigest = false) const;
 
   /// The integer member `key` of manifest.json's `config` object, if there
   /// is one (e.g. "max_position_embeddings").

@@ -21,14 +21,17 @@
 //   6. the optional model steps (`cq4p_model_steps`, ABI version 3): its
 //      pointers as in 3, every field of the descriptor and of its bindings,
 //      then the steps' target and features against the CPU, as for the
-//      kernels. A kernel-only library has no such symbol and model() is null.
+//      kernels. A kernel-only library has no such symbol and model() is null;
+//   7. the optional bundle digest (`cq4p_bundle_digest`): a non-empty string
+//      inside the library, equal to the model steps' digest when both exist.
 //
 // A kernel library is code, trusted like any shared library (docs/TRUST.md):
 // these checks refuse a damaged or foreign file, not a malicious one. A
 // descriptor can still lie about what its code does (a kernel that writes
-// past the shape it declares); only the model_digest a model library records
-// ties it to one bundle (Model::open). Kernels run only through the layers
-// that bind them (Linear.h).
+// past the shape it declares). The bundle digest a library records
+// (bundleDigest) ties it to one bundle: Bundle::checkLibrary, which
+// Model::open and cq4p-run apply. Kernels run only through the layers that
+// bind them (Linear.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,6 +57,8 @@ constexpr uint32_t kMaxKernelCount = 65536;
 constexpr uint32_t kMaxModelBindingCount = 65536;
 /// More rows than a prefill chunk can sensibly hold in its workspace.
 constexpr uint64_t kMaxPrefillChunk = uint64_t(1) << 20;
+/// A recorded bundle digest longer than this is a corrupt symbol.
+constexpr size_t kMaxBundleDigestBytes = CQ4P_MAX_BUNDLE_DIGEST_BYTES;
 
 /// Checks the start of a file (at least its first 64 bytes when it has them)
 /// as the ELF header of a shared library this process can load. `path` only
@@ -146,6 +151,10 @@ public:
   /// The model steps, validated and runnable here; null for a kernel-only
   /// library.
   const cq4p_model_desc *model() const { return model_; }
+  /// The model_digest of the bundle the library was compiled for
+  /// (`cq4p_bundle_digest`, or else the model steps' digest), or "" when
+  /// it records none.
+  const std::string &bundleDigest() const { return bundleDigest_; }
 
   /// The kernels of `op` for a tensor of the given shape, in table order.
   /// Quantize kernels are matched on K, the group size and the rotation
@@ -166,6 +175,7 @@ private:
   void *handle_ = nullptr;
   const cq4p_kernel_table *table_ = nullptr;
   const cq4p_model_desc *model_ = nullptr;
+  std::string bundleDigest_;
 };
 
 } // namespace cq4p::runtime

@@ -23,6 +23,11 @@
 // any kernel. A layer refers to its TensorFile and KernelLibrary: both must
 // outlive it.
 //
+// A file truncated while mapped (docs/TRUST.md): bind refuses a file whose
+// size is no longer the mapped size, and a run whose kernels met the
+// truncation (they read zeros for the lost pages) fails naming the file,
+// with NaN in place of its outputs; so do all later runs over that file.
+//
 // SME workers. On SME2 silicon the cores of a cluster share one SME unit,
 // so only a few threads should run SME2 kernels while the others keep
 // their NEON units busy. A layer bound to a NEON library may also have an

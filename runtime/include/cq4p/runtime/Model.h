@@ -27,6 +27,12 @@
 // A Model refers to its Bundle and KernelLibrary: both must outlive it. One
 // call at a time (the model is a sequence's state).
 //
+// Files truncated while mapped (docs/TRUST.md): open() and generate()
+// refuse a bound file whose size is no longer the mapped size; a prefill,
+// decode or generate whose steps met a truncation fails naming the file,
+// without writing logits (the model's own become NaN), and so does every
+// later step, since the file's lost pages read as zeros from then on.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_RUNTIME_MODEL_H
@@ -196,8 +202,13 @@ private:
   Status bindTensors(const Bundle &bundle);
   Status allocate(uint64_t kvBytes);
   Status checkTokens(const char *what, const int64_t *ids, int64_t count) const;
-  void runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows);
-  void prefillChecked(const int64_t *ids, int64_t count);
+  /// TensorFile::checkMapping over every bound file.
+  Status checkFiles() const;
+  /// After a step: fails, naming the file, when a bound file was truncated
+  /// under it (and makes the logits NaN).
+  Status checkFaults();
+  Status runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows);
+  Status prefillChecked(const int64_t *ids, int64_t count);
   void copyLogits(float *out) const;
 
   const KernelLibrary *library_ = nullptr;
@@ -205,6 +216,8 @@ private:
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<WeightView[]> weightViews_; // one per binding; CQ4 ones used
   std::vector<const void *> bindings_;
+  std::vector<const TensorFile *> files_; // one per binding
+  uint64_t faultsSeen_ = 0;               // guardedFaults() with none of ours
   void *kvCache_ = nullptr;
   uint64_t kvCacheBytes_ = 0;
   void *workspace_ = nullptr;

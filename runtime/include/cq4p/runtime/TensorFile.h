@@ -1,7 +1,8 @@
 //===- TensorFile.h - one CQ4 tensor file, mapped and validated -*- C++ -*-===//
 //
 // A tensor file (FORMAT.md) mapped read-only: the bytes kernels use are the
-// file's own pages, never copied. Every header field, size and offset is
+// file's own pages, never copied. A file truncated while mapped is detected
+// rather than fatal (truncatedWhileMapped, checkMapping; docs/TRUST.md). Every header field, size and offset is
 // validated before any region is exposed, in a fixed order shared with the
 // Python reader (python/cq4p/files.py), so that both name the same field
 // for the same defect.
@@ -79,6 +80,18 @@ public:
   /// verifyTensorContent over the mapped file.
   Status verify() const;
 
+  /// Whether a read of the mapping has gone past the file's end since it
+  /// was opened: the file was truncated under it, and the runtime's SIGBUS
+  /// handler (docs/TRUST.md) mapped zero pages where its pages were, so
+  /// whatever was computed from the file since is wrong. One atomic load.
+  bool truncatedWhileMapped() const;
+
+  /// Refuses, naming the file and both sizes, a file that was truncated
+  /// while mapped or whose size is no longer the mapped size (one stat of
+  /// the path; a different file there, such as a replacement renamed into
+  /// place, leaves the mapped one intact and is not refused).
+  Status checkMapping() const;
+
   /// The bytes of a region (empty when the file has none).
   ByteSpan region(cq4p_region region) const;
 
@@ -88,6 +101,9 @@ private:
   std::string path_;
   const uint8_t *base_ = nullptr;
   uint64_t size_ = 0;
+  int guardSlot_ = -1; // MappingGuard.h; -1 for an empty file
+  bool noFollow_ = false;
+  uint64_t device_ = 0, inode_ = 0; // the mapped file's identity
   cq4p_tensor_info info_ = {};
   RegionTable regions_;
 };
