@@ -141,6 +141,20 @@ public:
               b, loc, arith::CmpIPredicate::ult, d, limit);
           indices.push_back(arith::SelectOp::create(b, loc, inside, d, none));
         }
+      // With AVX2, two output chunks per 256-bit PSHUFB whose table holds
+      // the source chunk in both lanes: the indices of chunks 2o and 2o + 1
+      // side by side.
+      if (target != DotTarget::X86Ssse3 && (gs / kChunk) % 2 == 0) {
+        int64_t chunks = gs / kChunk;
+        SmallVector<int64_t> sideBySide;
+        for (int64_t i = 0; i < 2 * kChunk; ++i)
+          sideBySide.push_back(i);
+        for (int64_t o = 0; o < chunks; o += 2)
+          for (int64_t t = 0; t < chunks; ++t)
+            wideIndices.push_back(vector::ShuffleOp::create(
+                b, loc, indices[o * chunks + t], indices[(o + 1) * chunks + t],
+                sideBySide));
+      }
       break;
     }
     case DotTarget::Generic:
@@ -191,6 +205,28 @@ public:
     case DotTarget::X86Avx2:
     case DotTarget::X86AvxVnni:
     case DotTarget::X86Avx512Vnni:
+      if (!wideIndices.empty()) {
+        auto i8x32 = VectorType::get({2 * kChunk}, b.getI8Type());
+        SmallVector<int64_t> twice;
+        for (int64_t i = 0; i < 2 * kChunk; ++i)
+          twice.push_back(i % kChunk);
+        SmallVector<Value> tables;
+        for (Value chunk : natural)
+          tables.push_back(vector::ShuffleOp::create(b, loc, chunk, chunk, twice));
+        for (int64_t o = 0; o < chunks; o += 2) {
+          Value out;
+          for (int64_t t = 0; t < chunks; ++t) {
+            Value part = LLVM::CallIntrinsicOp::create(
+                             b, loc, i8x32, b.getStringAttr("llvm.x86.avx2.pshuf.b"),
+                             ValueRange{tables[t], wideIndices[(o / 2) * chunks + t]})
+                             .getResult(0);
+            out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
+          }
+          Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kChunk));
+          vector::StoreOp::create(b, loc, out, act, ValueRange{row, k});
+        }
+        return;
+      }
       for (int64_t o = 0; o < chunks; ++o) {
         Value out;
         for (int64_t t = 0; t < chunks; ++t) {
@@ -229,6 +265,7 @@ private:
   Value permutation; ///< the u32 indices, for the generic gather
   int64_t gs;
   SmallVector<Value> indices;
+  SmallVector<Value> wideIndices; ///< AVX2: two chunks' indices per vector
 };
 
 struct QuantizeActivationsVectorLowering
@@ -435,7 +472,8 @@ struct QuantizeActivationsVectorLowering
 ///     holds each output byte, one permute for the even outputs and one for
 ///     the odd) and one in-lane byte pick (PSHUFB) of each, blended: AVX-512BW
 ///     only, about 7 instructions per 64 bytes. Larger groups, and AVX2, or
-///     PSHUFB lookups per 16-byte chunk (Permuter).
+///     PSHUFB lookups of each source chunk (Permuter), two output chunks per
+///     256-bit lookup.
 struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
   WideQuantizeLowering(MLIRContext *ctx, DotTarget target, int64_t lanes)
       : OpRewritePattern(ctx), target(target), lanes(lanes) {}

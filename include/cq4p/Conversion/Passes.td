@@ -54,11 +54,17 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     bytes with two LUTI4 (x2) into four vectors [16 channels][4 K] (nibble j
     becomes byte j) and accumulates them with one multi-vector SDOT, indexed
     by the kg-block's 4 activations, into four ZA vectors: 16 groups at a
-    time, each in its own ZA slice, stored from ZA to the partials buffer
-    with `str za` (reading ZA back into registers would stall the shared SME
-    unit). The fp32 rescale stays outside, in NEON, so SME2 and NEON share
-    it and agree exactly on the int32 partials. The leaves assume a 512-bit
-    streaming vector length; the runtime runs them only there.
+    time, each in its own ZA slice. Where the partials' rescale follows
+    (a GEMV, a GEMM tile), the leaf rescales them straight out of ZA in
+    streaming mode (multi-vector ZA reads, SCVTF x4, the contract's fp32
+    multiplies and adds in its order, so the results equal NEON's bit for
+    bit); otherwise they are stored from ZA to the partials buffer with
+    `str za` and rescaled in NEON. The int32 partials are exactly NEON's.
+    ZA zero, the outer products, `str za` and the ZA tile reads are typed
+    `arm_sme.intr` operations; LUTI4, ZT0 and the multi-vector ZA
+    operations, which the dialect lacks, are intrinsic calls. The leaves
+    assume a 512-bit streaming vector length; the runtime runs them only
+    there.
 
     `cq4p.attention` (head dims a multiple of 64) takes fp32 outer products:
     per tile of 16 query rows, Q K^T with FMOPA into ZA0.S per tile of 16

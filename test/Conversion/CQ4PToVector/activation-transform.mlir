@@ -50,7 +50,8 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
 // AVX2 and AVX-512 (WideQuantizeLowering): a group in natural order, 8 or
 // 16 lanes; the butterflies inside a vector are a lane swap and an FMA by
 // +-1, max|w| an integer max of the magnitudes' bits, the right signs a
-// byte negate under a per-call mask. AVX-512 rounds with VCVTPS2DQ under
+// byte negate under a per-call mask; AVX2 looks each source chunk up for two
+// output chunks at once (256-bit PSHUFB). AVX-512 rounds with VCVTPS2DQ under
 // round-to-nearest-even and permutes a group of up to 128 bytes with word
 // permutes and one PSHUFB pick per parity; a 128-byte group is narrowed by
 // VPACKSSDW + VPACKSSWB, whose byte order the per-call indices absorb.
@@ -66,7 +67,8 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
 // AVX2: math.roundeven %{{.*}} : vector<8xf32>
 // AVX2: arith.trunci %{{.*}} : vector<16xi32> to vector<16xi8>
 // AVX2: arith.select %{{.*}} : vector<16xi1>, vector<16xi8>
-// AVX2: llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
+// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVX2: vector.store %{{.*}} : memref<?x64xi8>, vector<32xi8>
 // AVX2-NOT: arith.muli %{{.*}} : vector<16xi8>
 
 // AVX512-LABEL: func.func @quantize
