@@ -174,7 +174,9 @@ typedef struct cq4p_generate_stats {
 /* Opens the bundle in bundle_dir and the model library at library_path
  * (checked against this CPU), binds the library's tensors and allocates the
  * KV cache, workspace and threads. options may be NULL (1 thread, the
- * defaults). On success *out owns all of it until cq4p_model_close. */
+ * defaults). On success *out owns all of it until cq4p_model_close. The
+ * thread that calls into a model runs kernels too, which keep row tiles on
+ * the stack: give it 1 MiB of stack (the model's own threads get 8 MiB). */
 CQ4P_API int cq4p_model_open(const char *bundle_dir, const char *library_path,
                              const cq4p_model_options *options,
                              cq4p_model **out, char *error, size_t error_size);
