@@ -211,9 +211,9 @@ def test_compile_refuses_a_bundle_digest_it_cannot_record(compiled, tmp_path):
 
 
 def test_compile_says_so_when_memory_runs_out(tmp_path):
-    # 40 distinct shapes need about 250 MiB; 64 MiB of data runs out while
-    # lowering them. One CPU, so that the compiler's threads (a stack each)
-    # do not depend on the machine.
+    # 40 distinct shapes need about 250 MiB; under a 64 MiB data limit the
+    # compiler refuses them before any work. One CPU, so that the compiler's
+    # threads (a stack each) do not depend on the machine.
     source = tmp_path / "shapes.mlir"
     functions = []
     for i in range(40):
@@ -229,9 +229,10 @@ def test_compile_says_so_when_memory_runs_out(tmp_path):
     result = subprocess.run([tools.find_tool("cq4p-compile"), str(source), "--target=host", "-o",
                              str(library)], capture_output=True, text=True, preexec_fn=limited)
     assert result.returncode == 1
+    # 128 MiB + 3 MiB x 40 shapes = 248 MiB, refused before any work.
     assert result.stderr == (
         f"cq4p-compile: error: out of memory compiling {source} for --target=host: 40 distinct "
         f"kernel shapes, at about 3.5 MiB each: split the functions over several files and compile "
         f"a library of each (a layer binds to any library with its shape's kernels), or give "
-        f"the compiler more memory\n")
+        f"the compiler more memory (about 248 MiB in all, above the data limit of 64 MiB)\n")
     assert not library.exists()

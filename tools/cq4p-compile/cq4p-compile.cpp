@@ -71,6 +71,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <sys/resource.h>
 #include <unistd.h>
 
 LLD_HAS_DRIVER(elf)
@@ -297,6 +298,8 @@ FailureOr<TargetChoice> chooseTarget() {
 /// 130 MiB, as bench/compile/run measured it: 3.1 MiB for the host, 3.5
 /// for aarch64-neon, linear from 10 to 100 shapes.
 constexpr const char *kMemoryPerShape = "3.5 MiB";
+/// What a compile takes before its first shape, in MiB (bench/compile).
+constexpr uint64_t kFixedMemoryMiB = 128;
 
 /// What cq4p-compile says when memory runs out, written while memory is
 /// still there: the handler may not allocate.
@@ -471,13 +474,29 @@ int main(int argc, char **argv) {
   if (shapes.empty())
     return fail(inputFile + " has no cq4p.linear, cq4p.embedding or "
                             "cq4p.prefill_attention to compile");
-  sayOnOutOfMemory(
-      "cq4p-compile: error: out of memory compiling " + inputFile +
-      " for --target=" + targetName + ": " + std::to_string(shapes.size()) +
+  std::string outOfMemory =
+      "out of memory compiling " + inputFile + " for --target=" + targetName +
+      ": " + std::to_string(shapes.size()) +
       " distinct kernel shapes, at about " + kMemoryPerShape +
       " each: split the functions over several files and compile a library "
       "of each (a layer binds to any library with its shape's kernels), or "
-      "give the compiler more memory\n");
+      "give the compiler more memory";
+  // A data or address-space limit below what the shapes need is refused
+  // before any work: past it, an allocation can fail where LLVM does not
+  // check (a crash, not this message). The estimate is bench/compile's
+  // lower bound: the fixed cost plus 3 MiB per shape.
+  for (int resource : {RLIMIT_DATA, RLIMIT_AS}) {
+    struct rlimit limit;
+    uint64_t need = (uint64_t(kFixedMemoryMiB) + 3 * shapes.size()) << 20;
+    if (getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+        uint64_t(limit.rlim_cur) < need)
+      return fail(outOfMemory + " (about " + std::to_string(need >> 20) +
+                  " MiB in all, above the " +
+                  (resource == RLIMIT_DATA ? "data" : "address space") +
+                  " limit of " + std::to_string(uint64_t(limit.rlim_cur) >> 20) +
+                  " MiB)");
+  }
+  sayOnOutOfMemory("cq4p-compile: error: " + outOfMemory + "\n");
 
   PassManager pm(&context);
   cq4p::KernelPipelineOptions options;
