@@ -35,9 +35,16 @@
 // store). That is cq4p.rescale's order of fp32 operations exactly, so the
 // results equal the NEON rescale's bit for bit.
 //
-// ZA is zeroed, accumulated into by outer products, and read by `str za`
-// and single-vector MOVA through the ArmSME dialect's typed operations
-// (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.str`, `.read.horiz`),
+// The GEMM leaf's accumulators are a [16][64] view with a dynamic row
+// stride: y itself for a whole tile. cq4p.pack_activation_tile becomes a
+// streaming leaf of its own (`<kernel>_sme_pack_tile`, once per tile): the
+// packed tile is the transpose of the rows' 32-bit words, loaded as
+// horizontal slices of ZA tile 0 and stored from its vertical slices.
+//
+// ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
+// by `str za` and single-vector MOVA through the ArmSME dialect's typed
+// operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
+// `.str`, `.read.horiz`),
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
 // with predicates-as-counters, LD1RQ and the multi-vector SCVTF have no
