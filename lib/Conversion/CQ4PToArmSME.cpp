@@ -35,9 +35,16 @@
 // store). That is cq4p.rescale's order of fp32 operations exactly, so the
 // results equal the NEON rescale's bit for bit.
 //
-// ZA is zeroed, accumulated into by outer products, and read by `str za`
-// and single-vector MOVA through the ArmSME dialect's typed operations
-// (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.str`, `.read.horiz`),
+// The GEMM leaf's accumulators are a [16][64] view with a dynamic row
+// stride: y itself for a whole tile. cq4p.pack_activation_tile becomes a
+// streaming leaf of its own (`<kernel>_sme_pack_tile`, once per tile): the
+// packed tile is the transpose of the rows' 32-bit words, loaded as
+// horizontal slices of ZA tile 0 and stored from its vertical slices.
+//
+// ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
+// by `str za` and single-vector MOVA through the ArmSME dialect's typed
+// operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
+// `.str`, `.read.horiz`),
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
 // with predicates-as-counters, LD1RQ and the multi-vector SCVTF have no
@@ -132,6 +139,13 @@ public:
     arm_sme::aarch64_sme_str::create(b, loc, vectorIndex, address, i32(offset));
   }
 
+  /// Horizontal slice `slice` of the 32-bit tile za<tile>.s <- the 16
+  /// words at `address`, zeros in the lanes `predicate` leaves out (LD1W).
+  void loadTileRow(int64_t tile, int64_t slice, Value predicate, Value address) {
+    arm_sme::aarch64_sme_ld1w_horiz::create(b, loc, predicate, address, uint32_t(tile),
+                                            i32(slice));
+  }
+
   /// za<tile>.s += lhs (x) rhs, 4-way outer products of int8 (SMOPA).
   void signedOuterProduct4Way(int64_t tile, Value predicate, Value lhs, Value rhs) {
     arm_sme::aarch64_sme_smopa_wide::create(b, loc, uint32_t(tile), predicate,
@@ -217,6 +231,18 @@ public:
     intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4f32",
               {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
   }
+  void storeQuadWords(ArrayRef<Value> vectors, Value address) {
+    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4i32",
+              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
+  }
+
+  /// Vertical slices slice..slice+3 of the 32-bit tile za<tile>.s: word
+  /// `slice + i` of each of its 16 rows (multi-vector MOVA; the ArmSME
+  /// dialect has no multi-vector ZA operations).
+  SmallVector<Value> readTileColumns4(int64_t tile, int64_t slice) {
+    return unpack(intrinsic(quadType(nxv4i32()), "llvm.aarch64.sme.read.ver.vg4.nxv4i32",
+                            {i32(tile), i32(slice)}));
+  }
 
   /// Four int32 vectors converted to fp32 (multi-vector SCVTF, which the
   /// ArmSVE dialect lacks).
@@ -230,6 +256,21 @@ public:
   Type ptrType;
   VectorType nxv16i8;
 
+  /// All-true predicates-as-counters for bytes and for 32-bit elements
+  /// (PTRUE PNx; the ArmSVE dialect has no predicate-as-counter type),
+  /// made at their first use: a leaf whose first use is inside a region
+  /// and a later one outside calls these first, where both can see them.
+  Value allBytes() {
+    if (!allBytesCounter)
+      allBytesCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c8", {});
+    return allBytesCounter;
+  }
+  Value allWords() {
+    if (!allWordsCounter)
+      allWordsCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c32", {});
+    return allWordsCounter;
+  }
+
 private:
   Value intrinsic(Type result, StringRef name, ValueRange args) {
     if (!result) {
@@ -241,18 +282,6 @@ private:
         .getResult(0);
   }
 
-  /// All-true predicates-as-counters for bytes and for 32-bit elements
-  /// (PTRUE PNx; the ArmSVE dialect has no predicate-as-counter type).
-  Value allBytes() {
-    if (!allBytesCounter)
-      allBytesCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c8", {});
-    return allBytesCounter;
-  }
-  Value allWords() {
-    if (!allWordsCounter)
-      allWordsCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c32", {});
-    return allWordsCounter;
-  }
   Type svcountType() {
     return LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {});
   }
@@ -445,7 +474,16 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     // (channels 16t.., tile t): four MOVA, then accum[r][0..64) as one
     // four-vector load and store; the group's norms serve every row.
     const FusedRescale &fused = *args.fused;
-    Value scalesBase = leaf.base(fused.scales), accumBase = leaf.base(fused.accum);
+    // The accumulators are a [16][64] view, of y itself for a whole tile:
+    // its row stride and first element from the descriptor.
+    auto accumLayout =
+        memref::ExtractStridedMetadataOp::create(b, loc, fused.accum);
+    Value accumBase = leaf.offset(
+        leaf.base(fused.accum),
+        arith::MulIOp::create(b, loc, accumLayout.getOffset(), leaf.index(4)));
+    Value accumRowBytes =
+        arith::MulIOp::create(b, loc, accumLayout.getStrides()[0], leaf.index(4));
+    Value scalesBase = leaf.base(fused.scales);
     int64_t scaleColumns = cast<MemRefType>(fused.scales.getType()).getDimSize(1);
     SmallVector<Value> norms = loadNorms(leaf, leaf.base(fused.norms), ng, sb, g);
     Value lanes = leaf.allTrue(4);
@@ -455,7 +493,8 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
         ints.push_back(leaf.readTileRow(tile, r, lanes));
       rescaleQuad(leaf, ints, loadScale(leaf, scalesBase, scaleColumns, args.row, r, g),
                   norms,
-                  leaf.offset(accumBase, leaf.index(r * CQ4P_PANEL_CHANNELS * 4)));
+                  leaf.offset(accumBase, arith::MulIOp::create(b, loc, accumRowBytes,
+                                                               leaf.index(r))));
     }
     return;
   }
@@ -675,6 +714,89 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
                          leaf.offset(outBase, arith::MulIOp::create(b, loc, element, four)),
                          0);
     }
+}
+
+/// cq4p.pack_activation_tile as a streaming leaf: the packed tile
+/// [kg][16 rows][4 K] is the transpose of the rows' 32-bit words, so per 64
+/// K it loads the 16 rows as horizontal slices of ZA tile 0 (LD1W, rows
+/// past the end of `act` as zeros through their predicate) and stores its
+/// vertical slices, four at a time (MOVA x4, ST1W x4): word j of every row
+/// is kg-block j's 64-byte operand. The scales' rows are contiguous in both
+/// buffers: one predicated load and one store per 16.
+void buildPackTileLeafBody(OpBuilder &b, Location loc, ValueRange args) {
+  Value act = args[0], scales = args[1], packed = args[2],
+        packedScales = args[3], row = args[4];
+  LeafBuilder leaf(b, loc);
+  int64_t k = cast<MemRefType>(act.getType()).getDimSize(1);
+  int64_t ng = cast<MemRefType>(scales.getType()).getDimSize(1);
+  int64_t words = k / CQ4P_KG_BLOCK_K;
+  Value c0 = leaf.index(0), c16 = leaf.index(kSmeTileRows);
+  Value rows = memref::DimOp::create(b, loc, act, 0);
+  Value valid = arith::MinSIOp::create(
+      b, loc, arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, rows, row), c0),
+      c16);
+  auto mask = [&](Value lanes) {
+    return vector::CreateMaskOp::create(
+        b, loc, VectorType::get({4}, b.getI1Type(), {true}), ValueRange{lanes});
+  };
+  // Row r's lanes: the first `lanes` words if the row exists, else none.
+  auto rowMasks = [&](int64_t lanes) {
+    SmallVector<Value> masks;
+    for (int64_t r = 0; r < kSmeTileRows; ++r) {
+      Value exists = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                           leaf.index(r), valid);
+      masks.push_back(mask(arith::SelectOp::create(b, loc, exists, leaf.index(lanes), c0)));
+    }
+    return masks;
+  };
+  Value actRows = leaf.offset(leaf.base(act),
+                              arith::MulIOp::create(b, loc, row, leaf.index(k)));
+  Value packedBase = leaf.base(packed);
+  leaf.allWords(); // the stores' counter, for the loop and the tail
+  // Words [16c, 16c + lanes) of every row to kg-blocks 16c.. (lanes / 4
+  // quads of kg-blocks).
+  auto chunk = [&](Value c, int64_t lanes, ArrayRef<Value> masks) {
+    Value first = arith::MulIOp::create(b, loc, c, leaf.index(kStreamingBytes));
+    Value source = leaf.offset(actRows, first);
+    for (int64_t r = 0; r < kSmeTileRows; ++r)
+      leaf.loadTileRow(0, r, masks[r], leaf.offset(source, leaf.index(r * k)));
+    Value target = leaf.offset(
+        packedBase, arith::MulIOp::create(b, loc, c, leaf.index(16 * kStreamingBytes)));
+    for (int64_t q = 0; q < lanes / 4; ++q)
+      leaf.storeQuadWords(leaf.readTileColumns4(0, 4 * q),
+                          leaf.vectorOffset(target, 4 * q));
+  };
+  int64_t fullChunks = words / 16, tail = words % 16;
+  {
+    SmallVector<Value> masks = rowMasks(16);
+    auto loop = scf::ForOp::create(b, loc, c0, leaf.index(fullChunks), leaf.index(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    chunk(loop.getInductionVar(), 16, masks);
+  }
+  if (tail)
+    chunk(leaf.index(fullChunks), tail, rowMasks(tail));
+
+  // packed_scales[r][g] = act_scales[row + r][g] for the rows that exist,
+  // zeros past them.
+  Value scaleSource = leaf.offset(
+      leaf.base(scales), arith::MulIOp::create(b, loc, row, leaf.index(ng * 4)));
+  Value scaleTarget = leaf.base(packedScales);
+  Value present = arith::MulIOp::create(b, loc, valid, leaf.index(ng));
+  Value zeros = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(leaf.nxv4f32(), b.getF32FloatAttr(0.0f)));
+  for (int64_t i = 0; i < ng; ++i) {
+    Value left = arith::MinSIOp::create(
+        b, loc,
+        arith::MaxSIOp::create(b, loc,
+                               arith::SubIOp::create(b, loc, present, leaf.index(16 * i)),
+                               c0),
+        c16);
+    Value values = LLVM::MaskedLoadOp::create(
+        b, loc, leaf.nxv4f32(), leaf.offset(scaleSource, leaf.index(64 * i)), mask(left),
+        zeros, 4u);
+    LLVM::StoreOp::create(b, loc, values, leaf.offset(scaleTarget, leaf.index(64 * i)));
+  }
 }
 
 /// A private streaming leaf `name` with `types`, built by `body` once.
@@ -944,6 +1066,26 @@ public:
     });
     for (AttentionOp op : attentions)
       lowerAttention(module, symbols, op);
+    // Activation tiles packed in a streaming leaf of their own, once per
+    // tile.
+    SmallVector<PackActivationTileOp> packs;
+    module.walk([&](PackActivationTileOp op) { packs.push_back(op); });
+    for (PackActivationTileOp op : packs) {
+      if (cast<MemRefType>(op.getPacked().getType()).getDimSize(2) != kSmeTileRows) {
+        op.emitError() << "SME2 packs tiles of " << kSmeTileRows << " rows, got "
+                       << cast<MemRefType>(op.getPacked().getType()).getDimSize(2);
+        return signalPassFailure();
+      }
+      std::string prefix = op->getParentOfType<func::FuncOp>().getSymName().str();
+      func::FuncOp leaf = getOrCreateLeaf(
+          module, symbols, prefix + "_sme_pack_tile", op->getOperandTypes(), op.getLoc(),
+          [&](OpBuilder &b, ValueRange args) {
+            buildPackTileLeafBody(b, op.getLoc(), args);
+          });
+      OpBuilder b(op);
+      func::CallOp::create(b, op.getLoc(), leaf, op->getOperands());
+      op.erase();
+    }
     SmallVector<PanelPartialsOp> ops;
     module.walk([&](PanelPartialsOp op) { ops.push_back(op); });
     for (PanelPartialsOp op : ops) {

@@ -958,59 +958,6 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
   }
 };
 
-struct PackActivationTileLowering
-    : public OpRewritePattern<PackActivationTileOp> {
-  using OpRewritePattern::OpRewritePattern;
-
-  LogicalResult matchAndRewrite(PackActivationTileOp op,
-                                PatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    OpBuilder &b = rewriter;
-    auto packedType = cast<MemRefType>(op.getPacked().getType());
-    int64_t ng = packedType.getDimSize(0), kg = packedType.getDimSize(1);
-    int64_t tileRows = packedType.getDimSize(2);
-    auto i8x4 = VectorType::get({CQ4P_KG_BLOCK_K}, b.getI8Type());
-    Value c0 = cIndex(b, loc, 0), cNg = cIndex(b, loc, ng), cKg = cIndex(b, loc, kg);
-    Value rows = rowsOf(b, loc, op.getAct());
-    Value zeros = splat(b, loc, i8x4, b.getI8IntegerAttr(0));
-    Value zeroScale = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-    for (int64_t r = 0; r < tileRows; ++r) {
-      Value rIndex = cIndex(b, loc, r);
-      Value source = arith::AddIOp::create(b, loc, op.getRow(), rIndex);
-      Value exists = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           source, rows);
-      // Rows past the end are zeros: they add nothing and are not stored.
-      auto ifOp = scf::IfOp::create(b, loc, exists, /*withElseRegion=*/true);
-      for (bool real : {true, false}) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(real ? ifOp.thenBlock() : ifOp.elseBlock());
-        forRange(b, loc, c0, cNg, [&](OpBuilder &b, Value g) {
-          Value scale = real ? memref::LoadOp::create(b, loc, op.getActScales(),
-                                                      ValueRange{source, g})
-                                   .getResult()
-                             : zeroScale;
-          memref::StoreOp::create(b, loc, scale, op.getPackedScales(),
-                                  ValueRange{rIndex, g});
-          forRange(b, loc, c0, cKg, [&](OpBuilder &b, Value kgIndex) {
-            Value values = zeros;
-            if (real) {
-              Value k = arith::AddIOp::create(
-                  b, loc, arith::MulIOp::create(b, loc, g, cIndex(b, loc, kg * 4)),
-                  arith::MulIOp::create(b, loc, kgIndex, cIndex(b, loc, 4)));
-              values = vector::LoadOp::create(b, loc, i8x4, op.getAct(),
-                                              ValueRange{source, k});
-            }
-            vector::StoreOp::create(b, loc, values, op.getPacked(),
-                                    ValueRange{g, kgIndex, rIndex, c0});
-          });
-        });
-      }
-    }
-    rewriter.eraseOp(op);
-    return success();
-  }
-};
-
 } // namespace
 
 void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
@@ -1020,6 +967,5 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   patterns.add<RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(
       ctx, rotationBlocking(target));
   populateActivationTransformPatterns(patterns, target);
-  patterns.add<RescaleLowering, PackActivationTileLowering, AttentionLowering>(
-      ctx);
+  patterns.add<RescaleLowering, AttentionLowering>(ctx);
 }

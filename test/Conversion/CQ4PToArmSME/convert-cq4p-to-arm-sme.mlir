@@ -10,6 +10,7 @@
 // and stores with their PTRUE, LD1RQ and multi-vector SCVTF. The whole set:
 // INTRINSICS: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
@@ -20,6 +21,7 @@
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ptrue.c8"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
 // INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
+// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
 // INTRINSICS-NOT: {{.}}
 
 // GEMV: the partials of every group of a super-block in one streaming leaf:
@@ -182,11 +184,16 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // GEMM tile with its rescale loop: per group, row r of the tile is
 // horizontal slice r of the four 32-bit ZA tiles, read with four MOVA and
 // rescaled like the GEMV's; the group's norms are loaded once for its 16
-// rows.
+// rows. The accumulators are a view with a dynamic row stride (y itself for
+// a whole tile): row r is r strides from the view's first element.
 // CHECK-LABEL: func.func @cq4p_gemm_fused
 // CHECK: call @cq4p_gemm_fused_sme_tile_matmul
 // CHECK-LABEL: func.func private @cq4p_gemm_fused_sme_tile_matmul
+// CHECK-SAME: %[[ACCUM:[^:]*]]: memref<16x64xf32, strided<[?, 1], offset: ?>>
 // CHECK-COUNT-16: "arm_sme.intr.smopa.wide"
+// CHECK: %{{.*}}, %[[OFFSET:.*]], %{{.*}}:2, %[[STRIDES:.*]]:2 = memref.extract_strided_metadata %[[ACCUM]]
+// CHECK: %[[FIRST:.*]] = arith.muli %[[OFFSET]], %c4
+// CHECK: %[[ROW_BYTES:.*]] = arith.muli %[[STRIDES]]#0, %c4
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
@@ -197,6 +204,7 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK: %[[T2:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 2 : i32}>
 // CHECK: %[[T3:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 3 : i32}>
 // CHECK: vector.broadcast
+// CHECK: arith.muli %[[ROW_BYTES]], %c0{{(_[0-9]+)?}} : index
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[T0]], %[[T1]], %[[T2]], %[[T3]])
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
@@ -208,7 +216,8 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK: return
 func.func @cq4p_gemm_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
                            %packed: memref<2x32x16x4xi8>, %scales: memref<16x2xf32>,
-                           %norms: memref<2x2x64xf32>, %accum: memref<16x64xf32>,
+                           %norms: memref<2x2x64xf32>,
+                           %accum: memref<16x64xf32, strided<[?, 1], offset: ?>>,
                            %sb: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -222,8 +231,71 @@ func.func @cq4p_gemm_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
         : memref<2x16x64xi32> to memref<16x64xi32, strided<[64, 1], offset: ?>>
     cq4p.rescale %slice, %scales, %norms, %accum, %sb, %g, %c0
         : memref<16x64xi32, strided<[64, 1], offset: ?>>, memref<16x2xf32>,
-          memref<2x2x64xf32>, memref<16x64xf32>
+          memref<2x2x64xf32>, memref<16x64xf32, strided<[?, 1], offset: ?>>
   }
+  return
+}
+
+// -----
+
+// Packing a 16-row activation tile in a streaming leaf: per 64 K (16
+// words), the 16 rows as horizontal slices of ZA tile 0 (LD1W; a row past
+// the end of the activations has no active lane, so its slice is zeros),
+// then the vertical slices four at a time (MOVA x4), each word j of every
+// row being kg-block j's operand, stored with one four-vector store. K =
+// 320 is 80 words: 5 whole chunks in a loop, no tail. The scales: one
+// predicated load (the rows that exist) and one store per 16.
+// CHECK-LABEL: func.func @cq4p_gemm_pack
+// CHECK: call @cq4p_gemm_pack_sme_pack_tile(%{{.*}}) : (memref<?x320xi8>, memref<?x5xf32>, memref<5x16x16x4xi8>, memref<16x5xf32>, index) -> ()
+// CHECK-NOT: cq4p.pack_activation_tile
+// CHECK-LABEL: func.func private @cq4p_gemm_pack_sme_pack_tile
+// CHECK-SAME: attributes {cq4p.sme_leaf}
+// CHECK: %[[ROWS:.*]] = memref.dim
+// CHECK: %[[LEFT:.*]] = arith.subi %[[ROWS]],
+// CHECK: %[[VALID:.*]] = arith.minsi %{{.*}}, %c16
+// CHECK: %[[EXISTS0:.*]] = arith.cmpi slt, %c0{{.*}}, %[[VALID]]
+// CHECK: %[[LANES0:.*]] = arith.select %[[EXISTS0]], %c16{{.*}}, %c0
+// CHECK: %[[MASK0:.*]] = vector.create_mask %[[LANES0]] : vector<[4]xi1>
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c5{{(_[0-9]+)?}} step %c1
+// CHECK: "arm_sme.intr.ld1w.horiz"(%[[MASK0]], %{{.*}}, %{{.*}}) <{tile_id = 0 : i32}>
+// CHECK-COUNT-15: "arm_sme.intr.ld1w.horiz"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
+// CHECK-COUNT-3: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK: }
+// CHECK-NOT: "arm_sme.intr.ld1w.horiz"
+// CHECK: %[[PRESENT:.*]] = arith.muli %[[VALID]], %c5
+// CHECK: llvm.intr.masked.load
+// CHECK-COUNT-4: llvm.intr.masked.load
+// CHECK-NOT: llvm.intr.masked.load
+// CHECK: return
+func.func @cq4p_gemm_pack(%act: memref<?x320xi8>, %scales: memref<?x5xf32>,
+                          %packed: memref<5x16x16x4xi8>, %packed_scales: memref<16x5xf32>,
+                          %row: index) {
+  cq4p.pack_activation_tile %act, %scales, %packed, %packed_scales, %row
+      : memref<?x320xi8>, memref<?x5xf32>, memref<5x16x16x4xi8>, memref<16x5xf32>
+  return
+}
+
+// -----
+
+// A tail of fewer than 16 words (K = 96: 24 words, one whole chunk and 8
+// words) is loaded with 8 lanes per row and stored as two quads.
+// CHECK-LABEL: func.func private @cq4p_gemm_pack_tail_sme_pack_tile
+// CHECK: scf.for
+// CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
+// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK: }
+// CHECK: %[[EIGHT:.*]] = arith.select %{{.*}}, %c8{{(_[0-9]+)?}}, %c0
+// CHECK: vector.create_mask %[[EIGHT]] : vector<[4]xi1>
+// CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+func.func @cq4p_gemm_pack_tail(%act: memref<?x96xi8>, %scales: memref<?x3xf32>,
+                               %packed: memref<3x8x16x4xi8>, %packed_scales: memref<16x3xf32>,
+                               %row: index) {
+  cq4p.pack_activation_tile %act, %scales, %packed, %packed_scales, %row
+      : memref<?x96xi8>, memref<?x3xf32>, memref<3x8x16x4xi8>, memref<16x3xf32>
   return
 }
 

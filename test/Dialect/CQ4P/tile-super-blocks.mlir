@@ -69,11 +69,15 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // SME2 GEMM: tiles of 16 rows packed once, super-blocks inside, partials of
 // every group (4 here) per streaming call. A last tile of fewer than 4 rows
 // is not padded: (rows + 12) / 16 tiles, then the rows past them one by one
-// with the one-row partials. Whole rows of 64 channels go to y as vectors.
+// with the one-row partials. A whole tile (16 rows, 64 channels below N)
+// is zeroed and rescaled in y itself; a partial one in the tile's
+// accumulator, then copied (whole rows of 64 channels as vectors). Both are
+// a [16][64] view with a dynamic row stride.
 // SME2-LABEL: func.func @gemm
 // SME2-DAG: %[[PACKED:.*]] = memref.alloca() : memref<4x8x16x4xi8>
 // SME2-DAG: %[[SCALES:.*]] = memref.alloca() : memref<16x4xf32>
 // SME2-DAG: %[[PART:.*]] = memref.alloca() : memref<4x16x64xi32>
+// SME2-DAG: %[[ACCUM:.*]] = memref.alloca() : memref<16x64xf32>
 // SME2: %[[ROWS:.*]] = memref.dim
 // SME2: %[[PLUS:.*]] = arith.addi %[[ROWS]], %c12
 // SME2: %[[TILES:.*]] = arith.divui %[[PLUS]], %c16
@@ -81,11 +85,23 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // SME2: %[[END:.*]] = arith.minsi %[[TILED]], %[[ROWS]]
 // SME2: scf.for %[[TILE:.*]] = %{{.*}} to %[[TILES]]
 // SME2: cq4p.pack_activation_tile %{{.*}}, %{{.*}}, %[[PACKED]], %[[SCALES]]
+// SME2: %[[VALID_ROWS:.*]] = arith.minsi
 // SME2: scf.for %[[SB:.*]] =
+// SME2: %[[FULL_ROWS:.*]] = arith.cmpi eq, %[[VALID_ROWS]], %c16
+// SME2: %[[FULL_CHANNELS:.*]] = arith.cmpi eq, %{{.*}}, %c64
+// SME2: %[[WHOLE:.*]] = arith.andi %[[FULL_ROWS]], %[[FULL_CHANNELS]]
+// SME2: %[[VIEW:.*]] = scf.if %[[WHOLE]] -> (memref<16x64xf32, strided<[?, 1], offset: ?>>)
+// SME2: %[[Y_TILE:.*]] = memref.subview %{{.*}}[%[[TILE_ROW:.*]], %{{.*}}] [16, 64] [1, 1] : memref<?x64xf32> to memref<16x64xf32, strided<[64, 1], offset: ?>>
+// SME2: memref.cast %[[Y_TILE]]
+// SME2: } else {
+// SME2: memref.cast %[[ACCUM]] : memref<16x64xf32> to memref<16x64xf32, strided<[?, 1], offset: ?>>
+// SME2-COUNT-256: vector.store %{{.*}}, %[[VIEW]]
 // SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %[[PACKED]], %[[PART]], %[[SB]]
-// SME2: cq4p.rescale %{{.*}}, %[[SCALES]]
+// SME2: cq4p.rescale %{{.*}}, %[[SCALES]], %{{.*}}, %[[VIEW]]
+// SME2: %[[PARTIAL:.*]] = arith.xori %[[WHOLE]], %true
+// SME2: scf.if %[[PARTIAL]] {
 // SME2: scf.if
-// SME2-COUNT-4: vector.store %{{.*}} : memref<?x64xf32>, vector<16xf32>
+// SME2-COUNT-4: vector.load %[[ACCUM]]
 // SME2: } else {
 // SME2: memref.store
 // SME2: memref.alloca() : memref<4x1x64xi32>

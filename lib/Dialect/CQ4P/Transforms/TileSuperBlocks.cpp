@@ -352,7 +352,36 @@ private:
         arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
                               arith::MulIOp::create(b, loc, sb, c64)),
         c64);
-    zeroAccumulator(b, loc, accum);
+    // A whole tile (16 rows, 64 channels below N) accumulates straight into
+    // y; a partial one into `accum`, then copied. Both as a [16][64] view
+    // with a dynamic row stride, so one leaf serves both.
+    auto viewType = MemRefType::get(
+        {kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type(),
+        StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic,
+                               {ShapedType::kDynamic, 1}));
+    Value whole = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validRows, c16),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validChannels, c64));
+    auto target = scf::IfOp::create(b, loc, TypeRange{viewType}, whole,
+                                    /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(target.thenBlock());
+      Value outputs = memref::SubViewOp::create(
+          b, loc, op.getY(),
+          ArrayRef<OpFoldResult>{row, OpFoldResult(arith::MulIOp::create(b, loc, sb, c64))},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(kSmeTileRows),
+                                 b.getIndexAttr(CQ4P_PANEL_CHANNELS)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+      scf::YieldOp::create(b, loc,
+                           Value(memref::CastOp::create(b, loc, viewType, outputs)));
+      b.setInsertionPointToStart(target.elseBlock());
+      scf::YieldOp::create(b, loc,
+                           Value(memref::CastOp::create(b, loc, viewType, accum)));
+    }
+    Value tileAccum = target.getResult(0);
+    zeroAccumulator(b, loc, tileAccum);
 
     auto chunkLoop = scf::ForOp::create(b, loc, c0, constantIndex(b, loc, ng),
                                         constantIndex(b, loc, chunk));
@@ -369,11 +398,19 @@ private:
       Value j = groupLoop.getInductionVar();
       Value g = arith::AddIOp::create(b, loc, first, j);
       RescaleOp::create(b, loc, groupSlice(b, loc, partials, j), packedScales,
-                        op.getNormPanels(), accum, sb, g, c0);
+                        op.getNormPanels(), tileAccum, sb, g, c0);
     }
 
-    // The tile's rows and the super-block's channels that exist, to y.
-    copyToOutput(b, loc, accum, op.getY(), row, validRows, sb, validChannels);
+    // A partial tile's rows and channels that exist, to y.
+    auto partialTile = scf::IfOp::create(
+        b, loc, arith::XOrIOp::create(b, loc, whole,
+                                      arith::ConstantIntOp::create(b, loc, 1, 1)),
+        /*withElseRegion=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(partialTile.thenBlock());
+      copyToOutput(b, loc, accum, op.getY(), row, validRows, sb, validChannels);
+    }
 
     // The rows past the tiles, one at a time (the one-row kernel's
     // streaming leaf), after every tile.
