@@ -33,6 +33,9 @@ namespace {
 // Short enough that an idle pool stops burning CPU within tens of
 // microseconds, long enough to catch the next loop of a decode step.
 constexpr int kSpinIterations = 2000;
+/// Of those, the first ones only pause (a loop that follows at once is
+/// caught without a system call); the rest yield the CPU.
+constexpr int kBusySpins = 64;
 
 /// The CPUs this process may run on (its affinity mask where there is one),
 /// 0 if unknown.
@@ -43,6 +46,19 @@ int usableCpus() {
     return CPU_COUNT(&set);
 #endif
   return int(std::thread::hardware_concurrency());
+}
+
+inline void cpuRelax();
+
+/// One step of an idle worker's wait for the next loop: a few pause
+/// instructions, then yields, so that a spinning worker gives its core to
+/// any thread that can run there (another pool's, the caller's) instead of
+/// taking the core for the whole spin.
+inline void idle(int spin) {
+  if (spin < kBusySpins)
+    cpuRelax();
+  else
+    std::this_thread::yield();
 }
 
 inline void cpuRelax() {
@@ -165,7 +181,7 @@ void ThreadPool::workerLoop(int index, uint64_t seen) {
     for (int spin = 0; spin < kSpinIterations &&
                        generation_.load(std::memory_order_acquire) == seen;
          ++spin)
-      cpuRelax();
+      idle(spin);
     ThreadTaskFn fn;
     void *context;
     int ranges;
