@@ -56,6 +56,38 @@ Value lanes(OpBuilder &b, Location loc, Value vector, ArrayRef<int64_t> mask) {
   return vector::ShuffleOp::create(b, loc, vector, vector, mask);
 }
 
+/// The vectors of `parts` (a power of two of them, of one type), end to end.
+Value concatVectors(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
+  SmallVector<Value> level(parts);
+  while (level.size() > 1) {
+    SmallVector<Value> next;
+    for (size_t i = 0; i < level.size(); i += 2) {
+      int64_t width = cast<VectorType>(level[i].getType()).getNumElements();
+      SmallVector<int64_t> mask;
+      for (int64_t j = 0; j < 2 * width; ++j)
+        mask.push_back(j);
+      next.push_back(
+          vector::ShuffleOp::create(b, loc, level[i], level[i + 1], mask));
+    }
+    level = std::move(next);
+  }
+  return level.front();
+}
+
+/// act_scales[row, g] = max(maxAbs / 127, 1e-10), the contract's group
+/// scale; returns it.
+Value storeGroupScale(OpBuilder &b, Location loc, Value maxAbs, Value actScales,
+                      Value row, Value g) {
+  Value scale = arith::DivFOp::create(
+      b, loc, maxAbs,
+      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f)));
+  scale = arith::MaximumFOp::create(
+      b, loc, scale,
+      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
+  memref::StoreOp::create(b, loc, scale, actScales, ValueRange{row, g});
+  return scale;
+}
+
 /// The 16 elements of `memref` at `index` (innermost dimension), as four
 /// pieces of `elementType` widened to fp32, de-interleaved by 4: piece a
 /// holds elements 4m + a in lane m.
@@ -381,14 +413,8 @@ struct QuantizeActivationsVectorLowering
     }
     Value maxAbs = vector::ReductionOp::create(
         b, loc, vector::CombiningKind::MAXIMUMF, magnitudes.front());
-    Value scale = arith::DivFOp::create(
-        b, loc, maxAbs,
-        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f)));
-    scale = arith::MaximumFOp::create(
-        b, loc, scale,
-        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
-    memref::StoreOp::create(b, loc, scale, op.getActScales(),
-                            ValueRange{row, g});
+    Value scale =
+        storeGroupScale(b, loc, maxAbs, op.getActScales(), row, g);
 
     // |w / scale| <= 127 * (1 + 2^-23) for every finite w, so rounding
     // first and saturating the integer gives the contract's clamp.
@@ -409,11 +435,7 @@ struct QuantizeActivationsVectorLowering
   /// round_half_even of four pieces of quotients, saturated to 16 bytes.
   Value roundToBytes(OpBuilder &b, Location loc, ArrayRef<Value> q) const {
     auto concat = [&](Value lhs, Value rhs) {
-      int64_t width = cast<VectorType>(lhs.getType()).getNumElements();
-      SmallVector<int64_t> mask;
-      for (int64_t i = 0; i < 2 * width; ++i)
-        mask.push_back(i);
-      return Value(vector::ShuffleOp::create(b, loc, lhs, rhs, mask));
+      return concatVectors(b, loc, {lhs, rhs});
     };
     auto vec = [&](int64_t n, Type element) { return VectorType::get({n}, element); };
     Type i8 = b.getI8Type(), i16 = b.getI16Type(), i32 = b.getI32Type();
@@ -447,7 +469,7 @@ struct QuantizeActivationsVectorLowering
     }
     return arith::TruncIOp::create(
         b, loc, vec(16, i8),
-        concat(concat(ints[0], ints[1]), concat(ints[2], ints[3])));
+        concatVectors(b, loc, ints));
   }
 
   DotTarget target;
@@ -655,14 +677,8 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
         b, loc, f32,
         vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXSI,
                                     columnMax));
-    Value scale = arith::DivFOp::create(
-        b, loc, maxAbs,
-        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f)));
-    scale = arith::MaximumFOp::create(
-        b, loc, scale,
-        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
-    memref::StoreOp::create(b, loc, scale, op.getActScales(),
-                            ValueRange{row, g});
+    Value scale =
+        storeGroupScale(b, loc, maxAbs, op.getActScales(), row, g);
 
     // |w / scale| <= 127 * (1 + 2^-23) for every finite w: rounding first
     // and saturating the integer gives the contract's clamp.
@@ -705,7 +721,7 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
                       call("llvm.x86.avx512.packssdw.512", words,
                            {parts[2], parts[3]})});
       } else {
-        Value block = concat(b, loc, parts);
+        Value block = concatVectors(b, loc, parts);
         block = arith::MinSIOp::create(
             b, loc, arith::MaxSIOp::create(b, loc, block, lowest), highest);
         bytes = arith::TruncIOp::create(b, loc, vec(blockBytes, i8), block);
@@ -743,25 +759,6 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
                               MutableArrayRef<Value> w) {
     for (size_t distance = 1; distance < w.size(); distance *= 2)
       butterflies(b, loc, w, distance);
-  }
-
-  /// The vectors of `parts`, end to end.
-  static Value concat(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
-    SmallVector<Value> level(parts);
-    while (level.size() > 1) {
-      SmallVector<Value> next;
-      for (size_t i = 0; i < level.size(); i += 2) {
-        int64_t width =
-            cast<VectorType>(level[i].getType()).getNumElements();
-        SmallVector<int64_t> mask;
-        for (int64_t j = 0; j < 2 * width; ++j)
-          mask.push_back(j);
-        next.push_back(
-            vector::ShuffleOp::create(b, loc, level[i], level[i + 1], mask));
-      }
-      level = std::move(next);
-    }
-    return level.front();
   }
 
   /// act[k0 + j] = natural[perm[j]] by word permutes over the whole group

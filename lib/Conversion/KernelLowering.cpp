@@ -105,6 +105,26 @@ public:
     return result;
   }
 
+  /// The codebook values of two 16-byte slices `a` and `bb` at one byte
+  /// offset of kg-blocks t and t+1: zipped as 16-bit lanes, then per half
+  /// (4 channels) the low and the high nibbles looked up in `table`, the
+  /// operands of the dots with the even and the odd activations, handed to
+  /// use(half, low, high) at once (so a half's weights die before the next
+  /// half's are made). `lowMask` and `four` are splats of 0x0F and 4.
+  void unpackPair(Value table, Value lowMask, Value four, Value a, Value bb,
+                  function_ref<void(int64_t, Value, Value)> use) {
+    auto i16x8 = VectorType::get({8}, b.getI16Type());
+    Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
+    Value zipped[2] = {
+        bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
+        bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
+    for (int64_t half = 0; half < 2; ++half) {
+      Value low = arith::AndIOp::create(b, loc, zipped[half], lowMask);
+      Value high = arith::ShRUIOp::create(b, loc, zipped[half], four);
+      use(half, lookup(table, low), lookup(table, high));
+    }
+  }
+
   /// acc[i] + sum_{j<4} lhs[4i+j] * rhs[4i+j], exactly, in int32.
   Value dot(Value acc, Value lhs, Value rhs) {
     if (target == DotTarget::Neon)
@@ -154,7 +174,6 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     int64_t accsPerRow = passChannels / 4;
 
     auto i8x16 = VectorType::get({16}, b.getI8Type());
-    auto i16x8 = VectorType::get({8}, b.getI16Type());
     auto i32x4 = VectorType::get({4}, b.getI32Type());
     DotEmitter emit(target, b, loc);
     Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
@@ -217,44 +236,30 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
           // Slices are loaded two at a time, adjacent in the instruction
           // stream, so that each pair becomes one LDP q without help from a
           // scheduler.
+          auto loadSlice = [&](Value kg, int64_t t) {
+            Value byte = arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 16 * slices)),
+                cIndex(b, loc, 16 * t));
+            return Value(vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
+                                                ValueRange{sb, g, kg, byte}));
+          };
           SmallVector<Value> aSlices(slices), bSlices(slices);
           for (int64_t s = 0; s < slices; ++s) {
             if (s % 2 == 0) {
-              for (int64_t t = s; t < std::min(s + 2, slices); ++t) {
-                Value byte = arith::AddIOp::create(
-                    b, loc,
-                    arith::MulIOp::create(b, loc, pass,
-                                          cIndex(b, loc, 16 * slices)),
-                    cIndex(b, loc, 16 * t));
-                aSlices[t] = vector::LoadOp::create(
-                    b, loc, i8x16, op.getPanels(), ValueRange{sb, g, kgA, byte});
-              }
-              for (int64_t t = s; t < std::min(s + 2, slices); ++t) {
-                Value byte = arith::AddIOp::create(
-                    b, loc,
-                    arith::MulIOp::create(b, loc, pass,
-                                          cIndex(b, loc, 16 * slices)),
-                    cIndex(b, loc, 16 * t));
-                bSlices[t] = vector::LoadOp::create(
-                    b, loc, i8x16, op.getPanels(), ValueRange{sb, g, kgB, byte});
-              }
+              for (int64_t t = s; t < std::min(s + 2, slices); ++t)
+                aSlices[t] = loadSlice(kgA, t);
+              for (int64_t t = s; t < std::min(s + 2, slices); ++t)
+                bSlices[t] = loadSlice(kgB, t);
             }
-            Value a = aSlices[s], bb = bSlices[s];
-            Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
-            Value zipped[2] = {
-                bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
-                bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
-            for (int64_t half = 0; half < 2; ++half) {
-              Value low = arith::AndIOp::create(b, loc, zipped[half], lowMask);
-              Value high = arith::ShRUIOp::create(b, loc, zipped[half], four);
-              Value wLow = emit.lookup(table, low);
-              Value wHigh = emit.lookup(table, high);
+            emit.unpackPair(table, lowMask, four, aSlices[s], bSlices[s],
+                            [&](int64_t half, Value wLow, Value wHigh) {
               for (int64_t r = 0; r < tileRows; ++r) {
                 Value &acc = accs[r * accsPerRow + 2 * s + half];
                 acc = emit.dot(acc, wLow, evenLane[r]);
                 acc = emit.dot(acc, wHigh, oddLane[r]);
               }
-            }
+            });
           }
         }
         scf::YieldOp::create(b, loc, accs);
@@ -297,7 +302,6 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
                         Value four, Value zeroAcc, Value groupBase,
                         int64_t tileRows, int64_t groupSize) const {
     auto i8x16 = VectorType::get({16}, b.getI8Type());
-    auto i16x8 = VectorType::get({8}, b.getI16Type());
     auto i32x4 = VectorType::get({4}, b.getI32Type());
     Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
     Value sb = op.getSuperBlock(), g = op.getGroup();
@@ -331,16 +335,11 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
                                            ValueRange{sb, g, kgA, byte});
           Value bb = vector::LoadOp::create(b, loc, i8x16, op.getPanels(),
                                             ValueRange{sb, g, kgB, byte});
-          Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
-          Value zipped[2] = {
-              bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
-              bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
-          for (int64_t half = 0; half < 2; ++half) {
-            weights[q][half][0] = emit.lookup(
-                table, arith::AndIOp::create(b, loc, zipped[half], lowMask));
-            weights[q][half][1] = emit.lookup(
-                table, arith::ShRUIOp::create(b, loc, zipped[half], four));
-          }
+          emit.unpackPair(table, lowMask, four, a, bb,
+                          [&](int64_t half, Value wLow, Value wHigh) {
+            weights[q][half][0] = wLow;
+            weights[q][half][1] = wHigh;
+          });
         }
         Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, 8 * p));
         for (int64_t r = 0; r < tileRows; ++r) {

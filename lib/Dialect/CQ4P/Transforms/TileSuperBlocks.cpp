@@ -66,6 +66,16 @@ Value groupSlice(OpBuilder &b, Location loc, Value partials, Value j) {
                              b.getIndexAttr(1)});
 }
 
+/// The channels of super-block `sb` below N: min(64, N - 64 sb).
+Value channelsBelowN(OpBuilder &b, Location loc, int64_t n, Value sb) {
+  Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
+  return arith::MinSIOp::create(
+      b, loc,
+      arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
+                            arith::MulIOp::create(b, loc, sb, c64)),
+      c64);
+}
+
 /// Zeroes a tile's fp32 accumulator ([rows][64]).
 void zeroAccumulator(OpBuilder &b, Location loc, Value accum) {
   int64_t rows = cast<MemRefType>(accum.getType()).getDimSize(0);
@@ -204,17 +214,9 @@ private:
     int64_t n = cast<MemRefType>(op.getY().getType()).getDimSize(1);
     int64_t ng = cast<MemRefType>(op.getPanels().getType()).getDimSize(1);
     Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
-    Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
     Value rows = actType.isDynamicDim(0)
                      ? memref::DimOp::create(b, loc, op.getAct(), 0).getResult()
                      : constantIndex(b, loc, actType.getDimSize(0));
-    auto validChannelsOf = [&](OpBuilder &b, Value sb) {
-      return Value(arith::MinSIOp::create(
-          b, loc,
-          arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
-                                arith::MulIOp::create(b, loc, sb, c64)),
-          c64));
-    };
     Value done = c0;
     for (int64_t tileRows : {int64_t(gemmRows), int64_t(gemmRows) / 2}) {
       if (tileRows < 2 || k % 16 != 0)
@@ -257,7 +259,7 @@ private:
                             op.getNormPanels(), accum, sb, g, row);
         }
         copyToOutput(b, loc, accum, op.getY(), row, step, sb,
-                     validChannelsOf(b, sb));
+                     channelsBelowN(b, loc, n, sb));
       }
       done = end;
     }
@@ -269,7 +271,7 @@ private:
     b.setInsertionPointToStart(sbLoop.getBody());
     Value sb = sbLoop.getInductionVar();
     emitRowTiles(b, loc, op, sb, done, rows, 1, rowPartials, rowAccum,
-                 validChannelsOf(b, sb));
+                 channelsBelowN(b, loc, n, sb));
   }
 
   /// packed[r, 8p + i] = act[row + r, 8p + 2i] and packed[r, 8p + 4 + i] =
@@ -347,11 +349,7 @@ private:
     auto sbLoop = scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
     b.setInsertionPointToStart(sbLoop.getBody());
     Value sb = sbLoop.getInductionVar();
-    Value validChannels = arith::MinSIOp::create(
-        b, loc,
-        arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
-                              arith::MulIOp::create(b, loc, sb, c64)),
-        c64);
+    Value validChannels = channelsBelowN(b, loc, n, sb);
     // A whole tile (16 rows, 64 channels below N) accumulates straight into
     // y; a partial one into `accum`, then copied. Both as a [16][64] view
     // with a dynamic row stride, so one leaf serves both.
@@ -423,11 +421,7 @@ private:
         scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
     b.setInsertionPointToStart(rowSbLoop.getBody());
     Value rowSb = rowSbLoop.getInductionVar();
-    Value rowValidChannels = arith::MinSIOp::create(
-        b, loc,
-        arith::SubIOp::create(b, loc, constantIndex(b, loc, n),
-                              arith::MulIOp::create(b, loc, rowSb, c64)),
-        c64);
+    Value rowValidChannels = channelsBelowN(b, loc, n, rowSb);
     emitRowTiles(b, loc, op, rowSb, tiledRows, rows, 1, rowPartials, rowAccum,
                  rowValidChannels);
   }
@@ -473,13 +467,7 @@ private:
         scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
     b.setInsertionPointToStart(sbLoop.getBody());
     Value sb = sbLoop.getInductionVar();
-    // Channels of this super-block below N: min(64, N - 64 * sb).
-    Value left = arith::SubIOp::create(
-        b, loc, constantIndex(b, loc, n),
-        arith::MulIOp::create(b, loc, sb,
-                              constantIndex(b, loc, CQ4P_PANEL_CHANNELS)));
-    Value valid = arith::MinSIOp::create(
-        b, loc, left, constantIndex(b, loc, CQ4P_PANEL_CHANNELS));
+    Value valid = channelsBelowN(b, loc, n, sb);
     emitRowTiles(b, loc, op, sb, c0, fullRows, tileRows, partials, accum,
                  valid);
     if (tileRows > 1)
