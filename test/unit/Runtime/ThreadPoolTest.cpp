@@ -19,6 +19,22 @@ using namespace cq4p::runtime;
 
 namespace {
 
+/// Counts a task in, then waits (up to 10 s) until `count` tasks have
+/// arrived: passing it proves that many threads held a task at once. Sets
+/// `timedOut` rather than waiting forever.
+void arriveAndWait(std::atomic<int> &arrived, int count,
+                   std::atomic<bool> &timedOut) {
+  arrived.fetch_add(1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (arrived.load() < count) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      timedOut = true;
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
 std::unique_ptr<ThreadPool> makePool(int threads) {
   std::unique_ptr<ThreadPool> pool;
   Status status = ThreadPool::create(threads, pool);
@@ -114,15 +130,7 @@ TEST(ThreadPool, CallerAndEveryWorkerWorkAtOnce) {
         std::lock_guard<std::mutex> lock(idsMutex);
         ids.insert(std::this_thread::get_id());
       }
-      arrived.fetch_add(1);
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (arrived.load() < threads) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          timedOut = true;
-          return;
-        }
-        std::this_thread::yield();
-      }
+      arriveAndWait(arrived, threads, timedOut);
     });
     EXPECT_FALSE(timedOut) << threads << " threads never all held a task";
     EXPECT_EQ(ids.size(), size_t(threads));
@@ -193,15 +201,7 @@ TEST(ThreadPool, EachThreadStartsOnItsOwnRange) {
         ranOn[size_t(task)].store(thread);
         if (task % 3 != 0)
           return;
-        arrived.fetch_add(1);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (arrived.load() < threads) {
-          if (std::chrono::steady_clock::now() > deadline) {
-            timedOut = true;
-            return;
-          }
-          std::this_thread::yield();
-        }
+        arriveAndWait(arrived, threads, timedOut);
       });
       ASSERT_FALSE(timedOut) << threads << " threads never all held a task";
       for (int t = 0; t < threads; ++t)
@@ -323,15 +323,7 @@ TEST(ThreadPool, TasksAreToldWhichThreadRunsThem) {
         idOfIndex[size_t(thread)] = std::this_thread::get_id();
         ++tasksOfIndex[size_t(thread)];
       }
-      arrived.fetch_add(1);
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (arrived.load() < threads) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          timedOut = true;
-          return;
-        }
-        std::this_thread::yield();
-      }
+      arriveAndWait(arrived, threads, timedOut);
     });
     ASSERT_EQ(outOfRange.load(), 0);
     ASSERT_FALSE(timedOut) << threads << " threads never all held a task";
