@@ -15,10 +15,11 @@
 // (k1, k3, k1', k3'). Looked up in the int8 codebook, each is one operand of
 // a 4-way dot whose other operand is the matching activations: the even and
 // the odd bytes of the pair's 8 activations, taken once per 32 activations
-// with two shuffles and broadcast by lane. Per 32 weights: half a zip, an
-// and, a shift, two lookups, two dots. A GEMV keeps all 64 channels in 16
-// accumulators; a GEMM tile passes over 8 channels at a time so that each
-// unpacked weight vector feeds every row of the tile.
+// and broadcast by lane. Per 32 weights: half a zip, an and, a shift, two
+// lookups, two dots. A GEMV keeps all 64 channels in 16 accumulators (on
+// NEON with LD2 / four-register LD1 loads: emitNeonGemvLoop); a GEMM tile
+// passes over 8 channels at a time so that each unpacked weight vector
+// feeds every row of the tile.
 //
 // cq4p.rescale lowers to plain scf loops over small vector ops, identical on
 // every target. cq4p.quantize_activations is straight-line vector code per
@@ -60,6 +61,53 @@ Value shuffle(OpBuilder &b, Location loc, Value lhs, Value rhs,
 
 Value bitcast(OpBuilder &b, Location loc, Value value, VectorType type) {
   return vector::BitCastOp::create(b, loc, type, value);
+}
+
+/// The address of the i8 element memref[indices], as an LLVM pointer.
+Value bytePointer(OpBuilder &b, Location loc, Value memref, ValueRange indices) {
+  auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, memref);
+  Value linear = metadata.getOffset();
+  for (auto [index, stride] : llvm::zip_equal(indices, metadata.getStrides()))
+    linear = arith::AddIOp::create(b, loc, linear,
+                                   arith::MulIOp::create(b, loc, index, stride));
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+  Value address = arith::IndexCastUIOp::create(
+      b, loc, b.getI64Type(), arith::AddIOp::create(b, loc, base, linear));
+  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext()),
+                                  address);
+}
+
+/// `value` itself, through an empty inline asm that ties its output register
+/// to its input: no instruction, but LLVM can no longer see what the value
+/// is. See emitNeonGemvLoop for why the GEMV's address chain needs that.
+Value opaqueValue(OpBuilder &b, Location loc, Value value) {
+  return LLVM::InlineAsmOp::create(b, loc, value.getType(), ValueRange{value},
+                                   /*asm_string=*/"", /*constraints=*/"=r,0",
+                                   /*has_side_effects=*/false,
+                                   /*is_align_stack=*/false,
+                                   LLVM::tailcallkind::TailCallKind::None,
+                                   LLVM::AsmDialectAttr{}, ArrayAttr{})
+      .getResult(0);
+}
+
+/// The `count` vectors of an AArch64 NEON structure load at `pointer`
+/// (`llvm.aarch64.neon.<name>.v16i8.p0`: ld1x4 reads 64 bytes into four
+/// registers, ld2 32 bytes de-interleaved into even and odd bytes).
+SmallVector<Value> neonStructLoad(OpBuilder &b, Location loc, StringRef name,
+                                  int64_t count, Value pointer) {
+  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(count, i8x16));
+  Value loaded =
+      LLVM::CallIntrinsicOp::create(
+          b, loc, structType,
+          b.getStringAttr(("llvm.aarch64.neon." + name + ".v16i8.p0").str()),
+          ValueRange{pointer})
+          .getResult(0);
+  SmallVector<Value> vectors;
+  for (int64_t i = 0; i < count; ++i)
+    vectors.push_back(LLVM::ExtractValueOp::create(b, loc, loaded, i));
+  return vectors;
 }
 
 /// The target's codebook lookup and 4-way dot.
@@ -191,6 +239,12 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
       rewriter.eraseOp(op);
       return success();
     }
+    if (target == DotTarget::Neon && tileRows == 1) {
+      emitNeonGemvLoop(b, loc, op, emit, table, lowMask, four, zeroAcc,
+                       groupBase, groupSize);
+      rewriter.eraseOp(op);
+      return success();
+    }
 
     auto emitPass = [&](OpBuilder &b, Value pass) {
       SmallVector<Value> inits(tileRows * accsPerRow, zeroAcc);
@@ -288,6 +342,105 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     }
     rewriter.eraseOp(op);
     return success();
+  }
+
+  /// The NEON GEMV's pair loop (one row, all 64 channels in 16
+  /// accumulators), with the loads of the hand-written kernels: per 32 K
+  /// values one LD2 brings the activations already split into even and odd
+  /// bytes, and each 64 bytes of panel one four-register LD1 that advances
+  /// its pointer (post-index): 17 loads and no address arithmetic per 2048
+  /// weights, where 16-byte loads take 33 LDPs and adds. The four registers
+  /// of kg-block t and of kg-block t+1 (128 bytes further on) are taken
+  /// together, so two pointers walk the panel, each stepping 64 then 192
+  /// bytes, and 8 weight registers, 16 accumulators, the activations and
+  /// the unpack's temporaries fit the 32 vector registers.
+  ///
+  /// A four-register LD1 has no immediate offset, so the pointers must stay
+  /// chains of post-indexed steps through LLVM's optimizers: with constant
+  /// steps instruction selection folds them into offsets from one base
+  /// (then each load needs an add), and loop strength reduction rebuilds
+  /// any pointer recurrence it can analyze the same way. So the steps are
+  /// opaque registers and the loop-carried pointers pass through an empty
+  /// inline asm (opaqueValue): the selector then turns each add into its
+  /// load's post-index.
+  void emitNeonGemvLoop(OpBuilder &b, Location loc, PanelDotOp op,
+                        DotEmitter &emit, Value table, Value lowMask,
+                        Value four, Value zeroAcc, Value groupBase,
+                        int64_t groupSize) const {
+    constexpr int64_t kAccs = CQ4P_PANEL_CHANNELS / 4;
+    constexpr int64_t kKgBytes = CQ4P_KG_BLOCK_BYTES;
+    static_assert(CQ4P_PANEL_CHANNELS == 64 && kKgBytes == 128,
+                  "the loop's loads assume 128-byte kg-blocks of 64 channels");
+    auto i64 = b.getI64Type();
+    auto i8 = b.getI8Type();
+    auto ptrType = LLVM::LLVMPointerType::get(b.getContext());
+    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+    auto stepOf = [&](int64_t bytes) {
+      return opaqueValue(
+          b, loc, LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(bytes)));
+    };
+    // Within a pair of kg-blocks, to the second half of the block; from
+    // there to the next pair.
+    Value halfStep = stepOf(kKgBytes / 2), pairStep = stepOf(3 * kKgBytes / 2);
+    Value panelA =
+        bytePointer(b, loc, op.getPanels(), ValueRange{op.getSuperBlock(), op.getGroup(), c0, c0});
+    Value panelB = LLVM::GEPOp::create(
+        b, loc, ptrType, i8, panelA,
+        ValueRange{LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(kKgBytes))});
+    Value actPointer =
+        bytePointer(b, loc, op.getAct(), ValueRange{op.getRow(), groupBase});
+    SmallVector<Value> inits(kAccs, zeroAcc);
+    inits.append({panelA, panelB, actPointer});
+    auto kLoop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, groupSize / 32),
+                                    c1, inits);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    auto args = kLoop.getRegionIterArgs();
+    SmallVector<Value> accs(args.begin(), args.begin() + kAccs);
+    Value pointers[2] = {args[kAccs], args[kAccs + 1]};
+    Value act = args[kAccs + 2];
+    SmallVector<Value> split = neonStructLoad(b, loc, "ld2", 2, act);
+    auto i32x4 = VectorType::get({4}, b.getI32Type());
+    Value evens = bitcast(b, loc, split[0], i32x4);
+    Value odds = bitcast(b, loc, split[1], i32x4);
+    for (int64_t p = 0; p < 4; ++p) {
+      auto lane = [&](Value v) {
+        return bitcast(b, loc, shuffle(b, loc, v, v, {p, p, p, p}),
+                       VectorType::get({16}, b.getI8Type()));
+      };
+      Value evenLane = lane(evens), oddLane = lane(odds);
+      for (int64_t quarter = 0; quarter < 2; ++quarter) {
+        // Slices 4 quarter .. 4 quarter + 3 of kg-blocks 2p and 2p + 1.
+        SmallVector<Value> slices[2];
+        for (int64_t t = 0; t < 2; ++t) {
+          slices[t] = neonStructLoad(b, loc, "ld1x4", 4, pointers[t]);
+          pointers[t] = LLVM::GEPOp::create(b, loc, ptrType, i8, pointers[t],
+                                            ValueRange{quarter == 0 ? halfStep : pairStep});
+        }
+        for (int64_t s = 0; s < 4; ++s) {
+          int64_t slice = 4 * quarter + s;
+          emit.unpackPair(table, lowMask, four, slices[0][s], slices[1][s],
+                          [&](int64_t half, Value wLow, Value wHigh) {
+            Value &acc = accs[2 * slice + half];
+            acc = emit.dot(acc, wLow, evenLane);
+            acc = emit.dot(acc, wHigh, oddLane);
+          });
+        }
+      }
+    }
+    SmallVector<Value> results = accs;
+    results.push_back(opaqueValue(b, loc, pointers[0]));
+    results.push_back(opaqueValue(b, loc, pointers[1]));
+    results.push_back(opaqueValue(
+        b, loc,
+        LLVM::GEPOp::create(b, loc, ptrType, i8, act,
+                            ValueRange{LLVM::ConstantOp::create(
+                                b, loc, i64, b.getI64IntegerAttr(32))})));
+    scf::YieldOp::create(b, loc, results);
+    b.setInsertionPointAfter(kLoop);
+    for (int64_t q = 0; q < kAccs; ++q)
+      vector::StoreOp::create(b, loc, kLoop.getResult(q), op.getPartials(),
+                              ValueRange{c0, cIndex(b, loc, 4 * q)});
   }
 
   /// The pair loop over a packed tile (paired_activations): 8 channels per

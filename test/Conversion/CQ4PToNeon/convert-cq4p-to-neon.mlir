@@ -1,17 +1,25 @@
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-neon | FileCheck %s
 
-// The GEMV panel dot: per step of 32 K, the activations' evens and odds
-// (two shuffles), then per pair of kg-blocks and 16-byte slice a 16-bit zip,
-// and/shift, two TBL lookups and two SDOT per half into 16 accumulators.
+// The GEMV panel dot: per step of 32 K, one LD2 of the activations (evens
+// and odds), then per pair of kg-blocks two four-register LD1s per half of
+// the blocks, each from its own pointer stepped by an opaque register (64,
+// then 192 bytes) so that it becomes the load's post-index; per 16-byte
+// slice a 16-bit zip, and/shift, two TBL lookups and two SDOT per half into
+// 16 accumulators. The loop carries the accumulators and three pointers.
 // CHECK-LABEL: func.func @panel_dot_gemv
-// CHECK: %[[TABLE:.*]] = vector.load %{{.*}}[%{{.*}}] : memref<16xi8>, vector<16xi8>
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
-// CHECK: %[[LO:.*]] = vector.load {{.*}} : memref<?x256xi8>, vector<16xi8>
-// CHECK: %[[HI:.*]] = vector.load {{.*}} : memref<?x256xi8>, vector<16xi8>
-// CHECK: vector.shuffle %[[LO]], %[[HI]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
-// CHECK: vector.shuffle %[[LO]], %[[HI]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
-// CHECK: %[[A16:.*]] = vector.bitcast %{{.*}} : vector<16xi8> to vector<8xi16>
-// CHECK: %[[B16:.*]] = vector.bitcast %{{.*}} : vector<16xi8> to vector<8xi16>
+// CHECK-DAG: %[[TABLE:.*]] = vector.load %{{.*}}[%{{.*}}] : memref<16xi8>, vector<16xi8>
+// CHECK-DAG: %[[STEP64:.*]] = llvm.inline_asm "", "=r,0" %{{.*}} : (i64) -> i64
+// CHECK-DAG: %[[STEP192:.*]] = llvm.inline_asm "", "=r,0" %{{.*}} : (i64) -> i64
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, !llvm.ptr, !llvm.ptr, !llvm.ptr)
+// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.ld2.v16i8.p0"
+// CHECK: %[[A:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.ld1x4.v16i8.p0"(%[[PA:.*]]) :
+// CHECK: %[[A0:.*]] = llvm.extractvalue %[[A]][0]
+// CHECK: llvm.getelementptr %[[PA]][%[[STEP64]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+// CHECK: %[[B:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.ld1x4.v16i8.p0"(%[[PB:.*]]) :
+// CHECK: %[[B0:.*]] = llvm.extractvalue %[[B]][0]
+// CHECK: llvm.getelementptr %[[PB]][%[[STEP64]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+// CHECK: %[[A16:.*]] = vector.bitcast %[[A0]] : vector<16xi8> to vector<8xi16>
+// CHECK: %[[B16:.*]] = vector.bitcast %[[B0]] : vector<16xi8> to vector<8xi16>
 // CHECK: vector.shuffle %[[A16]], %[[B16]] [0, 8, 1, 9, 2, 10, 3, 11]
 // CHECK: vector.shuffle %[[A16]], %[[B16]] [4, 12, 5, 13, 6, 14, 7, 15]
 // CHECK: arith.andi
@@ -20,6 +28,8 @@
 // CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"(%[[TABLE]], %{{.*}})
 // CHECK: arm_neon.intr.sdot
 // CHECK: arm_neon.intr.sdot
+// CHECK: llvm.getelementptr %{{.*}}[%[[STEP192]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+// CHECK-COUNT-3: llvm.inline_asm "", "=r,0" %{{.*}} : (!llvm.ptr) -> !llvm.ptr
 // CHECK: scf.yield
 // CHECK-COUNT-16: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<1x64xi32>, vector<4xi32>
 // CHECK-NOT: cq4p.panel_dot
