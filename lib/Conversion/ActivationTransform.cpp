@@ -41,6 +41,7 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -483,9 +484,11 @@ struct QuantizeActivationsVectorLowering
 ///     the lower lanes and -1 in the upper ones: b + a below, a - b above,
 ///     each rounded once from an exact product, so the same bits as the
 ///     contract's a + b and a - b. The later stages pair whole vectors.
-///   - w / scale rounds half to even and saturates as on every target (on
-///     AVX-512 with VCVTPS2DQ under an explicit round-to-nearest-even, not
-///     MXCSR's mode).
+///   - w / scale without a vector division: a multiply by the correctly
+///     rounded reciprocal and one FMA step give the correctly rounded
+///     quotient (see the code); it rounds half to even and saturates as on
+///     every target (on AVX-512 with VCVTPS2DQ under an explicit
+///     round-to-nearest-even, not MXCSR's mode).
 ///   - The right signs are a byte negate under a per-call mask (x86 has no
 ///     byte multiply); the values are +-1 (checked at open), so this is the
 ///     contract's multiply.
@@ -682,12 +685,19 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
 
     // |w / scale| <= 127 * (1 + 2^-23) for every finite w: rounding first
     // and saturating the integer gives the contract's clamp.
-    Value scales = vector::BroadcastOp::create(b, loc, f32v, scale);
-    SmallVector<Value> ints;
-    for (Value v : w) {
-      Value quotient = arith::DivFOp::create(b, loc, v, scales);
-      if (target == DotTarget::X86Avx512Vnni) {
-        ints.push_back(
+    //
+    // The quotients RN(w / scale) without a vector division, which costs
+    // several times a multiply on x86 and bounds this loop: with the
+    // correctly rounded reciprocal y = RN(1 / scale), q = RN(w * y) is within
+    // an ulp of w / scale, the residual w - scale * q is exact in one FMA,
+    // and RN(q + residual * y) is the correctly rounded quotient (Markstein's
+    // theorem; no underflow matters: a quotient small enough for that rounds
+    // to 0 either way). An infinite scale (an infinite input) would make the
+    // residual NaN where the division gives 0, and a NaN scale makes every
+    // quotient NaN either way: such a group divides.
+    auto toInts = [&](Value quotient) {
+      if (target == DotTarget::X86Avx512Vnni)
+        return Value(
             LLVM::CallIntrinsicOp::create(
                 b, loc, i32v, b.getStringAttr("llvm.x86.avx512.mask.cvtps2dq.512"),
                 ValueRange{quotient, splat(b, loc, i32v, b.getI32IntegerAttr(0)),
@@ -696,11 +706,41 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
                            LLVM::ConstantOp::create(b, loc, i32,
                                                     b.getI32IntegerAttr(8))})
                 .getResult(0));
-      } else {
-        ints.push_back(arith::FPToSIOp::create(
-            b, loc, i32v, math::RoundEvenOp::create(b, loc, quotient)));
+      return Value(arith::FPToSIOp::create(
+          b, loc, i32v, math::RoundEvenOp::create(b, loc, quotient)));
+    };
+    Value scales = vector::BroadcastOp::create(b, loc, f32v, scale);
+    Value finite = arith::CmpFOp::create(
+        b, loc, arith::CmpFPredicate::OLT, scale,
+        arith::ConstantOp::create(
+            b, loc, b.getF32FloatAttr(std::numeric_limits<float>::infinity())));
+    SmallVector<Type> intTypes(w.size(), i32v);
+    auto quotients = scf::IfOp::create(b, loc, intTypes, finite, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(quotients.thenBlock());
+      Value reciprocals = vector::BroadcastOp::create(
+          b, loc, f32v,
+          arith::DivFOp::create(
+              b, loc, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)),
+              scale));
+      Value negativeScales = arith::NegFOp::create(b, loc, scales);
+      SmallVector<Value> refined;
+      for (Value v : w) {
+        Value q = arith::MulFOp::create(b, loc, v, reciprocals);
+        Value residual = math::FmaOp::create(b, loc, negativeScales, q, v);
+        refined.push_back(
+            toInts(math::FmaOp::create(b, loc, residual, reciprocals, q)));
       }
+      scf::YieldOp::create(b, loc, refined);
+      b.setInsertionPointToStart(quotients.elseBlock());
+      SmallVector<Value> divided;
+      for (Value v : w)
+        divided.push_back(toInts(arith::DivFOp::create(b, loc, v, scales)));
+      scf::YieldOp::create(b, loc, divided);
     }
+    SmallVector<Value> ints(quotients.getResults().begin(),
+                            quotients.getResults().end());
     int64_t perBlock = blockBytes / lanes;
     Value lowest = splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(-128));
     Value highest = splat(b, loc, vec(blockBytes, i32), b.getI32IntegerAttr(127));

@@ -76,6 +76,17 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
 // AVX512: scf.for
 // AVX512: math.fma %{{.*}} : vector<16xf32>
 // AVX512: vector.reduction <maxsi>, %{{.*}} : vector<16xi32> into i32
+// The quotients: below an infinite scale, the reciprocal, a multiply and
+// one FMA refinement per vector; otherwise the division.
+// AVX512: %[[FINITE:.*]] = arith.cmpf olt, %[[SCALE:.*]], %{{.*}} : f32
+// AVX512: scf.if %[[FINITE]] -> (vector<16xi32>, vector<16xi32>)
+// AVX512: %[[RECIP:.*]] = arith.divf %{{.*}}, %[[SCALE]] : f32
+// AVX512: %[[Q:.*]] = arith.mulf %{{.*}}, %{{.*}} : vector<16xf32>
+// AVX512: %[[R:.*]] = math.fma %{{.*}}, %[[Q]], %{{.*}} : vector<16xf32>
+// AVX512: %[[Q2:.*]] = math.fma %[[R]], %{{.*}}, %[[Q]] : vector<16xf32>
+// AVX512: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"(%[[Q2]]
+// AVX512: } else {
+// AVX512: arith.divf %{{.*}} : vector<16xf32>
 // AVX512: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"
 // AVX512: arith.trunci %{{.*}} : vector<32xi32> to vector<32xi8>
 // AVX512: llvm.call_intrinsic "llvm.x86.avx512.permvar.hi.256"
