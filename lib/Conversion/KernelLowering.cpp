@@ -640,30 +640,44 @@ Value rowsOf(OpBuilder &b, Location loc, Value memref) {
 }
 
 /// How the orthogonal rotations are blocked for the target's registers:
-/// `lanes` outputs per fp32 vector; a tile of `tileRows` rows sums
-/// `tileVectors` vectors of outputs at once, a row alone `rowVectors`
-/// (enough independent sums to hide the add latency); up to `chunkRows`
-/// rows are prepared at once, and the rotation is taken `spanRows` of its
-/// rows at a time (see rotateRows).
+/// `lanes` outputs per fp32 vector; tiles of up to `tileRows` rows (then
+/// halves of that, down to one row) hold `sums` vector sums, so a tile of
+/// r rows sums sums / r vectors of outputs at once (at most `rowVectors`),
+/// each rotation vector converted to fp32 once for the tile's rows; the
+/// rotation is taken `spanRows` of its rows at a time (see rotateRows).
 struct RotationBlocking {
-  int64_t lanes, tileRows, tileVectors, rowVectors, chunkRows, spanRows;
+  int64_t lanes, tileRows, sums, rowVectors, spanRows;
+
+  /// Vectors of outputs a tile of `rows` rows sums at once.
+  int64_t vectorsFor(int64_t rows) const {
+    return std::max<int64_t>(1, std::min(rowVectors, sums / rows));
+  }
 };
 
 RotationBlocking rotationBlocking(DotTarget target) {
   switch (target) {
-  case DotTarget::X86Avx512Vnni: // 32 zmm: 16 sums, 2 rotation vectors
-    return {16, 8, 2, 8, 16, 16};
+  case DotTarget::X86Avx512Vnni:
+    // 32 zmm: 16 sums, 2 rotation vectors. A 16-row tile (16 sums of one
+    // vector) converts half as often but measured 10-15% slower at K =
+    // 4096 (twice the broadcasts per product); a span of 32 rotation rows
+    // halves the sums' reloads against 16 (bench/host/run, orthogonal).
+    return {16, 8, 16, 8, 32};
   case DotTarget::X86Avx2: // 16 ymm: 8 sums, 2 rotation vectors
   case DotTarget::X86AvxVnni:
-    return {8, 4, 2, 4, 8, 16};
+    return {8, 4, 8, 4, 16};
   case DotTarget::Neon: // 32 q registers: 16 sums, 4 rotation vectors
-    return {4, 4, 4, 8, 16, 16};
+    return {4, 4, 16, 8, 16};
   case DotTarget::X86Ssse3: // 16 xmm
   case DotTarget::Generic:
     break;
   }
-  return {4, 4, 2, 4, 8, 16};
+  return {4, 4, 8, 4, 16};
 }
+
+/// The stack the fp32 row buffers of one rotation op may take: the kernels
+/// run on the runtime's threads and the caller's, which the C API asks for
+/// 1 MiB of stack.
+constexpr int64_t kRotationStackBytes = int64_t(1) << 18;
 
 /// The largest count of `lanes`-wide vectors, at most `wanted`, that
 /// divides `width` outputs.
@@ -674,33 +688,36 @@ int64_t vectorsDividing(int64_t width, int64_t lanes, int64_t wanted) {
   return vectors;
 }
 
-/// Rows of a chunk: at most blocking.chunkRows, and no more than 128 KiB of
-/// fp32 rows of length k in each of the chunk's two stack buffers (the
-/// kernels run on the runtime's threads, whose stacks may be small), but
-/// at least one tile.
-int64_t chunkRowsFor(RotationBlocking blocking, int64_t k) {
-  int64_t byStack = (int64_t(1) << 15) / k / blocking.tileRows * blocking.tileRows;
-  return std::max(blocking.tileRows, std::min(blocking.chunkRows, byStack));
+/// Rows of a chunk: as many fp32 rows of length k as `buffers` stack
+/// buffers hold in kRotationStackBytes (each chunk reads the rotation from
+/// memory once), whole tiles when there is room for one, at least one row.
+int64_t chunkRowsFor(RotationBlocking blocking, int64_t k, int64_t buffers) {
+  int64_t rows = kRotationStackBytes / (buffers * k * 4);
+  if (rows >= blocking.tileRows)
+    return rows / blocking.tileRows * blocking.tileRows;
+  return std::max<int64_t>(1, rows);
 }
 
-/// Adds to sums[first + r][j + v * lanes + i] (r < tileRows, v < vectors,
-/// i < lanes) the terms matrix[c][..] * rowValues[first + r][c] for c in
-/// [c0, c0 + span), one c after the other, the sums held in registers
-/// meanwhile: the order of fp32 operations is a scalar loop's.
+/// Adds to sums[sumsFirst + first + r][j + v * lanes + i] (r < tileRows,
+/// v < vectors, i < lanes) the terms matrix[c][..] * rowValues[first + r][c]
+/// for c in [c0, c0 + span), one c after the other, the sums held in
+/// registers meanwhile: the order of fp32 operations is a scalar loop's.
 void addSpan(OpBuilder &b, Location loc, Value matrix, Value rowValues,
-             Value sums, Value first, int64_t tileRows, Value j, int64_t vectors,
-             Value c0, int64_t span, int64_t lanes) {
+             Value sums, Value sumsFirst, Value first, int64_t tileRows, Value j,
+             int64_t vectors, Value c0, int64_t span, int64_t lanes) {
   auto f16v = VectorType::get({lanes}, b.getF16Type());
   auto f32v = VectorType::get({lanes}, b.getF32Type());
-  SmallVector<Value> rowIndex, columnIndex, inits;
-  for (int64_t r = 0; r < tileRows; ++r)
+  SmallVector<Value> rowIndex, sumsRow, columnIndex, inits;
+  for (int64_t r = 0; r < tileRows; ++r) {
     rowIndex.push_back(arith::AddIOp::create(b, loc, first, cIndex(b, loc, r)));
+    sumsRow.push_back(arith::AddIOp::create(b, loc, sumsFirst, rowIndex[r]));
+  }
   for (int64_t v = 0; v < vectors; ++v)
     columnIndex.push_back(arith::AddIOp::create(b, loc, j, cIndex(b, loc, v * lanes)));
   for (int64_t r = 0; r < tileRows; ++r)
     for (int64_t v = 0; v < vectors; ++v)
       inits.push_back(vector::LoadOp::create(b, loc, f32v, sums,
-                                             ValueRange{rowIndex[r], columnIndex[v]}));
+                                             ValueRange{sumsRow[r], columnIndex[v]}));
   // Four values of c per iteration: less loop overhead, the same order.
   constexpr int64_t kUnroll = 4;
   auto loop = scf::ForOp::create(b, loc, c0,
@@ -736,27 +753,29 @@ void addSpan(OpBuilder &b, Location loc, Value matrix, Value rowValues,
   for (int64_t r = 0; r < tileRows; ++r)
     for (int64_t v = 0; v < vectors; ++v)
       vector::StoreOp::create(b, loc, loop.getResult(r * vectors + v), sums,
-                              ValueRange{rowIndex[r], columnIndex[v]});
+                              ValueRange{sumsRow[r], columnIndex[v]});
 }
 
-/// Row tiles over [0, rows): full tiles of `tileRows`, then single rows;
-/// body(row, tile size).
+/// Row tiles over [0, rows): as many tiles of `tileRows` as fit, then at
+/// most one of each half size down to one row (7 rows past the last 8-row
+/// tile are tiles of 4, 2 and 1, not 7 single rows, which would each
+/// convert every rotation vector for one row); body(row, tile size).
 void forRowTiles(OpBuilder &b, Location loc, Value rows, int64_t tileRows,
                  function_ref<void(OpBuilder &, Value, int64_t)> body) {
-  Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
-  Value cTile = cIndex(b, loc, tileRows);
-  Value fullEnd = arith::SubIOp::create(
-      b, loc, rows, arith::RemUIOp::create(b, loc, rows, cTile));
-  struct Range {
-    Value begin, end;
-    int64_t size;
-  };
-  for (Range range : {Range{c0, fullEnd, tileRows}, Range{fullEnd, rows, 1}}) {
-    auto loop = scf::ForOp::create(b, loc, range.begin, range.end,
-                                   range.size == 1 ? c1 : cTile);
+  Value begin = cIndex(b, loc, 0);
+  for (int64_t size = tileRows; size >= 1; size /= 2) {
+    Value cSize = cIndex(b, loc, size);
+    Value left = arith::SubIOp::create(b, loc, rows, begin);
+    Value end = arith::AddIOp::create(
+        b, loc, begin,
+        size == 1 ? left
+                  : Value(arith::SubIOp::create(
+                        b, loc, left, arith::RemUIOp::create(b, loc, left, cSize))));
+    auto loop = scf::ForOp::create(b, loc, begin, end, cSize);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
-    body(b, loop.getInductionVar(), range.size);
+    body(b, loop.getInductionVar(), size);
+    begin = end;
   }
 }
 
@@ -773,27 +792,29 @@ void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
   body(b, first, count);
 }
 
-/// sums[r][j] = sum_{c < k} matrix[c][j] * rowValues[r][c] for the rows
-/// r < count and the outputs j in [jBegin, jEnd) (a multiple of `granule`
-/// apart), each accumulated in index order from 0.0 as a scalar loop would:
-/// the same bits at every blocking. The matrix is read along its rows,
-/// spanRows of them at a time: the span's first row tile streams them from
-/// memory in long runs (spanRows sequential streams, a few pages), the
-/// other tiles find them in cache, and the sums wait in `sums` (cached too)
-/// from one span to the next.
+/// sums[sumsFirst + r][j] = sum_{c < k} matrix[c][j] * rowValues[r][c] for
+/// the rows r < count and the outputs j in [jBegin, jEnd) (a multiple of
+/// `granule` apart), each accumulated in index order from 0.0 as a scalar
+/// loop would: the same bits at every blocking. The matrix is read along
+/// its rows, spanRows of them at a time: the span's first row tile streams
+/// them from memory in long runs (spanRows sequential streams, a few
+/// pages), the other tiles find them in cache, and the sums wait in `sums`
+/// (cached too) from one span to the next.
 void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
-                Value sums, Value count, Value jBegin, Value jEnd,
-                int64_t granule, int64_t k, RotationBlocking blocking) {
+                Value sums, Value sumsFirst, Value count, Value jBegin,
+                Value jEnd, int64_t granule, int64_t k,
+                RotationBlocking blocking) {
   int64_t lanes = blocking.lanes;
   auto f32v = VectorType::get({lanes}, b.getF32Type());
   Value c0 = cIndex(b, loc, 0), cLanes = cIndex(b, loc, lanes);
   Value zeros = splat(b, loc, f32v, b.getF32FloatAttr(0.0f));
   forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+    Value row = arith::AddIOp::create(b, loc, sumsFirst, r);
     auto loop = scf::ForOp::create(b, loc, jBegin, jEnd, cLanes);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     vector::StoreOp::create(b, loc, zeros, sums,
-                            ValueRange{r, loop.getInductionVar()});
+                            ValueRange{row, loop.getInductionVar()});
   });
   int64_t span = std::min(blocking.spanRows, k);
   auto spans = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k),
@@ -803,13 +824,12 @@ void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
   Value spanBegin = spans.getInductionVar();
   forRowTiles(b, loc, count, blocking.tileRows,
               [&](OpBuilder &b, Value first, int64_t tile) {
-    int64_t vectors = vectorsDividing(
-        granule, lanes, tile == 1 ? blocking.rowVectors : blocking.tileVectors);
+    int64_t vectors = vectorsDividing(granule, lanes, blocking.vectorsFor(tile));
     auto blocks = scf::ForOp::create(b, loc, jBegin, jEnd,
                                      cIndex(b, loc, vectors * lanes));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(blocks.getBody());
-    addSpan(b, loc, matrix, rowValues, sums, first, tile,
+    addSpan(b, loc, matrix, rowValues, sums, sumsFirst, first, tile,
             blocks.getInductionVar(), vectors, spanBegin, span, lanes);
   });
 }
@@ -838,7 +858,7 @@ struct RotateQuantizeActivationsLowering
     auto f16v = VectorType::get({lanes}, b.getF16Type());
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
-    int64_t chunk = chunkRowsFor(blocking, k);
+    int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/2);
     auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
     Value scaled = entryAlloca(b, op, buffer);
     Value basis = entryAlloca(b, op, buffer);
@@ -862,8 +882,8 @@ struct RotateQuantizeActivationsLowering
         vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
                                 scaled, ValueRange{r, kk});
       });
-      rotateRows(b, loc, op.getRotation(), scaled, basis, count, jBegin, jEnd,
-                 gs, k, blocking);
+      rotateRows(b, loc, op.getRotation(), scaled, basis, c0, count, jBegin,
+                 jEnd, gs, k, blocking);
       forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
                [&](OpBuilder &b, Value g) {
         forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
@@ -883,6 +903,8 @@ struct RotateQuantizeActivationsLowering
 /// times its norm, then one matrix product with the rotation,
 /// out[j] = sum_c rotation_t[c][j] * v[c] (the file's rotation[j][c]) read
 /// along rotation_t's rows, so the K x K rotation is read once per chunk.
+/// The sums wait in the output rows themselves, so the stack holds only
+/// the decoded rows.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
       : OpRewritePattern(ctx), blocking(blocking) {}
@@ -903,10 +925,9 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
-    int64_t chunk = chunkRowsFor(blocking, k);
-    auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
-    Value decoded = entryAlloca(b, op, buffer);
-    Value sums = entryAlloca(b, op, buffer);
+    int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/1);
+    Value decoded =
+        entryAlloca(b, op, MemRefType::get({chunk, k}, b.getF32Type()));
     forChunks(b, loc, rowsOf(b, loc, op.getIds()), chunk,
               [&](OpBuilder &b, Value first, Value count) {
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
@@ -953,8 +974,8 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
           });
         });
       });
-      rotateRows(b, loc, op.getRotationT(), decoded, sums, count, c0, cK, k, k,
-                 blocking);
+      rotateRows(b, loc, op.getRotationT(), decoded, op.getOut(), first, count,
+                 c0, cK, k, k, blocking);
       // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
         Value i = arith::AddIOp::create(b, loc, first, r);
@@ -965,7 +986,7 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
         Value isr = arith::ExtFOp::create(
             b, loc, f32v,
             Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), j)));
-        Value sum = vector::LoadOp::create(b, loc, f32v, sums, ValueRange{r, j});
+        Value sum = vector::LoadOp::create(b, loc, f32v, op.getOut(), ValueRange{i, j});
         vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sum, isr),
                                 op.getOut(), ValueRange{i, j});
       });
