@@ -4,32 +4,35 @@
 //
 //   cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row
 //
-// becomes `func.call @<kernel>_sme_row_partials(...)` (`_sme_tile_partials`
-// for a packed tile), a function marked `cq4p.sme_leaf` (cq4p-export-kernels
-// gives it locally-streaming, new-ZA and new-ZT0 attributes once it is an
-// llvm.func) whose body is, at a 512-bit streaming vector length:
+// becomes `func.call @<kernel>_sme_row_partials(...)` (`_sme_rows<R>_partials`
+// for R > 1 unpacked rows, `_sme_tile_partials` for a packed tile), a
+// function marked `cq4p.sme_leaf` (cq4p-export-kernels gives it
+// locally-streaming, new-ZA and new-ZT0 attributes once it is an llvm.func)
+// whose body for R unpacked rows is, at a 512-bit streaming vector length:
 //
 //   ZT0 <- the int8 codebook (entry i's low byte)       ldr zt0
-//   for each chunk of 16 groups:
+//   for each chunk of 16 / R groups:
 //     zero ZA
-//     for g in chunk, slice s = g % 16:
-//       for each 4 kg-blocks: a = ld1rq(act[row, g*gs + 16q ..])
+//     for g in chunk, slices s_r = (g % (16 / R)) R + r:
+//       for each 4 kg-blocks: a_r = ld1rq(act[row + r, g*gs + 16q ..])
 //         for t in 0..3 (kg-block 4q+t):
 //           {z0,z1} = luti4.x2(panels[sb, g, kg, 0:64])   channels 0-31
 //           {z2,z3} = luti4.x2(panels[sb, g, kg, 64:128]) channels 32-63
-//           za.s[s, vgx4] += {z0..z3} . a[t]              sdot (lane t)
-//     for g in chunk: partials[0, g, 16i:16i+16] <- za[s + 16i], i < 4
+//           za.s[s_r, vgx4] += {z0..z3} . a_r[t], r < R   sdot (lane t)
+//     for g in chunk: partials[g, r, 16i:16i+16] <- za[s_r + 16i], i < 4
 //
 // Each multi-vector SDOT updates the ZA vectors s, s+16, s+32, s+48, which
 // hold the 16-channel blocks of the super-block in order, so `str za`
-// writes the partials linearly.
+// writes the partials linearly. The weights are loaded and expanded once
+// for all R rows: per kg-block 2 LUTI4 and R SDOT.
 //
 // When the partials op is followed by the loop that rescales each of its
 // groups in order (cq4p-tile-super-blocks emits that), the leaf
-// (`<kernel>_sme_row_matmul`, `<kernel>_sme_tile_matmul` for 16-row tiles)
-// does the rescale itself, straight out of ZA, and the partials never reach
-// memory: per group, the 64 partials of a row (one multi-vector read of a
-// ZA slice for a single row, four MOVA of a tile row for a tile), one
+// (`<kernel>_sme_row_matmul`, `_sme_rows<R>_matmul`, `_sme_tile_matmul` for
+// 16-row tiles) does the rescale itself, straight out of ZA, and the
+// partials never reach memory: per group, the 64 partials of a row (one
+// multi-vector read of a row's ZA slice, four MOVA of a tile row for a
+// tile), one
 // SCVTF x4, FMUL by the activation scale, FMUL by the norms (loaded once
 // per group), FADD into the fp32 accumulators (four-vector load and
 // store). That is cq4p.rescale's order of fp32 operations exactly, so the
@@ -62,6 +65,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace mlir::cq4p {
@@ -77,6 +81,7 @@ namespace {
 constexpr int64_t kStreamingBytes = 64;  // SVL 512: one Z register
 constexpr int64_t kZaSlices = 16;        // ZA vector groups of 4 at SVL 512
 constexpr int64_t kSmeTileRows = 16;     // rows of a 32-bit ZA tile
+constexpr int64_t kMaxLeafRows = 8;      // unpacked rows: slice offsets 0-7
 
 /// Builds a leaf's operations: ArmSME dialect operations where it has them,
 /// an `llvm.call_intrinsic` in one helper each where neither it nor the
@@ -511,7 +516,15 @@ void buildOuterProductLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   }
 }
 
-/// The GEMV leaf (one unpacked activation row).
+/// The leaf of R unpacked activation rows (the GEMV, R = 1, and the rows
+/// of a GEMM past its 16-row tiles): each expanded weight vector feeds one
+/// multi-vector SDOT per row. Row r of group j accumulates in ZA slice
+/// (j - first) R + r. A fill of ZA holds 16 groups of one row, or 8 / R
+/// groups of R > 1 rows: every slice of a fill is then one register plus
+/// an immediate offset (0-7), even where LLVM unrolls the group loop into
+/// constant slices. With constant slices past 7, each needing its own
+/// register of the four slice registers (w8-w11), LLVM 22 gave some
+/// SDOTs the wrong slice (6 rows: wrong y, seen under QEMU).
 void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
                       const LeafArgs &args) {
   Value panels = args.panels, cb = args.cb, act = args.act;
@@ -520,31 +533,43 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
   int64_t ng = panelsType.getDimSize(1), kgPerGroup = panelsType.getDimSize(2);
   int64_t gs = kgPerGroup * CQ4P_KG_BLOCK_K;
   int64_t k = ng * gs;
-  int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
+  auto partialsType = cast<MemRefType>(op.getPartials().getType());
+  int64_t groups = partialsType.getDimSize(0), rows = partialsType.getDimSize(1);
+  int64_t groupsPerFill = rows == 1 ? kZaSlices : std::max<int64_t>(1, 8 / rows);
   LeafBuilder leaf(b, loc);
   Value c0 = leaf.index(0), c1 = leaf.index(1);
   loadCodebookIntoZt0(leaf, cb);
 
   Value panelsBase = leaf.base(panels), actBase = leaf.base(act);
   Value allLanes = leaf.allTrue(16);
-  // act[row, 0] and panels[sb, 0, 0, 0], in bytes.
+  // act[row + r, 0] and panels[sb, 0, 0, 0], in bytes.
   Value actRow = leaf.offset(
       actBase, arith::MulIOp::create(b, loc, row, leaf.index(k)));
   Value sbBase = leaf.offset(
       panelsBase,
       arith::MulIOp::create(b, loc, sb,
                             leaf.index(ng * kgPerGroup * CQ4P_KG_BLOCK_BYTES)));
+  // The ZA slices of group j's rows: (j - first) R + r, r < R.
+  auto rowSlices = [&](Value j, Value chunkFirst) {
+    Value first = arith::SubIOp::create(b, loc, j, chunkFirst);
+    if (rows > 1)
+      first = arith::MulIOp::create(b, loc, first, leaf.index(rows));
+    SmallVector<Value> slices{leaf.toI32(first)};
+    for (int64_t r = 1; r < rows; ++r)
+      slices.push_back(arith::AddIOp::create(b, loc, slices[0], leaf.i32(r)));
+    return slices;
+  };
 
-  // Groups j in [0, groups), 16 at a time (one ZA slice each); group
-  // group_begin + j of the tensor.
-  int64_t chunks = (groups + kZaSlices - 1) / kZaSlices;
+  // Groups j in [0, groups), a fill at a time; group group_begin + j of the
+  // tensor.
+  int64_t chunks = (groups + groupsPerFill - 1) / groupsPerFill;
   auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(chunks), c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(chunkLoop.getBody());
   Value chunkFirst = arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(),
-                                           leaf.index(kZaSlices));
+                                           leaf.index(groupsPerFill));
   Value chunkEnd = arith::MinSIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, chunkFirst, leaf.index(kZaSlices)),
+      b, loc, arith::AddIOp::create(b, loc, chunkFirst, leaf.index(groupsPerFill)),
       leaf.index(groups));
   leaf.zeroZa();
 
@@ -553,7 +578,7 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     OpBuilder::InsertionGuard groupGuard(b);
     b.setInsertionPointToStart(groupLoop.getBody());
     Value j = groupLoop.getInductionVar();
-    Value slice = leaf.toI32(arith::SubIOp::create(b, loc, j, chunkFirst));
+    SmallVector<Value> slices = rowSlices(j, chunkFirst);
     Value g = arith::AddIOp::create(b, loc, groupBegin, j);
     Value groupPanels = leaf.offset(
         sbBase, arith::MulIOp::create(
@@ -565,49 +590,65 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
     OpBuilder::InsertionGuard stepGuard(b);
     b.setInsertionPointToStart(stepLoop.getBody());
     Value q = stepLoop.getInductionVar();
-    // The 16 activations of kg-blocks 4q..4q+3, in every 128-bit segment.
-    Value activations = leaf.loadReplicatedQuadword(
-        allLanes, leaf.offset(groupAct, arith::MulIOp::create(b, loc, q, leaf.index(16))));
+    // Each row's 16 activations of kg-blocks 4q..4q+3, in every 128-bit
+    // segment.
+    Value stepAct =
+        leaf.offset(groupAct, arith::MulIOp::create(b, loc, q, leaf.index(16)));
+    SmallVector<Value> activations;
+    for (int64_t r = 0; r < rows; ++r)
+      activations.push_back(leaf.loadReplicatedQuadword(
+          allLanes, r == 0 ? stepAct : leaf.offset(stepAct, leaf.index(r * k))));
     Value stepPanels = leaf.offset(
         groupPanels,
         arith::MulIOp::create(b, loc, q, leaf.index(4 * CQ4P_KG_BLOCK_BYTES)));
     for (int64_t t = 0; t < 4; ++t) {
-      // Kg-block t is 2t streaming vectors further (128 bytes at SVL 512).
+      // Kg-block t is 2t streaming vectors further (128 bytes at SVL 512),
+      // expanded once for every row.
       SmallVector<Value> vectors =
           expandKgBlock(leaf, leaf.vectorOffset(stepPanels, 2 * t));
-      leaf.dotZaVectors4(slice, vectors, activations, t);
+      for (int64_t r = 0; r < rows; ++r)
+        leaf.dotZaVectors4(slices[r], vectors, activations[r], t);
     }
   }
 
   // The chunk's partials, out of ZA: vector s + 16i holds channels
-  // 16i..16i+15 of the group in slice s.
+  // 16i..16i+15 of the group and row in slice s.
   auto storeLoop = scf::ForOp::create(b, loc, chunkFirst, chunkEnd, c1);
   OpBuilder::InsertionGuard storeGuard(b);
   b.setInsertionPointToStart(storeLoop.getBody());
   Value j = storeLoop.getInductionVar();
-  Value slice = leaf.toI32(arith::SubIOp::create(b, loc, j, chunkFirst));
+  SmallVector<Value> slices = rowSlices(j, chunkFirst);
   if (args.fused) {
-    // One multi-vector read of ZA gives the group's 64 partials in channel
-    // order, rescaled into the row's accumulators.
+    // One multi-vector read of ZA gives a row's 64 partials of the group in
+    // channel order, rescaled into the row's accumulators; the group's
+    // norms serve every row.
     const FusedRescale &fused = *args.fused;
     Value g = arith::AddIOp::create(b, loc, groupBegin, j);
-    rescaleQuad(leaf, leaf.readZaVectors4(slice),
-                loadScale(leaf, leaf.base(fused.scales),
-                          cast<MemRefType>(fused.scales.getType()).getDimSize(1), row,
-                          0, g),
-                loadNorms(leaf, leaf.base(fused.norms), ng, sb, g),
-                leaf.base(fused.accum));
+    Value scalesBase = leaf.base(fused.scales);
+    int64_t scaleColumns = cast<MemRefType>(fused.scales.getType()).getDimSize(1);
+    SmallVector<Value> norms = loadNorms(leaf, leaf.base(fused.norms), ng, sb, g);
+    Value accumBase = leaf.base(fused.accum);
+    for (int64_t r = 0; r < rows; ++r)
+      rescaleQuad(leaf, leaf.readZaVectors4(slices[r]),
+                  loadScale(leaf, scalesBase, scaleColumns, row, r, g), norms,
+                  r == 0 ? accumBase
+                         : leaf.offset(accumBase,
+                                       leaf.index(r * CQ4P_PANEL_CHANNELS * 4)));
     return;
   }
   Value partialsBase = leaf.base(args.partials);
-  for (int64_t i = 0; i < 4; ++i) {
-    Value vectorIndex =
-        arith::AddIOp::create(b, loc, slice, leaf.i32(i * kZaSlices));
-    Value byteOffset = arith::AddIOp::create(
-        b, loc,
-        arith::MulIOp::create(b, loc, j, leaf.index(CQ4P_PANEL_CHANNELS * 4)),
-        leaf.index(i * kStreamingBytes));
-    leaf.storeZaVector(vectorIndex, leaf.offset(partialsBase, byteOffset), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < 4; ++i) {
+      Value vectorIndex =
+          arith::AddIOp::create(b, loc, slices[r], leaf.i32(i * kZaSlices));
+      // partials[j, r, 16i].
+      Value byteOffset = arith::AddIOp::create(
+          b, loc,
+          arith::MulIOp::create(b, loc, j,
+                                leaf.index(rows * CQ4P_PANEL_CHANNELS * 4)),
+          leaf.index((r * CQ4P_PANEL_CHANNELS + 16 * i) * 4));
+      leaf.storeZaVector(vectorIndex, leaf.offset(partialsBase, byteOffset), 0);
+    }
   }
 }
 
@@ -1099,18 +1140,26 @@ public:
                        << " rows";
         return signalPassFailure();
       }
+      int64_t rows = cast<MemRefType>(op.getPartials().getType()).getDimSize(1);
+      if (!packed && rows > kMaxLeafRows) {
+        op.emitError() << "SME2 partials of unpacked rows need at most " << kMaxLeafRows
+                       << " rows (a ZA slice register plus offsets 0-7), got " << rows;
+        return signalPassFailure();
+      }
       if ((kg * CQ4P_KG_BLOCK_K) % 16 != 0) {
         op.emitError() << "SME2 partials need groups of a multiple of 16 K, got "
                        << kg * CQ4P_KG_BLOCK_K;
         return signalPassFailure();
       }
-      // One leaf per kernel and kind (16-row tiles or single rows): with
-      // the rescale loop that follows the partials fused into it when there
-      // is one.
+      // One leaf per kernel and kind (16-row tiles, single rows or R rows):
+      // with the rescale loop that follows the partials fused into it when
+      // there is one.
       scf::ForOp rescaleLoop = fusableRescaleLoop(op);
-      std::string name = (parent.getSymName() + (packed ? "_sme_tile" : "_sme_row") +
-                          (rescaleLoop ? "_matmul" : "_partials"))
-                             .str();
+      std::string kind = packed      ? "_sme_tile"
+                         : rows == 1 ? "_sme_row"
+                                     : "_sme_rows" + std::to_string(rows);
+      std::string name =
+          (parent.getSymName() + kind + (rescaleLoop ? "_matmul" : "_partials")).str();
       SmallVector<Value> operands{op.getPanels(), op.getCbI8(), op.getAct()};
       if (rescaleLoop) {
         auto rescale = *rescaleLoop.getBody()->getOps<RescaleOp>().begin();

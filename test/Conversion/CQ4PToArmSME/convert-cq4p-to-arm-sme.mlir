@@ -130,12 +130,12 @@ func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // -----
 
 // GEMV with its rescale loop (as cq4p-tile-super-blocks emits it): one leaf
-// that rescales each group straight out of ZA: one multi-vector read of the
-// group's ZA slice (its 64 partials in channel order), SCVTF x4, a multiply
-// by the activation scale, one by the norms, then the add to the
-// accumulators (four-vector load and store): the contract's order, no
-// fused multiply-add. Nothing is stored from ZA and the partials buffer
-// is gone.
+// that rescales each group straight out of ZA: the group's norms, one
+// multi-vector read of the group's ZA slice (its 64 partials in channel
+// order), SCVTF x4, a multiply by the activation scale, one by the norms,
+// then the add to the accumulators (four-vector load and store): the
+// contract's order, no fused multiply-add. Nothing is stored from ZA and
+// the partials buffer is gone.
 // CHECK-LABEL: func.func @cq4p_gemv_fused
 // CHECK-NOT: memref.alloca
 // CHECK: call @cq4p_gemv_fused_sme_row_matmul(%{{.*}}) : (memref<2x2x32x128xi8>, memref<16xi8>, memref<1x256xi8>, memref<?x2xf32>, memref<2x2x64xf32>, memref<1x64xf32>, index, index, index) -> ()
@@ -144,16 +144,17 @@ func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
 // CHECK: scf.for
 // CHECK: %[[SLICE:.*]] = arith.index_cast %{{.*}} : index to i32
+// CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[N0:.*]] = llvm.extractvalue %[[NORMS]][0]
 // CHECK: %[[READ:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[SLICE]])
 // CHECK: %[[I0:.*]] = llvm.extractvalue %[[READ]][0]
 // CHECK: %[[SCALE:.*]] = vector.broadcast %{{.*}} : f32 to vector<[4]xf32>
-// CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: %[[FLOATS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[I0]],
 // CHECK: %[[F0:.*]] = llvm.extractvalue %[[FLOATS]][0]
 // CHECK: %[[ACC:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
 // CHECK: %[[A0:.*]] = llvm.extractvalue %[[ACC]][0]
 // CHECK: %[[S0:.*]] = arith.mulf %[[F0]], %[[SCALE]] : vector<[4]xf32>
-// CHECK: %[[T0:.*]] = arith.mulf %[[S0]], %{{.*}} : vector<[4]xf32>
+// CHECK: %[[T0:.*]] = arith.mulf %[[S0]], %[[N0]] : vector<[4]xf32>
 // CHECK: arith.addf %[[A0]], %[[T0]] : vector<[4]xf32>
 // CHECK-COUNT-3: arith.addf
 // CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
@@ -176,6 +177,145 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
         : memref<1x64xi32, strided<[64, 1], offset: ?>>, memref<?x2xf32>,
           memref<2x2x64xf32>, memref<1x64xf32>
   }
+  return
+}
+
+// -----
+
+// Three unpacked rows (the rows of a GEMM past its 16-row tiles) with their
+// rescale loop: one leaf in which each kg-block is loaded and expanded once
+// (one two-vector load, two LUTI4 x2) and feeds one multi-vector SDOT per
+// row, row r of the group in ZA slice 3 (j - first) + r; 8 / 3 = 2 groups
+// per ZA fill, so every slice is one register plus an offset below 8. Each
+// row's activations are one LD1RQ per four kg-blocks, K bytes apart. The
+// rescale loads the group's norms once, then per row one multi-vector read
+// of its slice, SCVTF x4 and the row's accumulators, 256 bytes apart.
+// CHECK-LABEL: func.func @cq4p_gemm_rows
+// CHECK: call @cq4p_gemm_rows_sme_rows3_matmul(%{{.*}}) : (memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<?x2xf32>, memref<2x2x64xf32>, memref<3x64xf32>, index, index, index) -> ()
+// CHECK-NOT: cq4p.rescale
+// CHECK-LABEL: func.func private @cq4p_gemm_rows_sme_rows3_matmul
+// CHECK-SAME: attributes {cq4p.sme_leaf}
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
+// CHECK: scf.for %[[CHUNK:[^ ]*]] =
+// CHECK-NEXT: %[[FILL:.*]] = arith.constant 2 : index
+// CHECK-NEXT: %[[FIRST:.*]] = arith.muli %[[CHUNK]], %[[FILL]] : index
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK-NEXT: scf.for %[[J:[^ ]*]] = %[[FIRST]] to
+// CHECK-NEXT: %[[D:.*]] = arith.subi %[[J]], %[[FIRST]] : index
+// CHECK-NEXT: %[[ROWS:.*]] = arith.constant 3 : index
+// CHECK-NEXT: %[[S0_INDEX:.*]] = arith.muli %[[D]], %[[ROWS]] : index
+// CHECK-NEXT: %[[S0:.*]] = arith.index_cast %[[S0_INDEX]] : index to i32
+// CHECK-NEXT: %[[ONE:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: %[[S1:.*]] = arith.addi %[[S0]], %[[ONE]] : i32
+// CHECK-NEXT: %[[TWO:.*]] = arith.constant 2 : i32
+// CHECK-NEXT: %[[S2:.*]] = arith.addi %[[S0]], %[[TWO]] : i32
+// CHECK: scf.for
+// CHECK: %[[A0:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P0:.*]]) :
+// CHECK-NEXT: %[[K1:.*]] = arith.constant 256 : index
+// CHECK-NEXT: %[[K1_64:.*]] = arith.index_cast %[[K1]] : index to i64
+// CHECK-NEXT: %[[P1:.*]] = llvm.getelementptr %[[P0]][%[[K1_64]]]
+// CHECK-NEXT: %[[A1:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P1]])
+// CHECK-NEXT: %[[K2:.*]] = arith.constant 512 : index
+// CHECK-NEXT: %[[K2_64:.*]] = arith.index_cast %[[K2]] : index to i64
+// CHECK-NEXT: %[[P2:.*]] = llvm.getelementptr %[[P0]][%[[K2_64]]]
+// CHECK-NEXT: %[[A2:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P2]])
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S0]], %[[W0:[^,]*]], %[[W1:[^,]*]], %[[W2:[^,]*]], %[[W3:[^,]*]], %[[A0]], %{{.*}})
+// CHECK-NEXT: arith.constant 0 : i32
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S1]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A1]], %{{.*}})
+// CHECK-NEXT: arith.constant 0 : i32
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S2]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A2]], %{{.*}})
+// CHECK-NEXT: llvm.getelementptr
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S0]], %{{.*}}, %[[A0]], %{{.*}})
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK-NEXT: }
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.for %[[J2:[^ ]*]] = %[[FIRST]] to
+// CHECK: %[[T0:.*]] = arith.index_cast %{{.*}} : index to i32
+// CHECK-NEXT: %[[ONE2:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: %[[T1:.*]] = arith.addi %[[T0]], %[[ONE2]] : i32
+// CHECK-NEXT: %[[TWO2:.*]] = arith.constant 2 : i32
+// CHECK-NEXT: %[[T2:.*]] = arith.addi %[[T0]], %[[TWO2]] : i32
+// CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[ACCUM0:.*]] = llvm.inttoptr
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T0]])
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"(%{{.*}}, %[[ACCUM0]])
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM0]])
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T1]])
+// CHECK: %[[ROW1:.*]] = arith.constant 256 : index
+// CHECK-NEXT: %[[ROW1_64:.*]] = arith.index_cast %[[ROW1]] : index to i64
+// CHECK-NEXT: %[[ACCUM1:.*]] = llvm.getelementptr %[[ACCUM0]][%[[ROW1_64]]]
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"(%{{.*}}, %[[ACCUM1]])
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM1]])
+// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T2]])
+// CHECK: %[[ROW2:.*]] = arith.constant 512 : index
+// CHECK-NEXT: %[[ROW2_64:.*]] = arith.index_cast %[[ROW2]] : index to i64
+// CHECK-NEXT: %[[ACCUM2:.*]] = llvm.getelementptr %[[ACCUM0]][%[[ROW2_64]]]
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM2]])
+// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
+// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK-NOT: "arm_sme.intr.str"
+// CHECK: return
+func.func @cq4p_gemm_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                          %act: memref<?x256xi8>, %scales: memref<?x2xf32>,
+                          %norms: memref<2x2x64xf32>, %accum: memref<3x64xf32>,
+                          %sb: index, %row: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %partials = memref.alloca() : memref<2x3x64xi32>
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %c0
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<2x3x64xi32>
+  scf.for %g = %c0 to %c2 step %c1 {
+    %slice = memref.subview %partials[%g, 0, 0] [1, 3, 64] [1, 1, 1]
+        : memref<2x3x64xi32> to memref<3x64xi32, strided<[64, 1], offset: ?>>
+    cq4p.rescale %slice, %scales, %norms, %accum, %sb, %g, %row
+        : memref<3x64xi32, strided<[64, 1], offset: ?>>, memref<?x2xf32>,
+          memref<2x2x64xf32>, memref<3x64xf32>
+  }
+  return
+}
+
+// -----
+
+// Two unpacked rows, partials stored: partials[j, r, 16i..] (byte 512 j +
+// 256 r + 64 i) from ZA array vector s_r + 16i, s_1 = s_0 + 1.
+// CHECK-LABEL: func.func private @cq4p_gemm_rows2_sme_rows2_partials
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK: scf.for %[[J:[^ ]*]] =
+// CHECK: %[[S0:.*]] = arith.index_cast %{{.*}} : index to i32
+// CHECK-NEXT: %[[ONE:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: %[[S1:.*]] = arith.addi %[[S0]], %[[ONE]] : i32
+// CHECK: %[[V00:.*]] = arith.addi %[[S0]], %{{.*}} : i32
+// CHECK-NEXT: %[[GROUP_BYTES:.*]] = arith.constant 512 : index
+// CHECK-NEXT: arith.muli %[[J]], %[[GROUP_BYTES]] : index
+// CHECK-NEXT: arith.constant 0 : index
+// CHECK: "arm_sme.intr.str"(%[[V00]],
+// CHECK: %[[SIXTEEN:.*]] = arith.constant 16 : i32
+// CHECK-NEXT: arith.addi %[[S0]], %[[SIXTEEN]] : i32
+// CHECK: arith.constant 64 : index
+// CHECK: "arm_sme.intr.str"
+// CHECK-COUNT-2: "arm_sme.intr.str"
+// CHECK: %[[V10:.*]] = arith.addi %[[S1]], %{{.*}} : i32
+// CHECK: arith.constant 256 : index
+// CHECK: "arm_sme.intr.str"(%[[V10]],
+// CHECK: %[[SIXTEEN1:.*]] = arith.constant 16 : i32
+// CHECK-NEXT: arith.addi %[[S1]], %[[SIXTEEN1]] : i32
+// CHECK: arith.constant 320 : index
+// CHECK: "arm_sme.intr.str"
+// CHECK-COUNT-2: "arm_sme.intr.str"
+// CHECK-NOT: "arm_sme.intr.str"
+func.func @cq4p_gemm_rows2(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                           %act: memref<?x256xi8>, %partials: memref<2x2x64xi32>,
+                           %sb: index, %row: index, %g0: index) {
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %g0
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<2x2x64xi32>
   return
 }
 

@@ -67,9 +67,10 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // PAIRED: cq4p.panel_dot {{.*}} {paired_activations} : {{.*}}, memref<4x128xi8>, memref<4x64xi32>
 // PAIRED: cq4p.panel_dot {{.*}} : {{.*}}, memref<?x128xi8>, memref<1x64xi32>
 // SME2 GEMM: tiles of 16 rows packed once, super-blocks inside, partials of
-// every group (4 here) per streaming call. A last tile of fewer than 4 rows
-// is not padded: (rows + 12) / 16 tiles, then the rows past them one by one
-// with the one-row partials. A whole tile (16 rows, 64 channels below N)
+// every group (4 here) per streaming call. A last tile of fewer than 7 rows
+// is not padded: (rows + 9) / 16 tiles, then the R = 1 to 6 rows past them
+// as one block of R rows (a switch on R; nothing when R = 0), with R-row
+// partials and accumulators. A whole tile (16 rows, 64 channels below N)
 // is zeroed and rescaled in y itself; a partial one in the tile's
 // accumulator, then copied (whole rows of 64 channels as vectors). Both are
 // a [16][64] view with a dynamic row stride.
@@ -79,7 +80,7 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // SME2-DAG: %[[PART:.*]] = memref.alloca() : memref<4x16x64xi32>
 // SME2-DAG: %[[ACCUM:.*]] = memref.alloca() : memref<16x64xf32>
 // SME2: %[[ROWS:.*]] = memref.dim
-// SME2: %[[PLUS:.*]] = arith.addi %[[ROWS]], %c12
+// SME2: %[[PLUS:.*]] = arith.addi %[[ROWS]], %c9
 // SME2: %[[TILES:.*]] = arith.divui %[[PLUS]], %c16
 // SME2: %[[TILED:.*]] = arith.muli %[[TILES]], %c16
 // SME2: %[[END:.*]] = arith.minsi %[[TILED]], %[[ROWS]]
@@ -104,11 +105,29 @@ func.func @gemv(%panels: memref<2x2x32x128xi8>, %norm_panels: memref<2x2x64xf32>
 // SME2-COUNT-4: vector.load %[[ACCUM]]
 // SME2: } else {
 // SME2: memref.store
-// SME2: memref.alloca() : memref<4x1x64xi32>
-// SME2: scf.for
-// SME2: scf.for %{{.*}} = %[[END]] to %[[ROWS]]
-// SME2: cq4p.panel_partials {{.*}} : {{.*}}, memref<?x128xi8>, memref<4x1x64xi32>
-// SME2: cq4p.rescale
+// SME2: %[[PART1:.*]] = memref.alloca() : memref<4x1x64xi32>
+// SME2: %[[ACC1:.*]] = memref.alloca() : memref<1x64xf32>
+// SME2: %[[PART2:.*]] = memref.alloca() : memref<4x2x64xi32>
+// SME2: %[[ACC2:.*]] = memref.alloca() : memref<2x64xf32>
+// SME2: %[[PART6:.*]] = memref.alloca() : memref<4x6x64xi32>
+// SME2: %[[ACC6:.*]] = memref.alloca() : memref<6x64xf32>
+// SME2: %[[LEFT:.*]] = arith.subi %[[ROWS]], %[[END]]
+// SME2: scf.index_switch %[[LEFT]]
+// SME2-NEXT: case 1 {
+// SME2-NEXT: scf.for
+// SME2: scf.for %{{.*}} = %[[END]] to %[[ROWS]] step %c1
+// SME2: cq4p.panel_partials {{.*}}, %[[PART1]], {{.*}} : {{.*}}, memref<?x128xi8>, memref<4x1x64xi32>
+// SME2: cq4p.rescale %{{.*}}, %{{.*}}, %{{.*}}, %[[ACC1]]
+// SME2: case 2 {
+// SME2-NEXT: scf.for
+// SME2: scf.for %{{.*}} = %[[END]] to %[[ROWS]] step %c2
+// SME2: cq4p.panel_partials {{.*}}, %[[PART2]], {{.*}} : {{.*}}, memref<?x128xi8>, memref<4x2x64xi32>
+// SME2: cq4p.rescale %{{.*}}, %{{.*}}, %{{.*}}, %[[ACC2]]
+// SME2-COUNT-2: vector.load %[[ACC2]]
+// SME2: case 6 {
+// SME2: cq4p.panel_partials {{.*}}, %[[PART6]], {{.*}} : {{.*}}, memref<?x128xi8>, memref<4x6x64xi32>
+// SME2: default {
+// SME2-NEXT: }
 func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
                 %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
                 %y: memref<?x64xf32>, %sb0: index, %sb1: index) {

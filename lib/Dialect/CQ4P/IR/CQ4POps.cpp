@@ -269,13 +269,8 @@ LogicalResult PanelPartialsOp::verify() {
   if (dimOf(getPartials(), 0) > ng)
     return emitOpError() << "expected at most " << ng
                          << " groups of partials, got " << dimOf(getPartials(), 0);
-  if (actType.getRank() == 2) {
-    if (tileRows != 1)
-      return emitOpError() << "expected one row of partials for unpacked "
-                              "activations, got "
-                           << tileRows;
+  if (actType.getRank() == 2)
     return check.dim("the activations", getAct(), 1, k).failed;
-  }
   return check.dim("the packed activations", getAct(), 0, ng)
       .dim("the packed activations", getAct(), 1, kg)
       .dim("the packed activations", getAct(), 2, tileRows)

@@ -26,7 +26,7 @@
 // A GEMV (one static row) has one-row tiles only. With super-block partials
 // (SME2), a GEMM packs tiles of 16 rows for outer products instead, pads the
 // last one only if it has at least kSmeMinTileRows rows, and runs the rows
-// past its tiles as one-row tiles.
+// past its tiles as one tile of as many rows (1 to kSmeMinTileRows - 1).
 //
 //===----------------------------------------------------------------------===//
 
@@ -126,10 +126,11 @@ void copyToOutput(OpBuilder &b, Location loc, Value accum, Value y, Value row,
 /// 512-bit streaming vector length.
 constexpr int64_t kSmeTileRows = 16;
 /// Fewest rows of a padded SME2 tile: a tile costs the same whatever its
-/// rows, so fewer rows than this go through the one-row kernel instead
-/// (bench/run, section 5.5: a 16-row tile of 1024x1024 costs about as much
-/// as 3 rows of the one-row kernel, instructions under QEMU).
-constexpr int64_t kSmeMinTileRows = 4;
+/// rows, so fewer rows than this go through the R-row leaf instead, whose
+/// cost grows with R (bench/run, section 5.5, 1024x1024: the padded tile
+/// costs about 81k instructions at 7 or 8 rows, the 6-row leaf 75k; a
+/// 7-row leaf measured 84k, QEMU instruction counts).
+constexpr int64_t kSmeMinTileRows = 7;
 
 class TileSuperBlocks
     : public mlir::cq4p::impl::CQ4PTileSuperBlocksBase<TileSuperBlocks> {
@@ -176,7 +177,7 @@ private:
     zeroAccumulator(b, loc, accum);
 
     // Per group: exact int32 partials, then their fp32 rescale. With
-    // super-block partials (one-row tiles), every group's partials first.
+    // super-block partials (SME2's rows), every group's partials first.
     bool allGroups = cast<MemRefType>(partials.getType()).getRank() == 3;
     if (allGroups)
       PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
@@ -329,7 +330,7 @@ private:
         MemRefType::get({kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
     Value rows = memref::DimOp::create(b, loc, op.getAct(), 0);
     // Whole tiles, and a padded last one if it has at least
-    // kSmeMinTileRows rows; the rows past them go one by one.
+    // kSmeMinTileRows rows; the rows past them in one few-row block.
     Value tiles = arith::DivUIOp::create(
         b, loc,
         arith::AddIOp::create(b, loc, rows,
@@ -410,20 +411,44 @@ private:
       copyToOutput(b, loc, accum, op.getY(), row, validRows, sb, validChannels);
     }
 
-    // The rows past the tiles, one at a time (the one-row kernel's
-    // streaming leaf), after every tile.
+    // The rows past the tiles, after every tile: one block of R = rows -
+    // tiledRows < kSmeMinTileRows rows through the R-row streaming leaf,
+    // which expands each weight vector once for its R rows; nothing when
+    // the tiles hold every row.
     b.setInsertionPointAfter(tileLoop);
-    Value rowPartials = memref::AllocaOp::create(
-        b, loc, MemRefType::get({ng, 1, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
-    Value rowAccum = memref::AllocaOp::create(
-        b, loc, MemRefType::get({1, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
-    auto rowSbLoop =
-        scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
-    b.setInsertionPointToStart(rowSbLoop.getBody());
-    Value rowSb = rowSbLoop.getInductionVar();
-    Value rowValidChannels = channelsBelowN(b, loc, n, rowSb);
-    emitRowTiles(b, loc, op, rowSb, tiledRows, rows, 1, rowPartials, rowAccum,
-                 rowValidChannels);
+    SmallVector<int64_t> blockSizes;
+    SmallVector<std::pair<Value, Value>> blockBuffers; // partials, accum
+    for (int64_t blockRows = 1; blockRows < kSmeMinTileRows; ++blockRows) {
+      blockSizes.push_back(blockRows);
+      blockBuffers.emplace_back(
+          memref::AllocaOp::create(
+              b, loc,
+              MemRefType::get({ng, blockRows, CQ4P_PANEL_CHANNELS}, b.getI32Type())),
+          memref::AllocaOp::create(
+              b, loc,
+              MemRefType::get({blockRows, CQ4P_PANEL_CHANNELS}, b.getF32Type())));
+    }
+    auto byRows = scf::IndexSwitchOp::create(
+        b, loc, TypeRange{}, arith::SubIOp::create(b, loc, rows, tiledRows),
+        blockSizes, blockSizes.size());
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&byRows.getDefaultRegion().emplaceBlock());
+      scf::YieldOp::create(b, loc);
+    }
+    for (auto [blockRows, buffers, region] :
+         llvm::zip_equal(blockSizes, blockBuffers, byRows.getCaseRegions())) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&region.emplaceBlock());
+      auto [blockPartials, blockAccum] = buffers;
+      auto rowSbLoop =
+          scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+      scf::YieldOp::create(b, loc);
+      b.setInsertionPointToStart(rowSbLoop.getBody());
+      Value rowSb = rowSbLoop.getInductionVar();
+      emitRowTiles(b, loc, op, rowSb, tiledRows, rows, blockRows, blockPartials,
+                   blockAccum, channelsBelowN(b, loc, n, rowSb));
+    }
   }
 
   void tile(PanelMatmulOp op) {

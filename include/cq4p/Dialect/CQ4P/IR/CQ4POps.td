@@ -452,9 +452,9 @@ def CQ4P_PanelPartialsOp : CQ4P_Op<"panel_partials"> {
     them in a unit of its own and leaves the rescale to its caller (SME2:
     one streaming call, partials stored from ZA).
 
-    The activations are either rows of `act` (`[rows][K]`, one row: R = 1,
-    from `row`) or a packed tile (`[ng][gs/4][R][4]`, the SMOPA operand
-    order, `row` unused).
+    The activations are either rows of `act` (`[rows][K]`, the R rows from
+    `row`) or a packed tile (`[ng][gs/4][R][4]`, the SMOPA operand order,
+    `row` unused).
 
     Example:
 

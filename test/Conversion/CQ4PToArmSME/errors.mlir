@@ -1,0 +1,12 @@
+// RUN: cq4p-opt %s -split-input-file -verify-diagnostics -convert-cq4p-to-arm-sme
+
+// The R-row leaf addresses a row's ZA slice as one slice register plus an
+// offset of 0-7: at most 8 unpacked rows.
+func.func @rows9(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                 %act: memref<?x256xi8>, %partials: memref<2x9x64xi32>,
+                 %sb: index, %row: index, %g0: index) {
+  // expected-error @below {{SME2 partials of unpacked rows need at most 8 rows (a ZA slice register plus offsets 0-7), got 9}}
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %g0
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<2x9x64xi32>
+  return
+}
