@@ -21,6 +21,8 @@ namespace {
 // stay opaque; enums are passed as int.
 constexpr int kTypeF32 = 0;
 constexpr int kTypeQ4_0 = 2;
+constexpr int kLogWarn = 3;
+constexpr int kLogError = 4;
 
 struct InitParams {
   size_t memSize;
@@ -68,6 +70,14 @@ struct Ggml::Api {
   void (*threadpoolFree)(void *);
   PlanStorage (*graphPlan)(const void *, int, void *);
   int (*graphCompute)(void *, PlanStorage *);
+  void *(*cpuReg)();
+  void *(*regDevGet)(void *, size_t);
+  void *(*regGetProcAddress)(void *, const char *);
+  const char *(*bufferTypeName)(void *);
+  void *(*allocContextTensors)(void *, void *);
+  void (*tensorSet)(void *, const void *, size_t, size_t);
+  void (*bufferFree)(void *);
+  void (*logSet)(void (*)(int, const char *, void *), void *);
 };
 
 struct GgmlMatMul::Plan {
@@ -125,8 +135,25 @@ std::unique_ptr<Ggml> Ggml::load(const std::string &dir, std::string &error) {
   find(ggml->cpu_, cpu, "ggml_threadpool_free", a.threadpoolFree);
   find(ggml->cpu_, cpu, "ggml_graph_plan", a.graphPlan);
   find(ggml->cpu_, cpu, "ggml_graph_compute", a.graphCompute);
+  find(ggml->cpu_, cpu, "ggml_backend_cpu_reg", a.cpuReg);
+  find(ggml->base_, base, "ggml_backend_reg_dev_get", a.regDevGet);
+  find(ggml->base_, base, "ggml_backend_reg_get_proc_address", a.regGetProcAddress);
+  find(ggml->base_, base, "ggml_backend_buft_name", a.bufferTypeName);
+  find(ggml->base_, base, "ggml_backend_alloc_ctx_tensors_from_buft",
+       a.allocContextTensors);
+  find(ggml->base_, base, "ggml_backend_tensor_set", a.tensorSet);
+  find(ggml->base_, base, "ggml_backend_buffer_free", a.bufferFree);
+  find(ggml->base_, base, "ggml_log_set", a.logSet);
   if (!error.empty())
     return nullptr;
+  // Warnings and errors only: ggml reports every repacked tensor, one line
+  // for each of the hundreds of copies the GEMV from DRAM makes.
+  a.logSet(
+      [](int level, const char *text, void *) {
+        if (level == kLogWarn || level == kLogError)
+          std::fputs(text, stderr);
+      },
+      nullptr);
   return ggml;
 }
 
@@ -141,9 +168,35 @@ void *Ggml::threadpool(int threads) {
   return pool;
 }
 
-std::unique_ptr<GgmlMatMul> Ggml::matMul(uint64_t n, uint64_t k, int64_t m,
-                                         size_t copies, uint32_t seed,
-                                         const std::vector<int> &threads) {
+std::vector<std::string> Ggml::extraBuffers() {
+  std::vector<std::string> names;
+  void *reg = api_->cpuReg();
+  auto get = reinterpret_cast<void **(*)(void *)>(
+      api_->regGetProcAddress(reg, "ggml_backend_dev_get_extra_bufts"));
+  if (get)
+    for (void **type = get(api_->regDevGet(reg, 0)); type && *type; ++type)
+      names.push_back(api_->bufferTypeName(*type));
+  return names;
+}
+
+void *Ggml::extraBuffer(const std::string &name) {
+  void *reg = api_->cpuReg();
+  auto get = reinterpret_cast<void **(*)(void *)>(
+      api_->regGetProcAddress(reg, "ggml_backend_dev_get_extra_bufts"));
+  std::string known;
+  if (get)
+    for (void **type = get(api_->regDevGet(reg, 0)); type && *type; ++type) {
+      if (name == api_->bufferTypeName(*type))
+        return *type;
+      known += std::string(" ") + api_->bufferTypeName(*type);
+    }
+  fail("this ggml build's CPU backend has no buffer type " + name +
+       " (it has: plain" + known + ")");
+}
+
+std::unique_ptr<GgmlMatMul> Ggml::matMul(const std::string &buffer, uint64_t n,
+                                         uint64_t k, int64_t m, size_t copies,
+                                         uint32_t seed, const std::vector<int> &threads) {
   if (k % 32 != 0 || copies == 0)
     fail("a Q4_0 product needs K a multiple of 32 and a copy (K = " +
          std::to_string(k) + ", " + std::to_string(copies) + " copies)");
@@ -153,36 +206,55 @@ std::unique_ptr<GgmlMatMul> Ggml::matMul(uint64_t n, uint64_t k, int64_t m,
   mm->k_ = k;
   mm->m_ = m;
   mm->rowBytes_ = a.rowSize(kTypeQ4_0, int64_t(k));
-  // Each tensor's bytes and header, padded; the graphs' headers.
+  // Drawn and quantized a block of rows at a time: the fp32 matrix of the
+  // largest shape would be 235 MB.
+  mm->quantized_.resize(mm->rowBytes_ * n);
+  const uint64_t chunk = 256;
+  for (uint64_t row = 0; row < n; row += chunk) {
+    uint64_t rows = std::min(chunk, n - row);
+    std::vector<float> x = test::gaussianRows(rows, k, seed + uint32_t(row / chunk));
+    a.quantizeChunk(kTypeQ4_0, x.data(), mm->quantized_.data() + row * mm->rowBytes_,
+                    0, int64_t(rows), int64_t(k), nullptr);
+  }
+
+  // Plain weights live in the context with everything else; an extra buffer
+  // type's in a context of headers only, allocated from that type.
+  bool plain = buffer == "plain";
+  void *bufferType = plain ? nullptr : extraBuffer(buffer);
   size_t pad = 256;
-  size_t perCopy = mm->rowBytes_ * n + sizeof(float) * n * uint64_t(m) +
-                   2 * (a.tensorOverhead() + pad) + a.graphOverhead();
-  size_t memSize = copies * perCopy + sizeof(float) * k * uint64_t(m) +
-                   a.tensorOverhead() + pad;
+  size_t weightBytes = plain ? mm->rowBytes_ * n + pad : 0;
+  size_t memSize = copies * (weightBytes + sizeof(float) * n * uint64_t(m) +
+                             2 * (a.tensorOverhead() + pad) + a.graphOverhead()) +
+                   sizeof(float) * k * uint64_t(m) + a.tensorOverhead() + pad;
   mm->context_ = a.init(InitParams{memSize, nullptr, false});
   if (!mm->context_)
     fail("ggml_init failed for " + std::to_string(memSize) + " bytes");
+  void *weightContext = mm->context_;
+  if (!plain) {
+    mm->weightContext_ =
+        a.init(InitParams{copies * (a.tensorOverhead() + pad), nullptr, true});
+    if (!mm->weightContext_)
+      fail("ggml_init failed for the weights' headers");
+    weightContext = mm->weightContext_;
+  }
+  std::vector<void *> weights;
+  for (size_t c = 0; c < copies; ++c)
+    weights.push_back(a.newTensor2d(weightContext, kTypeQ4_0, int64_t(k), int64_t(n)));
+  if (!plain) {
+    mm->weightBuffer_ = a.allocContextTensors(mm->weightContext_, bufferType);
+    if (!mm->weightBuffer_)
+      fail("cannot allocate " + std::to_string(copies) + " copies of " +
+           std::to_string(n) + "x" + std::to_string(k) + " Q4_0 weights in " + buffer);
+  }
   mm->input_ = a.newTensor2d(mm->context_, kTypeF32, int64_t(k), m);
-  for (size_t c = 0; c < copies; ++c) {
-    void *w = a.newTensor2d(mm->context_, kTypeQ4_0, int64_t(k), int64_t(n));
-    auto *bytes = static_cast<uint8_t *>(a.getData(w));
-    if (c == 0) {
-      // Drawn and quantized a block of rows at a time: the fp32 matrix of
-      // the largest shape would be 235 MB.
-      const uint64_t chunk = 256;
-      for (uint64_t row = 0; row < n; row += chunk) {
-        uint64_t rows = std::min(chunk, n - row);
-        std::vector<float> x = test::gaussianRows(rows, k, seed + uint32_t(row / chunk));
-        a.quantizeChunk(kTypeQ4_0, x.data(), bytes + row * mm->rowBytes_, 0,
-                        int64_t(rows), int64_t(k), nullptr);
-      }
-    } else {
-      std::memcpy(bytes, mm->weights(), mm->rowBytes_ * n);
-    }
+  for (void *w : weights) {
+    if (plain)
+      std::memcpy(a.getData(w), mm->quantized_.data(), mm->quantized_.size());
+    else
+      a.tensorSet(w, mm->quantized_.data(), 0, mm->quantized_.size());
     void *y = a.mulMat(mm->context_, w, mm->input_);
     void *graph = a.newGraph(mm->context_);
     a.buildForwardExpand(graph, y);
-    mm->weights_.push_back(w);
     mm->outputs_.push_back(y);
     mm->graphs_.push_back(graph);
   }
@@ -203,6 +275,10 @@ GgmlMatMul::GgmlMatMul(Ggml &ggml) : ggml_(ggml) {}
 GgmlMatMul::~GgmlMatMul() {
   if (context_)
     ggml_.api_->free(context_);
+  if (weightBuffer_)
+    ggml_.api_->bufferFree(weightBuffer_);
+  if (weightContext_)
+    ggml_.api_->free(weightContext_);
 }
 
 void GgmlMatMul::setInput(const float *x) {
@@ -223,8 +299,5 @@ const float *GgmlMatMul::output(size_t copy) const {
   return static_cast<const float *>(ggml_.api_->getData(outputs_[copy]));
 }
 
-const uint8_t *GgmlMatMul::weights() const {
-  return static_cast<const uint8_t *>(ggml_.api_->getData(weights_[0]));
-}
 
 } // namespace cq4p::bench

@@ -11,9 +11,12 @@
 // ggml_build_forward_expand) and a plan made once per thread count
 // (ggml_graph_plan with a persistent ggml threadpool, a work buffer of its
 // size); a timed call is one ggml_graph_compute, which quantizes the
-// activations to Q8_0 and multiplies. The weights stay in ggml's row-major
-// Q4_0 blocks: the repacked layouts of its extra buffer types (CPU_REPACK,
-// AMX) need ggml-backend buffers and are not used here.
+// activations to Q8_0 and multiplies. The weights are ggml's row-major Q4_0
+// blocks in the context ("plain"), or, given the name of one of the CPU
+// backend's extra buffer types (CPU_REPACK: interleaved rows for its x86 and
+// Arm GEMV/GEMM kernels; AMX), the same blocks stored through that buffer
+// type, which repacks them as llama.cpp's weight loading does; the same
+// ggml_graph_compute then dispatches to that buffer type's kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,8 +47,9 @@ public:
   /// when this was made); exits with a one-line error if ggml fails.
   void run(size_t copy, int threads);
   const float *output(size_t copy) const;
-  /// Copy 0's Q4_0 rows, rowBytes() each: for checking the product.
-  const uint8_t *weights() const;
+  /// The Q4_0 rows every copy was made from (row-major, rowBytes() each,
+  /// whatever layout the buffer type keeps): for checking the product.
+  const uint8_t *weights() const { return quantized_.data(); }
   size_t rowBytes() const { return rowBytes_; }
   /// The bytes of one copy's weights.
   double bytes() const { return double(rowBytes_) * double(n_); }
@@ -61,7 +65,9 @@ private:
   size_t rowBytes_ = 0;
   void *context_ = nullptr;
   void *input_ = nullptr;
-  std::vector<void *> weights_, outputs_, graphs_;
+  void *weightContext_ = nullptr, *weightBuffer_ = nullptr;
+  std::vector<uint8_t> quantized_;
+  std::vector<void *> outputs_, graphs_;
   std::map<int, std::unique_ptr<Plan>> plans_;
 };
 
@@ -74,16 +80,22 @@ public:
   ~Ggml();
 
   /// A product of m rows with `copies` copies of an n x k weight (k a
-  /// multiple of 32), its graphs built and planned for each count in
-  /// `threads`, all outside any timed region.
-  std::unique_ptr<GgmlMatMul> matMul(uint64_t n, uint64_t k, int64_t m, size_t copies,
-                                     uint32_t seed, const std::vector<int> &threads);
+  /// multiple of 32) held in `buffer` ("plain" or an extra buffer type's
+  /// name), its graphs built and planned for each count in `threads`, all
+  /// outside any timed region.
+  std::unique_ptr<GgmlMatMul> matMul(const std::string &buffer, uint64_t n, uint64_t k,
+                                     int64_t m, size_t copies, uint32_t seed,
+                                     const std::vector<int> &threads);
+
+  /// The names of the CPU backend's extra buffer types in this build.
+  std::vector<std::string> extraBuffers();
 
 private:
   friend class GgmlMatMul;
   struct Api;
   Ggml();
   void *threadpool(int threads);
+  void *extraBuffer(const std::string &name);
 
   std::unique_ptr<Api> api_;
   void *base_ = nullptr, *cpu_ = nullptr;
