@@ -1,6 +1,7 @@
 //===- host_driver.cpp - host kernels timed against the machine -----------===//
 //
 //   cq4p-bench-host DIR LIBRARY [BASELINE] [--reps R] [--dram-factor F]
+//                   [--ggml GGML_DIR [--ggml-buffer plain|NAME]...]
 //
 // Times the host kernels of LIBRARY (built by cq4p-compile --target=host
 // from bench/host/shapes.mlir) through the runtime, and BASELINE's (the
@@ -9,6 +10,12 @@
 // within each repetition (probe, library, baseline, probe, ...), and the
 // medians reported with their ratios, as a markdown table on stdout. DIR
 // holds the tensor files it writes (realistic panel files, LayerFiles.h).
+//
+// With --ggml, ggml's CPU Q4_0 mat-mul (ggml_baseline.h: loaded at run time
+// from GGML_DIR, fp32 activations) is one more candidate per weight layout
+// (--ggml-buffer; by default plain row-major Q4_0 and CPU_REPACK's) in the
+// same rounds of the GEMV from DRAM and the GEMV and GEMM rows, after a
+// check of each product against an fp64 oracle.
 //
 // Sections (the targets are issue 10's):
 //   - GEMV from DRAM, 1 thread: copies of the weight filling F times the
@@ -24,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayerFiles.h"
+#include "ggml_baseline.h"
 
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Linear.h"
@@ -46,6 +54,7 @@
 
 using namespace cq4p::runtime;
 using namespace cq4p::test;
+using namespace cq4p::bench;
 
 namespace {
 
@@ -108,6 +117,39 @@ struct Bench {
   double dramFactor = 4;
   std::vector<std::unique_ptr<ThreadPool>> pools; // index = threads
   ActivationScratch scratch;
+  std::unique_ptr<Ggml> ggml;
+  std::vector<std::string> ggmlBuffers; // one candidate each
+
+  std::string ggmlName(const std::string &buffer) const {
+    return "ggml Q4_0 " + buffer;
+  }
+
+  /// Each ggml candidate's products of one shape, built outside the timed
+  /// region with x as their input, run once and compared with the first's
+  /// (the checked plain layout when it is in the list): a repacked layout
+  /// computing something else on this shape stops the run.
+  std::vector<std::unique_ptr<GgmlMatMul>>
+  ggmlProducts(uint64_t n, uint64_t k, int64_t m, size_t copies,
+               const std::vector<int> &threads, const std::vector<float> &x) {
+    std::vector<std::unique_ptr<GgmlMatMul>> out;
+    for (auto &buffer : ggmlBuffers) {
+      out.push_back(ggml->matMul(buffer, n, k, m, copies, 7, threads));
+      out.back()->setInput(x.data());
+      out.back()->run(0, threads[0]);
+      const float *first = out[0]->output(0), *y = out.back()->output(0);
+      double largest = 0, worst = 0;
+      for (size_t i = 0; i < size_t(m) * n; ++i) {
+        largest = std::max(largest, std::fabs(double(first[i])));
+        worst = std::max(worst, std::fabs(double(y[i]) - double(first[i])));
+      }
+      if (!(worst <= 1e-3 * largest))
+        die(ggmlName(buffer) + " disagrees with " + ggmlName(ggmlBuffers[0]) + " on " +
+            std::to_string(n) + "x" + std::to_string(k) + ", M = " + std::to_string(m) +
+            ": largest difference " + std::to_string(worst) + ", largest |y| " +
+            std::to_string(largest));
+    }
+    return out;
+  }
 
   ThreadPool &pool(int threads) {
     if (pools.size() <= size_t(threads))
@@ -177,26 +219,31 @@ struct Bench {
     };
   }
 
-  /// One table row per library: name, the libraries' values, their ratio to
-  /// the first, and the target.
+  /// One table row: the candidates' values (the libraries', then ggml's in
+  /// a section with it), the first's ratio to each other, and the target.
   void row(const std::string &what, const std::vector<double> &values,
            const char *unit, const std::string &target) {
     std::printf("| %s |", what.c_str());
     for (double v : values)
       std::printf(" %.3g %s |", v, unit);
-    if (values.size() > 1)
-      std::printf(" %.2fx |", values[0] / values[1]);
+    for (size_t i = 1; i < values.size(); ++i)
+      std::printf(" %.2fx |", values[0] / values[i]);
     std::printf(" %s |\n", target.c_str());
   }
 
-  void header(const char *title) {
+  /// The columns of row(): the libraries, ggml when `withGgml` and loaded.
+  void header(const char *title, bool withGgml = false) {
+    std::vector<std::string> columns = names;
+    if (withGgml && ggml)
+      for (auto &buffer : ggmlBuffers)
+        columns.push_back(ggmlName(buffer));
     std::printf("\n### %s\n\n| measurement |", title);
-    for (auto &name : names)
+    for (auto &name : columns)
       std::printf(" %s |", name.c_str());
-    if (names.size() > 1)
-      std::printf(" %s / %s |", names[0].c_str(), names[1].c_str());
+    for (size_t i = 1; i < columns.size(); ++i)
+      std::printf(" %s / %s |", columns[0].c_str(), columns[i].c_str());
     std::printf(" target |\n|---|");
-    for (size_t i = 0; i < names.size() + (names.size() > 1 ? 2 : 1); ++i)
+    for (size_t i = 0; i < 2 * columns.size(); ++i)
       std::printf("---:|");
     std::printf("\n");
   }
@@ -210,9 +257,16 @@ struct Bench {
                 dramFactor, llc >> 20);
     for (auto &name : names)
       std::printf(" %s | %s / probe |", name.c_str(), name.c_str());
+    if (ggml)
+      for (auto &buffer : ggmlBuffers)
+        std::printf(" %s | %s / probe | %s / %s |", ggmlName(buffer).c_str(),
+                    ggmlName(buffer).c_str(), names[0].c_str(), ggmlName(buffer).c_str());
     std::printf(" target |\n|---|---:|");
     for (size_t i = 0; i < names.size(); ++i)
       std::printf("---:|---:|");
+    if (ggml)
+      for (size_t i = 0; i < ggmlBuffers.size(); ++i)
+        std::printf("---:|---:|---:|");
     std::printf("---|\n");
     for (auto [n, k] : {std::pair<uint64_t, uint64_t>{4096, 4096},
                         {14336, 4096},
@@ -238,6 +292,21 @@ struct Bench {
           }
           next += 1;
         });
+      // ggml's own copies of the same weight count (its Q4_0 blocks are 18
+      // bytes per 32 weights), each call a different copy too.
+      std::vector<std::unique_ptr<GgmlMatMul>> g;
+      size_t ggmlCopies = 0, ggmlNext = 0;
+      if (ggml) {
+        ggmlCopies = size_t(std::ceil(dramFactor * double(llc) /
+                                      (double(n) * double(k) * 18 / 32)));
+        g = ggmlProducts(n, k, 1, ggmlCopies, {1}, x);
+        for (auto &product : g)
+          cases.push_back([&] {
+            for (size_t c = 0; c < ggmlCopies; ++c)
+              product->run((ggmlNext + c) % ggmlCopies, 1);
+            ggmlNext += 1;
+          });
+      }
       std::vector<double> t = interleaved(cases, 1);
       double probe = double(bytes) * double(copies) / t[0] / 1e9;
       std::printf("| %llux%llu | %.1f GB/s |", (unsigned long long)n,
@@ -246,18 +315,35 @@ struct Bench {
         double rate = double(bytes) * double(copies) / t[1 + lib] / 1e9;
         std::printf(" %.1f GB/s | %.0f%% |", rate, 100 * rate / probe);
       }
+      for (size_t i = 0; i < g.size(); ++i) {
+        double seconds = t[1 + libraries.size() + i];
+        double rate = g[i]->bytes() * double(ggmlCopies) / seconds / 1e9;
+        // Weights per second, cq4p's over ggml's: the bytes differ.
+        double ratio = seconds / double(ggmlCopies) / (t[1] / double(copies));
+        std::printf(" %.1f GB/s | %.0f%% | %.2fx |", rate, 100 * rate / probe, ratio);
+      }
       std::printf(" >= 90%% of the probe |\n");
     }
+    if (ggml)
+      std::printf("\nGB/s count each candidate's own weight bytes: cq4p's 4-bit "
+                  "panels, ggml's Q4_0 blocks (18 bytes per 32 weights); %s / ggml "
+                  "is the ratio of weights per second.\n",
+                  names[0].c_str());
   }
 
   void cache() {
-    header("GEMV in cache and GEMM");
+    header("GEMV in cache and GEMM", true);
     for (auto [n, k] : {std::pair<uint64_t, uint64_t>{1536, 512}, {512, 1536}}) {
       Layer l = layer(n, k, false, 1);
       std::vector<float> x = gaussianRows(1, k, 3), y(n);
       std::vector<std::function<void()>> cases;
       for (size_t lib = 0; lib < libraries.size(); ++lib)
         cases.push_back(linearCall(*l.bound[lib][0], x, y, 1, 1));
+      std::vector<std::unique_ptr<GgmlMatMul>> g;
+      if (ggml)
+        g = ggmlProducts(n, k, 1, 1, {1}, x);
+      for (auto &product : g)
+        cases.push_back([&] { product->run(0, 1); });
       std::vector<double> t = interleaved(cases, callsFor(cases[0]));
       std::vector<double> rates;
       for (double s : t)
@@ -267,13 +353,18 @@ struct Bench {
     }
     for (uint64_t size : {1024, 4096}) {
       Layer l = layer(size, size, false, 1);
-      for (int64_t m : {16, 256})
+      for (int64_t m : {16, 256}) {
+        std::vector<float> x = gaussianRows(uint64_t(m), size, 3),
+                           y(size_t(m) * size);
+        std::vector<std::unique_ptr<GgmlMatMul>> g;
+        if (ggml)
+          g = ggmlProducts(size, size, m, 1, {1, 2}, x);
         for (int threads : {1, 2}) {
-          std::vector<float> x = gaussianRows(uint64_t(m), size, 3),
-                             y(size_t(m) * size);
           std::vector<std::function<void()>> cases;
           for (size_t lib = 0; lib < libraries.size(); ++lib)
             cases.push_back(linearCall(*l.bound[lib][0], x, y, m, threads));
+          for (auto &product : g)
+            cases.push_back([&, threads] { product->run(0, threads); });
           std::vector<double> t = interleaved(cases, callsFor(cases[0]));
           std::vector<double> rates;
           for (double s : t)
@@ -283,6 +374,7 @@ struct Bench {
               rates, "GFLOP/s",
               threads == 1 ? ">= 140 (aim 200)" : ">= 140 per thread");
         }
+      }
     }
   }
 
@@ -396,12 +488,75 @@ struct Bench {
   }
 };
 
+/// ggml's product on a small shape against an fp64 dot of its Q4_0 weights
+/// decoded here (blocks of 32: an fp16 scale d, then 16 bytes whose low
+/// nibbles are weights 0-15 and high nibbles 16-31, each (q - 8) * d), so
+/// the timed path is known to compute y = x W^T. ggml rounds the
+/// activations to Q8_0 blocks (scale amax / 127 in fp16) before the dot:
+/// the bound is half a step (plus the scale's rounding) of each block's
+/// activations times its weights' absolute sum, and 1e-5 relative slack for
+/// fp32 accumulation. Exits naming the worst element if it is exceeded;
+/// returns the line reporting the check.
+std::string checkGgml(Ggml &ggml, const std::string &buffer) {
+  const uint64_t n = 64, k = 512;
+  double worst = 0, worstBound = 0;
+  for (int64_t m : {1, 3})
+    for (int threads : {1, 2}) {
+      std::unique_ptr<GgmlMatMul> g = ggml.matMul(buffer, n, k, m, 1, 11, {threads});
+      std::vector<float> x = gaussianRows(uint64_t(m), k, 5);
+      g->setInput(x.data());
+      g->run(0, threads);
+      for (int64_t r = 0; r < m; ++r)
+        for (uint64_t row = 0; row < n; ++row) {
+          const uint8_t *blocks = g->weights() + row * g->rowBytes();
+          const float *xr = x.data() + uint64_t(r) * k;
+          double dot = 0, bound = 0, magnitude = 0;
+          for (uint64_t b = 0; b < k / 32; ++b) {
+            const uint8_t *block = blocks + b * 18;
+            double d = halfToFloat(uint16_t(block[0] | block[1] << 8));
+            double amax = 0, wsum = 0;
+            for (int i = 0; i < 32; ++i) {
+              int q = i < 16 ? block[2 + i] & 15 : block[2 + i - 16] >> 4;
+              double w = (q - 8) * d, xi = xr[b * 32 + uint64_t(i)];
+              dot += w * xi;
+              magnitude += std::fabs(w * xi);
+              wsum += std::fabs(w);
+              amax = std::max(amax, std::fabs(xi));
+            }
+            bound += amax * (0.5 / 127 + 1.0 / 1024) * wsum;
+          }
+          bound += 1e-5 * magnitude;
+          double got = g->output(0)[uint64_t(r) * n + row];
+          double error = std::fabs(got - dot);
+          if (!(error <= bound))
+            die("ggml's Q4_0 product (" + buffer + ") is wrong: " + std::to_string(n) + "x" +
+                std::to_string(k) + ", M = " + std::to_string(m) + ", " +
+                std::to_string(threads) + " threads, y[" + std::to_string(r) + "][" +
+                std::to_string(row) + "] = " + std::to_string(got) + ", the fp64 dot of " +
+                "its decoded weights " + std::to_string(dot) + " (bound " +
+                std::to_string(bound) + ")");
+          if (error / bound > worst / std::max(worstBound, 1e-300)) {
+            worst = error;
+            worstBound = bound;
+          }
+        }
+    }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s: checked on %llux%llu (M = 1, 3; 1, 2 threads) against an fp64 dot of "
+                "its decoded Q4_0 weights, worst error %.3g against a bound of %.3g.",
+                buffer.c_str(), (unsigned long long)n, (unsigned long long)k, worst,
+                worstBound);
+  return line;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   Bench bench;
   std::vector<std::string> positional;
   std::vector<std::string> only;
+  std::string ggmlDir;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--reps" && i + 1 < argc)
@@ -410,13 +565,18 @@ int main(int argc, char **argv) {
       bench.dramFactor = std::atof(argv[++i]);
     else if (arg == "--only" && i + 1 < argc)
       only.push_back(argv[++i]);
+    else if (arg == "--ggml" && i + 1 < argc)
+      ggmlDir = argv[++i];
+    else if (arg == "--ggml-buffer" && i + 1 < argc)
+      bench.ggmlBuffers.push_back(argv[++i]);
     else
       positional.push_back(arg);
   }
   if (positional.size() < 2 || positional.size() > 3 || bench.reps < 1 ||
       bench.dramFactor <= 0)
     die("usage: cq4p-bench-host DIR LIBRARY [BASELINE] [--reps R] "
-        "[--dram-factor F] [--only dram|cache|transform|orthogonal|threads]");
+        "[--dram-factor F] [--only dram|cache|transform|orthogonal|threads] "
+        "[--ggml DIR [--ggml-buffer plain|NAME]...]");
   bench.dir = positional[0];
   std::filesystem::create_directories(bench.dir);
   for (size_t i = 1; i < positional.size(); ++i) {
@@ -428,7 +588,37 @@ int main(int argc, char **argv) {
   auto wanted = [&](const char *section) {
     return only.empty() || std::find(only.begin(), only.end(), section) != only.end();
   };
+  std::vector<std::string> ggmlChecks;
+  if (!ggmlDir.empty()) {
+    std::string error;
+    bench.ggml = Ggml::load(ggmlDir, error);
+    if (!bench.ggml)
+      die(error);
+    // By default the plain layout and, where the build has it, CPU_REPACK
+    // (llama.cpp's choice for Q4_0 on x86 without AMX). AMX only when asked:
+    // its tiles need the kernel's permission, and a virtual machine that
+    // hides them ends the process on an illegal instruction.
+    if (bench.ggmlBuffers.empty()) {
+      bench.ggmlBuffers.push_back("plain");
+      for (auto &name : bench.ggml->extraBuffers())
+        if (name == "CPU_REPACK")
+          bench.ggmlBuffers.push_back(name);
+    }
+    for (auto &buffer : bench.ggmlBuffers)
+      ggmlChecks.push_back(checkGgml(*bench.ggml, buffer));
+  } else if (!bench.ggmlBuffers.empty()) {
+    die("--ggml-buffer needs --ggml DIR");
+  }
   std::printf("Medians of %d interleaved repetitions.\n", bench.reps);
+  if (bench.ggml) {
+    std::printf("\nggml Q4_0: ggml's CPU mul_mat of Q4_0 weights and fp32 activations, "
+                "one graph built and planned once per shape, each call one "
+                "ggml_graph_compute; the weights row-major in the context (plain) or "
+                "stored through the named extra buffer type, which repacks them. ggml's "
+                "products:\n\n");
+    for (auto &line : ggmlChecks)
+      std::printf("- %s\n", line.c_str());
+  }
   if (wanted("dram"))
     bench.dram();
   if (wanted("cache"))
