@@ -239,7 +239,12 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
       rewriter.eraseOp(op);
       return success();
     }
-    if (target == DotTarget::Neon && tileRows == 1) {
+    // The structure loads walk the panel and the activation row as
+    // contiguous bytes: identity layouts only (any other takes the loop
+    // below, which indexes the memrefs).
+    if (target == DotTarget::Neon && tileRows == 1 &&
+        panelsType.getLayout().isIdentity() &&
+        cast<MemRefType>(op.getAct().getType()).getLayout().isIdentity()) {
       emitNeonGemvLoop(b, loc, op, emit, table, lowMask, four, zeroAcc,
                        groupBase, groupSize);
       rewriter.eraseOp(op);

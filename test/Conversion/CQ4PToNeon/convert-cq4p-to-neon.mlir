@@ -43,6 +43,25 @@ func.func @panel_dot_gemv(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 
 // -----
 
+// Activations in a strided layout (rows 512 bytes apart): the structure
+// loads need contiguous identity layouts, so this GEMV indexes the memrefs.
+// CHECK-LABEL: func.func @panel_dot_gemv_strided
+// CHECK-NOT: llvm.aarch64.neon.ld1x4
+// CHECK: vector.load %{{.*}} : memref<?x256xi8, strided<[512, 1]>>, vector<16xi8>
+// CHECK: arm_neon.intr.sdot
+// CHECK-NOT: llvm.aarch64.neon.ld1x4
+// CHECK: return
+func.func @panel_dot_gemv_strided(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                                  %act: memref<?x256xi8, strided<[512, 1]>>,
+                                  %partials: memref<1x64xi32>,
+                                  %sb: index, %g: index, %row: index) {
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8, strided<[512, 1]>>, memref<1x64xi32>
+  return
+}
+
+// -----
+
 // A 4-row GEMM tile: 8 passes of 8 channels, 2 accumulators per row; each
 // looked-up weight vector feeds the 4 rows.
 // CHECK-LABEL: func.func @panel_dot_gemm
