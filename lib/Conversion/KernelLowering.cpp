@@ -195,6 +195,23 @@ private:
   VectorType i8x16, i32x4, i32x16;
 };
 
+/// The loop over a group's steps of 32 K values carrying `inits`:
+/// body(b, step, carried) builds one step and returns what the next step
+/// carries.
+scf::ForOp forKSteps(
+    OpBuilder &b, Location loc, int64_t groupSize, ValueRange inits,
+    function_ref<SmallVector<Value>(OpBuilder &, Value, SmallVector<Value>)> body) {
+  auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0),
+                                 cIndex(b, loc, groupSize / 32), cIndex(b, loc, 1),
+                                 inits);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  SmallVector<Value> carried(loop.getRegionIterArgs().begin(),
+                             loop.getRegionIterArgs().end());
+  scf::YieldOp::create(b, loc, body(b, loop.getInductionVar(), std::move(carried)));
+  return loop;
+}
+
 struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
   PanelDotLowering(MLIRContext *ctx, DotTarget target)
       : OpRewritePattern(ctx), target(target) {}
@@ -253,14 +270,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
 
     auto emitPass = [&](OpBuilder &b, Value pass) {
       SmallVector<Value> inits(tileRows * accsPerRow, zeroAcc);
-      auto kLoop = scf::ForOp::create(b, loc, c0,
-                                      cIndex(b, loc, groupSize / 32), c1, inits);
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(kLoop.getBody());
-        Value it = kLoop.getInductionVar();
-        SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
-                                kLoop.getRegionIterArgs().end());
+      auto kLoop = forKSteps(b, loc, groupSize, inits,
+                             [&](OpBuilder &b, Value it, SmallVector<Value> accs) {
         // The tile's 32 activations of this step: evens and odds.
         Value kBase = arith::AddIOp::create(
             b, loc, groupBase,
@@ -321,8 +332,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
             });
           }
         }
-        scf::YieldOp::create(b, loc, accs);
-      }
+        return accs;
+      });
       // The pass's partials.
       Value channelBase =
           arith::MulIOp::create(b, loc, pass, cIndex(b, loc, passChannels));
@@ -379,7 +390,7 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     auto i64 = b.getI64Type();
     auto i8 = b.getI8Type();
     auto ptrType = LLVM::LLVMPointerType::get(b.getContext());
-    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
+    Value c0 = cIndex(b, loc, 0);
     auto stepOf = [&](int64_t bytes) {
       return opaqueValue(
           b, loc, LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(bytes)));
@@ -396,53 +407,50 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
         bytePointer(b, loc, op.getAct(), ValueRange{op.getRow(), groupBase});
     SmallVector<Value> inits(kAccs, zeroAcc);
     inits.append({panelA, panelB, actPointer});
-    auto kLoop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, groupSize / 32),
-                                    c1, inits);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(kLoop.getBody());
-    auto args = kLoop.getRegionIterArgs();
-    SmallVector<Value> accs(args.begin(), args.begin() + kAccs);
-    Value pointers[2] = {args[kAccs], args[kAccs + 1]};
-    Value act = args[kAccs + 2];
-    SmallVector<Value> split = neonStructLoad(b, loc, "ld2", 2, act);
-    auto i32x4 = VectorType::get({4}, b.getI32Type());
-    Value evens = bitcast(b, loc, split[0], i32x4);
-    Value odds = bitcast(b, loc, split[1], i32x4);
-    for (int64_t p = 0; p < 4; ++p) {
-      auto lane = [&](Value v) {
-        return bitcast(b, loc, shuffle(b, loc, v, v, {p, p, p, p}),
-                       VectorType::get({16}, b.getI8Type()));
-      };
-      Value evenLane = lane(evens), oddLane = lane(odds);
-      for (int64_t quarter = 0; quarter < 2; ++quarter) {
-        // Slices 4 quarter .. 4 quarter + 3 of kg-blocks 2p and 2p + 1.
-        SmallVector<Value> slices[2];
-        for (int64_t t = 0; t < 2; ++t) {
-          slices[t] = neonStructLoad(b, loc, "ld1x4", 4, pointers[t]);
-          pointers[t] = LLVM::GEPOp::create(b, loc, ptrType, i8, pointers[t],
-                                            ValueRange{quarter == 0 ? halfStep : pairStep});
-        }
-        for (int64_t s = 0; s < 4; ++s) {
-          int64_t slice = 4 * quarter + s;
-          emit.unpackPair(table, lowMask, four, slices[0][s], slices[1][s],
-                          [&](int64_t half, Value wLow, Value wHigh) {
-            Value &acc = accs[2 * slice + half];
-            acc = emit.dot(acc, wLow, evenLane);
-            acc = emit.dot(acc, wHigh, oddLane);
-          });
+    auto kLoop = forKSteps(b, loc, groupSize, inits,
+                           [&](OpBuilder &b, Value, SmallVector<Value> carried) {
+      SmallVector<Value> accs(carried.begin(), carried.begin() + kAccs);
+      Value pointers[2] = {carried[kAccs], carried[kAccs + 1]};
+      Value act = carried[kAccs + 2];
+      SmallVector<Value> split = neonStructLoad(b, loc, "ld2", 2, act);
+      auto i32x4 = VectorType::get({4}, b.getI32Type());
+      Value evens = bitcast(b, loc, split[0], i32x4);
+      Value odds = bitcast(b, loc, split[1], i32x4);
+      for (int64_t p = 0; p < 4; ++p) {
+        auto lane = [&](Value v) {
+          return bitcast(b, loc, shuffle(b, loc, v, v, {p, p, p, p}),
+                         VectorType::get({16}, b.getI8Type()));
+        };
+        Value evenLane = lane(evens), oddLane = lane(odds);
+        for (int64_t quarter = 0; quarter < 2; ++quarter) {
+          // Slices 4 quarter .. 4 quarter + 3 of kg-blocks 2p and 2p + 1.
+          SmallVector<Value> slices[2];
+          for (int64_t t = 0; t < 2; ++t) {
+            slices[t] = neonStructLoad(b, loc, "ld1x4", 4, pointers[t]);
+            pointers[t] = LLVM::GEPOp::create(b, loc, ptrType, i8, pointers[t],
+                                              ValueRange{quarter == 0 ? halfStep : pairStep});
+          }
+          for (int64_t s = 0; s < 4; ++s) {
+            int64_t slice = 4 * quarter + s;
+            emit.unpackPair(table, lowMask, four, slices[0][s], slices[1][s],
+                            [&](int64_t half, Value wLow, Value wHigh) {
+              Value &acc = accs[2 * slice + half];
+              acc = emit.dot(acc, wLow, evenLane);
+              acc = emit.dot(acc, wHigh, oddLane);
+            });
+          }
         }
       }
-    }
-    SmallVector<Value> results = accs;
-    results.push_back(opaqueValue(b, loc, pointers[0]));
-    results.push_back(opaqueValue(b, loc, pointers[1]));
-    results.push_back(opaqueValue(
-        b, loc,
-        LLVM::GEPOp::create(b, loc, ptrType, i8, act,
-                            ValueRange{LLVM::ConstantOp::create(
-                                b, loc, i64, b.getI64IntegerAttr(32))})));
-    scf::YieldOp::create(b, loc, results);
-    b.setInsertionPointAfter(kLoop);
+      SmallVector<Value> results = accs;
+      results.push_back(opaqueValue(b, loc, pointers[0]));
+      results.push_back(opaqueValue(b, loc, pointers[1]));
+      results.push_back(opaqueValue(
+          b, loc,
+          LLVM::GEPOp::create(b, loc, ptrType, i8, act,
+                              ValueRange{LLVM::ConstantOp::create(
+                                  b, loc, i64, b.getI64IntegerAttr(32))})));
+      return results;
+    });
     for (int64_t q = 0; q < kAccs; ++q)
       vector::StoreOp::create(b, loc, kLoop.getResult(q), op.getPartials(),
                               ValueRange{c0, cIndex(b, loc, 4 * q)});
@@ -470,14 +478,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     Value pass = passLoop.getInductionVar();
     Value byte = arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 16));
     SmallVector<Value> inits(2 * tileRows, zeroAcc);
-    auto kLoop = scf::ForOp::create(b, loc, c0,
-                                    cIndex(b, loc, groupSize / 32), c1, inits);
-    {
-      OpBuilder::InsertionGuard loopGuard(b);
-      b.setInsertionPointToStart(kLoop.getBody());
-      Value it = kLoop.getInductionVar();
-      SmallVector<Value> accs(kLoop.getRegionIterArgs().begin(),
-                              kLoop.getRegionIterArgs().end());
+    auto kLoop = forKSteps(b, loc, groupSize, inits,
+                           [&](OpBuilder &b, Value it, SmallVector<Value> accs) {
       Value kBase = arith::AddIOp::create(
           b, loc, groupBase,
           arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
@@ -518,8 +520,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
               }
         }
       }
-      scf::YieldOp::create(b, loc, accs);
-    }
+      return accs;
+    });
     Value channelBase = arith::MulIOp::create(b, loc, pass, cIndex(b, loc, 8));
     for (int64_t r = 0; r < tileRows; ++r)
       for (int64_t half = 0; half < 2; ++half)
