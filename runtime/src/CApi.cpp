@@ -37,6 +37,22 @@ int nullModel(const char *function, char *error, size_t errorSize) {
               error, errorSize);
 }
 
+/// One of an open tensor's checks (verify, checkMapping) through the C API:
+/// its code, and its message copied on failure; a null tensor is an
+/// argument error naming `function`.
+int checkTensor(const char *function, const cq4p_tensor *tensor,
+                Status (TensorFile::*check)() const, char *error,
+                size_t errorSize) {
+  Status status = tensor == nullptr
+                      ? Status(CQ4P_ERROR_ARGUMENT,
+                               std::string(function) +
+                                   ": expected a tensor, found null")
+                      : ((*tensor->file).*check)();
+  if (!status)
+    copyMessage(status, error, errorSize);
+  return status.code();
+}
+
 } // namespace
 
 extern "C" {
@@ -65,24 +81,14 @@ void cq4p_tensor_close(cq4p_tensor *tensor) { delete tensor; }
 
 int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
                        size_t error_size) {
-  Status status = tensor == nullptr
-                      ? Status(CQ4P_ERROR_ARGUMENT,
-                               "cq4p_tensor_verify: expected a tensor, found null")
-                      : tensor->file->verify();
-  if (!status)
-    copyMessage(status, error, error_size);
-  return status.code();
+  return checkTensor("cq4p_tensor_verify", tensor, &TensorFile::verify, error,
+                     error_size);
 }
 
 int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
                       size_t error_size) {
-  Status status = tensor == nullptr
-                      ? Status(CQ4P_ERROR_ARGUMENT,
-                               "cq4p_tensor_check: expected a tensor, found null")
-                      : tensor->file->checkMapping();
-  if (!status)
-    copyMessage(status, error, error_size);
-  return status.code();
+  return checkTensor("cq4p_tensor_check", tensor, &TensorFile::checkMapping,
+                     error, error_size);
 }
 
 int cq4p_bundle_verify(const char *bundle_dir, char *error, size_t error_size) {

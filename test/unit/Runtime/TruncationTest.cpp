@@ -152,6 +152,9 @@ TEST(TruncatedWhileMapped, TheCApiSaysSo) {
   EXPECT_EQ(cq4p_tensor_verify(tensor, error, sizeof(error)), CQ4P_ERROR_IO);
   EXPECT_TRUE(contains(error, "(a read past its end found no page)")) << error;
   EXPECT_EQ(cq4p_tensor_check(nullptr, error, sizeof(error)), CQ4P_ERROR_ARGUMENT);
+  EXPECT_STREQ(error, "cq4p_tensor_check: expected a tensor, found null");
+  EXPECT_EQ(cq4p_tensor_verify(nullptr, error, sizeof(error)), CQ4P_ERROR_ARGUMENT);
+  EXPECT_STREQ(error, "cq4p_tensor_verify: expected a tensor, found null");
   cq4p_tensor_close(tensor);
 }
 
