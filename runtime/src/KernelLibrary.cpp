@@ -735,12 +735,27 @@ Status validateModelDesc(const std::string &path,
       {"vocab", model.vocab},
       {"hidden", model.hidden},
       {"layers", model.layers},
-      {"kv_width", model.kv_width}};
+      {"kv_width", model.kv_width},
+      {"kv_position_bytes", model.kv_position_bytes}};
   for (const auto &[field, value] : sizes)
     if (value == 0)
       return refuse(field, "> 0", "0");
   if (kvDtypeBytes(model.kv_dtype) == 0)
     return refuse("kv_dtype", "1 (f32) or 2 (f16)", str(model.kv_dtype));
+  // Per position, every layer's keys and values: 2 x kv_width elements each
+  // at the most.
+  uint64_t widestPosition = 0;
+  if (__builtin_mul_overflow(model.layers, 2 * model.kv_width, &widestPosition) ||
+      __builtin_mul_overflow(widestPosition, uint64_t(kvDtypeBytes(model.kv_dtype)),
+                             &widestPosition) ||
+      model.kv_position_bytes > widestPosition)
+    return refuse("kv_position_bytes",
+                  "at most layers x 2 x kv_width x " +
+                      str(kvDtypeBytes(model.kv_dtype)) + " bytes",
+                  str(model.kv_position_bytes));
+  if (model.state_bytes > kMaxStateBytes)
+    return refuse("state_bytes", "at most " + str(kMaxStateBytes),
+                  str(model.state_bytes));
   if (!isKnownTarget(model.target))
     return refuse("target", "1..3 (host, aarch64-neon, aarch64-sme2)",
                   str(model.target));

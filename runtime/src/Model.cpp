@@ -279,17 +279,13 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
   model->context_ =
       options.context != 0 ? options.context : defaultContext(bundle);
 
-  uint64_t elementBytes = kvDtypeBytes(desc->kv_dtype);
   uint64_t kvBytes = 0;
-  bool overflow = __builtin_mul_overflow(desc->layers, uint64_t(2), &kvBytes) ||
-                  __builtin_mul_overflow(kvBytes, uint64_t(model->context_),
-                                         &kvBytes) ||
-                  __builtin_mul_overflow(kvBytes, desc->kv_width, &kvBytes) ||
-                  __builtin_mul_overflow(kvBytes, elementBytes, &kvBytes);
-  std::string kvShape = str(desc->layers) + " layers x 2 x " +
-                        signedStr(model->context_) + " positions x " +
-                        str(desc->kv_width) + " x " + str(elementBytes) +
-                        " bytes (" + kvDtypeName(desc->kv_dtype) + ")";
+  bool overflow = __builtin_mul_overflow(uint64_t(model->context_),
+                                         desc->kv_position_bytes, &kvBytes);
+  std::string kvShape = signedStr(model->context_) + " positions x " +
+                        str(desc->kv_position_bytes) + " bytes (" +
+                        str(desc->layers) + " layers, " +
+                        kvDtypeName(desc->kv_dtype) + ")";
   if (overflow)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "KV cache: " + kvShape + " does not fit in 64 bits");
@@ -307,6 +303,12 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
                                      " bytes (" + kvShape +
                                      "): " + std::strerror(errno));
   model->kvCacheBytes_ = kvBytes;
+  model->state_ = mapZeroed(desc->state_bytes);
+  if (model->state_ == nullptr)
+    return Status(CQ4P_ERROR_IO, "step state: cannot allocate " +
+                                     str(desc->state_bytes) +
+                                     " bytes: " + std::strerror(errno));
+  model->stateBytes_ = desc->state_bytes;
   model->workspace_ = mapZeroed(desc->workspace_bytes);
   if (model->workspace_ == nullptr)
     return Status(CQ4P_ERROR_IO, "workspace: cannot allocate " +
@@ -323,6 +325,7 @@ Model::~Model() {
   // Workers first: none may be inside a step when its memory goes.
   pool_.reset();
   unmap(kvCache_, kvCacheBytes_);
+  unmap(state_, stateBytes_);
   unmap(workspace_, workspaceMapped_);
 }
 
@@ -521,6 +524,7 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
   args.context = context_;
   args.parallel_for = &Model::parallelFor;
   args.pool = pool_.get();
+  args.state = state_;
   step(&args);
   position_ += rows;
   return checkFaults();

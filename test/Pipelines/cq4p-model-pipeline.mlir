@@ -17,7 +17,7 @@
 // CHECK: llvm.icmp "eq"
 // CHECK: llvm.call @cq4p_step_decode(
 // CHECK-LABEL: llvm.mlir.global external constant @cq4p_model_steps()
-// CHECK-NEXT: llvm.mlir.constant(3 : i32) : i32
+// CHECK-NEXT: llvm.mlir.constant(4 : i32) : i32
 // CHECK-NEXT: llvm.mlir.constant(12 : i32) : i32
 // CHECK: llvm.mlir.constant(8 : i64) : i64
 // CHECK: llvm.mlir.addressof @cq4p_step_prefill

@@ -18,8 +18,8 @@
 // CHECK-COUNT-128: arm_neon.intr.sdot
 // CHECK: llvm.mlir.global private constant @__cq4p_kernel_name_1("cq4p_gemv_100x256_gs128\00")
 // CHECK: llvm.mlir.global external constant @cq4p_kernel_table() {{.*}} : !llvm.struct<(i32, i32, ptr)>
-// ABI version 3, 3 kernels.
-// CHECK: llvm.mlir.constant(3 : i32) : i32
+// ABI version 4, 3 kernels.
+// CHECK: llvm.mlir.constant(4 : i32) : i32
 // CHECK-NEXT: llvm.mlir.constant(3 : i32) : i32
 // CHECK: llvm.mlir.addressof @__cq4p_kernel_descs
 // HOST-NOT: arm_neon

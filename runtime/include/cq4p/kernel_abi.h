@@ -27,9 +27,12 @@
 extern "C" {
 #endif
 
-/* Version 3 added the model steps (cq4p_model_desc below). A library of an
- * older version is refused with a message naming both versions. */
-#define CQ4P_KERNEL_ABI_VERSION 3u
+/* Version 3 added the model steps (cq4p_model_desc below); version 4 lays
+ * the KV cache out per layer (each layer's own width, layers that share
+ * another's cache have none) and adds the step state (LFM2's convolution
+ * state). A library of another version is refused with a message naming
+ * both versions. */
+#define CQ4P_KERNEL_ABI_VERSION 4u
 
 typedef enum cq4p_kernel_op {
   CQ4P_KERNEL_QUANTIZE_HADAMARD = 1,   /* cq4p_quantize_fn */
@@ -148,7 +151,7 @@ typedef struct cq4p_kernel_table {
 #define CQ4P_MAX_BUNDLE_DIGEST_BYTES 256
 
 /*===----------------------------------------------------------------------===*
- * Model steps (ABI version 3).
+ * Model steps (ABI version 4).
  *
  * A library compiled from a bundle's model graph (model.mlir with a
  * `@forward` function) also exports `cq4p_model_steps` (a cq4p_model_desc;
@@ -201,8 +204,10 @@ typedef void (*cq4p_parallel_for_fn)(void *pool, cq4p_task_fn task,
 
 typedef struct cq4p_step_args {
   const void *const *bindings; /* [binding_count], see cq4p_binding_kind */
-  void *kv_cache;      /* [layers][2 (keys, values)][context][kv_width] of
-                        * kv_dtype elements */
+  void *kv_cache;      /* context * kv_position_bytes bytes, zeroed: the keys
+                        * then the values of each layer with a cache, each
+                        * [context][its width] of kv_dtype elements, in the
+                        * order the library's steps lay them out */
   void *workspace;     /* workspace_bytes, 64-byte aligned, per step call */
   const int64_t *ids;  /* [rows] token ids, each < vocab */
   float *logits;       /* [vocab]: the last row's logits */
@@ -211,6 +216,10 @@ typedef struct cq4p_step_args {
   int64_t context;     /* KV cache capacity, positions; position + rows <= context */
   cq4p_parallel_for_fn parallel_for;
   void *pool;
+  void *state;         /* state_bytes, zeroed when the model is created:
+                        * what steps carry besides the KV cache (LFM2's
+                        * convolution rows); a step at position 0 does not
+                        * read it */
 } cq4p_step_args;
 
 typedef void (*cq4p_step_fn)(const cq4p_step_args *args);
@@ -229,7 +238,7 @@ typedef struct cq4p_model_desc {
   uint64_t vocab;
   uint64_t hidden;
   uint64_t layers;
-  uint64_t kv_width;        /* kv_heads * head_dim */
+  uint64_t kv_width;        /* the widest layer's kv_heads * head_dim */
   uint32_t kv_dtype;        /* cq4p_kv_dtype */
   uint32_t target;          /* cq4p_target */
   uint64_t features;        /* CQ4P_FEATURE_* the steps need */
@@ -237,6 +246,8 @@ typedef struct cq4p_model_desc {
   uint64_t workspace_bytes; /* workspace one step call needs */
   cq4p_step_fn prefill;     /* 1 <= rows <= prefill_chunk */
   cq4p_step_fn decode;      /* rows == 1 */
+  uint64_t kv_position_bytes; /* KV cache bytes per position, every layer */
+  uint64_t state_bytes;       /* cq4p_step_args.state's size (0: none) */
 } cq4p_model_desc;
 
 #ifdef __cplusplus

@@ -23,9 +23,9 @@
 // F16: cq4p.model_plan = {{.*}}kv_dtype = 2 : i64
 // F16-LABEL: cq4p.step @decode
 // F16: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {{.*}}, {base = "workspace", offset = [[V:[0-9]+]] : i64, row_bytes = 256 : i64}]
-// F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 {pointers = [{base = "workspace", offset = [[V]] : i64, row_bytes = 256 : i64}, {at_position, base = "values", index = 0 : i64, row_bytes = 128 : i64}], scalars = ["rows"], split = "rows"
-// F16: cq4p.dispatch @cq4p_rope_64_d64_t{{[0-9]+}}_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {at_position, base = "keys", index = 0 : i64, row_bytes = 128 : i64}]
-// F16-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {base = "keys", index = 0 : i64, row_bytes = 128 : i64}, {base = "values", index = 0 : i64, row_bytes = 128 : i64}
+// F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 {pointers = [{base = "workspace", offset = [[V]] : i64, row_bytes = 256 : i64}, {at_position, base = "values", cache_offset = 128 : i64, index = 0 : i64, row_bytes = 128 : i64}], scalars = ["rows"], split = "rows"
+// F16: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}}_f16 {pointers = [{{.*}}, {at_position, base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 128 : i64}]
+// F16-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 128 : i64}, {base = "values", cache_offset = 128 : i64, index = 0 : i64, row_bytes = 128 : i64}
 
 // One llama-style layer. The decode step runs GEMVs, the prefill step
 // GEMMs and hands a single row to @decode; q, k and v (and gate, up) share
@@ -35,7 +35,7 @@
 
 // The descriptor's facts: bindings in argument order, the workspace.
 // CHECK: cq4p.model_plan = {bindings = [{group_size = 128 : i64, k = 128 : i64, kind = 1 : i64, n = 256 : i64, orthogonal = true, tensor = "model.embed_tokens.weight"}, {kind = 2 : i64, n = 128 : i64, tensor = "l0.ln"},
-// CHECK-SAME: prefill_chunk = 8 : i64, workspace_bytes = {{[0-9]+}} : i64}
+// CHECK-SAME: kv_dtype = 1 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 0 : i64, workspace_bytes = {{[0-9]+}} : i64}
 // CHECK-NOT: func.func @forward
 // CHECK-LABEL: cq4p.step @decode attributes {max_rows = 1 : i64} {
 // CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 {pointers = [{base = "binding", index = 0 : i64}, {base = "ids", row_bytes = 8 : i64}, {base = "workspace", row_bytes = 512 : i64}], scalars = ["rows"], split = "rows", work = array<i64: 1, 0>}
@@ -43,10 +43,10 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[X]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[A:[0-9]+]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S:[0-9]+]] : i64, row_bytes = 4 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 1>}
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128 {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[A]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S]] : i64, row_bytes = 4 : i64}, {base = "workspace", offset = [[Q:[0-9]+]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 2>}
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 3 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {base = "workspace", offset = [[K:[0-9]+]] : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {at_position, base = "values", index = 0 : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_t{{[0-9]+}}_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position"], split = "rows"
-// CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_t{{[0-9]+}}_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[K]] : i64, row_bytes = 256 : i64}, {at_position, base = "keys", index = 0 : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "keys", index = 0 : i64, row_bytes = 256 : i64}, {base = "values", index = 0 : i64, row_bytes = 256 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position", "context", "begin", "end"], split = "range", work = array<i64: 0, 2>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {at_position, base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_f{{[0-9a-f]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position"], split = "rows"
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}} {pointers = [{base = "workspace", offset = [[K]] : i64, row_bytes = 256 : i64}, {at_position, base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}]
+// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position", "context", "begin", "end"], split = "range", work = array<i64: 0, 2>}
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_add_128

@@ -7,6 +7,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 using namespace mlir;
@@ -14,6 +16,18 @@ using namespace mlir::cq4p;
 
 #define GET_OP_CLASSES
 #include "cq4p/Dialect/CQ4P/IR/CQ4POps.cpp.inc"
+
+/// A float the way messages write it: `inf`, `nan`, or the shortest
+/// decimal (`1`, `0.125`, `-1e-06`).
+static std::string formatFloat(float value) {
+  if (std::isnan(value))
+    return "nan";
+  if (std::isinf(value))
+    return value < 0 ? "-inf" : "inf";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", double(value));
+  return text;
+}
 
 /// A dimension the way a tensor type writes it: a number or `?`.
 static std::string formatDim(int64_t size) {
@@ -49,6 +63,15 @@ LogicalResult LinearOp::verify() {
   if (resultM != m)
     return emitOpError() << "expected the result's M (" << formatDim(resultM)
                          << ") to equal the input's M (" << formatDim(m) << ")";
+  if (Value bias = getBias()) {
+    auto biasType = cast<RankedTensorType>(bias.getType());
+    if (biasType.getRank() != 1 || biasType.getDimSize(0) != n)
+      return emitOpError() << "expected the bias to be [N = " << n << "], got ["
+                           << (biasType.getRank() == 1
+                                   ? formatDim(biasType.getDimSize(0))
+                                   : "rank " + std::to_string(biasType.getRank()))
+                           << "]";
+  }
   return success();
 }
 
@@ -409,23 +432,45 @@ static LogicalResult verifySameShape(Operation *op, StringRef whatA,
   return success();
 }
 
+int64_t RmsNormOp::getChunkLength() {
+  if (Value weight = getWeight())
+    return cast<RankedTensorType>(weight.getType()).getDimSize(0);
+  return getChunk() ? int64_t(*getChunk()) : int64_t(0);
+}
+
 LogicalResult RmsNormOp::verify() {
   if (failed(verifyRows(*this, "the input", getInput().getType())) ||
       failed(verifySameShape(*this, "the input", getInput().getType(),
                              "the result", getResult().getType())))
     return failure();
-  RankedTensorType weight = getWeight().getType();
-  if (weight.getRank() != 1 || weight.isDynamicDim(0) || weight.getDimSize(0) <= 0)
-    return emitOpError() << "expected a static 1-d weight, got rank "
-                         << weight.getRank();
   int64_t width = getInput().getType().getDimSize(1);
-  int64_t d = weight.getDimSize(0);
-  if (width % d != 0)
-    return emitOpError() << "expected the weight's length (" << d
-                         << ") to divide the row width (" << width << ")";
-  if (!(getEpsilon().convertToFloat() >= 0.0f))
-    return emitOpError() << "expected epsilon >= 0, got "
-                         << getEpsilon().convertToFloat();
+  if (Value weightValue = getWeight()) {
+    auto weight = cast<RankedTensorType>(weightValue.getType());
+    if (weight.getRank() != 1 || weight.isDynamicDim(0) || weight.getDimSize(0) <= 0)
+      return emitOpError() << "expected a static 1-d weight, got rank "
+                           << weight.getRank();
+    if (getChunk())
+      return emitOpError() << "expected no chunk attribute with a weight (the "
+                              "weight's length is the chunk)";
+    if (width % weight.getDimSize(0) != 0)
+      return emitOpError() << "expected the weight's length ("
+                           << weight.getDimSize(0)
+                           << ") to divide the row width (" << width << ")";
+  } else {
+    if (!getChunk())
+      return emitOpError() << "expected a chunk attribute without a weight";
+    int64_t d = *getChunk();
+    if (d <= 0 || width % d != 0)
+      return emitOpError() << "expected the chunk (" << d
+                           << ") to be positive and divide the row width ("
+                           << width << ")";
+    if (getUnitOffset())
+      return emitOpError() << "expected no unit_offset without a weight";
+  }
+  float epsilon = getEpsilon().convertToFloat();
+  if (!(epsilon >= 0.0f) || std::isinf(epsilon))
+    return emitOpError() << "expected a finite epsilon >= 0, got "
+                         << formatFloat(epsilon);
   return success();
 }
 
@@ -441,29 +486,107 @@ LogicalResult RopeOp::verify() {
   if (width % d != 0)
     return emitOpError() << "expected the head dim (" << d
                          << ") to divide the row width (" << width << ")";
-  if (!(getTheta().convertToFloat() > 0.0f) ||
-      !(getScaling().convertToFloat() > 0.0f))
-    return emitOpError() << "expected theta (" << getTheta().convertToFloat()
-                         << ") and scaling (" << getScaling().convertToFloat()
-                         << ") > 0";
+  if (std::optional<ArrayRef<float>> freqs = getInvFreq()) {
+    if (getTheta() || getScaling())
+      return emitOpError() << "expected either inv_freq or theta and scaling, "
+                              "not both";
+    if (int64_t(freqs->size()) != d / 2)
+      return emitOpError() << "expected head_dim / 2 = " << d / 2
+                           << " frequencies in inv_freq, got " << freqs->size();
+    for (auto [i, f] : llvm::enumerate(*freqs))
+      if (!(f >= 0.0f) || std::isinf(f))
+        return emitOpError() << "expected finite frequencies >= 0, got "
+                             << formatFloat(f) << " at " << i;
+    return success();
+  }
+  if (!getTheta() || !getScaling())
+    return emitOpError() << "expected theta and scaling, or inv_freq";
+  float theta = getTheta()->convertToFloat();
+  float scaling = getScaling()->convertToFloat();
+  if (!(theta > 0.0f) || !(scaling > 0.0f) || std::isinf(theta) ||
+      std::isinf(scaling))
+    return emitOpError() << "expected finite theta (" << formatFloat(theta)
+                         << ") and scaling (" << formatFloat(scaling) << ") > 0";
   return success();
 }
 
+SmallVector<float> RopeOp::getFrequencies() {
+  if (std::optional<ArrayRef<float>> freqs = getInvFreq())
+    return SmallVector<float>(*freqs);
+  // inv_freq[i] = theta^(-2i/d) / scaling, as fp32 computes the exponent.
+  int64_t d = getHeadDim();
+  double theta = getTheta()->convertToDouble();
+  float scaling = getScaling()->convertToFloat();
+  SmallVector<float> freqs;
+  for (int64_t i = 0; i < d / 2; ++i) {
+    float exponent = float(2 * i) / float(d);
+    freqs.push_back(float(1.0 / std::pow(theta, double(exponent))) / scaling);
+  }
+  return freqs;
+}
+
+ParseResult CachedAttentionOp::parse(OpAsmParser &parser, OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand, 4> operands;
+  SmallVector<Type, 4> types;
+  Type resultType;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||
+      parser.parseTypeList(types) || parser.parseArrow() ||
+      parser.parseType(resultType))
+    return failure();
+  if ((operands.size() != 4 && operands.size() != 2) ||
+      types.size() != operands.size())
+    return parser.emitError(loc)
+           << "expected queries, keys, values and the position, or queries and "
+              "the position, each with its type; got "
+           << operands.size() << " operands and " << types.size() << " types";
+  if (parser.resolveOperands(operands, types, loc, result.operands))
+    return failure();
+  int32_t kv = operands.size() == 4 ? 1 : 0;
+  result.addAttribute(getOperandSegmentSizesAttrName(result.name),
+                      parser.getBuilder().getDenseI32ArrayAttr({1, kv, kv, 1}));
+  result.addTypes(resultType);
+  return success();
+}
+
+void CachedAttentionOp::print(OpAsmPrinter &p) {
+  p << ' ' << getOperation()->getOperands();
+  p.printOptionalAttrDict((*this)->getAttrs(),
+                          {getOperandSegmentSizesAttrName()});
+  p << " : ";
+  llvm::interleaveComma(getOperation()->getOperandTypes(), p);
+  p << " -> " << getResult().getType();
+}
+
 LogicalResult CachedAttentionOp::verify() {
-  for (auto [what, type] :
-       {std::pair<StringRef, RankedTensorType>{"the queries", getQueries().getType()},
-        {"the keys", getKeys().getType()},
-        {"the values", getValues().getType()}})
-    if (failed(verifyRows(*this, what, type)))
-      return failure();
+  if (bool(getKeys()) != bool(getValues()))
+    return emitOpError() << "expected both keys and values, or neither (an "
+                            "attention over another layer's cache)";
+  if (failed(verifyRows(*this, "the queries", getQueries().getType())))
+    return failure();
   if (getLayerAttr().getInt() < 0)
     return emitOpError() << "expected a layer >= 0, got "
                          << getLayerAttr().getInt();
   if (getHeadDim() % 16 != 0)
     return emitOpError() << "expected the head dim (" << getHeadDim()
                          << ") to be a multiple of 16";
-  return verifyAttentionShapes(*this, getQueries().getType(),
-                               getKeys().getType(), getValues().getType(),
+  float scale = getScale().convertToFloat();
+  if (!std::isfinite(scale))
+    return emitOpError() << "expected a finite scale, got " << formatFloat(scale);
+  // Without keys and values, shapes are checked as if they had the
+  // queries' rows and the cache's width.
+  auto kvType = RankedTensorType::get(
+      {getQueries().getType().getDimSize(0), int64_t(getNumKvHeads() * getHeadDim())},
+      getQueries().getType().getElementType());
+  RankedTensorType keys = getKeys() ? cast<RankedTensorType>(getKeys().getType()) : kvType;
+  RankedTensorType values =
+      getValues() ? cast<RankedTensorType>(getValues().getType()) : kvType;
+  for (auto [what, type] : {std::pair<StringRef, RankedTensorType>{"the keys", keys},
+                            {"the values", values}})
+    if (failed(verifyRows(*this, what, type)))
+      return failure();
+  return verifyAttentionShapes(*this, getQueries().getType(), keys, values,
                                getResult().getType(), getNumHeads(),
                                getNumKvHeads(), getHeadDim(), getWindow());
 }
@@ -481,6 +604,94 @@ LogicalResult GluOp::verify() {
   return success();
 }
 
+LogicalResult ColumnsOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifyRows(*this, "the result", getResult().getType())))
+    return failure();
+  int64_t width = getInput().getType().getDimSize(1);
+  int64_t offset = getOffset();
+  if (offset < 0 || offset >= width)
+    return emitOpError() << "expected the offset (" << offset
+                         << ") to be a column of the input (0 to "
+                         << width - 1 << ")";
+  int64_t rows = getInput().getType().getDimSize(0);
+  int64_t resultRows = getResult().getType().getDimSize(0);
+  if (rows != resultRows)
+    return emitOpError() << "expected the result's rows ("
+                         << formatDim(resultRows) << ") to equal the input's ("
+                         << formatDim(rows) << ")";
+  return success();
+}
+
+/// A bound scalar or vector operand: a static 1-d tensor of `length`.
+static LogicalResult verifyVector(Operation *op, StringRef what, Value value,
+                                  int64_t length) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() != 1 || type.getDimSize(0) != length)
+    return op->emitOpError() << "expected " << what << " to be a 1-d tensor of "
+                             << length << " elements, got " << type;
+  return success();
+}
+
+LogicalResult ScaleOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifySameShape(*this, "the input", getInput().getType(),
+                             "the result", getResult().getType())))
+    return failure();
+  if (bool(getScalar()) == bool(getFactor()))
+    return emitOpError() << "expected either a factor or a scalar operand";
+  if (getScalar())
+    return verifyVector(*this, "the scalar", getScalar(), 1);
+  float factor = getFactor()->convertToFloat();
+  if (!std::isfinite(factor))
+    return emitOpError() << "expected a finite factor, got " << formatFloat(factor);
+  return success();
+}
+
+LogicalResult SoftcapOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifySameShape(*this, "the input", getInput().getType(),
+                             "the result", getResult().getType())))
+    return failure();
+  float cap = getCap().convertToFloat();
+  if (!(cap > 0.0f) || std::isinf(cap))
+    return emitOpError() << "expected a finite cap > 0, got " << formatFloat(cap);
+  return success();
+}
+
+int64_t ShortConvOp::getKernelWidth() {
+  int64_t h = getResult().getType().getDimSize(1);
+  int64_t elements = getWeight().getType().getNumElements();
+  return h > 0 ? elements / h : 0;
+}
+
+LogicalResult ShortConvOp::verify() {
+  if (failed(verifyRows(*this, "the input", getInput().getType())) ||
+      failed(verifyRows(*this, "the result", getResult().getType())))
+    return failure();
+  int64_t h = getResult().getType().getDimSize(1);
+  int64_t width = getInput().getType().getDimSize(1);
+  if (width != 3 * h)
+    return emitOpError() << "expected the input's width (" << width
+                         << ") to be 3 x the result's (B, C and x: 3 x " << h
+                         << " = " << 3 * h << ")";
+  if (getInput().getType().getDimSize(0) != getResult().getType().getDimSize(0))
+    return emitOpError() << "expected the result's rows ("
+                         << formatDim(getResult().getType().getDimSize(0))
+                         << ") to equal the input's ("
+                         << formatDim(getInput().getType().getDimSize(0)) << ")";
+  RankedTensorType weight = getWeight().getType();
+  if (weight.getRank() != 1 || weight.isDynamicDim(0) ||
+      weight.getDimSize(0) % h != 0 || weight.getDimSize(0) / h < 1 ||
+      weight.getDimSize(0) / h > 16)
+    return emitOpError() << "expected the weight to be [H x L] = [" << h
+                         << " x L] elements with 1 <= L <= 16, got " << weight;
+  if (getLayerAttr().getInt() < 0)
+    return emitOpError() << "expected a layer >= 0, got "
+                         << getLayerAttr().getInt();
+  return success();
+}
+
 LogicalResult DispatchOp::verify() {
   if (getSplit() != "range" && getSplit() != "rows")
     return emitOpError() << "expected split 'range' or 'rows', got '"
@@ -492,11 +703,11 @@ LogicalResult DispatchOp::verify() {
     auto base = dict ? dict.getAs<StringAttr>("base") : StringAttr();
     if (!base || !llvm::is_contained(
                      ArrayRef<StringRef>{"binding", "workspace", "keys",
-                                         "values", "ids", "logits"},
+                                         "values", "state", "ids", "logits"},
                      base.getValue()))
       return emitOpError() << "expected each pointer to be a dictionary with a "
-                              "base binding, workspace, keys, values, ids or "
-                              "logits, got "
+                              "base binding, workspace, keys, values, state, "
+                              "ids or logits, got "
                            << pointer;
   }
   for (Attribute scalar : getScalars()) {

@@ -45,6 +45,7 @@ enum StepArg {
   kContext,
   kParallelFor,
   kPool,
+  kState,
 };
 
 class StepExporter {
@@ -54,7 +55,7 @@ public:
     i32 = IntegerType::get(ctx, 32);
     i64 = IntegerType::get(ctx, 64);
     argsType = LLVM::LLVMStructType::getLiteral(
-        ctx, {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr});
+        ctx, {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr});
   }
 
   LogicalResult run(StringRef target, uint32_t targetId, uint64_t features);
@@ -86,7 +87,6 @@ private:
   MLIRContext *ctx;
   Type ptr, i32, i64;
   LLVM::LLVMStructType argsType;
-  int64_t kvRowBytes = 0;
   uint32_t kvDtypeId = CQ4P_KV_F32;
   unsigned strings = 0;
 };
@@ -134,13 +134,14 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
       pointer = field(b, loc, args, kIds, ptr);
     } else if (base == "logits") {
       pointer = field(b, loc, args, kLogits, ptr);
-    } else { // keys, values: [layers][2][context][kv_width]
-      int64_t which = base == "keys" ? 0 : 1;
-      Value cacheRows = LLVM::MulOp::create(
-          b, loc, context, constant(b, loc, 2 * intOf("index") + which));
-      pointer = byteOffset(b, loc, field(b, loc, args, kKvCache, ptr),
-                           LLVM::MulOp::create(b, loc, cacheRows,
-                                               constant(b, loc, kvRowBytes)));
+    } else if (base == "state") {
+      pointer = field(b, loc, args, kState, ptr);
+    } else { // keys, values: [context][row_bytes] after `cache_offset`
+             // bytes per position of the buffers before them
+      pointer = byteOffset(
+          b, loc, field(b, loc, args, kKvCache, ptr),
+          LLVM::MulOp::create(b, loc, context,
+                              constant(b, loc, intOf("cache_offset"))));
     }
     int64_t rowBytes = intOf("row_bytes");
     Value rowsAhead = constant(b, loc, 0);
@@ -261,7 +262,7 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
       LLVM::LLVMStructType::getLiteral(ctx, {ptr, i32, i32, i64, i64, i32, i32});
   auto descType = LLVM::LLVMStructType::getLiteral(
       ctx, {i32, i32, ptr, ptr, ptr, i64, i64, i64, i64, i32, i32, i64, i64,
-            i64, ptr, ptr});
+            i64, ptr, ptr, i64, i64});
   auto intOf = [](DictionaryAttr dict, StringRef key) {
     auto value = dict.getAs<IntegerAttr>(key);
     return value ? value.getInt() : int64_t(0);
@@ -326,14 +327,16 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
       c64(intOf(model, "vocab")),
       c64(intOf(model, "hidden")),
       c64(intOf(model, "layers")),
-      c64(intOf(model, "num_kv_heads") * intOf(model, "head_dim")),
+      c64(intOf(plan, "kv_width")),
       c32(kvDtypeId),
       c32(targetId),
       c64(int64_t(features)),
       c64(intOf(plan, "prefill_chunk")),
       c64(intOf(plan, "workspace_bytes")),
       LLVM::AddressOfOp::create(b, loc, prefill),
-      LLVM::AddressOfOp::create(b, loc, decode)};
+      LLVM::AddressOfOp::create(b, loc, decode),
+      c64(intOf(plan, "kv_position_bytes")),
+      c64(intOf(plan, "state_bytes"))};
   Value value = LLVM::UndefOp::create(b, loc, descType);
   for (auto [f, v] : llvm::enumerate(values))
     value = LLVM::InsertValueOp::create(b, loc, value, v,
@@ -353,9 +356,6 @@ LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features)
               "attributes (run cq4p-lower-model)";
   auto kvDtype = plan.getAs<IntegerAttr>("kv_dtype");
   kvDtypeId = kvDtype ? uint32_t(kvDtype.getInt()) : uint32_t(CQ4P_KV_F32);
-  kvRowBytes = model.getAs<IntegerAttr>("num_kv_heads").getInt() *
-               model.getAs<IntegerAttr>("head_dim").getInt() *
-               (kvDtypeId == CQ4P_KV_F16 ? 2 : 4);
   LLVM::LLVMFuncOp decode, prefill;
   // The single-row step first: the others branch to it.
   llvm::stable_sort(steps, [](StepOp a, StepOp b) {

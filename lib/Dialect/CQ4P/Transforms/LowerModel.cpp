@@ -62,9 +62,12 @@ int64_t alignUp(int64_t value) {
 
 /// Where a value lives while a step runs.
 struct Place {
-  std::string base = "workspace"; ///< workspace, keys, values, logits, ids
+  std::string base = "workspace"; ///< workspace, keys, values, state, logits, ids
   int64_t index = 0;               ///< the layer, for keys and values
   int64_t offset = 0;              ///< bytes
+  /// Keys and values: bytes per position of the cache buffers before this
+  /// one (the buffer starts at kv_cache + context * cacheOffset).
+  int64_t cacheOffset = 0;
   int64_t rowBytes = 0;
   bool atPosition = false; ///< row 0 is the step's position (KV cache)
   bool lastRow = false;    ///< a view of the last row of a workspace value
@@ -75,6 +78,9 @@ struct Place {
         b.getNamedAttr("base", b.getStringAttr(base))};
     if (base == "keys" || base == "values" || base == "binding")
       fields.push_back(b.getNamedAttr("index", b.getI64IntegerAttr(index)));
+    if (base == "keys" || base == "values")
+      fields.push_back(
+          b.getNamedAttr("cache_offset", b.getI64IntegerAttr(cacheOffset)));
     if (offset)
       fields.push_back(b.getNamedAttr("offset", b.getI64IntegerAttr(offset)));
     if (rowBytes)
@@ -140,6 +146,11 @@ public:
 
   LogicalResult plan();
   int64_t workspaceBytes() const { return arena.size(); }
+  /// The KV cache's bytes per position, its widest layer (elements) and
+  /// the step state's bytes.
+  int64_t kvPositionBytes() const { return positionBytes; }
+  int64_t kvWidth() const { return widestCache; }
+  int64_t stateBytes() const { return stateSize; }
 
 private:
   LogicalResult placeSpecialValues();
@@ -243,6 +254,21 @@ private:
              scalars, single);
   }
 
+  /// A layer's KV cache: where its keys and values start (bytes per
+  /// position before them) and the writer's shape.
+  struct Cache {
+    int64_t keysOffset, valuesOffset, rowBytes, kvHeads, headDim;
+  };
+  Place cachePlace(StringRef base, int64_t layer) const {
+    const Cache &cache = caches.at(layer);
+    Place place;
+    place.base = base.str();
+    place.index = layer;
+    place.rowBytes = cache.rowBytes;
+    place.cacheOffset = base == "keys" ? cache.keysOffset : cache.valuesOffset;
+    return place;
+  }
+
   func::FuncOp forward;
   KernelBuilder &kernels;
   int64_t maxRows;
@@ -256,6 +282,10 @@ private:
   /// cannot write there (an fp16 cache, but not a rotary embedding's
   /// output) lives in the workspace and is converted into the cache.
   llvm::DenseMap<Value, Place> cachePlaces;
+
+  std::map<int64_t, Cache> caches;       ///< by layer
+  std::map<int64_t, int64_t> stateOffsets; ///< short-conv layer -> bytes
+  int64_t positionBytes = 0, widestCache = 0, stateSize = 0;
 
   Arena arena;
   SmallVector<Slot> slots;
@@ -291,60 +321,96 @@ LogicalResult StepPlanner::placeSpecialValues() {
     return attr ? attr.getInt() : int64_t(-1);
   };
   int64_t layers = width("layers");
-  int64_t kvWidth = width("num_kv_heads") * width("head_dim");
-  WalkResult walk = forward.walk([&](CachedAttentionOp attention) {
-    if (int64_t(attention.getLayer()) >= layers) {
-      attention.emitOpError() << "layer " << attention.getLayer()
-                              << " is past the model's " << layers << " layers";
-      return WalkResult::interrupt();
+  int64_t elementBytes = cacheElement.getIntOrFloatBitWidth() / 8;
+  // The KV cache holds, in graph order, the keys then the values of each
+  // layer whose attention computes them; an attention without keys and
+  // values reads the cache of the earlier one that wrote its layer.
+  for (Operation &op : forward.getBody().front()) {
+    if (auto conv = dyn_cast<ShortConvOp>(op)) {
+      int64_t layer = conv.getLayer();
+      if (layer >= layers)
+        return conv.emitOpError() << "layer " << layer << " is past the model's "
+                                  << layers << " layers";
+      if (stateOffsets.count(layer))
+        return conv.emitOpError() << "layer " << layer
+                                  << "'s convolution state already belongs to "
+                                     "an earlier cq4p.short_conv";
+      stateOffsets[layer] = stateSize;
+      stateSize += std::max<int64_t>(conv.getKernelWidth() - 1, 1) *
+                   conv.getResult().getType().getDimSize(1) * 4;
+      continue;
     }
+    auto attention = dyn_cast<CachedAttentionOp>(op);
+    if (!attention)
+      continue;
+    int64_t layer = attention.getLayer();
+    if (layer >= layers)
+      return attention.emitOpError() << "layer " << layer << " is past the model's "
+                                     << layers << " layers";
+    int64_t kvHeads = attention.getNumKvHeads(), headDim = attention.getHeadDim();
+    auto cache = caches.find(layer);
+    if (!attention.getKeys()) {
+      if (cache == caches.end())
+        return attention.emitOpError()
+               << "reads layer " << layer
+               << "'s KV cache, which no earlier cq4p.cached_attention writes";
+      if (cache->second.kvHeads != kvHeads || cache->second.headDim != headDim)
+        return attention.emitOpError()
+               << "expected layer " << layer << "'s cache shape ("
+               << cache->second.kvHeads << " kv heads of "
+               << cache->second.headDim << "), got " << kvHeads
+               << " kv heads of " << headDim;
+      continue;
+    }
+    if (cache != caches.end())
+      return attention.emitOpError()
+             << "writes layer " << layer
+             << "'s KV cache, which an earlier cq4p.cached_attention writes";
+    int64_t rowBytes = kvHeads * headDim * elementBytes;
+    caches[layer] = {positionBytes, positionBytes + rowBytes, rowBytes, kvHeads,
+                     headDim};
+    positionBytes += 2 * rowBytes;
+    widestCache = std::max(widestCache, kvHeads * headDim);
     for (auto [value, base] : {std::pair<Value, StringRef>{attention.getKeys(), "keys"},
                                {attention.getValues(), "values"}}) {
-      auto type = cast<ShapedType>(value.getType());
-      if (type.getDimSize(1) != kvWidth) {
-        attention.emitOpError()
-            << "expected the " << base << "' width (" << type.getDimSize(1)
-            << ") to equal the model's KV cache width (num_kv_heads * "
-               "head_dim = "
-            << kvWidth << ")";
-        return WalkResult::interrupt();
-      }
       if (!value.hasOneUse() || !value.getDefiningOp()) {
         attention.emitOpError()
             << "expected the " << base
             << " to be computed for this attention alone (they are written "
                "straight into the KV cache)";
-        return WalkResult::interrupt();
+        return failure();
       }
-      Place place;
-      place.base = base.str();
-      place.index = attention.getLayer();
-      place.rowBytes = kvWidth * int64_t(cacheElement.getIntOrFloatBitWidth() / 8);
+      Place place = cachePlace(base, layer);
       place.atPosition = true;
       cachePlaces[value] = place;
       if (cacheElement.isF32() || value.getDefiningOp<RopeOp>())
         places[value] = place;
     }
-    return WalkResult::advance();
-  });
-  if (walk.wasInterrupted())
-    return failure();
+  }
 
   auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
   if (ret.getNumOperands() != 1)
     return ret.emitOpError() << "expected @forward to return the logits alone";
   Value logits = ret.getOperand(0);
   auto logitsType = cast<ShapedType>(logits.getType());
-  if (!logits.getDefiningOp<LinearOp>() || logitsType.getDimSize(0) != 1 ||
-      logitsType.getDimSize(1) != width("vocab"))
+  // The logits: a cq4p.linear's, or their soft-capping (computed in place).
+  auto softcap = logits.getDefiningOp<SoftcapOp>();
+  Value product = softcap ? softcap.getInput() : logits;
+  if (!product.getDefiningOp<LinearOp>() || (softcap && !product.hasOneUse()) ||
+      logitsType.getDimSize(0) != 1 || logitsType.getDimSize(1) != width("vocab"))
     return ret.emitOpError()
            << "expected @forward to return the logits of one row ([1, vocab = "
-           << width("vocab") << "]) computed by a cq4p.linear";
+           << width("vocab")
+           << "]) computed by a cq4p.linear (optionally soft-capped)";
   Place place;
   place.base = "logits";
   place.rowBytes = logitsType.getDimSize(1) * 4;
   places[logits] = place;
   lastUse[logits] = INT64_MAX;
+  if (softcap) {
+    places[product] = place;
+    lastUse[product] = INT64_MAX;
+  }
   return success();
 }
 
@@ -436,7 +502,7 @@ bool StepPlanner::planDenseMlp(LinearOp gate, int64_t index) {
     return false;
   auto up = glu.getUp().getDefiningOp<LinearOp>();
   WeightType w = gate.getWeight().getType();
-  if (!up || up.getInput() != gate.getInput() ||
+  if (!up || gate.getBias() || up.getBias() || up.getInput() != gate.getInput() ||
       up.getWeight().getType() != w || w.getN() % 16 != 0 ||
       quantizeKey(gate, gate.getInput(), index) !=
           quantizeKey(up, up.getInput(), index) ||
@@ -477,15 +543,30 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
     return failure();
   Value x = linear.getInput();
   bool single = singleRow(x) || maxRows == 1;
-  SmallVector<FlatSymbolRefAttr> refs =
-      createLinearKernels(kernels, w, /*gemv=*/true, /*gemm=*/!single);
+  Value bias = linear.getBias();
+  SmallVector<FlatSymbolRefAttr> refs = createLinearKernels(
+      kernels, w, /*gemv=*/!bias, /*gemm=*/!bias && !single);
   Place weight = Place::binding(*binding);
 
   Quantized &q = quantize(linear, weight, refs[0], index);
   Place y = placeResult(linear.getResult(), index, {});
-  dispatch(single ? refs[1] : refs[2], "range", {0, w.getNumSuperBlocks()},
-           {weight, q.act, q.scales, y}, {"rows", "begin", "end"},
-           singleRow(x));
+  if (!bias) {
+    dispatch(single ? refs[1] : refs[2], "range", {0, w.getNumSuperBlocks()},
+             {weight, q.act, q.scales, y}, {"rows", "begin", "end"},
+             singleRow(x));
+    return success();
+  }
+  FailureOr<int64_t> biasBinding = bindingOf(linear, bias, "the bias");
+  if (failed(biasBinding))
+    return failure();
+  if (w.getN() % 16 != 0)
+    return linear.emitOpError() << "expected N (" << w.getN()
+                                << ") to be a multiple of 16 to add a bias";
+  auto biasType = cast<RankedTensorType>(bias.getType());
+  dispatch(createBiasedMatmulKernel(kernels, w, biasType.getElementType(), single),
+           "range", {0, w.getNumSuperBlocks()},
+           {weight, q.act, q.scales, Place::binding(*biasBinding), y},
+           {"rows", "begin", "end"}, singleRow(x));
   return success();
 }
 
@@ -519,21 +600,98 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
   }
 
   if (auto norm = dyn_cast<RmsNormOp>(op)) {
-    FailureOr<int64_t> binding = bindingOf(op, norm.getWeight(), "the weight");
-    if (failed(binding))
-      return failure();
-    auto weightType = norm.getWeight().getType();
     int64_t width = norm.getInput().getType().getDimSize(1);
-    int64_t d = weightType.getDimSize(0);
+    int64_t d = norm.getChunkLength();
     if (d % 16 != 0)
-      return op->emitOpError() << "expected the weight's length (" << d
+      return op->emitOpError() << "expected the chunk length (" << d
                                << ") to be a multiple of 16 to compile it";
     Place in = places[norm.getInput()];
     Place out = placeResult(norm.getResult(), index, {norm.getInput()});
-    rowsDispatch(createRmsNormKernel(kernels, width, weightType.getElementType(),
-                                     d, norm.getEpsilon().convertToFloat(),
+    Type weightElement;
+    SmallVector<Place> pointers = {in};
+    if (Value weight = norm.getWeight()) {
+      FailureOr<int64_t> binding = bindingOf(op, weight, "the weight");
+      if (failed(binding))
+        return failure();
+      weightElement = cast<RankedTensorType>(weight.getType()).getElementType();
+      pointers.push_back(Place::binding(*binding));
+    }
+    pointers.push_back(out);
+    rowsDispatch(createRmsNormKernel(kernels, width, weightElement, d,
+                                     norm.getEpsilon().convertToFloat(),
                                      norm.getUnitOffset()),
-                 norm.getResult(), {in, Place::binding(*binding), out}, {"rows"});
+                 norm.getResult(), pointers, {"rows"});
+    return success();
+  }
+
+  if (auto columns = dyn_cast<ColumnsOp>(op)) {
+    int64_t inWidth = columns.getInput().getType().getDimSize(1);
+    int64_t outWidth = columns.getResult().getType().getDimSize(1);
+    int64_t offset = columns.getOffset();
+    if (inWidth % 16 || outWidth % 16 || offset % 16)
+      return op->emitOpError() << "expected the widths (" << inWidth << ", "
+                               << outWidth << ") and the offset (" << offset
+                               << ") to be multiples of 16 to compile it";
+    Place in = places[columns.getInput()];
+    Place out = placeResult(columns.getResult(), index, {});
+    rowsDispatch(createColumnsKernel(kernels, inWidth, outWidth, offset),
+                 columns.getResult(), {in, out}, {"rows"});
+    return success();
+  }
+
+  if (auto scale = dyn_cast<ScaleOp>(op)) {
+    int64_t width = scale.getInput().getType().getDimSize(1);
+    if (width % 16)
+      return op->emitOpError() << "expected the width (" << width
+                               << ") to be a multiple of 16 to compile it";
+    Place in = places[scale.getInput()];
+    Place out = placeResult(scale.getResult(), index, {scale.getInput()});
+    if (Value scalar = scale.getScalar()) {
+      FailureOr<int64_t> binding = bindingOf(op, scalar, "the scalar");
+      if (failed(binding))
+        return failure();
+      rowsDispatch(createScaleByKernel(
+                       kernels, width,
+                       cast<RankedTensorType>(scalar.getType()).getElementType()),
+                   scale.getResult(), {in, Place::binding(*binding), out}, {"rows"});
+      return success();
+    }
+    rowsDispatch(createScaleKernel(kernels, width, scale.getFactor()->convertToFloat()),
+                 scale.getResult(), {in, out}, {"rows"});
+    return success();
+  }
+
+  if (auto softcap = dyn_cast<SoftcapOp>(op)) {
+    int64_t width = softcap.getInput().getType().getDimSize(1);
+    if (width % 16)
+      return op->emitOpError() << "expected the width (" << width
+                               << ") to be a multiple of 16 to compile it";
+    Place in = places[softcap.getInput()];
+    Place out = placeResult(softcap.getResult(), index, {softcap.getInput()});
+    rowsDispatch(createSoftcapKernel(kernels, width, softcap.getCap().convertToFloat()),
+                 softcap.getResult(), {in, out}, {"rows"});
+    return success();
+  }
+
+  if (auto conv = dyn_cast<ShortConvOp>(op)) {
+    if (failed(checkPosition(op, conv.getPosition())))
+      return failure();
+    FailureOr<int64_t> binding = bindingOf(op, conv.getWeight(), "the weight");
+    if (failed(binding))
+      return failure();
+    int64_t h = conv.getResult().getType().getDimSize(1);
+    if (h % 16)
+      return op->emitOpError() << "expected the width (" << h
+                               << ") to be a multiple of 16 to compile it";
+    Place in = places[conv.getInput()];
+    Place out = placeResult(conv.getResult(), index, {});
+    Place state;
+    state.base = "state";
+    state.offset = stateOffsets.at(conv.getLayer());
+    dispatch(createShortConvKernel(kernels, h, conv.getKernelWidth(),
+                                   conv.getWeight().getType().getElementType()),
+             "range", {0, h / 16}, {in, Place::binding(*binding), state, out},
+             {"rows", "position", "begin", "end"}, singleRow(conv.getInput()));
     return success();
   }
 
@@ -547,8 +705,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
                           ? cacheElement
                           : Type(Float32Type::get(op->getContext()));
     rowsDispatch(createRopeKernel(kernels, width, rope.getHeadDim(),
-                                  rope.getTheta().convertToFloat(),
-                                  rope.getScaling().convertToFloat(), outElement),
+                                  rope.getFrequencies(), outElement),
                  rope.getResult(), {in, out}, {"rows", "position"});
     return success();
   }
@@ -559,9 +716,9 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place q = places[attention.getQueries()];
     Place out =
         placeResult(attention.getResult(), index, {attention.getQueries()});
-    Place keys = cachePlaces[attention.getKeys()];
-    Place values = cachePlaces[attention.getValues()];
-    keys.atPosition = values.atPosition = false; // the kernel reads the whole cache
+    // The kernel reads the whole cache.
+    Place keys = cachePlace("keys", attention.getLayer());
+    Place values = cachePlace("values", attention.getLayer());
     dispatch(createCachedAttentionKernel(
                  kernels, attention.getNumHeads(), attention.getNumKvHeads(),
                  attention.getHeadDim(), attention.getWindow(),
@@ -639,10 +796,10 @@ public:
     if (!model) {
       forward.emitError() << "a model graph needs the module attribute "
                              "cq4p.model (architecture, digest, vocab, "
-                             "hidden, layers, num_kv_heads, head_dim)";
+                             "hidden, layers)";
       return signalPassFailure();
     }
-    for (StringRef key : {"vocab", "hidden", "layers", "num_kv_heads", "head_dim"}) {
+    for (StringRef key : {"vocab", "hidden", "layers"}) {
       auto value = model.getAs<IntegerAttr>(key);
       if (!value || value.getInt() <= 0) {
         module.emitError() << "cq4p.model: expected a positive integer '"
@@ -671,7 +828,7 @@ public:
     KernelBuilder kernels(module);
     OpBuilder b(module.getContext());
     b.setInsertionPointToEnd(module.getBody());
-    int64_t workspace = 0;
+    int64_t workspace = 0, kvPositionBytes = 0, kvWidth = 0, stateBytes = 0;
     for (auto [name, rows] : {std::pair<StringRef, int64_t>{"decode", 1},
                               {"prefill", int64_t(prefillChunk)}}) {
       auto step = StepOp::create(
@@ -685,6 +842,9 @@ public:
       if (failed(planner.plan()))
         return signalPassFailure();
       workspace = std::max(workspace, planner.workspaceBytes());
+      kvPositionBytes = planner.kvPositionBytes();
+      kvWidth = planner.kvWidth();
+      stateBytes = planner.stateBytes();
       b.setInsertionPointToEnd(module.getBody());
     }
 
@@ -719,6 +879,9 @@ public:
                                                        cacheElement.isF16() ? CQ4P_KV_F16
                                                                             : CQ4P_KV_F32)),
                         b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
+                        b.getNamedAttr("kv_position_bytes", b.getI64IntegerAttr(kvPositionBytes)),
+                        b.getNamedAttr("kv_width", b.getI64IntegerAttr(kvWidth)),
+                        b.getNamedAttr("state_bytes", b.getI64IntegerAttr(stateBytes)),
                     }));
     forward.erase();
 
@@ -734,7 +897,7 @@ public:
       auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
       auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
       if (op && (op.getValue() == "glu" || op.getValue() == "dense_mlp" ||
-                 op.getValue() == "cached_attention"))
+                 op.getValue() == "cached_attention" || op.getValue() == "softcap"))
         if (failed(applyPatternsGreedily(func, frozen)))
           return signalPassFailure();
     }

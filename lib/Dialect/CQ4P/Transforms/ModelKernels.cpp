@@ -22,6 +22,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/bit.h"
 
 #include <cmath>
@@ -136,19 +137,23 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
                                                   bool unitOffset) {
   MLIRContext *ctx = weightElement.getContext();
   KernelSpec spec;
+  bool weighted = bool(weightElement);
   spec.name = "cq4p_rms_norm_" + std::to_string(width) + "_d" +
-              std::to_string(d) + (weightElement.isF16() ? "_f16" : "_f32") +
+              std::to_string(d) +
+              (!weighted ? "_plain" : weightElement.isF16() ? "_f16" : "_f32") +
               (unitOffset ? "_unit" : "") + "_e" + floatTag(epsilon);
   spec.op = "rms_norm";
   spec.n = width;
   spec.k = d;
-  spec.params = {{"x", rowsType(ctx, width)},
-                 {"w", MemRefType::get({d}, weightElement)},
-                 {"out", rowsType(ctx, width)},
-                 {"rows", IndexType::get(ctx)}};
+  spec.params = {{"x", rowsType(ctx, width)}};
+  if (weighted)
+    spec.params.push_back({"w", MemRefType::get({d}, weightElement)});
+  spec.params.push_back({"out", rowsType(ctx, width)});
+  spec.params.push_back({"rows", IndexType::get(ctx)});
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
-    Value x = args[0], w = args[1], out = args[2], rows = args[3];
+    Value x = args[0], w = weighted ? args[1] : Value(),
+          out = args[weighted ? 2 : 1], rows = args[weighted ? 3 : 2];
     Emitter e{b, loc};
     e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
@@ -173,11 +178,14 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
                         [&](OpBuilder &b3, Location l3, Value i) {
                           Emitter e3{b3, l3};
                           Value col = e3.addi(base, i);
-                          Value scale = e3.load(w, {i});
-                          if (unitOffset)
-                            scale = e3.add(e3.splatc(1.0f), scale);
-                          Value v = e3.load(x, {r, col});
-                          e3.store(e3.mul(e3.mul(v, inv), scale), out, {r, col});
+                          Value v = e3.mul(e3.load(x, {r, col}), inv);
+                          if (weighted) {
+                            Value scale = e3.load(w, {i});
+                            if (unitOffset)
+                              scale = e3.add(e3.splatc(1.0f), scale);
+                            v = e3.mul(v, scale);
+                          }
+                          e3.store(v, out, {r, col});
                         });
               });
     });
@@ -186,12 +194,18 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
 
 FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
                                                int64_t width, int64_t d,
-                                               float theta, float scaling,
+                                               ArrayRef<float> freqs,
                                                Type outElement) {
   MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
+  // Named after the frequencies' bits (FNV-1a).
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (float f : freqs)
+    for (int shift = 0; shift < 32; shift += 8)
+      hash = (hash ^ ((llvm::bit_cast<uint32_t>(f) >> shift) & 0xff)) *
+             0x100000001b3ull;
   spec.name = "cq4p_rope_" + std::to_string(width) + "_d" + std::to_string(d) +
-              "_t" + floatTag(theta) + "_s" + floatTag(scaling) +
+              "_f" + llvm::utohexstr(hash, /*LowerCase=*/true) +
               (outElement.isF16() ? "_f16" : "");
   spec.op = "rope";
   spec.n = width;
@@ -202,13 +216,7 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
                  {"rows", index},
                  {"position", index}};
   int64_t half = d / 2;
-  // inv_freq[i] = theta^(-2i/d) / scaling, computed as fp32 does it.
-  SmallVector<float> invFreq;
-  for (int64_t i = 0; i < half; ++i) {
-    float exponent = float(2 * i) / float(d);
-    invFreq.push_back(float(1.0 / std::pow(double(theta), double(exponent))) /
-                      scaling);
-  }
+  SmallVector<float> invFreq(freqs);
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
     Value x = args[0], out = args[1], rows = args[2], position = args[3];
@@ -440,6 +448,216 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
         for (int64_t c = 0; c < chunks; ++c)
           e2.store(e2.mul(tiles.getResult(2 + c), inv), out,
                    {r, e2.addi(qBase, e2.index(c * kLanes))});
+      });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createColumnsKernel(KernelBuilder &kernels,
+                                                  int64_t inWidth,
+                                                  int64_t outWidth,
+                                                  int64_t offset) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_columns_" + std::to_string(inWidth) + "_o" +
+              std::to_string(offset) + "_w" + std::to_string(outWidth);
+  spec.op = "columns";
+  spec.n = outWidth;
+  spec.k = inWidth;
+  spec.params = {{"x", rowsType(ctx, inWidth)},
+                 {"out", rowsType(ctx, outWidth)},
+                 {"rows", IndexType::get(ctx)}};
+  // Columns [0, copied) come from x, the rest are zeros; both multiples of
+  // 16 (the planner checks the widths and the offset).
+  int64_t copied = std::min(outWidth, inWidth - offset);
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value x = args[0], out = args[1], rows = args[2];
+    Emitter e{b, loc};
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(copied), kLanes,
+              [&](OpBuilder &b2, Location l2, Value j) {
+                Emitter e2{b2, l2};
+                e2.store(e2.load(x, {r, e2.addi(j, e2.index(offset))}), out, {r, j});
+              });
+      if (copied < outWidth)
+        e1.loop(e1.index(copied), e1.index(outWidth), kLanes,
+                [&](OpBuilder &b2, Location l2, Value j) {
+                  Emitter e2{b2, l2};
+                  e2.store(e2.splatc(0.0f), out, {r, j});
+                });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createScaleByKernel(KernelBuilder &kernels,
+                                                  int64_t width,
+                                                  Type scalarElement) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_scale_by_" + std::to_string(width) +
+              (scalarElement.isF16() ? "_f16" : "_f32");
+  spec.op = "scale_by";
+  spec.n = width;
+  spec.params = {{"x", rowsType(ctx, width)},
+                 {"s", MemRefType::get({1}, scalarElement)},
+                 {"out", rowsType(ctx, width)},
+                 {"rows", IndexType::get(ctx)}};
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value x = args[0], s = args[1], out = args[2], rows = args[3];
+    Emitter e{b, loc};
+    Value factor = memref::LoadOp::create(b, loc, s, ValueRange{e.index(0)});
+    if (!scalarElement.isF32())
+      factor = arith::ExtFOp::create(b, loc, e.f32(), factor);
+    Value splat = e.splat(factor);
+    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(e1.index(0), e1.index(width), kLanes,
+              [&](OpBuilder &b2, Location l2, Value i) {
+                Emitter e2{b2, l2};
+                e2.store(e2.mul(e2.load(x, {r, i}), splat), out, {r, i});
+              });
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createSoftcapKernel(KernelBuilder &kernels,
+                                                  int64_t width, float cap) {
+  return createElementwiseKernel(
+      kernels, "cq4p_softcap_" + std::to_string(width) + "_c" + floatTag(cap),
+      "softcap", width, {"x"}, Float32Type::get(kernels.getContext()),
+      [&](Emitter &e, ArrayRef<Value> v) {
+        Value inner = e.div(v[0], e.splatc(cap));
+        return e.mul(e.splatc(cap), math::TanhOp::create(e.b, e.loc, inner));
+      });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createShortConvKernel(KernelBuilder &kernels,
+                                                    int64_t h, int64_t l,
+                                                    Type weightElement) {
+  MLIRContext *ctx = kernels.getContext();
+  KernelSpec spec;
+  spec.name = "cq4p_short_conv_" + std::to_string(h) + "_l" + std::to_string(l) +
+              (weightElement.isF16() ? "_f16" : "_f32");
+  spec.op = "short_conv";
+  spec.n = h;
+  spec.k = l;
+  Type index = IndexType::get(ctx);
+  spec.params = {{"x", rowsType(ctx, 3 * h)},
+                 {"w", MemRefType::get({h * l}, weightElement)},
+                 {"state", MemRefType::get({std::max<int64_t>(l - 1, 1), h},
+                                           Float32Type::get(ctx))},
+                 {"out", rowsType(ctx, h)},
+                 {"rows", index},
+                 {"position", index},
+                 {"begin", index},
+                 {"end", index}};
+  // Work items are 16 channels each; a thread runs every row of its
+  // channels in order, carrying the last l - 1 rows of B x in registers.
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value x = args[0], w = args[1], state = args[2], out = args[3];
+    Value rows = args[4], position = args[5], begin = args[6], end = args[7];
+    Emitter e{b, loc};
+    Value atStart = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          position, e.index(0));
+    e.loop(begin, end, 1, [&](OpBuilder &b1, Location l1, Value item) {
+      Emitter e1{b1, l1};
+      Value c = e1.muli(item, e1.index(kLanes));
+      // The kernel's taps for these 16 channels: w[c * l + j].
+      SmallVector<Value> taps;
+      for (int64_t j = 0; j < l; ++j) {
+        Value tap = e1.splatc(0.0f);
+        for (int64_t lane = 0; lane < kLanes; ++lane) {
+          Value at = e1.addi(e1.muli(e1.addi(c, e1.index(lane)), e1.index(l)),
+                             e1.index(j));
+          Value v = memref::LoadOp::create(b1, l1, w, ValueRange{at});
+          if (!weightElement.isF32())
+            v = arith::ExtFOp::create(b1, l1, e1.f32(), v);
+          tap = vector::InsertOp::create(b1, l1, v, tap, ArrayRef<int64_t>{lane});
+        }
+        taps.push_back(tap);
+      }
+      SmallVector<Value> history;
+      for (int64_t j = 0; j + 1 < l; ++j)
+        history.push_back(arith::SelectOp::create(
+            b1, l1, atStart, e1.splatc(0.0f), e1.load(state, {e1.index(j), c})));
+      auto rowLoop = scf::ForOp::create(
+          b1, l1, e1.index(0), rows, e1.index(1), history,
+          [&](OpBuilder &b2, Location l2, Value r, ValueRange carried) {
+            Emitter e2{b2, l2};
+            Value bv = e2.load(x, {r, c});
+            Value cv = e2.load(x, {r, e2.addi(c, e2.index(h))});
+            Value xv = e2.load(x, {r, e2.addi(c, e2.index(2 * h))});
+            Value bx = e2.mul(bv, xv);
+            // y = sum_j taps[j] * Bx[t - (l - 1) + j], in j order.
+            Value y;
+            for (int64_t j = 0; j < l; ++j) {
+              Value term = e2.mul(taps[j], j + 1 < l ? carried[j] : bx);
+              y = j == 0 ? term : e2.add(y, term);
+            }
+            e2.store(e2.mul(cv, y), out, {r, c});
+            SmallVector<Value> next(carried.begin() + std::min<int64_t>(1, carried.size()),
+                                    carried.end());
+            if (l > 1)
+              next.push_back(bx);
+            scf::YieldOp::create(b2, l2, next);
+          });
+      for (int64_t j = 0; j + 1 < l; ++j)
+        e1.store(rowLoop.getResult(j), state, {e1.index(j), c});
+    });
+  });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
+                                                       WeightType w,
+                                                       Type biasElement,
+                                                       bool single) {
+  MLIRContext *ctx = kernels.getContext();
+  int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
+  int64_t rows = single ? 1 : kDynamic;
+  KernelSpec spec;
+  spec.name = std::string(single ? "cq4p_gemv_bias_" : "cq4p_gemm_bias_") +
+              std::to_string(n) + "x" + std::to_string(k) + "_gs" +
+              std::to_string(w.getGroupSize()) +
+              (biasElement.isF16() ? "_f16" : "_f32");
+  spec.op = "matmul_bias";
+  spec.describeWeight(w);
+  Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
+  Type index = IndexType::get(ctx);
+  spec.params = {
+      {"weight.panels", panelsType(w)},
+      {"weight.norm_panels",
+       MemRefType::get({w.getNumSuperBlocks(), ng, CQ4P_PANEL_CHANNELS}, f32)},
+      {"weight.cb_i8", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8)},
+      {"act", MemRefType::get({rows, k}, i8)},
+      {"act_scales", MemRefType::get({rows, ng}, f32)},
+      {"bias", MemRefType::get({n}, biasElement)},
+      {"y", MemRefType::get({rows, n}, f32)},
+      {"rows", index},
+      {"sb_begin", index},
+      {"sb_end", index}};
+  // The matmul over the range's super-blocks, then the bias of just those
+  // channels while they are in cache.
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value bias = args[5], y = args[6], rowCount = args[7], sbBegin = args[8],
+          sbEnd = args[9];
+    PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
+                          y, sbBegin, sbEnd);
+    Emitter e{b, loc};
+    Value channels = e.index(CQ4P_PANEL_CHANNELS);
+    Value begin = arith::MulIOp::create(b, loc, sbBegin, channels);
+    Value end = arith::MinSIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, sbEnd, channels), e.index(n));
+    Value loopRows = single ? e.index(1) : rowCount;
+    e.loop(e.index(0), loopRows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+      Emitter e1{b1, l1};
+      e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
+        Emitter e2{b2, l2};
+        e2.store(e2.add(e2.load(y, {r, c}), e2.load(bias, {c})), y, {r, c});
       });
     });
   });

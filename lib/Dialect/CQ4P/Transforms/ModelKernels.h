@@ -14,15 +14,36 @@
 
 namespace mlir::cq4p {
 
-/// (x, w, out, rows): RMSNorm of each chunk of `d` of every row.
+/// (x, w, out, rows): RMSNorm of each chunk of `d` of every row; without
+/// a `weightElement` (null), (x, out, rows) and no weight multiplies.
 FlatSymbolRefAttr createRmsNormKernel(KernelBuilder &kernels, int64_t width,
                                       Type weightElement, int64_t d,
                                       float epsilon, bool unitOffset);
-/// (x, out, rows, position): rotary embedding, rotate-half pairing; `out`
-/// of `outElement` (f16: rounded, for an fp16 KV cache).
+/// (x, out, rows, position): rotary embedding, rotate-half pairing, the
+/// pair (i, i + d/2) turning by position * freqs[i]; `out` of `outElement`
+/// (f16: rounded, for an fp16 KV cache).
 FlatSymbolRefAttr createRopeKernel(KernelBuilder &kernels, int64_t width,
-                                   int64_t d, float theta, float scaling,
+                                   int64_t d, ArrayRef<float> freqs,
                                    Type outElement);
+/// (x, out, rows): out[r, j] = x[r, offset + j] below x's width, else 0.
+FlatSymbolRefAttr createColumnsKernel(KernelBuilder &kernels, int64_t inWidth,
+                                      int64_t outWidth, int64_t offset);
+/// (x, s, out, rows): x * s[0], `s` of `scalarElement`.
+FlatSymbolRefAttr createScaleByKernel(KernelBuilder &kernels, int64_t width,
+                                      Type scalarElement);
+/// (x, out, rows): cap * tanh(x / cap).
+FlatSymbolRefAttr createSoftcapKernel(KernelBuilder &kernels, int64_t width,
+                                      float cap);
+/// (x [rows, 3h], w [h * l], state [l - 1, h], out [rows, h], rows,
+/// position, begin, end): LFM2's short convolution (cq4p.short_conv) of
+/// the channels [16 begin, 16 end).
+FlatSymbolRefAttr createShortConvKernel(KernelBuilder &kernels, int64_t h,
+                                        int64_t l, Type weightElement);
+/// A linear's matmul with its bias added in the epilogue, over a range of
+/// super-blocks: (weight view, act, act_scales, bias, y, rows, sb_begin,
+/// sb_end). GEMV (one row) or GEMM.
+FlatSymbolRefAttr createBiasedMatmulKernel(KernelBuilder &kernels, WeightType w,
+                                           Type biasElement, bool single);
 /// (x, out, rows): fp32 rows stored as `outElement` (rounded to nearest).
 FlatSymbolRefAttr createConvertKernel(KernelBuilder &kernels, int64_t width,
                                       Type outElement);

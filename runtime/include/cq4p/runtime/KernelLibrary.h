@@ -57,6 +57,9 @@ constexpr uint32_t kMaxKernelCount = 65536;
 constexpr uint32_t kMaxModelBindingCount = 65536;
 /// More rows than a prefill chunk can sensibly hold in its workspace.
 constexpr uint64_t kMaxPrefillChunk = uint64_t(1) << 20;
+/// The most step state a model library may ask for (1 GiB; LFM2-1.2B's
+/// convolution rows are 80 KiB).
+constexpr uint64_t kMaxStateBytes = uint64_t(1) << 30;
 /// A recorded bundle digest longer than this is a corrupt symbol.
 constexpr size_t kMaxBundleDigestBytes = CQ4P_MAX_BUNDLE_DIGEST_BYTES;
 

@@ -9,9 +9,10 @@
 //     descriptor (a CQ4 packed-panel file of the same N, K, group size and
 //     rotation, as a cq4p_weight_view; a dense FP16/FP32 file of the same
 //     element count, as its data pointer), refused by name otherwise;
-//   - memory, allocated once when the model opens: the KV cache
-//     ([layers][2][context][kv_width] of the library's kv dtype), the
-//     workspace one step needs (64-byte aligned) and the logits [vocab];
+//   - memory, allocated once when the model opens: the KV cache (context x
+//     the library's kv_position_bytes, laid out by its steps), the step
+//     state (state_bytes: LFM2's convolution rows), the workspace one step
+//     needs (64-byte aligned) and the logits [vocab];
 //   - threads: a ThreadPool, reached by the steps through parallelFor.
 //
 // Positions. prefill() appends tokens at the current position (full chunks
@@ -220,6 +221,8 @@ private:
   uint64_t faultsSeen_ = 0;               // guardedFaults() with none of ours
   void *kvCache_ = nullptr;
   uint64_t kvCacheBytes_ = 0;
+  void *state_ = nullptr;
+  uint64_t stateBytes_ = 0;
   void *workspace_ = nullptr;
   uint64_t workspaceMapped_ = 0;
   std::vector<float> logits_;

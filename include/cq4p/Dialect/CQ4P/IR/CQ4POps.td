@@ -20,6 +20,11 @@ def CQ4P_LinearOp : CQ4P_Op<"linear", [Pure]> {
     M may be dynamic (the number of tokens of a prefill); K and N must be
     static and agree with the weight.
 
+    An optional `bias` (`[N]`, fp16 or fp32 as the bundle stores it) is
+    added to every row after the rescale, in the matmul's epilogue (the
+    same dispatch, while the output is in cache): `y = (x W^T) + b`
+    (Qwen2's q/k/v projections).
+
     Examples:
 
     ```mlir
@@ -29,13 +34,18 @@ def CQ4P_LinearOp : CQ4P_Op<"linear", [Pure]> {
     // 2) prefill: any number of tokens.
     %y = cq4p.linear %x, %w : tensor<?x1536xf32>,
         !cq4p.weight<512x1536, gs = 128, hadamard, panels> -> tensor<?x512xf32>
+    // 3) with a bias.
+    %y = cq4p.linear %x, %w bias %b : tensor<?x896xf32>,
+        !cq4p.weight<128x896, gs = 128, hadamard, panels>, tensor<128xf16>
+        -> tensor<?x128xf32>
     ```
   }];
-  let arguments = (ins RankedTensorOf<[F32]>:$input, CQ4P_WeightType:$weight);
+  let arguments = (ins RankedTensorOf<[F32]>:$input, CQ4P_WeightType:$weight,
+                       Optional<RankedTensorOf<[F16, F32]>>:$bias);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
-    $input `,` $weight attr-dict `:` type($input) `,` qualified(type($weight))
-    `->` type($result)
+    $input `,` $weight (`bias` $bias^)? attr-dict `:` type($input) `,`
+    qualified(type($weight)) (`,` type($bias)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -100,9 +110,11 @@ def CQ4P_RmsNormOp : CQ4P_Op<"rms_norm", [Pure]> {
     With D the weight's length and the rows of `input` `[M, W]` (W a
     multiple of D) cut into chunks of D: `out = x * rsqrt(mean(x^2) +
     epsilon) * w` per chunk, in fp32, or `* (1 + w)` with `unit_offset`
-    (Gemma). D = W normalizes whole rows; D = head_dim normalizes each head
-    (Qwen3's and Gemma 3's q/k norms). The weight is fp16 or fp32, as the
-    bundle stores it.
+    (Gemma 3). D = W normalizes whole rows; D = head_dim normalizes each
+    head (Qwen3's and Gemma's q/k norms). The weight is fp16 or fp32, as the
+    bundle stores it. Without a weight the chunk length is the `chunk`
+    attribute and nothing multiplies the normalized values (Gemma 4's value
+    norm).
 
     Example:
 
@@ -111,15 +123,22 @@ def CQ4P_RmsNormOp : CQ4P_Op<"rms_norm", [Pure]> {
         : tensor<?x2048xf32>, tensor<2048xf16> -> tensor<?x2048xf32>
     %qn = cq4p.rms_norm %q, %qw {epsilon = 1.0e-06 : f32, unit_offset}
         : tensor<?x1024xf32>, tensor<256xf16> -> tensor<?x1024xf32>
+    %vn = cq4p.rms_norm %v {chunk = 256 : i64, epsilon = 1.0e-06 : f32}
+        : tensor<?x256xf32> -> tensor<?x256xf32>
     ```
   }];
   let arguments = (ins RankedTensorOf<[F32]>:$input,
-                       RankedTensorOf<[F16, F32]>:$weight,
-                       F32Attr:$epsilon, UnitAttr:$unit_offset);
+                       Optional<RankedTensorOf<[F16, F32]>>:$weight,
+                       F32Attr:$epsilon, UnitAttr:$unit_offset,
+                       OptionalAttr<I64Attr>:$chunk);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
-    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
-    type($result)
+    $input (`,` $weight^)? attr-dict `:` type($input) (`,` type($weight)^)?
+    `->` type($result)
+  }];
+  let extraClassDeclaration = [{
+    /// D: the weight's length, or the chunk attribute without a weight.
+    int64_t getChunkLength();
   }];
   let hasVerifier = 1;
 }
@@ -129,27 +148,40 @@ def CQ4P_RopeOp : CQ4P_Op<"rope", [Pure]> {
   let description = [{
     Row r of `input` (`[M, heads * head_dim]`) is the token at position
     `position + r`. Per head, pairs (i, i + head_dim/2) rotate by the angle
-    `(position + r) * inv_freq[i]`, `inv_freq[i] = theta^(-2i/head_dim) /
-    scaling` (rotate-half pairing; `scaling` is linear position scaling).
+    `(position + r) * inv_freq[i]` (rotate-half pairing), in fp32. The
+    frequencies are either `inv_freq[i] = theta^(-2i/head_dim) / scaling`
+    (`scaling` is linear position scaling), or given one by one in
+    `inv_freq` (head_dim / 2 finite values >= 0), computed when the graph
+    is written: Llama 3's frequency bands, and Gemma 4's proportional
+    rotary embedding, whose pairs past the rotated fraction have frequency
+    0 and pass through unchanged.
 
-    Example:
+    Examples:
 
     ```mlir
     %qr = cq4p.rope %q, %pos {head_dim = 128 : i64, theta = 1.0e+06 : f32,
         scaling = 1.0 : f32} : tensor<?x2048xf32>, index -> tensor<?x2048xf32>
+    %kr = cq4p.rope %k, %pos {head_dim = 4 : i64,
+        inv_freq = array<f32: 1.0, 0.0>} : tensor<?x8xf32>, index -> tensor<?x8xf32>
     ```
   }];
   let arguments = (ins RankedTensorOf<[F32]>:$input, Index:$position,
-                       I64Attr:$head_dim, F32Attr:$theta, F32Attr:$scaling);
+                       I64Attr:$head_dim, OptionalAttr<F32Attr>:$theta,
+                       OptionalAttr<F32Attr>:$scaling,
+                       OptionalAttr<DenseF32ArrayAttr>:$inv_freq);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $input `,` $position attr-dict `:` type($input) `,` type($position) `->`
     type($result)
   }];
+  let extraClassDeclaration = [{
+    /// The head_dim / 2 frequencies, in fp32, from whichever form the op has.
+    SmallVector<float> getFrequencies();
+  }];
   let hasVerifier = 1;
 }
 
-def CQ4P_CachedAttentionOp : CQ4P_Op<"cached_attention"> {
+def CQ4P_CachedAttentionOp : CQ4P_Op<"cached_attention", [AttrSizedOperandSegments]> {
   let summary = "grouped-query attention of new tokens over a layer's KV cache";
   let description = [{
     Appends `keys` and `values` (`[M, num_kv_heads * head_dim]`, the tokens
@@ -161,7 +193,12 @@ def CQ4P_CachedAttentionOp : CQ4P_Op<"cached_attention"> {
     context length chosen at run time; this op reads and writes it, so it
     is not pure.
 
-    Example:
+    Without keys and values the op only reads: it attends over the cache
+    that the attention of `layer` (an earlier op) writes, with its own
+    window (Gemma 4's KV-shared layers, which compute queries alone). The
+    cache's heads and head dim are the writer's.
+
+    Examples:
 
     ```mlir
     %o = cq4p.cached_attention %q, %k, %v, %pos {layer = 3 : i64,
@@ -169,20 +206,22 @@ def CQ4P_CachedAttentionOp : CQ4P_Op<"cached_attention"> {
         window = 0 : i64, scale = 0.125 : f32}
         : tensor<?x1024xf32>, tensor<?x512xf32>, tensor<?x512xf32>, index
         -> tensor<?x1024xf32>
+    // Over the cache layer 3 wrote.
+    %s = cq4p.cached_attention %q2, %pos {layer = 3 : i64,
+        num_heads = 16 : i64, num_kv_heads = 8 : i64, head_dim = 64 : i64,
+        window = 0 : i64, scale = 0.125 : f32}
+        : tensor<?x1024xf32>, index -> tensor<?x1024xf32>
     ```
   }];
   let arguments = (ins RankedTensorOf<[F32]>:$queries,
-                       RankedTensorOf<[F32]>:$keys,
-                       RankedTensorOf<[F32]>:$values, Index:$position,
+                       Optional<RankedTensorOf<[F32]>>:$keys,
+                       Optional<RankedTensorOf<[F32]>>:$values, Index:$position,
                        I64Attr:$layer, I64Attr:$num_heads,
                        I64Attr:$num_kv_heads, I64Attr:$head_dim,
                        I64Attr:$window, F32Attr:$scale);
   let results = (outs RankedTensorOf<[F32]>:$result);
-  let assemblyFormat = [{
-    $queries `,` $keys `,` $values `,` $position attr-dict `:`
-    type($queries) `,` type($keys) `,` type($values) `,` type($position)
-    `->` type($result)
-  }];
+  // `%q, %k, %v, %pos` or `%q, %pos`: the operand count tells them apart.
+  let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }
 
@@ -205,6 +244,117 @@ def CQ4P_GluOp : CQ4P_Op<"glu", [Pure]> {
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $gate `,` $up attr-dict `:` type($gate) `,` type($up) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+
+def CQ4P_ColumnsOp : CQ4P_Op<"columns", [Pure]> {
+  let summary = "a range of columns of each row, zero past the input's width";
+  let description = [{
+    `out[r, j] = input[r, offset + j]` when `offset + j` is below the
+    input's width, else 0. A narrower result takes a slice of each row (one
+    of the three parts of LFM2's in_proj output, one layer's slice of
+    Gemma 4's per-layer inputs, the true width of a padded embedding row);
+    a wider one pads rows with zeros (activations of a projection whose K
+    the converter padded to a multiple of 128).
+
+    Example:
+
+    ```mlir
+    %p = cq4p.columns %x {offset = 0 : i64} : tensor<?x576xf32> -> tensor<?x640xf32>
+    %b = cq4p.columns %bcx {offset = 1024 : i64} : tensor<?x3072xf32> -> tensor<?x1024xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input, I64Attr:$offset);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_ScaleOp : CQ4P_Op<"scale", [Pure]> {
+  let summary = "every element times one factor";
+  let description = [{
+    `out = input * s`, with `s` the `factor` attribute or the single
+    element of `scalar`, a bound tensor (Gemma 4's per-layer
+    `layer_scalar`), one of the two.
+
+    Example:
+
+    ```mlir
+    %y = cq4p.scale %x {factor = 0.0625 : f32} : tensor<?x256xf32> -> tensor<?x256xf32>
+    %z = cq4p.scale %x by %s : tensor<?x1536xf32>, tensor<1xf16> -> tensor<?x1536xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input,
+                       Optional<RankedTensorOf<[F16, F32]>>:$scalar,
+                       OptionalAttr<F32Attr>:$factor);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input (`by` $scalar^)? attr-dict `:` type($input) (`,` type($scalar)^)?
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_SoftcapOp : CQ4P_Op<"softcap", [Pure]> {
+  let summary = "logit soft-capping: cap * tanh(x / cap)";
+  let description = [{
+    `out = cap * tanh(input / cap)`, element by element (Gemma 4's final
+    logit soft-capping, cap 30).
+
+    Example:
+
+    ```mlir
+    %l = cq4p.softcap %logits {cap = 3.0e+01 : f32} : tensor<1x262144xf32> -> tensor<1x262144xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input, F32Attr:$cap);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def CQ4P_ShortConvOp : CQ4P_Op<"short_conv"> {
+  let summary = "LFM2's gated short convolution, carrying its state across steps";
+  let description = [{
+    `input` is the in_proj output `[M, 3H]`: B, C and x, H columns each,
+    in that order. For the token at position `position + r`:
+
+    - `Bx[r] = B[r] * x[r]`;
+    - `y[r, c] = sum_{j < L} w[c * L + j] * Bx[r - (L - 1) + j, c]`, a
+      depthwise causal convolution of width L (`weight` is the checkpoint's
+      `[H, 1, L]` kernel, row-major), where rows before the step come from
+      the layer's convolution state and rows before position 0 are zero;
+    - `out[r] = C[r] * y[r]`.
+
+    The state of `layer` (the last L - 1 rows of Bx, fp32) is owned by the
+    runtime like the KV cache: a step reads it (not at position 0, where
+    the history is empty) and leaves its last L - 1 rows there, so a prompt
+    run in chunks of any size leaves the state one token at a time would.
+
+    Example:
+
+    ```mlir
+    %o = cq4p.short_conv %bcx, %w, %pos {layer = 0 : i64}
+        : tensor<?x3072xf32>, tensor<3072xf16>, index -> tensor<?x1024xf32>
+    ```
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$input,
+                       RankedTensorOf<[F16, F32]>:$weight, Index:$position,
+                       I64Attr:$layer);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $position attr-dict `:` type($input) `,`
+    type($weight) `,` type($position) `->` type($result)
+  }];
+  let extraClassDeclaration = [{
+    /// L: the kernel width.
+    int64_t getKernelWidth();
   }];
   let hasVerifier = 1;
 }
