@@ -43,6 +43,7 @@
 #define HIDDEN 16
 #define LAYERS 2
 #define KV_WIDTH 8
+#define STATE_BYTES 256 /* the step state: the last position seen, at its end */
 #define CHUNK 4
 #define HEAD_K 256
 #define HEAD_GS 128
@@ -147,7 +148,8 @@ static void step(const cq4p_step_args *a, int decode) {
   expect(a->position >= 0 && a->context >= 1 &&
          a->position + a->rows <= a->context);
   expect(a->bindings != 0 && a->kv_cache != 0 && a->workspace != 0 &&
-         a->ids != 0 && a->logits != 0 && a->parallel_for != 0);
+         a->ids != 0 && a->logits != 0 && a->parallel_for != 0 &&
+         a->state != 0);
   expect((uintptr_t)a->workspace % 64 == 0);
   int ok = a->rows >= 1 && a->rows <= CHUNK && a->position >= 0 &&
            a->position + a->rows <= a->context && a->ids != 0;
@@ -157,6 +159,11 @@ static void step(const cq4p_step_args *a, int decode) {
   expect(ok);
   if (!ok)
     return; /* a step the runtime should never have made: touch nothing */
+  /* The state is the model's for as long as it lives: a step after
+   * position 0 finds what the one before it left. */
+  int64_t *last = (int64_t *)((char *)a->state + STATE_BYTES) - 1;
+  expect(a->position == 0 || *last == a->position);
+  *last = a->position + a->rows;
   a->parallel_for(a->pool, appendKeysAndValues, a, a->rows * LAYERS);
   a->parallel_for(a->pool, accumulate, a, VOCAB);
   a->parallel_for(a->pool, writeLogits, a, VOCAB);
@@ -208,6 +215,8 @@ EXPORT const cq4p_model_desc cq4p_model_steps = {
     WORKSPACE_BYTES,
     prefill,
     decode,
+    LAYERS * 2 * KV_WIDTH * sizeof(float),
+    STATE_BYTES,
 };
 
 #ifdef CQ4P_FAKE_MODEL_OTHER_DIGEST

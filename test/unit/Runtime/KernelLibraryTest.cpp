@@ -86,7 +86,7 @@ TEST(KernelLibrary, RefusesAnOlderAbiVersion) {
   std::unique_ptr<KernelLibrary> library;
   EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_ABI2_PATH, library),
                  CQ4P_ERROR_UNSUPPORTED, CQ4P_FAKE_KERNELS_ABI2_PATH,
-                 "kernel ABI version: expected 3 (this runtime's), found 2: "
+                 "kernel ABI version: expected 4 (this runtime's), found 2: "
                  "an older cq4p-compile built it; recompile it with "
                  "cq4p-compile");
   EXPECT_EQ(library, nullptr);
@@ -412,11 +412,11 @@ TEST(KernelLibrary, ValidatesEveryDescriptorField) {
                  "kernels: expected 3 descriptors, found a null pointer");
   cq4p_kernel_table old = {2, 2, kernels};
   EXPECT_REFUSED(validateKernelTable("lib.so", old), CQ4P_ERROR_UNSUPPORTED,
-                 "kernel ABI version: expected 3 (this runtime's), found 2",
+                 "kernel ABI version: expected 4 (this runtime's), found 2",
                  "recompile it with cq4p-compile");
   cq4p_kernel_table newer = {99, 2, kernels};
   EXPECT_REFUSED(validateKernelTable("lib.so", newer), CQ4P_ERROR_UNSUPPORTED,
-                 "kernel ABI version: expected 3 (this runtime's), found 99",
+                 "kernel ABI version: expected 4 (this runtime's), found 99",
                  "a newer cq4p-compile built it");
 }
 
@@ -510,7 +510,7 @@ TEST(KernelLibrary, ValidatesEveryModelField) {
   cq4p_model_binding bindings[2] = {goodBindings[0], goodBindings[1]};
   const cq4p_model_desc good = {
       CQ4P_KERNEL_ABI_VERSION, 2, bindings, "llama", "abc", 1024, 512, 2, 256,
-      CQ4P_KV_F32, CQ4P_TARGET_HOST, 0, 64, 4096, noStep, noStep};
+      CQ4P_KV_F32, CQ4P_TARGET_HOST, 0, 64, 4096, noStep, noStep, 2 * 2 * 256 * 4, 0};
   struct Case {
     const char *what;
     void (*breakIt)(cq4p_model_desc &, cq4p_model_binding *);
@@ -518,7 +518,7 @@ TEST(KernelLibrary, ValidatesEveryModelField) {
   };
   const Case cases[] = {
       {"old abi", [](cq4p_model_desc &d, cq4p_model_binding *) { d.abi_version = 2; },
-       "model steps: ABI version: expected 3 (this runtime's), found 2: an "
+       "model steps: ABI version: expected 4 (this runtime's), found 2: an "
        "older cq4p-compile built it; recompile it with cq4p-compile"},
       {"prefill", [](cq4p_model_desc &d, cq4p_model_binding *) { d.prefill = nullptr; },
        "model steps: prefill: expected a function, found null"},
@@ -537,6 +537,16 @@ TEST(KernelLibrary, ValidatesEveryModelField) {
        "model steps: layers: expected > 0, found 0"},
       {"kv_width", [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_width = 0; },
        "model steps: kv_width: expected > 0, found 0"},
+      {"kv_position_bytes zero",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_position_bytes = 0; },
+       "model steps: kv_position_bytes: expected > 0, found 0"},
+      {"kv_position_bytes past the widest layers",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_position_bytes = 4097; },
+       "model steps: kv_position_bytes: expected at most layers x 2 x kv_width x 4 "
+       "bytes, found 4097"},
+      {"state_bytes",
+       [](cq4p_model_desc &d, cq4p_model_binding *) { d.state_bytes = (1ull << 30) + 1; },
+       "model steps: state_bytes: expected at most 1073741824, found 1073741825"},
       {"kv_dtype", [](cq4p_model_desc &d, cq4p_model_binding *) { d.kv_dtype = 7; },
        "model steps: kv_dtype: expected 1 (f32) or 2 (f16), found 7"},
       {"target", [](cq4p_model_desc &d, cq4p_model_binding *) { d.target = 4; },
