@@ -653,7 +653,9 @@ class Rope:
 
 
 def _positive(entry, key, field, default=None):
-    value = entry.get(key, default)
+    value = entry.get(key)
+    if value is None:
+        value = default
     if value is None:
         raise ArchitectureError(f"{field} {key} is missing")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (

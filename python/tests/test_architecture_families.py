@@ -467,3 +467,31 @@ def test_synthetic_configs_at_the_real_sizes(family):
     for field in ("vocab", "hidden", "ffn", "num_heads", "num_kv_heads", "head_dim", "tied",
                   "qkv_bias", "ple_width", "conv_kernel", "final_logit_softcapping"):
         assert getattr(ours, field) == getattr(theirs, field), field
+
+
+def test_the_synthetic_command_writes_the_families(tmp_path, capsys):
+    from cq4p import __main__ as cli
+    from cq4p import safetensors as st
+
+    status = cli.main(["synthetic", "--arch", "lfm2", "--out", str(tmp_path / "lfm2"),
+                       "--layers", "3"])
+    out = capsys.readouterr().out
+    assert status == 0 and "lfm2 checkpoint, hidden 256, ffn 512" in out
+    config = cv_config(tmp_path / "lfm2")
+    assert config["full_attn_idxs"] == [2] and config["block_ff_dim"] == 768
+    shapes = {e.name: e.shape for p in sorted((tmp_path / "lfm2").glob("*.safetensors"))
+              for e in st.read_header(str(p))}
+    assert shapes["model.layers.0.conv.conv.weight"] == (256, 1, 3)
+    arch.with_checkpoint_names(arch.model_spec(config), shapes).check_tensors(shapes)
+    # Widths that are not multiples of 128 are the families' to have.
+    assert cli.main(["synthetic", "--arch", "smollm2", "--out", str(tmp_path / "smol"),
+                     "--layers", "1", "--vocab", "128", "--ffn", "256"]) == 0
+    assert cv_config(tmp_path / "smol")["hidden_size"] == 960
+    assert cli.main(["synthetic", "--arch", "llama", "--hidden", "960", "--out",
+                     str(tmp_path / "llama")]) == 2
+
+
+def cv_config(directory):
+    import json
+
+    return json.loads((directory / "config.json").read_text())
