@@ -604,6 +604,42 @@ def _sharpen_lookup(model, tensors, p, record, ids, epsilon):
                                                          dtype=np.float32)
 
 
+def with_shared_kv_tensors(config, tensors, seed=0):
+    """`tensors` plus k/v projections and k norms for a gemma4 model's
+    KV-shared layers, as some Gemma 4 checkpoints carry them (unused: the
+    model's output does not change)."""
+    text = text_config(config)
+    rng = np.random.default_rng(seed)
+    layers, hidden = text["num_hidden_layers"], text["hidden_size"]
+    out = dict(tensors)
+    for layer in range(layers - text.get("num_kv_shared_layers", 0), layers):
+        full = text["layer_types"][layer] == "full_attention"
+        d = text["global_head_dim"] if full else text["head_dim"]
+        width = text["num_key_value_heads"] * d
+        p = f"model.language_model.layers.{layer}.self_attn."
+        out[p + "k_proj.weight"] = _gaussian(rng, width, hidden)
+        out[p + "v_proj.weight"] = _gaussian(rng, width, hidden)
+        out[p + "k_norm.weight"] = _norm_weight(rng, d, False)
+    return out
+
+
+def with_towers(config, tensors, seed=0):
+    """`tensors` plus a few small tensors of a multimodal wrapper's vision
+    (and for gemma4 audio) towers, named as real checkpoints name them:
+    a converter skips them."""
+    rng = np.random.default_rng(seed)
+    towers = {"gemma3": ("vision_tower.vision_model.embeddings.patch_embedding.weight",
+                         "multi_modal_projector.mm_soft_emb_norm.weight"),
+              "gemma4": ("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight",
+                         "model.embed_vision.embedding_projection.weight",
+                         "model.audio_tower.layers.0.self_attn.q_proj.linear.weight",
+                         "model.embed_audio.embedding_projection.weight")}
+    out = dict(tensors)
+    for name in towers.get(config.get("model_type"), ()):
+        out[name] = rng.standard_normal((32, 16))
+    return out
+
+
 def write_checkpoint(directory, tensors, config, shards=2, dtype="BF16"):
     """Writes `tensors` as `shards` safetensors files plus config.json."""
     os.makedirs(directory, exist_ok=True)

@@ -453,6 +453,12 @@ def test_synthetic_families_check(synthetic_family, family):
     names = spec.check_tensors(shapes)
     assert sorted(names) == sorted(tensors)
     assert {name: tuple(shape) for name, shape in shapes.items()} == shapes_of(spec)
+    if family == "gemma4":
+        # Shared layers' k/v tensors and the towers: accepted, not converted.
+        more = synthetic.with_towers(config, synthetic.with_shared_kv_tensors(config, tensors))
+        shapes = {name: value.shape for name, value in more.items()}
+        assert len(more) == len(tensors) + 10
+        assert sorted(spec.check_tensors(shapes)) == sorted(tensors)
 
 
 @pytest.mark.parametrize("family", synthetic.FAMILIES)

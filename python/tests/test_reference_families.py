@@ -178,10 +178,9 @@ def test_a_kv_shared_layer_reads_its_donor_cache(synthetic_family):
     # The donor's values are weightless-RMS-normed per head.
     np.testing.assert_allclose(np.sqrt(np.mean(values ** 2, axis=-1)), 1.0, rtol=1e-3)
     # k/v tensors a checkpoint carries for shared layers are never read.
-    junk = {f"model.language_model.layers.{i}.self_attn.{n}.weight":
-            np.full(s, 7.0) for i in (5, 6) for n, s in
-            (("k_proj", (512, 256)), ("v_proj", (512, 256)), ("k_norm", (512,)))}
-    np.testing.assert_array_equal(rf.Reference(config, {**tensors, **junk}).forward(ids),
+    carried = synthetic.with_shared_kv_tensors(config, tensors)
+    assert len(carried) == len(tensors) + 6
+    np.testing.assert_array_equal(rf.Reference(config, carried).forward(ids),
                                   model.forward(ids))
 
 
