@@ -305,7 +305,8 @@ class ModelSpec:
     def padded_hidden(self):
         """hidden rounded up to a multiple of 128: the stored K of every
         projection that reads the residual stream (q/k/v, gate/up, conv
-        in_proj, PLE gate and projection, the lm_head); the converter
+        in_proj, the PLE gate and context projection, the lm_head or tied
+        embedding); the converter
         zero-pads the weights' columns and the graph the activations, after
         the norm (whose mean stays over `hidden`)."""
         return padded(self.hidden)
@@ -318,7 +319,8 @@ class ModelSpec:
     @property
     def kv_cache_layers(self):
         """Indices of the layers that own a KV cache (attention layers
-        that are no other layer's reader)."""
+        that read no other layer's cache): the only ones the runtime keeps
+        caches for, each kv_width wide."""
         return tuple(i for i, layer in enumerate(self.layers) if layer.owns_kv)
 
     @property
