@@ -52,8 +52,9 @@ def _synthetic(args):
     try:
         shape = synthetic.default_shape(args.arch, hidden=args.hidden, ffn=args.ffn,
                                         vocab=args.vocab, layers=args.layers, heads=args.heads,
-                                        kv_heads=args.kv_heads, head_dim=args.head_dim)
-        shape = shape.resolved()
+                                        kv_heads=args.kv_heads, head_dim=args.head_dim,
+                                        window=args.window)
+        shape = shape.resolved(k_multiple=args.arch in synthetic.ARCHITECTURES)
     except ValueError as error:
         raise gn.GenerateError(str(error)) from error
     synthetic.write_model(args.out, args.arch, shape, seed=args.seed)
@@ -74,8 +75,9 @@ def _margin(args):
 
 
 def oracle_config(bundle):
-    config = bd.read_manifest(bundle)["config"]
-    return config.get("text_config", config) if config.get("model_type") == "gemma3" else config
+    """The bundle's config as synthetic.prompt reads it (a wrapper's own:
+    its text_config is found there)."""
+    return bd.read_manifest(bundle)["config"]
 
 
 def _prompt(args):
@@ -145,9 +147,13 @@ def parser():
     inspect.set_defaults(run=_inspect)
     synth = commands.add_parser("synthetic", help="write a small checkpoint of a supported "
                                 "architecture, with wide greedy margins")
-    synth.add_argument("--arch", choices=synthetic.ARCHITECTURES, default="llama")
+    synth.add_argument("--arch", choices=synthetic.ALL_ARCHITECTURES, default="llama",
+                       help="llama, qwen3, gemma3, or a family shaped like a released model: "
+                       "llama32 (Llama-3.2-1B), qwen25 (Qwen2.5-0.5B), smollm2 "
+                       "(SmolLM2-360M), lfm2 (LFM2-350M), gemma4 (Gemma 4 E2B)")
     synth.add_argument("--out", required=True)
-    for option in ("hidden", "ffn", "vocab", "layers", "heads", "kv-heads", "head-dim"):
+    for option in ("hidden", "ffn", "vocab", "layers", "heads", "kv-heads", "head-dim",
+                   "window"):
         synth.add_argument(f"--{option}", type=int, help="default: the architecture's")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(run=_synthetic)

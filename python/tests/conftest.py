@@ -56,3 +56,22 @@ def synthetic_model(tmp_path_factory):
         return made[arch, seed]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def synthetic_family(tmp_path_factory):
+    """make(arch, seed=0) -> (config, {name: fp64 array}) of a synthetic
+    model at its default sizes, in memory (no checkpoint, no bundle), made
+    once per session."""
+    from cq4p import synthetic
+
+    made = {}
+
+    def make(arch, seed=0):
+        if (arch, seed) not in made:
+            shape = synthetic.default_shape(arch)
+            made[arch, seed] = (synthetic.model_config(arch, shape),
+                                synthetic.model_tensors(arch, shape, seed))
+        return made[arch, seed]
+
+    return make

@@ -64,13 +64,14 @@ def graph_of(bundle):
 
 @pytest.mark.parametrize("model, changes, message", [
     ("llama", {"model_type": "phi3"},
-     "model_type 'phi3' is not supported (supported: llama, mistral, qwen3, gemma3_text)"),
+     "model_type 'phi3' is not supported (supported: gemma3, gemma3_text, gemma4, gemma4_text, "
+     "lfm2, llama, mistral, qwen2, qwen3)"),
     ("llama", {"architectures": ["LlamaForSequenceClassification"]},
      "architecture 'LlamaForSequenceClassification' is not supported for model_type 'llama'"),
     ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-     "rope_scaling type 'yarn' is not supported (supported: linear)"),
+     "rope_scaling type 'yarn' is not supported (supported: linear, llama3)"),
     ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-     "rope_scaling type 'llama3' is not supported (supported: linear)"),
+     "rope_scaling low_freq_factor is missing"),
     ("llama", {"attention_bias": True}, "attention_bias true is not supported"),
     ("llama", {"mlp_bias": True}, "mlp_bias true is not supported"),
     ("llama", {"hidden_act": "gelu"},
@@ -91,7 +92,7 @@ def graph_of(bundle):
     ("gemma3", {"layer_types": ["full_attention"]},
      "config field 'layer_types' lists 1 layers, expected 3 (num_hidden_layers)"),
     ("gemma3", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     "rope_scaling type 'dynamic' is not supported (supported: linear)"),
+     "rope_scaling type 'dynamic' is not supported (supported: linear, llama3)"),
 ])
 def test_convert_refuses_configs_by_name(synthetic_model, tmp_path, capsys, model, changes,
                                          message):
@@ -104,14 +105,16 @@ def test_convert_refuses_configs_by_name(synthetic_model, tmp_path, capsys, mode
     assert not (tmp_path / "bundle").exists()
 
 
-def test_convert_refuses_a_multimodal_gemma3(synthetic_model, tmp_path, capsys):
+def test_a_multimodal_gemma3_converts_its_text_part(synthetic_model, tmp_path):
     checkpoint, _, config = synthetic_model("gemma3")
     wrapped = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
                "text_config": config, "vision_config": {"model_type": "siglip_vision_model"}}
-    source = variant(tmp_path, checkpoint, config=wrapped)
-    status, _, err = run(capsys, "convert", "--model", source, "--out", tmp_path / "bundle")
-    assert status == 2
-    assert "model_type 'gemma3' with a vision_config is not supported" in err
+    tower = {"vision_tower.vision_model.embeddings.patch_embedding.weight": np.zeros((8, 3)),
+             "multi_modal_projector.mm_soft_emb_norm.weight": np.zeros(8)}
+    source = variant(tmp_path, checkpoint, config=wrapped, add=tower)
+    cv.convert(str(source), str(tmp_path / "bundle"), progress=open(os.devnull, "w"))
+    names = {entry["name"] for entry in bd.read_manifest(tmp_path / "bundle")["tensors"]}
+    assert "model.embed_tokens.weight" in names and not names & set(tower)
 
 
 def test_convert_refuses_missing_misshapen_and_unexpected_tensors(synthetic_model, tmp_path,
@@ -141,14 +144,14 @@ def test_convert_refuses_missing_misshapen_and_unexpected_tensors(synthetic_mode
             "[384, 256] from config.json") in err
 
 
-def test_convert_refuses_a_k_that_is_not_a_multiple_of_128(tmp_path, capsys):
+def test_convert_pads_a_k_that_is_not_a_multiple_of_128(tmp_path):
     config = synthetic.model_config("llama", synthetic.Shape())
     config["intermediate_size"] = 320
     random_checkpoint(tmp_path / "model", config)
-    status, _, err = run(capsys, "convert", "--model", tmp_path / "model", "--out",
-                         tmp_path / "bundle")
-    assert status == 2
-    assert "tensor model.layers.0.mlp.down_proj.weight: K (320) is not a multiple of 128" in err
+    cv.convert(str(tmp_path / "model"), str(tmp_path / "bundle"), progress=open(os.devnull, "w"))
+    entries = {e["name"]: e for e in bd.read_manifest(tmp_path / "bundle")["tensors"]}
+    down = entries["model.layers.0.mlp.down_proj.weight"]
+    assert (down["shape"], down["original_shape"]) == ([256, 384], [256, 320])
 
 
 # --- accepted variants -------------------------------------------------------
