@@ -8,9 +8,10 @@ sha256 and the model_digest), model.mlir (the forward pass,
 checkpoint.
 
 Tensor policy:
-- token embeddings (names containing 'embed_tokens') and lm_head: orthogonal
-  CQ4; panels when K % 128 == 0, else legacy 4-row interleaved when
-  N % 4 == 0 and K % 32 == 0, else legacy row-major;
+- token embeddings (names containing 'embed_tokens', Gemma 4's per-layer
+  table among them) and lm_head: orthogonal CQ4 panels, K zero-padded to a
+  multiple of 128 (the original shape recorded); with --legacy, 4-row
+  interleaved when N % 4 == 0 and K % 32 == 0, else row-major;
 - every other 2-D '.weight': Hadamard CQ4, gs 128, panels (K zero-padded to
   a multiple of 128, the original shape recorded);
 - everything else: FP16, or FP32 when a value is outside fp16's finite
@@ -59,9 +60,9 @@ def is_hadamard_tensor(name, shape):
 
 
 def orthogonal_layout(n, k, legacy=None):
-    """Panels when K % 128 == 0 (unless legacy files are asked for), else
-    interleaved when the shape allows, else row-major."""
-    if legacy is None and fl.panel_refusal(qz.ORTHOGONAL, k, k) is None:
+    """Panels (K zero-padded to a multiple of 128) unless legacy files are
+    asked for; then interleaved when the shape allows, else row-major."""
+    if legacy is None:
         return fl.PANELS
     if legacy != fl.ROW_MAJOR and fl.interleaved_refusal(qz.ORTHOGONAL, n, k, k) is None:
         return fl.INTERLEAVED
@@ -209,7 +210,10 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
         raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~np.isfinite(values)))} "
                            f"non-finite values in a weight to quantize")
     if rotation == qz.ORTHOGONAL:
-        return qz.quantize_orthogonal(values, seed, input_scale)
+        # Panels need K % 128 == 0: a narrower table is zero-padded, as the
+        # Hadamard weights are (the graph slices rows back to the true width).
+        k_padded = arch.padded(values.shape[1]) if layout == fl.PANELS else None
+        return qz.quantize_orthogonal(values, seed, input_scale, k_padded)
     # Panel and interleaved Hadamard files store the pre-scaled codebook.
     prescale = layout in (fl.PANELS, fl.INTERLEAVED)
     return qz.quantize_hadamard(values, HADAMARD_GROUP_SIZE, seed, input_scale, prescale)
@@ -251,6 +255,16 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None):
 
 
 # --- the bundle --------------------------------------------------------------
+
+def _skip_reason(spec, name):
+    if spec.is_skipped(name):
+        return "not part of the text model"
+    if name == spec.lm_head_name and spec.tied:
+        return "the lm_head is tied to the embedding"
+    if arch.IGNORED_TENSOR.search(name):
+        return "a derived buffer, recomputed by the graph"
+    return "a KV-shared layer's own keys and values are never used"
+
 
 def _replace(temporary, out):
     """Moves the complete bundle into place; an old one goes only after."""
@@ -332,7 +346,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     try:
         bd.share_as_umask_says(temporary, directory=True)
         for name in skipped:
-            print(f"{name}: skipped (the lm_head is tied to the embedding)", file=progress)
+            print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
         tensors = []
         for number, entry in enumerate(entries, 1):
             try:

@@ -99,15 +99,15 @@ def _argument_type(entry):
                              f"(python -m cq4p upgrade)")
         n, k = entry["shape"]
         return WeightType(n, k, entry["group_size"], entry["rotation"], "panels")
-    if len(entry["shape"]) != 1:
-        raise GraphError(f"tensor {entry['name']} is {entry['dtype']} with shape "
-                         f"{entry['shape']}; the model graph needs it as CQ4 panels")
     element = {"FP16": "f16", "FP32": "f32"}[entry["dtype"]]
-    return f"tensor<{entry['shape'][0]}x{element}>"
+    # A dense tensor binds as its elements, row-major (a conv kernel
+    # [H, 1, L] is H * L values).
+    return f"tensor<{int(np.prod(entry['shape']))}x{element}>"
 
 
 class _Graph:
-    """The forward function's arguments and body, built in order."""
+    """The forward function's arguments and body, built in order. Values
+    are [rows, width] fp32 tensors; `width` remembers each one's."""
 
     def __init__(self, spec, entries, transforms):
         self.spec = spec
@@ -116,6 +116,9 @@ class _Graph:
         self.arguments = ["%ids: tensor<?xi64>, %pos: index"]
         self.bound = {}  # tensor name -> (SSA name, type)
         self.body = []
+        self.width = {}  # SSA name -> columns
+        self.rows = {}  # SSA name -> 1 for single-row values
+        self.padded = {}  # (SSA name, width) -> SSA name of its zero-padded copy
 
     def bind(self, tensor, ssa, kind):
         """The argument for a bundle tensor (declared on first use)."""
@@ -139,29 +142,180 @@ class _Graph:
     def emit(self, line):
         self.body.append("    " + line)
 
-    def norm(self, result, x, width, tensor, ssa, rows="?"):
+    def type_of(self, ssa, width=None):
+        return tensor_type(self.rows.get(ssa), self.width[ssa] if width is None else width)
+
+    def define(self, result, width, like=None):
+        self.width[result] = width
+        if like is not None and like in self.rows:
+            self.rows[result] = self.rows[like]
+        return result
+
+    def norm(self, result, x, tensor, ssa, unit_offset=None):
         weight, weight_type = self.bind(tensor, ssa, "dense")
         attrs = dict(epsilon=f32(self.spec.epsilon))
-        if self.spec.unit_offset:
+        if self.spec.unit_offset if unit_offset is None else unit_offset:
             attrs["unit_offset"] = True
-        x_type = tensor_type(None if rows == "?" else rows, width)
+        x_type = self.type_of(x)
+        self.define(result, self.width[x], like=x)
         self.emit(f"%{result} = cq4p.rms_norm %{x}, %{weight} {attributes(**attrs)} : "
                   f"{x_type}, {weight_type} -> {x_type}")
+        return result
 
-    def linear(self, result, x, tensor, ssa, rows=None):
+    def plain_norm(self, result, x, chunk):
+        attrs = attributes(chunk=i64(chunk), epsilon=f32(self.spec.epsilon))
+        x_type = self.type_of(x)
+        self.define(result, self.width[x], like=x)
+        self.emit(f"%{result} = cq4p.rms_norm %{x} {attrs} : {x_type} -> {x_type}")
+        return result
+
+    def columns(self, result, x, offset, width):
+        self.define(result, width, like=x)
+        self.emit(f"%{result} = cq4p.columns %{x} {{offset = {i64(offset)}}} : "
+                  f"{self.type_of(x)} -> {self.type_of(result)}")
+        return result
+
+    def pad(self, x, width):
+        """x zero-padded to `width` columns (once per value and width)."""
+        if self.width[x] == width:
+            return x
+        if self.width[x] > width:
+            raise GraphError(f"a value of width {self.width[x]} feeds a projection of K "
+                             f"{width}")
+        key = (x, width)
+        if key not in self.padded:
+            self.padded[key] = self.columns(f"{x}_pad{width}", x, 0, width)
+        return self.padded[key]
+
+    def linear(self, result, x, tensor, ssa, bias=None, bias_ssa=None):
         weight, weight_type = self.bind(tensor, ssa, "CQ4")
-        self.emit(f"%{result} = cq4p.linear %{x}, %{weight} : {tensor_type(rows, weight_type.k)}, "
-                  f"{weight_type} -> {tensor_type(rows, weight_type.n)}")
+        x = self.pad(x, weight_type.k)
+        types = [self.type_of(x), str(weight_type)]
+        operands = f"%{x}, %{weight}"
+        if bias is not None:
+            bias_value, bias_type = self.bind(bias, bias_ssa, "dense")
+            operands += f" bias %{bias_value}"
+            types.append(bias_type)
+        self.define(result, weight_type.n, like=x)
+        self.emit(f"%{result} = cq4p.linear {operands} : {', '.join(types)} -> "
+                  f"{self.type_of(result)}")
+        return result
 
-    def rope(self, result, x, width, layer):
+    def rope(self, result, x, layer):
         spec = self.spec
-        attrs = attributes(head_dim=i64(spec.head_dim), scaling=f32(layer.scaling),
-                           theta=f32(layer.theta))
-        x_type = tensor_type(None, width)
+        head_dim = layer.head_dim or spec.head_dim
+        if layer.rope_type in (None, "default", "linear") or not layer.inv_freq:
+            attrs = attributes(head_dim=i64(head_dim), scaling=f32(layer.scaling),
+                               theta=f32(layer.theta))
+        else:
+            freqs = ", ".join(f"{float(np.float32(f)):.8e}" for f in layer.inv_freq)
+            attrs = attributes(head_dim=i64(head_dim), inv_freq=f"array<f32: {freqs}>")
+        x_type = self.type_of(x)
+        self.define(result, self.width[x], like=x)
         self.emit(f"%{result} = cq4p.rope %{x}, %pos {attrs} : {x_type}, index -> {x_type}")
+        return result
+
+    def scale(self, result, x, factor=None, scalar=None, scalar_ssa=None):
+        x_type = self.type_of(x)
+        self.define(result, self.width[x], like=x)
+        if scalar is None:
+            self.emit(f"%{result} = cq4p.scale %{x} {{factor = {f32(factor)}}} : {x_type} -> "
+                      f"{x_type}")
+        else:
+            value, value_type = self.bind(scalar, scalar_ssa, "dense")
+            self.emit(f"%{result} = cq4p.scale %{x} by %{value} : {x_type}, {value_type} -> "
+                      f"{x_type}")
+        return result
+
+    def glu(self, result, gate, up, activation):
+        x_type = self.type_of(gate)
+        self.define(result, self.width[gate], like=gate)
+        self.emit(f"%{result} = cq4p.glu %{gate}, %{up} "
+                  f"{attributes(activation=chr(34) + activation + chr(34))} : {x_type}, "
+                  f"{x_type} -> {x_type}")
+        return result
 
     def add(self, result, a, b):
-        self.emit(f"%{result} = arith.addf %{a}, %{b} : {tensor_type(None, self.spec.hidden)}")
+        self.define(result, self.width[a], like=a)
+        self.emit(f"%{result} = arith.addf %{a}, %{b} : {self.type_of(a)}")
+        return result
+
+
+def _attention_block(graph, index, layer, x, name, ssa, p):
+    """q/k/v (or q alone on a KV-shared layer), their norms and rotary
+    embedding, the cached attention and the output projection; returns the
+    branch's output."""
+    spec = graph.spec
+    head_dim = layer.head_dim or spec.head_dim
+    kv_heads = layer.num_kv_heads or spec.num_kv_heads
+    tensors = spec.layer_tensors(index)
+
+    def project(role):
+        bias = tensors.get(f"{role}_bias")
+        return graph.linear(p + role, x, name(role), ssa(role),
+                            bias=bias[0] if bias else None,
+                            bias_ssa=ssa(f"{role}_bias") if bias else None)
+
+    q = project("q")
+    shared = layer.kv_donor is not None
+    if not shared:
+        k, v = project("k"), project("v")
+    if spec.qk_norm:
+        q = graph.norm(p + "qn", q, name("q_norm"), ssa("q_norm"))
+        if not shared:
+            k = graph.norm(p + "kn", k, name("k_norm"), ssa("k_norm"))
+    if spec.v_norm and not shared:
+        v = graph.plain_norm(p + "vn", v, head_dim)
+    q = graph.rope(p + "qr", q, layer)
+    attrs = attributes(head_dim=i64(head_dim),
+                       layer=i64(layer.kv_donor if shared else index),
+                       num_heads=i64(spec.num_heads), num_kv_heads=i64(kv_heads),
+                       scale=f32(layer.attention_scale or spec.attention_scale),
+                       window=i64(layer.window))
+    q_type = graph.type_of(q)
+    graph.define(p + "a", graph.width[q], like=q)
+    if shared:
+        graph.emit(f"%{p}a = cq4p.cached_attention %{q}, %pos {attrs} : {q_type}, index -> "
+                   f"{q_type}")
+    else:
+        k = graph.rope(p + "kr", k, layer)
+        kv_type = graph.type_of(k)
+        graph.emit(f"%{p}a = cq4p.cached_attention %{q}, %{k}, %{v}, %pos {attrs} : "
+                   f"{q_type}, {kv_type}, {kv_type}, index -> {q_type}")
+    return graph.linear(p + "o", p + "a", name("o"), ssa("o"))
+
+
+def _conv_block(graph, index, x, name, ssa, p):
+    """LFM2's short convolution: in_proj, the gated causal convolution with
+    its state, out_proj."""
+    bcx = graph.linear(p + "bcx", x, name("conv_in"), ssa("conv_in"))
+    weight, weight_type = graph.bind(name("conv"), ssa("conv"), "dense")
+    hidden = graph.spec.hidden
+    graph.define(p + "sc", hidden, like=bcx)
+    graph.emit(f"%{p}sc = cq4p.short_conv %{bcx}, %{weight}, %pos "
+               f"{{layer = {i64(index)}}} : {graph.type_of(bcx)}, {weight_type}, index -> "
+               f"{graph.type_of(p + 'sc')}")
+    return graph.linear(p + "co", p + "sc", name("conv_out"), ssa("conv_out"))
+
+
+def _per_layer_inputs(graph, h):
+    """Gemma 4's per-layer inputs P [rows, layers * ple_width] (once per
+    step), from the token ids and the scaled embedding rows h."""
+    spec = graph.spec
+    table, table_type = graph.bind(spec.ple_embedding_name, "ple_embed", "CQ4")
+    width = spec.num_layers * spec.ple_width
+    graph.define("ple_tok_rows", table_type.k)
+    scale = " " + attributes(scale=f32(spec.ple_embedding_scale))
+    graph.emit(f"%ple_tok_rows = cq4p.embedding %ids, %{table}{scale} : tensor<?xi64>, "
+               f"{table_type} -> {graph.type_of('ple_tok_rows')}")
+    tok = "ple_tok_rows"
+    if table_type.k != width:
+        tok = graph.columns("ple_tok", tok, 0, width)
+    ctx = graph.linear("ple_ctx", h, spec.ple_projection_name, "ple_projection")
+    ctx = graph.scale("ple_ctx_scaled", ctx, factor=spec.ple_projection_scale)
+    ctx = graph.norm("ple_ctx_norm", ctx, spec.ple_norm_name, "ple_norm")
+    mixed = graph.add("ple_mixed", ctx, tok)
+    return graph.scale("ple", mixed, factor=spec.ple_mix_scale)
 
 
 def model_graph(spec, tensors, digest, transforms=None):
@@ -170,75 +324,81 @@ def model_graph(spec, tensors, digest, transforms=None):
     {tensor name: cq4p.transform digest} for its Hadamard weights."""
     entries = {entry["name"]: entry for entry in tensors}
     graph = _Graph(spec, entries, transforms or {})
-    hidden, q_width, kv_width = spec.hidden, spec.q_width, spec.kv_width
+    hidden = spec.hidden
 
     embed, embed_type = graph.bind(spec.embedding_name, "embed", "CQ4")
     scale = (" " + attributes(scale=f32(spec.embedding_scale))
              if spec.embedding_scale is not None else "")
+    graph.define("h0", embed_type.k)
     graph.emit(f"%h0 = cq4p.embedding %ids, %{embed}{scale} : tensor<?xi64>, {embed_type} -> "
-               f"{tensor_type(None, hidden)}")
+               f"{graph.type_of('h0')}")
     h = "h0"
-    for index, layer in enumerate(spec.layers):
-        def name(part):
-            return spec.layer_tensor(index, part)
+    if embed_type.k != hidden:  # a K the converter padded: the true width
+        h = graph.columns("h0t", "h0", 0, hidden)
+    ple = _per_layer_inputs(graph, h) if spec.ple_width else None
 
-        def ssa(part):
-            return f"l{index}_{part.split('.')[-1]}"
+    for index, layer in enumerate(spec.layers):
+        tensors_of_layer = spec.layer_tensors(index)
+
+        def name(role):
+            return tensors_of_layer[role][0]
+
+        def ssa(role):
+            # The tensor's last name part (q_proj, input_layernorm, w1...).
+            tensor = name(role)
+            stem = tensor[:-len(".weight")] if tensor.endswith(".weight") else tensor
+            suffix = "_bias" if stem.endswith(".bias") else ""
+            stem = stem[:-len(".bias")] if suffix else stem
+            return f"l{index}_{stem.split('.')[-1]}{suffix}"
 
         p = f"l{index}_"
-        graph.norm(p + "x", h, hidden, name("input_layernorm"), ssa("input_layernorm"))
-        for proj in ("q", "k", "v"):
-            graph.linear(p + proj, p + "x", name(f"self_attn.{proj}_proj"),
-                         ssa(f"self_attn.{proj}_proj"))
-        q, k = p + "q", p + "k"
-        if spec.qk_norm:
-            graph.norm(p + "qn", q, q_width, name("self_attn.q_norm"), ssa("self_attn.q_norm"))
-            graph.norm(p + "kn", k, kv_width, name("self_attn.k_norm"), ssa("self_attn.k_norm"))
-            q, k = p + "qn", p + "kn"
-        graph.rope(p + "qr", q, q_width, layer)
-        graph.rope(p + "kr", k, kv_width, layer)
-        attrs = attributes(head_dim=i64(spec.head_dim), layer=i64(index),
-                           num_heads=i64(spec.num_heads), num_kv_heads=i64(spec.num_kv_heads),
-                           scale=f32(spec.attention_scale), window=i64(layer.window))
-        graph.emit(f"%{p}a = cq4p.cached_attention %{p}qr, %{p}kr, %{p}v, %pos {attrs} : "
-                   f"{tensor_type(None, q_width)}, {tensor_type(None, kv_width)}, "
-                   f"{tensor_type(None, kv_width)}, index -> {tensor_type(None, q_width)}")
-        graph.linear(p + "o", p + "a", name("self_attn.o_proj"), ssa("self_attn.o_proj"))
-        attention = p + "o"
+        x = graph.norm(p + "x", h, name("attn_norm"), ssa("attn_norm"))
+        if layer.is_conv:
+            branch = _conv_block(graph, index, x, name, ssa, p)
+        else:
+            branch = _attention_block(graph, index, layer, x, name, ssa, p)
         if spec.sandwich_norms:
-            graph.norm(p + "on", attention, hidden, name("post_attention_layernorm"),
-                       ssa("post_attention_layernorm"))
-            attention = p + "on"
-        graph.add(p + "h", h, attention)
-        mlp_norm = "pre_feedforward_layernorm" if spec.sandwich_norms else \
-            "post_attention_layernorm"
-        graph.norm(p + "y", p + "h", hidden, name(mlp_norm), ssa(mlp_norm))
-        graph.linear(p + "g", p + "y", name("mlp.gate_proj"), ssa("mlp.gate_proj"))
-        graph.linear(p + "u", p + "y", name("mlp.up_proj"), ssa("mlp.up_proj"))
-        ffn_type = tensor_type(None, spec.ffn)
-        activation = attributes(activation=f'"{spec.activation}"')
-        graph.emit(f"%{p}m = cq4p.glu %{p}g, %{p}u {activation} : {ffn_type}, {ffn_type} -> "
-                   f"{ffn_type}")
-        graph.linear(p + "d", p + "m", name("mlp.down_proj"), ssa("mlp.down_proj"))
-        mlp = p + "d"
+            branch = graph.norm(p + "on", branch, name("post_attn_norm"),
+                                ssa("post_attn_norm"))
+        h = graph.add(p + "h", h, branch)
+        y = graph.norm(p + "y", h, name("ffn_norm"), ssa("ffn_norm"))
+        gate = graph.linear(p + "g", y, name("gate"), ssa("gate"))
+        up = graph.linear(p + "u", y, name("up"), ssa("up"))
+        m = graph.glu(p + "m", gate, up, spec.activation)
+        mlp = graph.linear(p + "d", m, name("down"), ssa("down"))
         if spec.sandwich_norms:
-            graph.norm(p + "dn", mlp, hidden, name("post_feedforward_layernorm"),
-                       ssa("post_feedforward_layernorm"))
-            mlp = p + "dn"
-        graph.add(f"h{index + 1}", p + "h", mlp)
-        h = f"h{index + 1}"
+            mlp = graph.norm(p + "dn", mlp, name("post_ffn_norm"), ssa("post_ffn_norm"))
+        h = graph.add(f"h{index + 1}" if not (ple or spec.layer_scalar) else p + "hm", h, mlp)
+        if ple:
+            gate = graph.linear(p + "pg", h, name("ple_gate"), ssa("ple_gate"))
+            mine = graph.columns(p + "pi", ple, index * spec.ple_width, spec.ple_width)
+            gated = graph.glu(p + "pm", gate, mine, "gelu_tanh")
+            projected = graph.linear(p + "pp", gated, name("ple_projection"),
+                                     ssa("ple_projection"))
+            projected = graph.norm(p + "pn", projected, name("ple_norm"), ssa("ple_norm"))
+            h = graph.add(f"h{index + 1}" if not spec.layer_scalar else p + "hp", h, projected)
+        if spec.layer_scalar:
+            h = graph.scale(f"h{index + 1}", h, scalar=name("layer_scalar"),
+                            scalar_ssa=ssa("layer_scalar"))
 
     graph.emit("%c0 = arith.constant 0 : index")
     graph.emit("%c1 = arith.constant 1 : index")
-    graph.emit(f"%rows = tensor.dim %{h}, %c0 : {tensor_type(None, hidden)}")
+    graph.emit(f"%rows = tensor.dim %{h}, %c0 : {graph.type_of(h)}")
     graph.emit("%last = arith.subi %rows, %c1 : index")
+    graph.width["t"], graph.rows["t"] = hidden, 1
     graph.emit(f"%t = tensor.extract_slice %{h}[%last, 0] [1, {hidden}] [1, 1] : "
-               f"{tensor_type(None, hidden)} to {tensor_type(1, hidden)}")
-    graph.norm("f", "t", hidden, spec.final_norm_name, "norm", rows=1)
+               f"{graph.type_of(h)} to {graph.type_of('t')}")
+    graph.norm("f", "t", spec.final_norm_name, "norm")
     output = spec.output_name
-    graph.linear("logits", "f", output, "embed" if spec.tied else "lm_head", rows=1)
+    logits = graph.linear("logits", "f", output, "embed" if spec.tied else "lm_head")
+    if spec.final_logit_softcapping is not None:
+        graph.define("capped", spec.vocab, like=logits)
+        graph.emit(f"%capped = cq4p.softcap %{logits} "
+                   f"{{cap = {f32(spec.final_logit_softcapping)}}} : {graph.type_of(logits)} -> "
+                   f"{graph.type_of(logits)}")
+        logits = "capped"
     result_type = tensor_type(1, spec.vocab)
-    graph.emit(f"return %logits : {result_type}")
+    graph.emit(f"return %{logits} : {result_type}")
 
     model = ", ".join([f'architecture = "{spec.architecture}"', f'digest = "{digest}"',
                        f"vocab = {i64(spec.vocab)}", f"hidden = {i64(hidden)}",

@@ -290,14 +290,21 @@ def quantize_hadamard(w, gs=128, seed=0, input_scale=None, prescale=True):
                            original_shape=(n, k))
 
 
-def quantize_orthogonal(w, seed=0, input_scale=None):
+def quantize_orthogonal(w, seed=0, input_scale=None, k_padded=None):
     """Orthogonal CQ4 of w [N, K]: one norm per row, a dense K x K rotation,
-    the raw (not pre-scaled) codebook for d = K."""
+    the raw (not pre-scaled) codebook for d = K. With `k_padded`, the rows
+    are zero-padded to that width first (input scale 1 there) and K is
+    k_padded; the original shape is recorded."""
     w = np.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
-    n, k = w.shape
-    s16, isr = stored_input_scales(k, input_scale)
+    n, k_true = w.shape
+    k = k_padded or k_true
+    if k < k_true:
+        raise ValueError(f"k_padded ({k}) is less than K ({k_true})")
+    if k != k_true:
+        w = _pad_columns(w, k)
+    s16, isr = stored_input_scales(k, _pad_scale(input_scale, k_true, k))
     s_stored = s16.astype(np.float64)
     levels = lloyd_max_codebook(k)
     rotation = orthogonal_rotation(k, seed)
@@ -316,4 +323,4 @@ def quantize_orthogonal(w, seed=0, input_scale=None):
 
     codebook, stored_norms = _store_codebook_and_norms(levels, norms, False, "orthogonal")
     return QuantizedWeight(ORTHOGONAL, k, indices, stored_norms, codebook, s16, isr,
-                           rotation_matrix=rotation16, original_shape=(n, k))
+                           rotation_matrix=rotation16, original_shape=(n, k_true))
