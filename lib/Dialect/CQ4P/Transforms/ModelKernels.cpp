@@ -135,7 +135,7 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
                                                   Type weightElement,
                                                   int64_t d, float epsilon,
                                                   bool unitOffset) {
-  MLIRContext *ctx = weightElement.getContext();
+  MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
   bool weighted = bool(weightElement);
   spec.name = "cq4p_rms_norm_" + std::to_string(width) + "_d" +
