@@ -209,11 +209,11 @@ def test_bad_input_is_one_clear_line_and_status_2(tmp_path, capsys, defect, mess
     assert not (tmp_path / "bundle").exists() and not leftovers(tmp_path)
 
 
-def test_policy_for_shapes_panels_do_not_fit(tmp_path):
-    # K = 96: embeddings are orthogonal with K % 128 != 0 (legacy
-    # interleaved or row-major), linear layers pad K from 96 to 128. A model
-    # with such shapes is refused (the graph needs K % 128 == 0), so the
-    # tensor policy is checked one tensor at a time.
+def test_policy_for_k_that_is_not_a_multiple_of_128(tmp_path):
+    # K = 96: embeddings (orthogonal) and linear layers (Hadamard) are both
+    # stored as panels with K zero-padded to 128 and the true shape
+    # recorded; the legacy layouts, when asked for, keep K = 96
+    # (interleaved where N % 4 == 0, else row-major).
     rng = np.random.default_rng(0)
     tensors = {"model.embed_tokens.weight": rng.standard_normal((126, 96)) * 0.02,
                "lm_head.weight": rng.standard_normal((128, 96)) * 0.02,
@@ -225,9 +225,22 @@ def test_policy_for_shapes_panels_do_not_fit(tmp_path):
     for entry in st.read_header(tmp_path / "model.safetensors"):
         records[entry.name], lines[entry.name] = cv.convert_tensor(str(out), entry, 0, {})
     embed, head = records["model.embed_tokens.weight"], records["lm_head.weight"]
+    for record, n in ((embed, 126), (head, 128)):
+        assert (record["layout"], record["group_size"]) == ("panels", 128)
+        assert record["shape"] == [n, 128] and record["original_shape"] == [n, 96]
+        with fl.read_tensor(fl.resolve(out, record["file"])) as tensor:
+            values = tensor.dequantize()
+        assert relative_error(values[:, :96], tensors[record["name"]]) < ERROR_BOUND
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for entry in st.read_header(tmp_path / "model.safetensors"):
+        if "embed" in entry.name or "lm_head" in entry.name:
+            records[entry.name], _ = cv.convert_tensor(str(legacy), entry, 0, {},
+                                                       legacy="interleaved4row")
+    embed, head = records["model.embed_tokens.weight"], records["lm_head.weight"]
     assert (embed["layout"], embed["group_size"]) == ("row_major", 96)  # 126 % 4 != 0
     assert (head["layout"], head["group_size"]) == ("interleaved4row", 96)
-    assert (out / "lm_head.weight.cq4.weights").exists()
+    assert (legacy / "lm_head.weight.cq4.weights").exists()
     q = records["model.layers.0.self_attn.q_proj.weight"]
     assert q["shape"] == [96, 128] and q["original_shape"] == [96, 96]
     assert lines[q["name"]] == "CQ4 hadamard panels 96x128 (K padded from 96)"

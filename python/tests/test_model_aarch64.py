@@ -86,3 +86,44 @@ def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_mo
     assert neon.shape == sme2.shape
     differing = int(np.count_nonzero(neon.view(np.uint32) != sme2.view(np.uint32)))
     assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "gemma4"])
+def test_neon_and_sme2_families_match_the_oracle_and_each_other(arch, tmp_path):
+    # LFM2's convolution state and Gemma 4's shared caches, per-layer head
+    # dims, PLE and softcap on both targets, with Gemma 4's window small
+    # enough for the prompt to slide past it.
+    import os as _os
+
+    from cq4p import convert as cv
+    from cq4p import synthetic
+
+    sizes = {"window": 16} if arch == "gemma4" else {}
+    config = synthetic.write_model(str(tmp_path / "checkpoint"), arch,
+                                   shape=synthetic.default_shape(arch, **sizes))
+    with open(_os.devnull, "w") as quiet:
+        cv.convert(str(tmp_path / "checkpoint"), str(tmp_path / "bundle"), progress=quiet)
+    bundle = str(tmp_path / "bundle")
+    vocab = config.get("text_config", config)["vocab_size"]
+    prompt = synthetic.prompt(config, PROMPT_TOKENS, seed=5)
+
+    oracle = rf.Reference.from_bundle(bundle)
+    expected_ids, expected_logits = [], []
+    step = oracle.prefill(prompt)[-1]
+    for _ in range(NEW_TOKENS):
+        expected_logits.append(step)
+        expected_ids.append(int(np.argmax(step)))
+        step = oracle.decode(expected_ids[-1])
+    tolerance = {"lfm2": 0.15}.get(arch, gn.LOGIT_TOLERANCE)  # see test_families_e2e
+
+    results = {target: run_on_aarch64(bundle, target, str(tmp_path), prompt) for target in CPU}
+    for target, (ids, logits) in results.items():
+        assert ids == expected_ids, f"{target}: {ids} != oracle {expected_ids}"
+        logits = logits.reshape(NEW_TOKENS, vocab)
+        for number, (got, want) in enumerate(zip(logits, expected_logits)):
+            error = np.max(np.abs(got - want)) / np.std(want)
+            assert error <= tolerance, (
+                f"{target} step {number}: max |diff| / std {error:.4f} > {tolerance}")
+    neon, sme2 = results["aarch64-neon"][1], results["aarch64-sme2"][1]
+    differing = int(np.count_nonzero(neon.view(np.uint32) != sme2.view(np.uint32)))
+    assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"

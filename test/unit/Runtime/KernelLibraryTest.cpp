@@ -618,6 +618,7 @@ TEST(KernelLibrary, ValidatesEveryModelField) {
   none.bindings = nullptr;
   none.digest = "";
   none.kv_dtype = CQ4P_KV_F16;
+  none.kv_position_bytes = 2 * 2 * 256 * 2;
   EXPECT_TRUE(validateModelDesc("lib.so", none));
 }
 

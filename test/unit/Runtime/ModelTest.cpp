@@ -445,8 +445,8 @@ TEST_F(ModelTest, RefusesBadOptions) {
   options.context = int64_t(1) << 62;
   EXPECT_REFUSED(Model::open(*bundle, *library, options, model),
                  CQ4P_ERROR_ARGUMENT,
-                 "KV cache: 2 layers x 2 x 4611686018427387904 positions x 8 "
-                 "x 4 bytes (f32) does not fit in 64 bits");
+                 "KV cache: 4611686018427387904 positions x 128 bytes (2 "
+                 "layers, f32) does not fit in 64 bits");
   EXPECT_EQ(model, nullptr);
 }
 
