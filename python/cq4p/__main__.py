@@ -197,8 +197,10 @@ def parser():
     check_model = model_command("check-model", "a compiled model's logits vs the numpy oracle "
                                 "of its dequantized weights, step by step")
     check_model.add_argument("--steps", type=int, default=gn.DEFAULT_STEPS)
-    check_model.add_argument("--tolerance", type=float, default=gn.LOGIT_TOLERANCE,
-                             help="max |logit diff| / logit std")
+    check_model.add_argument("--tolerance", type=float, default=None,
+                             help=f"max |logit diff| / logit std (default "
+                                  f"{gn.LOGIT_TOLERANCE}, lfm2 "
+                                  f"{gn.ARCHITECTURE_TOLERANCE['lfm2']})")
     check_model.add_argument("--seed", type=int, default=0,
                              help="of the random prompt used without --prompt(-ids)")
     check_model.set_defaults(run=_check_model)

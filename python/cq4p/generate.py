@@ -24,7 +24,17 @@ from cq4p import reference as rf
 # in numpy on the synthetic models gives 0.03 to 0.056, mostly on the
 # peaked top logit.
 LOGIT_TOLERANCE = 0.1
+# LFM2's convolution block multiplies three projections' outputs (B * x,
+# then C * the convolution), so their int8 quantization errors compound:
+# 0.035 to 0.108 per step measured over 99 steps of three prompts on the
+# synthetic LFM2 (median 0.054).
+ARCHITECTURE_TOLERANCE = {"lfm2": 0.15}
 DEFAULT_PROMPT_TOKENS = 40
+
+
+def default_tolerance(architecture):
+    """The compiled-vs-oracle tolerance of a model architecture."""
+    return ARCHITECTURE_TOLERANCE.get(architecture, LOGIT_TOLERANCE)
 DEFAULT_STEPS = 32
 
 
@@ -128,15 +138,20 @@ def compare(model, oracle, prompt, steps):
 
 
 def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1, context=0,
-                tolerance=LOGIT_TOLERANCE, seed=0, out=None):
+                tolerance=None, seed=0, out=None):
     """Compiled model vs oracle; prints a row per step and a verdict;
-    returns True when every step is within `tolerance` and every clear
-    greedy decision (oracle margin above twice the tolerance) agrees."""
+    returns True when every step is within `tolerance` (None: the model
+    architecture's, `default_tolerance`) and every clear greedy decision
+    (oracle margin above twice the tolerance) agrees."""
     oracle = rf.Reference.from_bundle(bundle_dir)
     if prompt is None:
         rng = np.random.default_rng(seed)
         prompt = [int(t) for t in rng.integers(0, oracle.vocab, DEFAULT_PROMPT_TOKENS)]
     with native.NativeModel(bundle_dir, library, threads=threads, context=context) as model:
+        if tolerance is None:
+            tolerance = default_tolerance(model.info()["architecture"])
+        if not (np.isfinite(tolerance) and tolerance >= 0):
+            raise GenerateError(f"tolerance {tolerance}: expected a finite number >= 0")
         rows = compare(model, oracle, prompt, steps)
     print(f"prompt: {len(prompt)} tokens; {steps} greedy steps (the oracle's tokens fed to "
           f"both)", file=out)
@@ -145,8 +160,8 @@ def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1
     ok, disagreements = True, 0
     for step, error, expected, got, margin in rows:
         note = ""
-        if error > tolerance:
-            ok, note = False, "  over tolerance"
+        if not error <= tolerance:  # a NaN error fails too
+            ok, note = False, "  over tolerance" if error > tolerance else "  not finite"
         if got != expected:
             disagreements += 1
             if margin > 2 * tolerance:

@@ -114,7 +114,7 @@ def test_neon_and_sme2_families_match_the_oracle_and_each_other(arch, tmp_path):
         expected_logits.append(step)
         expected_ids.append(int(np.argmax(step)))
         step = oracle.decode(expected_ids[-1])
-    tolerance = {"lfm2": 0.15}.get(arch, gn.LOGIT_TOLERANCE)  # see test_families_e2e
+    tolerance = gn.default_tolerance(arch)
 
     results = {target: run_on_aarch64(bundle, target, str(tmp_path), prompt) for target in CPU}
     for target, (ids, logits) in results.items():
