@@ -15,7 +15,7 @@ module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 2
       %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x128xf32> {
     %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
     %t = tensor.extract_slice %h[0, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
-    // expected-error @+1 {{expected @forward to return the logits of one row ([1, vocab = 256]) computed by a cq4p.linear}}
+    // expected-error @+1 {{expected @forward to return the logits of one row ([1, vocab = 256]) computed by a cq4p.linear (optionally soft-capped)}}
     return %t : tensor<1x128xf32>
   }
 }
@@ -85,6 +85,94 @@ module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 2
     %last = arith.subi %n, %c1 : index
     %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
     %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// Two attentions may not write one layer's cache.
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %k = arith.addf %h, %h : tensor<?x128xf32>
+    %v = arith.addf %h, %h : tensor<?x128xf32>
+    %a = cq4p.cached_attention %h, %k, %v, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x128xf32>
+    %k2 = arith.addf %a, %h : tensor<?x128xf32>
+    %v2 = arith.addf %a, %h : tensor<?x128xf32>
+    // expected-error @+1 {{writes layer 0's KV cache, which an earlier cq4p.cached_attention writes}}
+    %b = cq4p.cached_attention %a, %k2, %v2, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %b, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %b[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// A shared attention reads a cache that an earlier attention writes.
+module attributes {cq4p.model = {architecture = "gemma4", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{reads layer 1's KV cache, which no earlier cq4p.cached_attention writes}}
+    %a = cq4p.cached_attention %h, %pos {layer = 1 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 1.0 : f32} : tensor<?x128xf32>, index -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %a, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %a[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// A shared attention has the writer's cache shape.
+module attributes {cq4p.model = {architecture = "gemma4", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %k = arith.addf %h, %h : tensor<?x128xf32>
+    %v = arith.addf %h, %h : tensor<?x128xf32>
+    %a = cq4p.cached_attention %h, %k, %v, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 1.0 : f32} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x128xf32>
+    // expected-error @+1 {{expected layer 0's cache shape (2 kv heads of 64), got 1 kv heads of 64}}
+    %b = cq4p.cached_attention %a, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 1.0 : f32} : tensor<?x128xf32>, index -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %b, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %b[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// One convolution per layer's state.
+module attributes {cq4p.model = {architecture = "lfm2", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x384, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
+      %w: tensor<384xf16> {cq4p.tensor = "w"},
+      %head: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "h"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x384, gs = 128, orthogonal, panels> -> tensor<?x384xf32>
+    %a = cq4p.short_conv %h, %w, %pos {layer = 1 : i64} : tensor<?x384xf32>, tensor<384xf16>, index -> tensor<?x128xf32>
+    // expected-error @+1 {{layer 1's convolution state already belongs to an earlier cq4p.short_conv}}
+    %b = cq4p.short_conv %h, %w, %pos {layer = 1 : i64} : tensor<?x384xf32>, tensor<384xf16>, index -> tensor<?x128xf32>
+    %s = arith.addf %a, %b : tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %s, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %s[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %head : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
     return %l : tensor<1x256xf32>
   }
 }
