@@ -103,6 +103,10 @@ def _bundle_line(directory, record, deep=False):
             if tensor.layout != fl.DENSE:
                 rotation = "orthogonal" if tensor.orthogonal else "hadamard"
                 kind += f" {rotation} {tensor.layout} gs {tensor.group_size}"
+            original = record.get("original_shape")
+            if original and list(original) != list(tensor.dims):
+                # A K the converter zero-padded: the model's true shape.
+                shape += f" (true shape {'x'.join(map(str, original))})"
             return True, f"{name}: {os.path.basename(tensor.path)} {kind} {shape}"
     except bd.BundleError as error:
         return False, f"{name}: INVALID: {error}"

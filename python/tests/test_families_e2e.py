@@ -131,3 +131,16 @@ def test_check_model_fails_on_logits_that_are_not_finite(family, tmp_path, capsy
     ok = gn.check_model(str(broken), library, steps=1, out=None)
     assert not ok
     assert "not finite" in capsys.readouterr().out
+
+
+def test_inspect_shows_the_true_shape_of_a_padded_k(family, capsys):
+    # SmolLM2's hidden 960 is stored as K = 1024 (zero-padded); the
+    # manifest records the true shape and inspect shows it.
+    from cq4p import __main__ as cli
+
+    bundle, _, config = family("smollm2")
+    assert cli.main(["inspect", bundle]) == 0
+    out = capsys.readouterr().out
+    vocab, hidden = config["vocab_size"], config["hidden_size"]
+    assert f"model.embed_tokens.weight.cq4p.weights CQ4 orthogonal panels gs 128 " \
+           f"{vocab}x1024 (true shape {vocab}x{hidden})" in out

@@ -176,3 +176,23 @@ module attributes {cq4p.model = {architecture = "lfm2", digest = "d", vocab = 25
     return %l : tensor<1x256xf32>
   }
 }
+
+// -----
+
+// An embedding table with fewer rows than the vocab the runtime checks ids
+// against.
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 4096 : i64, hidden = 128 : i64, layers = 1 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<128x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
+      %head: !cq4p.weight<4096x128, gs = 128, orthogonal, panels> {cq4p.tensor = "h"}) -> tensor<1x4096xf32> {
+    // expected-error @+1 {{expected the table's rows (128) to cover the model's vocab (4096): ids up to 4095 would read past it}}
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<128x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %h, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %head : tensor<1x128xf32>, !cq4p.weight<4096x128, gs = 128, orthogonal, panels> -> tensor<1x4096xf32>
+    return %l : tensor<1x4096xf32>
+  }
+}

@@ -586,6 +586,15 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
       return failure();
     if (embedding.getIds() != forward.getArgument(0))
       return op->emitOpError() << "expected the ids to be @forward's ids";
+    // The runtime checks ids against the model's vocab: every table must
+    // have a row for each, or a kernel would read past its mapping.
+    int64_t vocab = model.getAs<IntegerAttr>("vocab").getInt();
+    int64_t tableRows = embedding.getWeight().getType().getN();
+    if (tableRows < vocab)
+      return op->emitOpError() << "expected the table's rows (" << tableRows
+                               << ") to cover the model's vocab (" << vocab
+                               << "): ids up to " << vocab - 1
+                               << " would read past it";
     Value out = embedding.getResult();
     Place place = placeResult(out, index, {});
     rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType()),
