@@ -20,6 +20,7 @@ import pytest
 
 from cq4p import generate as gn
 from cq4p import reference as rf
+from cq4p import synthetic
 from cq4p import tools
 
 CHUNK = 16
@@ -88,15 +89,15 @@ def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_mo
     assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"
 
 
-@pytest.mark.parametrize("arch", ["lfm2", "gemma4"])
+@pytest.mark.parametrize("arch", synthetic.FAMILIES)
 def test_neon_and_sme2_families_match_the_oracle_and_each_other(arch, tmp_path):
-    # LFM2's convolution state and Gemma 4's shared caches, per-layer head
-    # dims, PLE and softcap on both targets, with Gemma 4's window small
-    # enough for the prompt to slide past it.
+    # Every family on both targets: LFM2's convolution state, Gemma 4's
+    # shared caches, per-layer head dims, PLE and softcap (its window small
+    # enough for the prompt to slide past it), Llama 3's frequencies,
+    # Qwen2's biases, SmolLM2's padded K.
     import os as _os
 
     from cq4p import convert as cv
-    from cq4p import synthetic
 
     sizes = {"window": 16} if arch == "gemma4" else {}
     config = synthetic.write_model(str(tmp_path / "checkpoint"), arch,
