@@ -323,6 +323,27 @@ def write_model_files(directory, config, tensors, spec):
     return reason
 
 
+def check_replaceable(out, model_dir):
+    """--force replaces only what a conversion made: a cq4p bundle (a
+    directory whose manifest.json reads as one) or an empty directory, and
+    never the checkpoint being converted or a directory that holds it."""
+    model = os.path.realpath(model_dir)
+    target = os.path.realpath(out)
+    if model == target or model.startswith(target.rstrip(os.sep) + os.sep):
+        raise ConvertError(f"{out}: --force would replace the checkpoint being converted "
+                           f"({model_dir}) or a directory that holds it")
+    if os.path.islink(out) or not os.path.isdir(out):
+        raise ConvertError(f"{out}: --force replaces only a bundle directory or an empty one, "
+                           f"and this is not a directory")
+    if not os.listdir(out):
+        return
+    try:
+        bd.read_manifest(out)
+    except bd.BundleError as error:
+        raise ConvertError(f"{out}: --force replaces only a cq4p bundle or an empty directory, "
+                           f"and this is neither ({error})") from error
+
+
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             progress=None):
     """Converts the checkpoint in model_dir into a bundle at out; progress
@@ -333,6 +354,8 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     out = os.path.abspath(out)
     if os.path.lexists(out) and not force:
         raise ConvertError(f"{out}: already exists (use --force to replace it)")
+    if os.path.lexists(out):
+        check_replaceable(out, model_dir)
     config = read_config(model_dir)
     entries = checkpoint_tensors(model_dir)
     spec, names = checked_model(model_dir, config, entries)

@@ -1,5 +1,6 @@
 """convert, upgrade and inspect on small synthetic checkpoints."""
 
+import io
 import json
 import os
 import subprocess
@@ -114,7 +115,7 @@ def test_bf16_is_widened_exactly(tmp_path):
 def test_convert_refuses_an_existing_bundle_unless_forced(spiked_model, tmp_path, capsys):
     root, _, _ = spiked_model
     out = tmp_path / "bundle"
-    out.mkdir()
+    cv.convert(root / "model", out, progress=open(os.devnull, "w"))
     (out / "old.txt").write_text("old")
     status, _, err = run(capsys, "convert", "--model", root / "model", "--out", out)
     assert status == 2 and "already exists" in err and "--force" in err
@@ -144,8 +145,8 @@ def test_a_failure_mid_conversion_leaves_nothing(spiked_model, tmp_path, capsys,
     root, _, _ = spiked_model
     out = tmp_path / "bundle"
     # An existing bundle (--force) must survive a failed replacement.
-    out.mkdir()
-    (out / "manifest.json").write_text("{}")
+    cv.convert(root / "model", out, progress=open(os.devnull, "w"))
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
     calls = []
     panels = fl.WRITERS["panels"]
 
@@ -164,7 +165,7 @@ def test_a_failure_mid_conversion_leaves_nothing(spiked_model, tmp_path, capsys,
         with pytest.raises(RuntimeError, match="injected"):
             cv.convert(root / "model", out, force=True, progress=open(os.devnull, "w"))
     assert len(calls) == 5
-    assert os.listdir(out) == ["manifest.json"] and (out / "manifest.json").read_text() == "{}"
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
     assert not leftovers(tmp_path)
 
 
@@ -357,3 +358,28 @@ def test_inspect_verdicts(spiked_model, tmp_path, capsys):
     status, text, _ = run(capsys, "inspect", out)
     assert status == 1 and "mlp.up_proj.weight: INVALID:" in text
     assert text.rstrip().endswith("verdict: INVALID: 1 tensors")
+
+
+def test_force_replaces_only_a_bundle_or_an_empty_directory(tmp_path):
+    # --force never deletes the checkpoint, a directory holding it, or a
+    # directory that is not a bundle; it does replace a bundle and an empty
+    # directory.
+    model = tmp_path / "work" / "model"
+    write_model(model, llama_tensors(layers=1), synthetic.llama_config(128, 256, 256, 1),
+                shards=1, dtype="F32")
+    (tmp_path / "work" / "notes.txt").write_text("mine")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    for out, message in ((model, "would replace the checkpoint being converted"),
+                         (tmp_path / "work", "would replace the checkpoint being converted"),
+                         (other, "neither")):
+        with pytest.raises(cv.ConvertError, match=message):
+            cv.convert(str(model), str(out), force=True, progress=io.StringIO())
+    assert (model / "config.json").exists() and (tmp_path / "work" / "notes.txt").exists()
+    assert (other / "keep.txt").read_text() == "mine"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cv.convert(str(model), str(empty), force=True, progress=io.StringIO())
+    cv.convert(str(model), str(empty), force=True, progress=io.StringIO())  # a bundle now
+    assert (empty / "manifest.json").exists()
