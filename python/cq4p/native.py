@@ -398,6 +398,7 @@ TEXT_FUNCTIONS = {
                                _I64P, ctypes.c_size_t, _SIZEP] + _ERR, ctypes.c_int),
     "cq4p_tokenizer_decode": ([ctypes.c_void_p, _I64P, ctypes.c_size_t, ctypes.c_char_p,
                                ctypes.c_size_t, _SIZEP] + _ERR, ctypes.c_int),
+    "cq4p_tokenizer_special_ids": ([ctypes.c_void_p, _I64P, ctypes.c_size_t], ctypes.c_size_t),
     "cq4p_model_tokenizer": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + _ERR,
                              ctypes.c_int),
     "cq4p_model_generate_text": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
@@ -464,6 +465,13 @@ class NativeTokenizer:
                 "bos": info.bos, "stop_ids": list(info.stop_ids[:min(info.stop_count, 16)]),
                 "prefix_ids": list(info.prefix_ids[:min(info.prefix_count, 4)]),
                 "chat_format": info.chat_format.decode("utf-8", "replace")}
+
+    def special_tokens(self):
+        """[(id, text)] of the added tokens marked special."""
+        count = self._lib.cq4p_tokenizer_special_ids(self._handle, None, 0)
+        ids = np.zeros(max(count, 1), dtype=np.int64)
+        self._lib.cq4p_tokenizer_special_ids(self._handle, _pointer(ids, ctypes.c_int64), count)
+        return [(int(i), self.decode([int(i)])) for i in ids[:count]]
 
     def encode(self, text, add_special=True):
         """The ids of `text` (str or UTF-8 bytes)."""

@@ -138,6 +138,16 @@ void cq4p_tokenizer_get_info(const cq4p_tokenizer *tokenizer,
   info->chat_format[length] = '\0';
 }
 
+size_t cq4p_tokenizer_special_ids(const cq4p_tokenizer *tokenizer, int64_t *ids,
+                                  size_t capacity) {
+  if (tokenizer == nullptr)
+    return 0;
+  std::vector<int64_t> special = tokenizer->tokenizer->specialIds();
+  if (ids != nullptr)
+    std::copy_n(special.begin(), std::min(capacity, special.size()), ids);
+  return special.size();
+}
+
 int cq4p_model_tokenizer(cq4p_model *model, const cq4p_tokenizer **out,
                          char *error, size_t error_size) {
   if (model == nullptr || out == nullptr)

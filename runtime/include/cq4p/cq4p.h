@@ -240,6 +240,10 @@ CQ4P_API int cq4p_tokenizer_open_dir(const char *directory,
 CQ4P_API void cq4p_tokenizer_close(cq4p_tokenizer *tokenizer);
 CQ4P_API void cq4p_tokenizer_get_info(const cq4p_tokenizer *tokenizer,
                                       cq4p_tokenizer_info *info);
+/* The ids of the added tokens marked special; returns how many there are,
+ * writing at most capacity of them. */
+CQ4P_API size_t cq4p_tokenizer_special_ids(const cq4p_tokenizer *tokenizer,
+                                           int64_t *ids, size_t capacity);
 /* The bundle's tokenizer, opened at the first call and owned by the model
  * (valid until cq4p_model_close). */
 CQ4P_API int cq4p_model_tokenizer(cq4p_model *model,
