@@ -31,6 +31,7 @@ foreach(lib pcre2-8 utf8proc)
   endif()
   list(APPEND CQ4P_TOKENIZER_LIBS ${${var}})
 endforeach()
+set(CQ4P_TOKENIZER_LIBS "${CQ4P_TOKENIZER_LIBS}" CACHE INTERNAL "the tokenizer's static archives")
 
 set(CQ4P_DEPS_INCLUDE ${PROJECT_BINARY_DIR}/tokenizer-deps/include)
 foreach(header pcre2.h utf8proc.h nlohmann/json.hpp)
