@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <mutex>
 #include <sys/stat.h>
@@ -1244,7 +1245,21 @@ void Tokenizer::Impl::encodeWord(std::string_view word,
                                  std::vector<int64_t> &ids) const {
   if (word.empty())
     return;
+  bool cacheable = word.size() <= kMaxCachedWordBytes;
+  thread_local std::string key;
+  if (cacheable) {
+    key.assign(word);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> merged;
+  merged.clear();
+  int32_t whole = -1;
   if (ignoreMerges) {
+    // A word that is a piece of the vocabulary is that piece.
     std::string mapped;
     if (kind == TokenizerKind::ByteLevelBpe) {
       for (unsigned char c : word)
@@ -1252,28 +1267,16 @@ void Tokenizer::Impl::encodeWord(std::string_view word,
     } else {
       mapped.assign(word);
     }
-    int32_t id = idOf(mapped);
-    if (id >= 0) {
-      ids.push_back(id);
-      return;
-    }
+    whole = idOf(mapped);
   }
-  thread_local std::vector<int32_t> merged;
-  merged.clear();
-  bool cacheable = word.size() <= kMaxCachedWordBytes;
-  if (cacheable) {
-    std::string key(word);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  if (whole >= 0)
+    merged.push_back(whole);
+  else
     mergeWord(word, merged);
+  if (cacheable) {
     if (cache.size() >= kMaxCacheEntries)
       cache.clear();
-    cache.emplace(std::move(key), merged);
-  } else {
-    mergeWord(word, merged);
+    cache.emplace(key, merged);
   }
   ids.insert(ids.end(), merged.begin(), merged.end());
 }
@@ -1440,8 +1443,7 @@ void Tokenizer::Impl::encodeSection(std::string_view section,
 
   thread_local std::vector<std::string_view> words, next;
   thread_local std::vector<Segment> segments;
-  std::vector<std::string> storage; // pieces a step rewrote (prefix spaces)
-  storage.reserve(8);
+  std::deque<std::string> storage; // pieces a step rewrote (prefix spaces)
   words.clear();
   words.push_back(text);
   for (const PreTokenizerStep &step : preTokenizers) {
