@@ -288,6 +288,49 @@ private:
   size_t mask_ = 0;
 };
 
+/// A set of adjacent code point pairs (open addressing, keys only).
+class PairSet {
+public:
+  void build(const std::vector<uint64_t> &keys) {
+    size_t capacity = 16;
+    while (capacity < keys.size() * 2)
+      capacity <<= 1;
+    slots_.assign(capacity, kEmpty);
+    mask_ = capacity - 1;
+    for (uint64_t key : keys)
+      for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+        if (slots_[i] == key)
+          break;
+        if (slots_[i] == kEmpty) {
+          slots_[i] = key;
+          break;
+        }
+      }
+  }
+  static uint64_t key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
+  bool contains(uint64_t key) const {
+    if (slots_.empty())
+      return false;
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i] == key)
+        return true;
+      if (slots_[i] == kEmpty)
+        return false;
+    }
+  }
+
+private:
+  static constexpr uint64_t kEmpty = ~uint64_t(0);
+  static size_t hash(uint64_t k) {
+    k ^= k >> 31;
+    k *= 0x9e3779b97f4a7c15ULL;
+    k ^= k >> 29;
+    return size_t(k);
+  }
+  std::vector<uint64_t> slots_;
+  size_t mask_ = 0;
+};
+
 //===----------------------------------------------------------------------===//
 // Patterns (PCRE2)
 //===----------------------------------------------------------------------===//
@@ -453,6 +496,12 @@ struct Tokenizer::Impl {
   MergeTable merges;
   int32_t byteIds[256];         // byte-level: each byte's char; SP: <0xXX>
   std::unordered_map<uint32_t, int32_t> charIds; // SP: one-character pieces
+  /// SP: the adjacent character pairs some piece holds. Between two
+  /// characters that no piece holds together no merge can ever reach, so a
+  /// word is merged as the separate runs between such boundaries: the same
+  /// ids, and runs short enough to cache (Gemma has no pre-tokenizer).
+  PairSet joinable;
+  bool splitAtUnjoinable = false;
   bool ignoreMerges = false;
   bool byteFallback = false;
   bool fuseUnk = false;
@@ -1122,15 +1171,29 @@ Status Tokenizer::Impl::load(const Json &root) {
     }
   }
   if (kind == TokenizerKind::SentencePieceBpe) {
+    std::vector<uint64_t> pairs;
     for (size_t id = 0; id < pieces.size(); ++id) {
       const std::string &piece = pieces[id];
-      if (piece.empty() || (flags[id] & kAdded))
+      if (piece.empty())
         continue;
       size_t length;
       uint32_t cp = decodeAt(piece, 0, length);
-      if (length == piece.size())
+      if (length == piece.size() && !(flags[id] & kAdded))
         charIds.emplace(cp, int32_t(id));
+      // Added tokens too: many are also the model's pieces (Gemma's runs of
+      // U+2581), and more joinable pairs only split less.
+      for (size_t i = length; i < piece.size();) {
+        size_t next;
+        uint32_t following = decodeAt(piece, i, next);
+        pairs.push_back(PairSet::key(cp, following));
+        cp = following;
+        i += next;
+      }
     }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    joinable.build(pairs);
+    splitAtUnjoinable = !ignoreMerges;
   }
   return Status::ok();
 }
@@ -1467,8 +1530,25 @@ void Tokenizer::Impl::encodeSection(std::string_view section,
     }
     words.swap(next);
   }
-  for (std::string_view word : words)
-    encodeWord(word, ids);
+  for (std::string_view word : words) {
+    if (word.empty())
+      continue;
+    if (!splitAtUnjoinable) {
+      encodeWord(word, ids);
+      continue;
+    }
+    size_t start = 0, length;
+    uint32_t previous = decodeAt(word, 0, length);
+    for (size_t i = length; i < word.size(); i += length) {
+      uint32_t cp = decodeAt(word, i, length);
+      if (!joinable.contains(PairSet::key(previous, cp))) {
+        encodeWord(word.substr(start, i - start), ids);
+        start = i;
+      }
+      previous = cp;
+    }
+    encodeWord(word.substr(start), ids);
+  }
 }
 
 //===----------------------------------------------------------------------===//
