@@ -410,23 +410,27 @@ public:
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE); // falls back to the interpreter
     return Status::ok();
   }
-  /// Calls found(start, end) for each non-empty match, left to right.
+  /// Calls found(start, end) for each non-empty match, left to right;
+  /// returns 0, or PCRE2's error code when matching failed (a resource
+  /// limit), which encode reports rather than tokenize the rest wrongly.
   template <typename Found>
-  void forEachMatch(std::string_view text, pcre2_match_data *data,
-                    Found &&found) const {
+  int forEachMatch(std::string_view text, pcre2_match_data *data,
+                   Found &&found) const {
     size_t start = 0;
     while (start <= text.size()) {
       int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()),
                            text.size(), start, PCRE2_NO_UTF_CHECK, data,
                            nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
       if (rc < 0)
-        return;
+        return rc;
       PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(data);
       size_t matchStart = ovector[0], matchEnd = ovector[1];
       if (matchEnd == matchStart) {
         // An empty match: step over one character.
         if (matchStart >= text.size())
-          return;
+          return 0;
         size_t length;
         decodeAt(text, matchStart, length);
         start = matchStart + length;
@@ -435,6 +439,7 @@ public:
       found(matchStart, matchEnd);
       start = matchEnd;
     }
+    return 0;
   }
   pcre2_code *code() const { return code_; }
 
@@ -540,8 +545,9 @@ struct Tokenizer::Impl {
   Status loadConfig(const TokenizerFiles &files);
 
   // Encoding.
-  void encodeSection(std::string_view section, pcre2_match_data *data,
-                     std::vector<int64_t> &ids) const;
+  /// 0, or the PCRE2 error that stopped a split.
+  int encodeSection(std::string_view section, pcre2_match_data *data,
+                    std::vector<int64_t> &ids) const;
   void encodeWord(std::string_view word, std::vector<int64_t> &ids) const;
   void mergeWord(std::string_view word, std::vector<int32_t> &out) const;
 };
@@ -1352,8 +1358,8 @@ struct Segment {
   bool match;
 };
 
-void splitSegments(const PreTokenizerStep &step, std::string_view text,
-                   pcre2_match_data *data, std::vector<Segment> &segments) {
+int splitSegments(const PreTokenizerStep &step, std::string_view text,
+                  pcre2_match_data *data, std::vector<Segment> &segments) {
   segments.clear();
   size_t last = 0;
   auto found = [&](size_t start, size_t end) {
@@ -1362,8 +1368,9 @@ void splitSegments(const PreTokenizerStep &step, std::string_view text,
     segments.push_back({start, end, true});
     last = end;
   };
+  int error = 0;
   if (step.regex) {
-    step.regex->forEachMatch(text, data, found);
+    error = step.regex->forEachMatch(text, data, found);
   } else {
     for (size_t at = 0;
          (at = text.find(step.literal, at)) != std::string_view::npos;
@@ -1375,6 +1382,7 @@ void splitSegments(const PreTokenizerStep &step, std::string_view text,
   if (step.invert)
     for (Segment &segment : segments)
       segment.match = !segment.match;
+  return error;
 }
 
 /// Applies a split step's behavior to `segments`, appending the pieces.
@@ -1456,9 +1464,9 @@ bool isNfcQuick(std::string_view text) {
 
 } // namespace
 
-void Tokenizer::Impl::encodeSection(std::string_view section,
-                                    pcre2_match_data *data,
-                                    std::vector<int64_t> &ids) const {
+int Tokenizer::Impl::encodeSection(std::string_view section,
+                                   pcre2_match_data *data,
+                                   std::vector<int64_t> &ids) const {
   std::string normalized;
   std::string_view text = section;
   for (const NormalizerStep &step : normalizers) {
@@ -1502,7 +1510,7 @@ void Tokenizer::Impl::encodeSection(std::string_view section,
     }
   }
   if (text.empty())
-    return;
+    return 0;
 
   thread_local std::vector<std::string_view> words, next;
   thread_local std::vector<Segment> segments;
@@ -1521,11 +1529,13 @@ void Tokenizer::Impl::encodeSection(std::string_view section,
           next.push_back(word);
           continue;
         }
-        splitSegments(step, word, data, segments);
+        if (int error = splitSegments(step, word, data, segments))
+          return error;
         applyBehavior(SplitBehavior::Isolated, word, segments, next);
         continue;
       }
-      splitSegments(step, word, data, segments);
+      if (int error = splitSegments(step, word, data, segments))
+        return error;
       applyBehavior(step.behavior, word, segments, next);
     }
     words.swap(next);
@@ -1549,6 +1559,7 @@ void Tokenizer::Impl::encodeSection(std::string_view section,
     }
     encodeWord(word.substr(start), ids);
   }
+  return 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1814,6 +1825,7 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   for (const PreTokenizerStep &step : impl.preTokenizers)
     if (step.regex && data == nullptr)
       data = pcre2_match_data_create_from_pattern(step.regex->code(), nullptr);
+  int matchError = 0;
   {
     std::lock_guard<std::mutex> lock(impl.cacheMutex);
     size_t sectionStart = 0;
@@ -1843,14 +1855,24 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
         ++i;
         continue;
       }
-      impl.encodeSection(text.substr(sectionStart, i - sectionStart), data, ids);
+      if (!matchError)
+        matchError = impl.encodeSection(text.substr(sectionStart, i - sectionStart), data, ids);
       ids.push_back(token);
       i = sectionStart = tokenEnd;
     }
-    impl.encodeSection(text.substr(sectionStart), data, ids);
+    if (!matchError)
+      matchError = impl.encodeSection(text.substr(sectionStart), data, ids);
   }
   if (data != nullptr)
     pcre2_match_data_free(data);
+  if (matchError != 0) {
+    ids.resize(first);
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(matchError, message, sizeof(message));
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  "encode: the split pattern failed on this text (PCRE2: " +
+                      std::string(reinterpret_cast<char *>(message)) + ")");
+  }
   if (addSpecial)
     ids.insert(ids.end(), impl.suffix.begin(), impl.suffix.end());
   for (size_t k = first; k < ids.size(); ++k)
