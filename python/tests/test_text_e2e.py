@@ -109,3 +109,21 @@ def test_tokenize_command(text_model, capsys):
         "51950"]
     assert cli.main(["tokenize", "--bundle", bundle, "--decode", "9707 11 847"]) == 0
     assert capsys.readouterr().out == "Hello, my\n"
+
+
+def test_generation_stops_at_a_stop_string(text_model):
+    bundle, library, _ = text_model
+    with native.NativeModel(bundle, library) as model:
+        tokenizer = native.model_tokenizer(model)
+        full_ids, full_text, _ = native.generate_text(model, PROMPT, STEPS, ignore_stop_ids=True)
+        # A stop string that begins inside the text of the 5th id: the text
+        # before it is delivered, nothing after.
+        start = len(tokenizer.decode(full_ids[:4]))
+        stop = full_text[start + 1:start + 4] if len(full_text) > start + 4 else full_text[-2:]
+        assert stop
+        pieces = []
+        ids, text, _ = native.generate_text(model, PROMPT, STEPS, ignore_stop_ids=True,
+                                            stop_strings=[stop], on_text=pieces.append)
+        assert text == full_text[:full_text.index(stop)]
+        assert "".join(pieces) == text
+        assert ids == full_ids[:len(ids)] and len(ids) < len(full_ids)
