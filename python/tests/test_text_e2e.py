@@ -127,3 +127,39 @@ def test_generation_stops_at_a_stop_string(text_model):
         assert text == full_text[:full_text.index(stop)]
         assert "".join(pieces) == text
         assert ids == full_ids[:len(ids)] and len(ids) < len(full_ids)
+
+
+AARCH64_RUN = os.environ.get("CQ4P_AARCH64_RUN")
+QEMU = os.environ.get("CQ4P_QEMU")
+
+
+@pytest.mark.skipif(not (AARCH64_RUN and QEMU and os.path.exists(AARCH64_RUN)
+                         and os.path.exists(QEMU)),
+                    reason="needs the aarch64 build's cq4p-run and QEMU 11.1")
+def test_text_prompt_on_aarch64(text_model, tmp_path):
+    """The cross-built runtime (PCRE2's JIT and utf8proc for arm64) tokenizes
+    a prompt of corpus strings as the host does."""
+    import tokenizer_corpus
+
+    bundle, _, _ = text_model
+    library = str(tmp_path / "libmodel-neon.so")
+    compiled = subprocess.run([tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"),
+                               "--target=aarch64-neon", "-o", library],
+                              capture_output=True, text=True, check=False)
+    assert compiled.returncode == 0, compiled.stderr
+    with native.NativeTokenizer(directory=bundle) as tokenizer:
+        strings, prompt = [], []
+        for text in tokenizer_corpus.corpus():
+            if len(tokenizer.encode("\n".join(strings + [text]))) > 1500:
+                break
+            strings.append(text)
+        text = "\n".join(strings)
+        expected = tokenizer.encode(text)
+    assert len(strings) > 50
+    result = subprocess.run([QEMU, "-L", "/usr/aarch64-linux-gnu", "-cpu", "max", AARCH64_RUN,
+                             "--bundle", bundle, "--library", library, "--backend", "neon",
+                             "--prompt", text, "-n", "2", "--ignore-eos"],
+                            capture_output=True, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    line = next(l for l in result.stderr.decode().splitlines() if l.startswith("prompt ids:"))
+    assert [int(i) for i in line.split()[2:]] == expected

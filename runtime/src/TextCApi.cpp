@@ -69,7 +69,8 @@ struct CallbackBridge {
 Status modelTokenizer(cq4p_model *model, const Tokenizer *&out) {
   if (!model->tokenizer) {
     std::unique_ptr<Tokenizer> tokenizer;
-    if (Status status = Tokenizer::openDirectory(model->bundle->directory(), tokenizer);
+    if (Status status = Tokenizer::openDirectory(model->bundle->directory(), tokenizer,
+                                                 /*confined=*/true);
         !status)
       return status;
     model->tokenizer.reset(new cq4p_tokenizer{std::move(tokenizer)});

@@ -83,24 +83,20 @@ const Json *member(const Json &object, const char *key) {
 
 bool isAbsent(const Json *value) { return value == nullptr || value->is_null(); }
 
-/// Reads a whole regular file (no symbolic links to devices: SafeOpen).
-Status readFile(const std::string &path, std::string &out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status(CQ4P_ERROR_IO, path + ": cannot open: " + std::strerror(errno));
-  struct stat info;
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return Status(CQ4P_ERROR_IO, path + ": expected a regular file");
-  }
-  if (uint64_t(info.st_size) > kMaxFileBytes) {
+/// Reads a whole regular file (SafeOpen's policy: a FIFO or a device is
+/// refused by name; with `noFollow`, so is a symbolic link).
+Status readFile(const std::string &path, std::string &out, bool noFollow) {
+  int fd = -1;
+  uint64_t size = 0;
+  if (Status status = openRegularFile(AT_FDCWD, path, path, noFollow, fd, size); !status)
+    return status;
+  if (size > kMaxFileBytes) {
     ::close(fd);
     return Status(CQ4P_ERROR_FORMAT, path + ": size: expected at most " +
                                          std::to_string(kMaxFileBytes) +
-                                         " bytes, found " +
-                                         std::to_string(info.st_size));
+                                         " bytes, found " + std::to_string(size));
   }
-  out.resize(size_t(info.st_size));
+  out.resize(size_t(size));
   size_t done = 0;
   while (done < out.size()) {
     ssize_t got = ::read(fd, &out[done], out.size() - done);
@@ -109,7 +105,8 @@ Status readFile(const std::string &path, std::string &out) {
     if (got <= 0) {
       ::close(fd);
       return Status(CQ4P_ERROR_IO, path + ": read failed at byte " +
-                                       std::to_string(done));
+                                       std::to_string(done) + " of " +
+                                       std::to_string(size));
     }
     done += size_t(got);
   }
@@ -117,9 +114,9 @@ Status readFile(const std::string &path, std::string &out) {
   return Status::ok();
 }
 
-Status parseJsonFile(const std::string &path, Json &out) {
+Status parseJsonFile(const std::string &path, Json &out, bool noFollow) {
   std::string text;
-  if (Status status = readFile(path, text); !status)
+  if (Status status = readFile(path, text, noFollow); !status)
     return status;
   out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded())
@@ -1592,7 +1589,7 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
   Json config;
   std::string templateText;
   if (!files.tokenizerConfig.empty()) {
-    if (Status s = parseJsonFile(files.tokenizerConfig, config); !s)
+    if (Status s = parseJsonFile(files.tokenizerConfig, config, files.noFollow); !s)
       return s;
     const std::string &cfg = files.tokenizerConfig;
     std::string bosName = tokenText(member(config, "bos_token"));
@@ -1609,8 +1606,8 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
         return malformed(cfg, "eos_token", "a token of the vocabulary", showText(eosName));
       stops.push_back(eos);
     }
-    for (const char *key : {"clean_up_tokenization_spaces"})
-      (void)key; // a decode-time cosmetic cq4p does not apply (docs/TOKENIZER.md)
+    // clean_up_tokenization_spaces is a decode-time cosmetic cq4p does not
+    // apply (docs/TOKENIZER.md); the options below change the ids.
     bool value;
     if (Status s = getBool(cfg, config, "add_prefix_space", "(document)", value, false); !s)
       return s;
@@ -1620,8 +1617,6 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
       return s;
     if (value)
       return unsupported(cfg, "do_lower_case", "true", "false");
-    if (Status s = getBool(cfg, config, "legacy", "(document)", value, false); !s)
-      return s;
     if (const Json *chatTemplate = member(config, "chat_template")) {
       if (chatTemplate->is_string()) {
         templateText = chatTemplate->get<std::string>();
@@ -1637,7 +1632,7 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
   }
   if (!files.generationConfig.empty()) {
     Json generation;
-    if (Status s = parseJsonFile(files.generationConfig, generation); !s)
+    if (Status s = parseJsonFile(files.generationConfig, generation, files.noFollow); !s)
       return s;
     if (const Json *eos = member(generation, "eos_token_id"); !isAbsent(eos)) {
       std::vector<Json> list;
@@ -1654,7 +1649,7 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
     }
   }
   if (!files.chatTemplate.empty())
-    if (Status s = readFile(files.chatTemplate, templateText); !s)
+    if (Status s = readFile(files.chatTemplate, templateText, files.noFollow); !s)
       return s;
 
   static const ChatMarkers known[] = {
@@ -1770,7 +1765,7 @@ Status Tokenizer::open(const TokenizerFiles &files,
   impl->file = files.tokenizerJson;
   {
     Json root;
-    if (Status s = parseJsonFile(files.tokenizerJson, root); !s)
+    if (Status s = parseJsonFile(files.tokenizerJson, root, files.noFollow); !s)
       return s;
     if (Status s = impl->load(root); !s)
       return s;
@@ -1782,27 +1777,31 @@ Status Tokenizer::open(const TokenizerFiles &files,
 }
 
 namespace {
-bool isRegularFile(const std::string &path) {
+bool isRegularFile(const std::string &path, bool noFollow) {
   struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+  return (noFollow ? ::lstat(path.c_str(), &info) : ::stat(path.c_str(), &info)) == 0 &&
+         S_ISREG(info.st_mode);
 }
 } // namespace
 
 bool Tokenizer::directoryHasTokenizer(const std::string &directory) {
-  return isRegularFile(directory + "/tokenizer.json");
+  return isRegularFile(directory + "/tokenizer.json", false);
 }
 
 Status Tokenizer::openDirectory(const std::string &directory,
-                                std::unique_ptr<Tokenizer> &out) {
+                                std::unique_ptr<Tokenizer> &out, bool confined) {
   TokenizerFiles files;
+  files.noFollow = confined;
   files.tokenizerJson = directory + "/tokenizer.json";
-  if (!isRegularFile(files.tokenizerJson))
+  if (!isRegularFile(files.tokenizerJson, false))
     return Status(CQ4P_ERROR_NOT_FOUND,
                   directory + ": no tokenizer.json (convert copies it from the "
                               "checkpoint directory)");
   auto optional = [&](const char *name, std::string &path) {
+    // Present (a link too, so that a confined open refuses it by name).
     std::string candidate = directory + "/" + name;
-    if (isRegularFile(candidate))
+    struct stat info;
+    if (::lstat(candidate.c_str(), &info) == 0)
       path = candidate;
   };
   optional("tokenizer_config.json", files.tokenizerConfig);

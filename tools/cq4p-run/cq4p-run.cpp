@@ -274,7 +274,7 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (Status status = Tokenizer::openDirectory(
           options.tokenizer.empty() ? bundle.directory() : options.tokenizer,
-          tokenizer);
+          tokenizer, /*confined=*/options.tokenizer.empty());
       !status)
     return refuse(status.message());
   TextOptions text;

@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace cq4p::runtime;
 using Json = nlohmann::json;
@@ -402,6 +404,29 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   Files empty;
   s = empty.open(t);
   EXPECT_EQ(s.code(), CQ4P_ERROR_NOT_FOUND);
+}
+
+TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
+  Files files;
+  writeLfm2(files);
+  // A FIFO is refused by name, without blocking on it.
+  ::unlink(files.dir.file("generation_config.json").c_str());
+  ASSERT_EQ(::mkfifo(files.dir.file("generation_config.json").c_str(), 0600), 0);
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_IO);
+  EXPECT_NE(s.message().find("generation_config.json: a FIFO"), std::string::npos)
+      << s.message();
+  ::unlink(files.dir.file("generation_config.json").c_str());
+
+  // A symbolic link: followed in a model directory, refused in a bundle.
+  ASSERT_EQ(::rename(files.dir.file("tokenizer_config.json").c_str(),
+                     files.dir.file("config-target").c_str()), 0);
+  ASSERT_EQ(::symlink("config-target", files.dir.file("tokenizer_config.json").c_str()), 0);
+  EXPECT_TRUE(Tokenizer::openDirectory(files.dir.path(), t, /*confined=*/false));
+  s = Tokenizer::openDirectory(files.dir.path(), t, /*confined=*/true);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
 }
 
 } // namespace

@@ -63,6 +63,9 @@ struct TokenizerFiles {
   std::string tokenizerConfig;  ///< tokenizer_config.json
   std::string generationConfig; ///< generation_config.json (stop ids)
   std::string chatTemplate;     ///< chat_template.jinja (wins over the config's)
+  /// Refuse symbolic links (a bundle's files, docs/TRUST.md); a model
+  /// directory of Hugging Face's cache is made of links.
+  bool noFollow = false;
 };
 
 struct ChatMessage {
@@ -78,9 +81,11 @@ public:
   static Status open(const TokenizerFiles &files,
                      std::unique_ptr<Tokenizer> &out);
   /// The files of `directory` (a bundle or a Hugging Face model directory):
-  /// tokenizer.json and, when present, the other three.
+  /// tokenizer.json and, when present, the other three. `confined`: a
+  /// bundle's, where symbolic links are refused.
   static Status openDirectory(const std::string &directory,
-                              std::unique_ptr<Tokenizer> &out);
+                              std::unique_ptr<Tokenizer> &out,
+                              bool confined = false);
   /// Whether `directory` has a tokenizer.json.
   static bool directoryHasTokenizer(const std::string &directory);
 
