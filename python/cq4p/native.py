@@ -399,6 +399,10 @@ TEXT_FUNCTIONS = {
     "cq4p_tokenizer_decode": ([ctypes.c_void_p, _I64P, ctypes.c_size_t, ctypes.c_char_p,
                                ctypes.c_size_t, _SIZEP] + _ERR, ctypes.c_int),
     "cq4p_tokenizer_special_ids": ([ctypes.c_void_p, _I64P, ctypes.c_size_t], ctypes.c_size_t),
+    "cq4p_tokenizer_render_chat": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                    ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _SIZEP]
+                                   + _ERR, ctypes.c_int),
     "cq4p_model_tokenizer": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + _ERR,
                              ctypes.c_int),
     "cq4p_model_generate_text": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
@@ -504,6 +508,26 @@ class NativeTokenizer:
                                                    ids.size, text, capacity,
                                                    ctypes.byref(length), error,
                                                    ERROR_BUFFER_BYTES)
+            if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
+                capacity = length.value + 1
+                continue
+            _check(code, error)
+            return text.raw[:length.value].decode("utf-8")
+
+    def render_chat(self, messages, add_generation_prompt=True):
+        """The text of [{"role", "content"}] in the tokenizer's chat format."""
+        roles = (ctypes.c_char_p * max(len(messages), 1))(
+            *[m["role"].encode("utf-8") for m in messages])
+        contents = (ctypes.c_char_p * max(len(messages), 1))(
+            *[m["content"].encode("utf-8") for m in messages])
+        capacity = 256 + sum(len(m["content"].encode("utf-8")) for m in messages) * 2
+        while True:
+            text = ctypes.create_string_buffer(capacity)
+            length = ctypes.c_size_t()
+            error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+            code = self._lib.cq4p_tokenizer_render_chat(
+                self._handle, roles, contents, len(messages), int(add_generation_prompt), text,
+                capacity, ctypes.byref(length), error, ERROR_BUFFER_BYTES)
             if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
                 capacity = length.value + 1
                 continue

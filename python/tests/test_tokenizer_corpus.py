@@ -115,3 +115,26 @@ def test_special_tokens_in_text_are_matched_first(real):
     ids = tokenizer.encode(f"x{token}y", add_special=False)
     assert len(ids) == 3
     assert tokenizer.decode(ids[1:2]) == token
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
+    [{"role": "system", "content": "Answer in French."},
+     {"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "Quatre."},
+     {"role": "user", "content": "  And 3 + 3? 😀\n"}],
+    [{"role": "user", "content": "first"}, {"role": "assistant", "content": "second"},
+     {"role": "user", "content": "third <b>x</b>"}],
+]
+
+
+def test_chat_format_renders_as_the_template_does(real):
+    """The chat format cq4p recognised renders each conversation as the
+    tokenizer's own Jinja template does under Jinja2."""
+    name, tokenizer = real
+    expected = tokenizer_data.jinja_chat(name, CONVERSATIONS)
+    for messages, theirs in zip(CONVERSATIONS, expected):
+        assert tokenizer.render_chat(messages) == theirs, messages
+    assert tokenizer.info()["chat_format"] == {"qwen3": "ChatML", "llama3": "Llama 3",
+                                               "gemma3": "Gemma"}[name]

@@ -48,9 +48,39 @@ def require_data(name):
 
 def js_encode(name, strings, add_special):
     """The ids @lenml/tokenizers gives for each string."""
+    return _js(name, {"strings": strings, "add_special": add_special})["ids"]
+
+
+def jinja_chat(name, conversations):
+    """Each conversation rendered by Jinja2 (Debian's python3-jinja2) from the
+    tokenizer's own chat template, with the generation prompt, as Hugging
+    Face's apply_chat_template renders it (a sandbox, trim_blocks,
+    lstrip_blocks, loop controls, raise_exception; the config's tokens)."""
+    import jinja2.ext
+    import jinja2.sandbox
+
+    config = json.loads((require_data(name) / "tokenizer_config.json").read_text())
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    environment.filters["tojson"] = lambda value, **_: json.dumps(value)
+    environment.globals["raise_exception"] = raise_exception
+    template = environment.from_string(config["chat_template"])
+    tokens = {key: config.get(key) for key in ("bos_token", "eos_token", "unk_token",
+                                               "pad_token")}
+    tokens = {key: value if isinstance(value, (str, type(None))) else value.get("content")
+              for key, value in tokens.items()}
+    return [template.render(messages=messages, add_generation_prompt=True, **tokens)
+            for messages in conversations]
+
+
+def _js(name, content):
     require_data(name)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as request:
-        json.dump({"strings": strings, "add_special": add_special}, request)
+        json.dump(content, request)
     try:
         env = dict(os.environ, NODE_PATH=str(node_modules()))
         result = subprocess.run(
@@ -59,6 +89,6 @@ def js_encode(name, strings, add_special):
             env=env, capture_output=True, check=False)
         if result.returncode != 0:
             pytest.fail(f"the JavaScript encoder failed: {result.stderr.decode()[-2000:]}")
-        return json.loads(result.stdout)["ids"]
+        return json.loads(result.stdout)
     finally:
         os.unlink(request.name)

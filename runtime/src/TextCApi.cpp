@@ -205,6 +205,38 @@ int cq4p_tokenizer_decode(const cq4p_tokenizer *tokenizer, const int64_t *ids,
   return CQ4P_OK;
 }
 
+int cq4p_tokenizer_render_chat(const cq4p_tokenizer *tokenizer, const char *const *roles,
+                               const char *const *contents, size_t count,
+                               int add_generation_prompt, char *text, size_t capacity,
+                               size_t *length, char *error, size_t error_size) {
+  if (tokenizer == nullptr || length == nullptr ||
+      (count > 0 && (roles == nullptr || contents == nullptr)))
+    return nullArgument("cq4p_tokenizer_render_chat",
+                        "a tokenizer, the messages and a length pointer", error, error_size);
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < count; ++i) {
+    if (roles[i] == nullptr || contents[i] == nullptr)
+      return nullArgument("cq4p_tokenizer_render_chat", "every role and content", error,
+                          error_size);
+    messages.push_back({roles[i], contents[i]});
+  }
+  std::string out;
+  if (Status status = tokenizer->tokenizer->renderChat(messages, true,
+                                                       add_generation_prompt != 0, out);
+      !status)
+    return fail(status, error, error_size);
+  *length = out.size();
+  if (text == nullptr || out.size() + 1 > capacity)
+    return fail(Status(CQ4P_ERROR_ARGUMENT,
+                       "cq4p_tokenizer_render_chat: the text needs " +
+                           std::to_string(out.size() + 1) + " bytes, room for " +
+                           std::to_string(capacity)),
+                error, error_size);
+  std::memcpy(text, out.data(), out.size());
+  text[out.size()] = '\0';
+  return CQ4P_OK;
+}
+
 int cq4p_model_generate_text(cq4p_model *model, const cq4p_tokenizer *tokenizer,
                              const char *prompt, const cq4p_text_options *options,
                              cq4p_text_fn callback, void *context,

@@ -270,6 +270,21 @@ CQ4P_API int cq4p_tokenizer_decode(const cq4p_tokenizer *tokenizer,
                                    size_t *length, char *error,
                                    size_t error_size);
 
+/* The text of a conversation in the tokenizer's chat format (the prompt a
+ * chat's first turn encodes, without the post-processor's ids): count
+ * messages of roles "system" (first only), "user" and "assistant", then
+ * the opening of the assistant's turn when add_generation_prompt. A chat
+ * template cq4p does not know is refused by name. NUL-terminated; the
+ * capacity rule of cq4p_tokenizer_decode. */
+CQ4P_API int cq4p_tokenizer_render_chat(const cq4p_tokenizer *tokenizer,
+                                        const char *const *roles,
+                                        const char *const *contents,
+                                        size_t count,
+                                        int add_generation_prompt,
+                                        char *text, size_t capacity,
+                                        size_t *length, char *error,
+                                        size_t error_size);
+
 /* Called with each generated id and the text it completes (length may be
  * 0: the bytes of a character still to be finished, or text that may be
  * the start of a stop string, are held). At the end, text still held is
