@@ -42,7 +42,7 @@ using Json = nlohmann::json;
 
 constexpr size_t kMaxFileBytes = size_t(1) << 30;
 constexpr size_t kMaxCachedWordBytes = 64;
-constexpr size_t kMaxCacheEntries = size_t(1) << 18;
+constexpr size_t kMaxCacheEntries = size_t(1) << 16;
 
 std::string showText(std::string_view text) {
   std::string out = "'";
