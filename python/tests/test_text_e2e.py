@@ -52,6 +52,15 @@ def test_convert_copies_and_lists_the_tokenizer(text_model):
         assert tokenizer.info()["vocab"] == vocab
 
 
+def test_inspect_shows_the_tokenizer(text_model, capsys):
+    bundle, _, vocab = text_model
+    cli.main(["inspect", bundle])
+    out = capsys.readouterr().out
+    assert (f"tokenizer: byte-level BPE, vocab {vocab}, BOS none, added before the text "
+            f"nothing, stop ids [151645], chat format ChatML") in out
+    assert "special tokens: 14: <|endoftext|>=151643, <|im_start|>=151644" in out
+
+
 def test_text_prompt_gives_the_ids_of_the_id_path(text_model, capsys):
     bundle, library, _ = text_model
     with native.NativeModel(bundle, library) as model:
