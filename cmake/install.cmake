@@ -73,7 +73,10 @@ if(APPLE OR ANDROID)
 else()
   set(CQ4P_PC_PRIVATE stdc++ m ${CMAKE_DL_LIBS})
 endif()
+# The tokenizer's static archives (PCRE2, utf8proc) come first: the runtime
+# archive needs them (cmake/TokenizerDeps.cmake).
 list(TRANSFORM CQ4P_PC_PRIVATE PREPEND -l)
+list(PREPEND CQ4P_PC_PRIVATE ${CQ4P_TOKENIZER_LIBS})
 list(JOIN CQ4P_PC_PRIVATE " " CQ4P_PC_LIBS_PRIVATE)
 string(APPEND CQ4P_PC_LIBS_PRIVATE " -pthread")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/cq4p.pc.in ${PROJECT_BINARY_DIR}/cmake/cq4p.pc @ONLY)

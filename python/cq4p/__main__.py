@@ -87,9 +87,35 @@ def _prompt(args):
 
 
 def _generate(args):
+    if args.prompt is not None and args.prompt_ids is None and gn.has_tokenizer_json(args.bundle):
+        gn.generate_text(args.bundle, args.library, args.prompt, args.n, threads=args.threads,
+                         context=args.context, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, seed=args.seed, stop_strings=args.stop,
+                         ignore_eos=args.ignore_eos)
+        return 0
     gn.generate(args.bundle, args.library, _prompt(args), args.n, threads=args.threads,
                 context=args.context, temperature=args.temperature, top_k=args.top_k,
                 top_p=args.top_p, seed=args.seed)
+    return 0
+
+
+def _open_tokenizer(args):
+    if args.bundle is not None:
+        return native.NativeTokenizer(directory=args.bundle)
+    config = os.path.join(os.path.dirname(os.path.abspath(args.tokenizer)),
+                          "tokenizer_config.json")
+    return native.NativeTokenizer(tokenizer_json=args.tokenizer,
+                                  tokenizer_config=config if os.path.isfile(config) else None)
+
+
+def _tokenize(args):
+    if (args.text is None) == (args.decode is None):
+        raise gn.GenerateError("give a text to encode or --decode IDS")
+    with _open_tokenizer(args) as tokenizer:
+        if args.decode is not None:
+            print(tokenizer.decode(gn.parse_ids(args.decode)))
+        else:
+            print(" ".join(map(str, tokenizer.encode(args.text, not args.no_special))))
     return 0
 
 
@@ -179,7 +205,8 @@ def parser():
         command.add_argument("--library", required=True,
                              help="built by cq4p-compile from the bundle's model.mlir")
         command.add_argument("--prompt-ids", help='token ids, e.g. "1 2 3"')
-        command.add_argument("--prompt", help="text (needs the bundle's tokenizer.model and "
+        command.add_argument("--prompt", help="text (the runtime's tokenizer reads the bundle's "
+                             "tokenizer.json; a tokenizer.model alone needs "
                              "python3-sentencepiece)")
         command.add_argument("--threads", type=int, default=1)
         command.add_argument("--context", type=int, default=0,
@@ -192,7 +219,22 @@ def parser():
     generate.add_argument("--top-k", type=int, default=0, help="0: off")
     generate.add_argument("--top-p", type=float, default=1.0, help="1: off")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--stop", action="append", help="a stop string (text prompts)")
+    generate.add_argument("--ignore-eos", action="store_true",
+                          help="do not stop at EOS / end of turn (text prompts)")
     generate.set_defaults(run=_generate)
+
+    tokenize = commands.add_parser("tokenize", help="the ids of a text (or the text of ids) "
+                                   "through the runtime's tokenizer")
+    source = tokenize.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bundle", help="a bundle (or model directory) with tokenizer.json")
+    source.add_argument("--tokenizer", help="a tokenizer.json (tokenizer_config.json beside it "
+                        "is read too)")
+    tokenize.add_argument("text", nargs="?", help="the text to encode")
+    tokenize.add_argument("--decode", metavar="IDS", help='ids to decode, e.g. "9707 11"')
+    tokenize.add_argument("--no-special", action="store_true",
+                          help="without the post-processor's ids (BOS)")
+    tokenize.set_defaults(run=_tokenize)
 
     check_model = model_command("check-model", "a compiled model's logits vs the numpy oracle "
                                 "of its dequantized weights, step by step")

@@ -44,7 +44,7 @@ HADAMARD_GROUP_SIZE = 128
 LEGACY_LAYOUTS = (fl.INTERLEAVED, fl.ROW_MAJOR)
 MODEL_GRAPH = "model.mlir"
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json")
+                   "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
 
 
 class ConvertError(ValueError):
@@ -382,10 +382,18 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         reason = write_model_files(temporary, config, tensors, spec)
         if reason:
             print(f"{MODEL_GRAPH}: not written: {reason}", file=progress)
+        copied = []
         for name in TOKENIZER_FILES:
             source = os.path.join(model_dir, name)
             if os.path.isfile(source):
                 shutil.copyfile(source, os.path.join(temporary, name))
+                copied.append(name)
+        if copied:
+            # The manifest lists the tokenizer's files (the runtime reads them
+            # from the bundle: cq4p_model_tokenizer, cq4p-run --prompt).
+            content = bd.read_manifest(temporary)
+            content["tokenizer_files"] = copied
+            bd.write_manifest(temporary, content)
         _replace(temporary, out)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)

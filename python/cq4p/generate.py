@@ -6,12 +6,15 @@ samples new tokens and reports the runtime's timings; `check-model` runs
 the compiled model and the oracle (`cq4p.reference`, the dequantized model
 in fp32) side by side and compares their logits step by step.
 
-Text prompts and detokenized output need the bundle's tokenizer.model and
-Debian's python3-sentencepiece; token ids work without them.
+Text prompts and detokenized output go through the runtime's tokenizer
+(the C API, `native.NativeTokenizer`) when the bundle has a tokenizer.json;
+a bundle with only a SentencePiece tokenizer.model needs Debian's
+python3-sentencepiece. Token ids work without either.
 """
 
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -57,6 +60,10 @@ def load_tokenizer(bundle_dir):
     return sentencepiece.SentencePieceProcessor(model_file=path), None
 
 
+def has_tokenizer_json(bundle_dir):
+    return os.path.isfile(os.path.join(bundle_dir, "tokenizer.json"))
+
+
 def _adds_bos(bundle_dir, tokenizer):
     path = os.path.join(bundle_dir, "tokenizer_config.json")
     settings = {}
@@ -81,6 +88,9 @@ def prompt_ids(bundle_dir, prompt=None, ids=None):
     encoded `prompt` text (with BOS when the tokenizer adds one)."""
     if ids is not None:
         return parse_ids(ids)
+    if has_tokenizer_json(bundle_dir):
+        with native.NativeTokenizer(directory=bundle_dir) as tokenizer:
+            return tokenizer.encode(prompt, add_special=True)
     tokenizer, missing = load_tokenizer(bundle_dir)
     if tokenizer is None:
         raise GenerateError(f"--prompt needs a tokenizer: {missing}; give --prompt-ids instead")
@@ -89,6 +99,9 @@ def prompt_ids(bundle_dir, prompt=None, ids=None):
 
 
 def detokenize(bundle_dir, ids):
+    if has_tokenizer_json(bundle_dir):
+        with native.NativeTokenizer(directory=bundle_dir) as tokenizer:
+            return tokenizer.decode([i for i in ids if i < tokenizer.info()["vocab"]])
     tokenizer, _ = load_tokenizer(bundle_dir)
     return None if tokenizer is None else tokenizer.decode(ids)
 
@@ -109,6 +122,29 @@ def generate(bundle_dir, library, prompt, count, threads=1, context=0, temperatu
     if text is not None:
         print(f"text: {text}", file=out)
     decoded = max(stats["generated_tokens"] - 1, 0)  # the last id is sampled, not decoded
+    print(f"prefill: {stats['prompt_tokens']} tokens in {stats['prefill_seconds']:.4f} s "
+          f"({_rate(stats['prompt_tokens'], stats['prefill_seconds'])})", file=out)
+    print(f"decode: {decoded} tokens in {stats['decode_seconds']:.4f} s "
+          f"({_rate(decoded, stats['decode_seconds'])})", file=out)
+    print(f"time to first token: {stats['time_to_first_token_seconds']:.4f} s", file=out)
+    return ids
+
+
+def generate_text(bundle_dir, library, prompt, count, threads=1, context=0, temperature=0.0,
+                  top_k=0, top_p=1.0, seed=0, stop_strings=None, ignore_eos=False, out=None):
+    """Generates from the text `prompt` through the runtime's tokenizer and
+    cq4p_model_generate_text, streaming the text to `out`; returns the ids."""
+    if not has_tokenizer_json(bundle_dir):
+        raise GenerateError(f"{bundle_dir} has no tokenizer.json: give --prompt-ids")
+    out = out if out is not None else sys.stdout
+    with native.NativeModel(bundle_dir, library, threads=threads, context=context) as model:
+        ids, _, stats = native.generate_text(
+            model, prompt, count, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop_strings=stop_strings, ignore_stop_ids=ignore_eos,
+            on_text=lambda piece: (out.write(piece), out.flush()))
+    print(file=out)
+    print("ids: " + " ".join(map(str, ids)), file=out)
+    decoded = max(stats["generated_tokens"] - 1, 0)
     print(f"prefill: {stats['prompt_tokens']} tokens in {stats['prefill_seconds']:.4f} s "
           f"({_rate(stats['prompt_tokens'], stats['prefill_seconds'])})", file=out)
     print(f"decode: {decoded} tokens in {stats['decode_seconds']:.4f} s "

@@ -125,8 +125,34 @@ def inspect_bundle(directory, out, deep=False):
         ok, line = _bundle_line(directory, record, deep)
         failures += not ok
         print(line, file=out)
+    _tokenizer_lines(directory, out)
     print(f"verdict: {'OK' if not failures else f'INVALID: {failures} tensors'}", file=out)
     return EXIT_OK if not failures else EXIT_INVALID
+
+
+def _tokenizer_lines(directory, out):
+    """The bundle's tokenizer as the runtime reads it: kind, vocabulary,
+    special tokens, stop ids, chat format."""
+    if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        return
+    from cq4p import native
+    try:
+        with native.NativeTokenizer(directory=directory) as tokenizer:
+            info = tokenizer.info()
+            specials = tokenizer.special_tokens()
+    except native.LibraryNotFoundError as error:
+        print(f"tokenizer: tokenizer.json (not read: {error})", file=out)
+        return
+    except native.NativeError as error:
+        print(f"tokenizer: REFUSED by the runtime: {error.message}", file=out)
+        return
+    print(f"tokenizer: {info['kind']}, vocab {info['vocab']}, BOS "
+          f"{info['bos'] if info['bos'] >= 0 else 'none'}, added before the text "
+          f"{info['prefix_ids'] or 'nothing'}, stop ids {info['stop_ids']}, chat format "
+          f"{info['chat_format']}", file=out)
+    shown = ", ".join(f"{text}={token}" for token, text in specials[:12])
+    more = f" and {len(specials) - 12} more" if len(specials) > 12 else ""
+    print(f"special tokens: {len(specials)}: {shown}{more}", file=out)
 
 
 def inspect(path, out, deep=False):

@@ -362,3 +362,295 @@ class NativeModel:
 
     def __del__(self):
         self.close()
+
+
+class TokenizerInfo(ctypes.Structure):
+    """struct cq4p_tokenizer_info."""
+
+    _fields_ = [("kind", ctypes.c_uint32), ("vocab", ctypes.c_int64), ("bos", ctypes.c_int64),
+                ("stop_count", ctypes.c_uint32), ("stop_ids", ctypes.c_int64 * 16),
+                ("prefix_count", ctypes.c_uint32), ("prefix_ids", ctypes.c_int64 * 4),
+                ("chat_format", ctypes.c_char * 48)]
+
+
+class TextOptions(ctypes.Structure):
+    """struct cq4p_text_options."""
+
+    _fields_ = [("max_new_tokens", ctypes.c_int64), ("sampling", Sampling),
+                ("stop_strings", ctypes.POINTER(ctypes.c_char_p)),
+                ("stop_string_count", ctypes.c_size_t), ("add_special", ctypes.c_int),
+                ("ignore_stop_ids", ctypes.c_int)]
+
+
+TEXT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+_ERR = [ctypes.c_char_p, ctypes.c_size_t]
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_SIZEP = ctypes.POINTER(ctypes.c_size_t)
+TEXT_FUNCTIONS = {
+    "cq4p_tokenizer_open": ([ctypes.c_char_p] * 4 + [ctypes.POINTER(ctypes.c_void_p)] + _ERR,
+                            ctypes.c_int),
+    "cq4p_tokenizer_open_dir": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)] + _ERR,
+                                ctypes.c_int),
+    "cq4p_tokenizer_close": ([ctypes.c_void_p], None),
+    "cq4p_tokenizer_get_info": ([ctypes.c_void_p, ctypes.POINTER(TokenizerInfo)], None),
+    "cq4p_tokenizer_encode": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                               _I64P, ctypes.c_size_t, _SIZEP] + _ERR, ctypes.c_int),
+    "cq4p_tokenizer_decode": ([ctypes.c_void_p, _I64P, ctypes.c_size_t, ctypes.c_char_p,
+                               ctypes.c_size_t, _SIZEP] + _ERR, ctypes.c_int),
+    "cq4p_tokenizer_special_ids": ([ctypes.c_void_p, _I64P, ctypes.c_size_t], ctypes.c_size_t),
+    "cq4p_tokenizer_render_chat": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                    ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _SIZEP]
+                                   + _ERR, ctypes.c_int),
+    "cq4p_model_tokenizer": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + _ERR,
+                             ctypes.c_int),
+    "cq4p_model_generate_text": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                                  ctypes.POINTER(TextOptions), TEXT_CALLBACK, ctypes.c_void_p,
+                                  ctypes.POINTER(GenerateStats)] + _ERR, ctypes.c_int),
+    "cq4p_chat_open": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                        ctypes.POINTER(ctypes.c_void_p)] + _ERR, ctypes.c_int),
+    "cq4p_chat_send": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(TextOptions),
+                        TEXT_CALLBACK, ctypes.c_void_p, ctypes.POINTER(GenerateStats)] + _ERR,
+                       ctypes.c_int),
+    "cq4p_chat_history": ([ctypes.c_void_p, _I64P, ctypes.c_size_t], ctypes.c_size_t),
+    "cq4p_chat_close": ([ctypes.c_void_p], None),
+}
+
+
+def text_library():
+    """The runtime library with its tokenizer and text functions declared."""
+    lib = model_library()
+    for name, (argtypes, restype) in TEXT_FUNCTIONS.items():
+        if not hasattr(lib, name):
+            raise LibraryNotFoundError(f"{library_path()} has no {name}: rebuild the runtime "
+                                       f"(`scripts/build cq4p_runtime`)")
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, restype
+    return lib
+
+
+def _optional_path(path):
+    return None if path is None else os.fsencode(str(path))
+
+
+class NativeTokenizer:
+    """The runtime's tokenizer (cq4p_tokenizer_*): a tokenizer.json with its
+    configs, opened from a directory (a bundle) or from files."""
+
+    def __init__(self, directory=None, tokenizer_json=None, tokenizer_config=None,
+                 generation_config=None, chat_template=None, _handle=None, _owner=None):
+        self._handle = None
+        self._owner = _owner
+        self._lib = text_library()
+        if _handle is not None:
+            self._handle = _handle
+            return
+        handle = ctypes.c_void_p()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        if directory is not None:
+            code = self._lib.cq4p_tokenizer_open_dir(os.fsencode(str(directory)),
+                                                     ctypes.byref(handle), error,
+                                                     ERROR_BUFFER_BYTES)
+        else:
+            code = self._lib.cq4p_tokenizer_open(
+                _optional_path(tokenizer_json), _optional_path(tokenizer_config),
+                _optional_path(generation_config), _optional_path(chat_template),
+                ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
+        _check(code, error)
+        self._handle = handle
+
+    def info(self):
+        info = TokenizerInfo()
+        self._lib.cq4p_tokenizer_get_info(self._handle, ctypes.byref(info))
+        kinds = {API["CQ4P_TOKENIZER_BYTE_LEVEL_BPE"]: "byte-level BPE",
+                 API["CQ4P_TOKENIZER_SENTENCEPIECE_BPE"]: "SentencePiece-style BPE"}
+        return {"kind": kinds.get(info.kind, str(info.kind)), "vocab": info.vocab,
+                "bos": info.bos, "stop_ids": list(info.stop_ids[:min(info.stop_count, 16)]),
+                "prefix_ids": list(info.prefix_ids[:min(info.prefix_count, 4)]),
+                "chat_format": info.chat_format.decode("utf-8", "replace")}
+
+    def special_tokens(self):
+        """[(id, text)] of the added tokens marked special."""
+        count = self._lib.cq4p_tokenizer_special_ids(self._handle, None, 0)
+        ids = np.zeros(max(count, 1), dtype=np.int64)
+        self._lib.cq4p_tokenizer_special_ids(self._handle, _pointer(ids, ctypes.c_int64), count)
+        return [(int(i), self.decode([int(i)])) for i in ids[:count]]
+
+    def encode(self, text, add_special=True):
+        """The ids of `text` (str or UTF-8 bytes)."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        capacity = len(data) + 16
+        while True:
+            ids = np.zeros(capacity, dtype=np.int64)
+            count = ctypes.c_size_t()
+            error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+            code = self._lib.cq4p_tokenizer_encode(self._handle, data, len(data),
+                                                   int(add_special),
+                                                   _pointer(ids, ctypes.c_int64), capacity,
+                                                   ctypes.byref(count), error,
+                                                   ERROR_BUFFER_BYTES)
+            if code == API["CQ4P_ERROR_ARGUMENT"] and count.value > capacity:
+                capacity = count.value
+                continue
+            _check(code, error)
+            return [int(i) for i in ids[:count.value]]
+
+    def decode(self, ids):
+        """The text of `ids` (str; invalid sequences as U+FFFD)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        capacity = 16 * ids.size + 64
+        while True:
+            text = ctypes.create_string_buffer(capacity)
+            length = ctypes.c_size_t()
+            error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+            code = self._lib.cq4p_tokenizer_decode(self._handle, _pointer(ids, ctypes.c_int64),
+                                                   ids.size, text, capacity,
+                                                   ctypes.byref(length), error,
+                                                   ERROR_BUFFER_BYTES)
+            if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
+                capacity = length.value + 1
+                continue
+            _check(code, error)
+            return text.raw[:length.value].decode("utf-8")
+
+    def render_chat(self, messages, add_generation_prompt=True):
+        """The text of [{"role", "content"}] in the tokenizer's chat format."""
+        roles = (ctypes.c_char_p * max(len(messages), 1))(
+            *[m["role"].encode("utf-8") for m in messages])
+        contents = (ctypes.c_char_p * max(len(messages), 1))(
+            *[m["content"].encode("utf-8") for m in messages])
+        capacity = 256 + sum(len(m["content"].encode("utf-8")) for m in messages) * 2
+        while True:
+            text = ctypes.create_string_buffer(capacity)
+            length = ctypes.c_size_t()
+            error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+            code = self._lib.cq4p_tokenizer_render_chat(
+                self._handle, roles, contents, len(messages), int(add_generation_prompt), text,
+                capacity, ctypes.byref(length), error, ERROR_BUFFER_BYTES)
+            if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
+                capacity = length.value + 1
+                continue
+            _check(code, error)
+            return text.raw[:length.value].decode("utf-8")
+
+    def close(self):
+        if self._handle and self._owner is None:
+            self._lib.cq4p_tokenizer_close(self._handle)
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings, add_special,
+                  ignore_stop_ids):
+    stops = [s.encode("utf-8") for s in (stop_strings or [])]
+    array = (ctypes.c_char_p * max(len(stops), 1))(*stops)
+    options = TextOptions(max_new_tokens, Sampling(temperature, top_k, top_p, seed),
+                          ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)), len(stops),
+                          int(add_special), int(ignore_stop_ids))
+    return options, array
+
+
+def _text_callback(ids, pieces, on_text):
+    def call(_context, token, text, length):
+        if token >= 0:
+            ids.append(int(token))
+        piece = ctypes.string_at(text, length).decode("utf-8") if length else ""
+        pieces.append(piece)
+        if on_text is not None and piece:
+            on_text(piece)
+        return 1
+    return TEXT_CALLBACK(call)
+
+
+def _stats_dict(stats):
+    return {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
+
+
+def model_tokenizer(model):
+    """The bundle's tokenizer of a NativeModel (owned by the model)."""
+    lib = text_library()
+    handle = ctypes.c_void_p()
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    _check(lib.cq4p_model_tokenizer(model._handle, ctypes.byref(handle), error,
+                                    ERROR_BUFFER_BYTES), error)
+    return NativeTokenizer(_handle=handle, _owner=model)
+
+
+def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0, top_k=0,
+                  top_p=1.0, seed=0, stop_strings=None, add_special=True, ignore_stop_ids=False,
+                  on_text=None):
+    """(ids, text, stats) of a generation from a text prompt through the C API
+    (cq4p_model_generate_text); on_text(piece) sees the text as it streams."""
+    lib = text_library()
+    options, _keep = _text_options(max_new_tokens, temperature, top_k, top_p, seed,
+                                   stop_strings, add_special, ignore_stop_ids)
+    ids, pieces = [], []
+    callback = _text_callback(ids, pieces, on_text)
+    stats = GenerateStats()
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    code = lib.cq4p_model_generate_text(model._handle,
+                                        tokenizer._handle if tokenizer else None,
+                                        prompt.encode("utf-8"), ctypes.byref(options), callback,
+                                        None, ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
+    _check(code, error)
+    return ids, "".join(pieces), _stats_dict(stats)
+
+
+class NativeChat:
+    """A conversation through the C API (cq4p_chat_*): each send() prefills
+    only the new turn after the previous one's KV cache."""
+
+    def __init__(self, model, system_prompt=None, tokenizer=None):
+        self._handle = None
+        self._model = model
+        self._lib = text_library()
+        handle = ctypes.c_void_p()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_chat_open(model._handle, tokenizer._handle if tokenizer else None,
+                                        system_prompt.encode("utf-8") if system_prompt else None,
+                                        ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
+        _check(code, error)
+        self._handle = handle
+
+    def send(self, text, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+             stop_strings=None, ignore_stop_ids=False, on_text=None):
+        options, _keep = _text_options(max_new_tokens, temperature, top_k, top_p, seed,
+                                       stop_strings, False, ignore_stop_ids)
+        ids, pieces = [], []
+        callback = _text_callback(ids, pieces, on_text)
+        stats = GenerateStats()
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_chat_send(self._handle, text.encode("utf-8"),
+                                        ctypes.byref(options), callback, None,
+                                        ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
+        _check(code, error)
+        return ids, "".join(pieces), _stats_dict(stats)
+
+    def history(self):
+        count = self._lib.cq4p_chat_history(self._handle, None, 0)
+        ids = np.zeros(max(count, 1), dtype=np.int64)
+        self._lib.cq4p_chat_history(self._handle, _pointer(ids, ctypes.c_int64), count)
+        return [int(i) for i in ids[:count]]
+
+    def close(self):
+        if self._handle:
+            self._lib.cq4p_chat_close(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()

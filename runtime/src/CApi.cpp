@@ -6,6 +6,8 @@
 #include "cq4p/runtime/Model.h"
 #include "cq4p/runtime/TensorFile.h"
 
+#include "CApiHandles.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -15,13 +17,6 @@ struct cq4p_tensor {
   std::unique_ptr<TensorFile> file;
 };
 
-// Declared in this order so that the model goes first, then the library
-// its steps live in, then the mapped tensors they read.
-struct cq4p_model {
-  std::unique_ptr<Bundle> bundle;
-  std::unique_ptr<KernelLibrary> library;
-  std::unique_ptr<Model> model;
-};
 
 namespace {
 

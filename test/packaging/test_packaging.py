@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sysconfig
 
 import pytest
@@ -17,7 +18,7 @@ from conftest import (BUILD, LLVM_BIN, QEMU, QEMU_ARGS, SOURCE, SYSTEM_PYTHON, c
                       ids_line, run)
 
 SUBCOMMANDS = ["convert", "upgrade", "inspect", "synthetic", "margin", "check", "generate",
-               "check-model"]
+               "check-model", "tokenize"]
 PROMPT = "3 1 4 1 5"
 TOKENS = 8
 TOOLCHAIN = SOURCE / "cmake" / "aarch64-linux-gnu.cmake"
@@ -221,6 +222,83 @@ def test_example_on_the_host(host_prefix, host_model, host_example, bundle, venv
                   host_model, "--prompt-ids", PROMPT, "-n", TOKENS], cwd=work,
                  env=clean_env(CQ4P_PREFIX=str(host_prefix)))
     assert ids_line(result.stdout) == expected
+
+
+def _byte_char(byte):
+    """GPT-2's byte-to-character map."""
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    others = [b for b in range(256) if b not in printable]
+    return chr(byte) if byte in printable else chr(256 + others.index(byte))
+
+
+def write_chat_tokenizer(directory):
+    """A small byte-level BPE tokenizer.json with ChatML (LFM2's layout):
+    8 special tokens, the 256 byte pieces, a few merges; 272 ids."""
+    specials = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|fim_pre|>", "<|fim_mid|>",
+                "<|fim_suf|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {_byte_char(b): 8 + b for b in range(256)}
+    merges = [("H", "i"), ("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("Ġ", "t"),
+              ("i", "s"), ("o", "k")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab) + 8)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(specials)]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<|startoftext|>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [],
+                           "special_tokens": {"<|startoftext|>": {
+                               "id": "<|startoftext|>", "ids": [1],
+                               "tokens": ["<|startoftext|>"]}}},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [list(m) for m in merges]}}
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<|startoftext|>", "eos_token": "<|im_end|>",
+        "chat_template": "{{- bos_token -}}{%- for m in messages -%}{{- '<|im_start|>' + "
+                         "m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}"}))
+    return 8 + len(vocab)
+
+
+@pytest.fixture(scope="session")
+def chat_bundle(venv, work):
+    """A synthetic llama with a small ChatML tokenizer, converted by the
+    venv's cq4p (which copies the tokenizer files into the bundle)."""
+    cq4p = venv / "bin" / "cq4p"
+    checkpoint = work / "chat-checkpoint"
+    checkpoint.mkdir()
+    vocab = write_chat_tokenizer(checkpoint)
+    run([cq4p, "synthetic", "--arch", "llama", "--out", checkpoint, "--vocab", vocab], cwd=work)
+    run([cq4p, "convert", "--model", checkpoint, "--out", work / "chat-bundle"], cwd=work)
+    return work / "chat-bundle"
+
+
+def test_chat_example_on_the_host(host_prefix, host_example, chat_bundle, work):
+    library = work / "libchat-host.so"
+    run([host_prefix / "bin" / "cq4p-compile", chat_bundle / "model.mlir", "--target=host",
+         "-o", library], cwd=work)
+    turns = "Hi!\nhello, is it ok?\n"
+    chat = subprocess.run([str(host_example.parent / "cq4p-chat"), str(chat_bundle),
+                           str(library), "6"], input=turns, capture_output=True,
+                          text=True, cwd=work, env=clean_env(), check=False)
+    assert chat.returncode == 0, chat.stderr
+    assert len(re.findall(r"^prefill [\d.]+ tok/s", chat.stderr, re.M)) == 2
+    reference = subprocess.run([str(host_prefix / "bin" / "cq4p-run"), "--bundle",
+                                str(chat_bundle), "--library", str(library), "--chat", "-n",
+                                "6"], input=turns, capture_output=True, text=True, cwd=work,
+                               env=clean_env(), check=False)
+    assert reference.returncode == 0, reference.stderr
+    assert chat.stdout == reference.stdout
+    assert chat.stdout.count("\n") == 2
 
 
 def test_example_refuses_what_it_cannot_run(host_model, host_example, bundle, work):

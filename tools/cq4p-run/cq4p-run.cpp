@@ -20,6 +20,20 @@
 // fewer); --prefill-chunk states the chunk the library must have been
 // compiled with (a refusal otherwise).
 //
+// From text (the bundle's tokenizer.json, or --tokenizer DIR):
+//
+//   cq4p-run --bundle B --library libmodel.so --prompt "text" [-n 128]
+//            [--stop STRING]... [--ignore-eos] [the sampling flags above]
+//   cq4p-run --bundle B --library libmodel.so --chat [--system "text"]
+//
+// --prompt tokenizes the text (with the post-processor's BOS), generates
+// until -n tokens, a stop id (EOS, end of turn) or a --stop string, and
+// streams the text to stdout as it is produced; the ids and the rates go
+// to stderr. --chat reads one user turn per line of stdin and streams each
+// reply in the bundle's chat format, every turn continuing from the KV
+// cache of the previous one (TextGeneration.h); the rates of each turn go
+// to stderr.
+//
 // Per tensor (without --prompt-ids):
 //
 //   cq4p-run --bundle B --library libmodel.so [--tensor NAME] [--rows M]
@@ -59,7 +73,9 @@
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Linear.h"
 #include "cq4p/runtime/Model.h"
+#include "cq4p/runtime/TextGeneration.h"
 #include "cq4p/runtime/ThreadPool.h"
+#include "cq4p/runtime/Tokenizer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -93,6 +109,12 @@ struct Options {
   bool verify = false;   ///< --verify: check the bundle's content, run nothing
   bool requireDigest = false; ///< --require-digest
   std::vector<int64_t> promptIds;
+  // From text.
+  bool text = false; ///< --prompt given
+  bool chat = false; ///< --chat
+  std::string prompt, system, tokenizer;
+  std::vector<std::string> stops;
+  bool ignoreEos = false;
   int64_t maxNewTokens = 32;
   ModelOptions model;
   SamplingOptions sampling;
@@ -107,6 +129,9 @@ int usage(const std::string &message) {
                "[--prefill-chunk N] [--temperature t] [--top-k k] [--top-p p] "
                "[--seed s] [--logits-out FILE] [--backend auto|neon|sme2] "
                "[--sme2-library LIB] [--require-digest]\n"
+               "       cq4p-run --bundle DIR --library LIB --prompt TEXT | --chat "
+               "[--system TEXT] [--tokenizer DIR] [-n N] [--stop S]... "
+               "[--ignore-eos] [the sampling flags]\n"
                "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
@@ -228,6 +253,85 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+void printRates(const GenerateStats &stats) {
+  std::fprintf(stderr,
+               "prefill: %.1f tok/s (%lld tokens in %.3f ms), decode: %.1f "
+               "tok/s (%lld tokens in %.3f ms), time to first token: %.3f ms\n",
+               stats.prefillTokensPerSecond(), (long long)stats.promptTokens,
+               stats.prefillSeconds * 1e3, stats.decodeTokensPerSecond(),
+               (long long)std::max<int64_t>(stats.generatedTokens - 1, 0),
+               stats.decodeSeconds * 1e3, stats.timeToFirstTokenSeconds * 1e3);
+}
+
+bool streamText(void *, int64_t, const char *text, size_t length) {
+  std::fwrite(text, 1, length, stdout);
+  std::fflush(stdout);
+  return true;
+}
+
+/// --prompt and --chat: text in, streamed text out.
+int runText(const Options &options, const Bundle &bundle, Model &model) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (Status status = Tokenizer::openDirectory(
+          options.tokenizer.empty() ? bundle.directory() : options.tokenizer,
+          tokenizer, /*confined=*/options.tokenizer.empty());
+      !status)
+    return refuse(status.message());
+  TextOptions text;
+  text.maxNewTokens = options.maxNewTokens;
+  text.sampling = options.sampling;
+  text.stopStrings = options.stops;
+  text.stopAtStopIds = !options.ignoreEos;
+  if (!options.chat) {
+    std::vector<int64_t> ids;
+    if (Status status = tokenizer->encode(options.prompt, true, ids); !status)
+      return refuse(status.message());
+    TextResult result;
+    GenerateStats stats;
+    model.reset();
+    if (Status status = generateText(model, *tokenizer, ids, text, streamText,
+                                     nullptr, &stats, &result);
+        !status)
+      return refuse(status.message());
+    std::printf("\n");
+    std::fprintf(stderr, "prompt ids:");
+    for (int64_t id : ids)
+      std::fprintf(stderr, " %lld", (long long)id);
+    std::fprintf(stderr, "\nids:");
+    for (int64_t id : result.ids)
+      std::fprintf(stderr, " %lld", (long long)id);
+    std::fprintf(stderr, "\n");
+    printRates(stats);
+    return 0;
+  }
+  if (tokenizer->chatFormat() == ChatFormat::None)
+    return refuse(tokenizer->chatStatus().message());
+  std::fprintf(stderr, "cq4p-run: chat (%s format); one turn per line, end "
+                       "with end of input\n",
+               chatFormatName(tokenizer->chatFormat()));
+  ChatSession session(model, *tokenizer, options.system);
+  std::string line;
+  for (int c; (c = std::fgetc(stdin)) != EOF || !line.empty();) {
+    if (c != EOF && c != '\n') {
+      line += char(c);
+      continue;
+    }
+    if (!line.empty()) {
+      GenerateStats stats;
+      if (Status status = session.send(line, text, streamText, nullptr, &stats);
+          !status)
+        return refuse(status.message());
+      std::printf("\n");
+      std::fflush(stdout);
+      printRates(stats);
+    }
+    line.clear();
+    if (c == EOF)
+      break;
+  }
+  return 0;
+}
+
 /// Generation: the model library's steps over the bundle.
 int runModel(const Options &options, const Bundle &bundle) {
   CpuFeatures cpu = detectCpuFeatures();
@@ -265,6 +369,9 @@ int runModel(const Options &options, const Bundle &bundle) {
                (unsigned long long)desc.hidden, (unsigned long long)desc.layers,
                kvDtypeName(desc.kv_dtype).c_str(), (long long)model->context(),
                (long long)model->prefillChunk(), model->pool().threadCount());
+
+  if (options.text || options.chat)
+    return runText(options, bundle, *model);
 
   std::vector<int64_t> ids(size_t(options.maxNewTokens));
   GenerateStats stats;
@@ -332,7 +439,8 @@ int main(int argc, char **argv) {
     if (arg == "-n" || arg == "--max-new-tokens" || arg == "--context" ||
         arg == "--prefill-chunk" || arg == "--temperature" ||
         arg == "--top-k" || arg == "--top-p" || arg == "--seed" ||
-        arg == "--logits-out")
+        arg == "--logits-out" || arg == "--stop" || arg == "--system" ||
+        arg == "--tokenizer" || arg == "--ignore-eos")
       options.modelFlags.push_back(arg);
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
         arg == "--input" || arg == "--output" || arg == "--sme2-library") {
@@ -378,6 +486,27 @@ int main(int argc, char **argv) {
       if (!parseIds(text, options.promptIds, error))
         return usage(error);
       options.generate = true;
+    } else if (arg == "--prompt" || arg == "--system" || arg == "--stop" ||
+               arg == "--tokenizer") {
+      const char *text = value();
+      if (!text)
+        return usage(arg + " needs a value");
+      if (arg == "--prompt") {
+        options.prompt = text;
+        options.text = options.generate = true;
+      } else if (arg == "--system") {
+        options.system = text;
+      } else if (arg == "--tokenizer") {
+        options.tokenizer = text;
+      } else if (*text == '\0') {
+        return usage("--stop needs a non-empty string");
+      } else {
+        options.stops.push_back(text);
+      }
+    } else if (arg == "--chat") {
+      options.chat = options.generate = true;
+    } else if (arg == "--ignore-eos") {
+      options.ignoreEos = true;
     } else if (arg == "-n" || arg == "--max-new-tokens") {
       const char *text = value();
       if (!text || !parseInt(text, 0, 1 << 30, number))
@@ -447,6 +576,15 @@ int main(int argc, char **argv) {
                  "--prompt-ids");
   if (!options.generate && !options.modelFlags.empty())
     return usage(options.modelFlags[0] + " needs --prompt-ids (generation)");
+  if (int(options.text) + int(options.chat) + int(!options.promptIds.empty()) > 1)
+    return usage("--prompt-ids, --prompt and --chat are one of a kind: give one");
+  if (!options.text && !options.chat)
+    for (const std::string &flag : options.modelFlags)
+      if (flag == "--stop" || flag == "--system" || flag == "--tokenizer" ||
+          flag == "--ignore-eos")
+        return usage(flag + " needs --prompt or --chat");
+  if (!options.chat && !options.system.empty())
+    return usage("--system needs --chat");
   if ((!options.input.empty() || !options.output.empty()) &&
       options.tensor.empty())
     return usage("--input and --output need --tensor");

@@ -201,6 +201,139 @@ CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
                                  int64_t *out_ids, cq4p_generate_stats *stats,
                                  char *error, size_t error_size);
 
+/* Text (runtime/include/cq4p/runtime/Tokenizer.h, docs/TOKENIZER.md): a
+ * Hugging Face tokenizer.json (byte-level BPE: Qwen, Llama 3, LFM2,
+ * SmolLM2; SentencePiece-style BPE with byte fallback: Gemma) with its
+ * tokenizer_config.json, generation_config.json and chat template. A file
+ * using a normalizer, pre-tokenizer, model or option cq4p does not
+ * implement is refused at open, naming the member and the value. */
+typedef struct cq4p_tokenizer cq4p_tokenizer;
+
+typedef enum cq4p_tokenizer_kind {
+  CQ4P_TOKENIZER_BYTE_LEVEL_BPE = 0,
+  CQ4P_TOKENIZER_SENTENCEPIECE_BPE = 1
+} cq4p_tokenizer_kind;
+
+typedef struct cq4p_tokenizer_info {
+  uint32_t kind;         /* cq4p_tokenizer_kind */
+  int64_t vocab;         /* largest id + 1 */
+  int64_t bos;           /* -1: none */
+  uint32_t stop_count;   /* ids generation stops at (EOS, end of turn) */
+  int64_t stop_ids[16];  /* the first 16 of them */
+  uint32_t prefix_count; /* ids added before the text (add_special) */
+  int64_t prefix_ids[4];
+  char chat_format[48];  /* "ChatML", "Llama 3", "Gemma"...; "none" */
+} cq4p_tokenizer_info;
+
+/* Opens tokenizer_json; tokenizer_config, generation_config and
+ * chat_template (a chat_template.jinja) may be NULL. */
+CQ4P_API int cq4p_tokenizer_open(const char *tokenizer_json,
+                                 const char *tokenizer_config,
+                                 const char *generation_config,
+                                 const char *chat_template,
+                                 cq4p_tokenizer **out, char *error,
+                                 size_t error_size);
+/* The tokenizer files of a directory (a bundle, or a model directory). */
+CQ4P_API int cq4p_tokenizer_open_dir(const char *directory,
+                                     cq4p_tokenizer **out, char *error,
+                                     size_t error_size);
+CQ4P_API void cq4p_tokenizer_close(cq4p_tokenizer *tokenizer);
+CQ4P_API void cq4p_tokenizer_get_info(const cq4p_tokenizer *tokenizer,
+                                      cq4p_tokenizer_info *info);
+/* The ids of the added tokens marked special; returns how many there are,
+ * writing at most capacity of them. */
+CQ4P_API size_t cq4p_tokenizer_special_ids(const cq4p_tokenizer *tokenizer,
+                                           int64_t *ids, size_t capacity);
+/* The bundle's tokenizer, opened at the first call and owned by the model
+ * (valid until cq4p_model_close). */
+CQ4P_API int cq4p_model_tokenizer(cq4p_model *model,
+                                  const cq4p_tokenizer **out, char *error,
+                                  size_t error_size);
+
+/* Encodes length bytes of UTF-8 (invalid UTF-8 is refused, naming the byte
+ * offset). add_special: the post-processor's ids too (Gemma's BOS). *count
+ * receives the number of ids; when it is more than capacity, nothing is
+ * written and the call fails with CQ4P_ERROR_ARGUMENT (call again with
+ * room for *count). */
+CQ4P_API int cq4p_tokenizer_encode(const cq4p_tokenizer *tokenizer,
+                                   const char *text, size_t length,
+                                   int add_special, int64_t *ids,
+                                   size_t capacity, size_t *count,
+                                   char *error, size_t error_size);
+/* Decodes ids to UTF-8, NUL-terminated; *length receives the text's length
+ * (without the NUL). Invalid byte sequences become U+FFFD. When the text
+ * and its NUL do not fit in capacity, the call fails with
+ * CQ4P_ERROR_ARGUMENT and *length says how much is needed. */
+CQ4P_API int cq4p_tokenizer_decode(const cq4p_tokenizer *tokenizer,
+                                   const int64_t *ids, size_t count,
+                                   char *text, size_t capacity,
+                                   size_t *length, char *error,
+                                   size_t error_size);
+
+/* The text of a conversation in the tokenizer's chat format (the prompt a
+ * chat's first turn encodes, without the post-processor's ids): count
+ * messages of roles "system" (first only), "user" and "assistant", then
+ * the opening of the assistant's turn when add_generation_prompt. A chat
+ * template cq4p does not know is refused by name. NUL-terminated; the
+ * capacity rule of cq4p_tokenizer_decode. */
+CQ4P_API int cq4p_tokenizer_render_chat(const cq4p_tokenizer *tokenizer,
+                                        const char *const *roles,
+                                        const char *const *contents,
+                                        size_t count,
+                                        int add_generation_prompt,
+                                        char *text, size_t capacity,
+                                        size_t *length, char *error,
+                                        size_t error_size);
+
+/* Called with each generated id and the text it completes (length may be
+ * 0: the bytes of a character still to be finished, or text that may be
+ * the start of a stop string, are held). At the end, text still held is
+ * delivered with id -1. Return nonzero to continue, 0 to stop. */
+typedef int (*cq4p_text_fn)(void *context, int64_t id, const char *text,
+                            size_t length);
+
+typedef struct cq4p_text_options {
+  int64_t max_new_tokens;
+  cq4p_sampling sampling;
+  const char *const *stop_strings; /* may be NULL */
+  size_t stop_string_count;
+  int add_special;    /* the post-processor's ids (BOS) before a prompt */
+  int ignore_stop_ids; /* nonzero: do not stop at EOS / end of turn */
+} cq4p_text_options;
+
+/* A new sequence from a text prompt (tokenized by `tokenizer`, or the
+ * bundle's when NULL): prefill, then sample and decode until
+ * max_new_tokens, a stop id (EOS, end of turn; not delivered) or a stop
+ * string (the text before it delivered). options NULL: 128 tokens, greedy,
+ * add_special. */
+CQ4P_API int cq4p_model_generate_text(cq4p_model *model,
+                                      const cq4p_tokenizer *tokenizer,
+                                      const char *prompt,
+                                      const cq4p_text_options *options,
+                                      cq4p_text_fn callback, void *context,
+                                      cq4p_generate_stats *stats, char *error,
+                                      size_t error_size);
+
+/* A conversation in the tokenizer's chat format (recognised from its chat
+ * template; a template cq4p does not know is refused by name). Each turn
+ * prefills only what is new after the KV cache of the previous turn. The
+ * chat uses the model: one chat per model at a time, closed before the
+ * model. system_prompt may be NULL. */
+typedef struct cq4p_chat cq4p_chat;
+CQ4P_API int cq4p_chat_open(cq4p_model *model, const cq4p_tokenizer *tokenizer,
+                            const char *system_prompt, cq4p_chat **out,
+                            char *error, size_t error_size);
+CQ4P_API int cq4p_chat_send(cq4p_chat *chat, const char *user_text,
+                            const cq4p_text_options *options,
+                            cq4p_text_fn callback, void *context,
+                            cq4p_generate_stats *stats, char *error,
+                            size_t error_size);
+/* The conversation's ids so far (prefilled and sampled); returns how many
+ * there are, writing at most capacity of them. */
+CQ4P_API size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids,
+                                  size_t capacity);
+CQ4P_API void cq4p_chat_close(cq4p_chat *chat);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,191 @@
+//===- TextGeneration.cpp - text in, streamed text out, and chat ----------===//
+
+#include "cq4p/runtime/TextGeneration.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace cq4p::runtime {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// How many trailing bytes of `text` could begin one of `stops`.
+size_t heldForStops(const std::string &text,
+                    const std::vector<std::string> &stops) {
+  size_t held = 0;
+  for (const std::string &stop : stops)
+    for (size_t length = std::min(stop.size() - 1, text.size()); length > held;
+         --length)
+      if (text.compare(text.size() - length, length, stop, 0, length) == 0) {
+        held = length;
+        break;
+      }
+  return held;
+}
+
+} // namespace
+
+Status generateText(Model &model, const Tokenizer &tokenizer,
+                    const std::vector<int64_t> &prompt,
+                    const TextOptions &options, TextCallback callback,
+                    void *context, GenerateStats *stats, TextResult *result) {
+  if (options.maxNewTokens < 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "generate: max new tokens: expected >= 0, found " +
+                      std::to_string(options.maxNewTokens));
+  if (Status status = Sampler::validate(options.sampling); !status)
+    return status;
+  for (const std::string &stop : options.stopStrings)
+    if (stop.empty())
+      return Status(CQ4P_ERROR_ARGUMENT, "generate: a stop string is empty");
+  if (prompt.empty() && model.position() == 0)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "generate: expected a prompt of at least one token, found none");
+  int64_t decodeSteps = std::max<int64_t>(options.maxNewTokens - 1, 0);
+  int64_t needed = model.position() + int64_t(prompt.size()) + decodeSteps;
+  if (needed > model.context())
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "context overflow: " + std::to_string(model.position()) +
+                      " positions used, a prompt of " +
+                      std::to_string(prompt.size()) + " tokens and " +
+                      std::to_string(options.maxNewTokens) +
+                      " new tokens need " + std::to_string(needed) +
+                      " positions > context " + std::to_string(model.context()));
+
+  GenerateStats local;
+  GenerateStats &out = stats != nullptr ? *stats : local;
+  out = GenerateStats();
+  out.promptTokens = int64_t(prompt.size());
+  TextResult localResult;
+  TextResult &res = result != nullptr ? *result : localResult;
+  res = TextResult();
+
+  auto start = std::chrono::steady_clock::now();
+  if (!prompt.empty())
+    if (Status status = model.prefill(prompt.data(), int64_t(prompt.size()));
+        !status)
+      return status;
+  out.prefillSeconds = secondsSince(start);
+  if (options.maxNewTokens == 0)
+    return Status::ok();
+
+  Rng rng(options.sampling.seed);
+  TextDecoder decoder(tokenizer);
+  std::string held; // decoded, not yet delivered (a stop string may start)
+  std::chrono::steady_clock::time_point first;
+  bool more = true;
+  Status status;
+  for (int64_t index = 0; more && index < options.maxNewTokens; ++index) {
+    int64_t id = 0;
+    if (status = model.sample(options.sampling, rng, id); !status)
+      break;
+    if (index == 0) {
+      first = std::chrono::steady_clock::now();
+      out.timeToFirstTokenSeconds = std::chrono::duration<double>(first - start).count();
+    }
+    res.ids.push_back(id);
+    out.generatedTokens = index + 1;
+    if (options.stopAtStopIds && tokenizer.isStop(id)) {
+      res.stoppedAtStopId = true;
+      break;
+    }
+    // An id the model has and the tokenizer lacks decodes to nothing.
+    if (id < tokenizer.vocabSize())
+      if (status = decoder.push(id, held); !status)
+        break;
+    size_t stopAt = std::string::npos;
+    for (const std::string &stop : options.stopStrings)
+      stopAt = std::min(stopAt, held.find(stop));
+    std::string deliver;
+    if (stopAt != std::string::npos) {
+      deliver = held.substr(0, stopAt);
+      held.clear();
+      res.stoppedAtStopString = true;
+      more = false;
+    } else {
+      size_t keep = heldForStops(held, options.stopStrings);
+      deliver = held.substr(0, held.size() - keep);
+      held.erase(0, held.size() - keep);
+    }
+    res.text += deliver;
+    if (callback != nullptr && !callback(context, id, deliver.data(), deliver.size()))
+      more = false;
+    if (more && index + 1 < options.maxNewTokens)
+      if (status = model.decode(id); !status)
+        break;
+  }
+  if (out.generatedTokens > 0)
+    out.decodeSeconds = secondsSince(first);
+  if (!res.stoppedAtStopString) {
+    decoder.finish(held);
+    if (!held.empty()) {
+      res.text += held;
+      if (callback != nullptr)
+        callback(context, -1, held.data(), held.size());
+    }
+  }
+  return status;
+}
+
+Status ChatSession::send(const std::string &user, const TextOptions &options,
+                         TextCallback callback, void *context,
+                         GenerateStats *stats, TextResult *result) {
+  if (tokenizer_.chatFormat() == ChatFormat::None)
+    return tokenizer_.chatStatus();
+  std::vector<ChatMessage> messages;
+  bool start = turns_ == 0;
+  if (start && !system_.empty())
+    messages.push_back({"system", system_});
+  messages.push_back({"user", user});
+  std::string turn;
+  if (Status status = tokenizer_.renderChat(messages, start, true, turn); !status)
+    return status;
+
+  std::vector<int64_t> prompt;
+  if (!start) {
+    // Close the previous reply: its last id (not yet in the cache), then
+    // the end of an assistant turn unless that id was it.
+    std::vector<int64_t> close;
+    if (Status status = tokenizer_.encode(tokenizer_.endOfAssistantTurn(), false, close);
+        !status)
+      return status;
+    if (lastId_ >= 0 && !close.empty() && lastId_ == close[0]) {
+      prompt = close;
+    } else {
+      if (lastId_ >= 0 && !tokenizer_.isStop(lastId_))
+        prompt.push_back(lastId_);
+      prompt.insert(prompt.end(), close.begin(), close.end());
+    }
+  }
+  if (Status status = tokenizer_.encode(turn, false, prompt); !status)
+    return status;
+  if (start)
+    model_.reset();
+  else if (model_.position() != int64_t(history_.size()) - (lastId_ >= 0 ? 1 : 0))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "chat: the model's position (" + std::to_string(model_.position()) +
+                      ") is not the conversation's; was the model used in between?");
+
+  TextResult local;
+  TextResult &res = result != nullptr ? *result : local;
+  // What the cache will hold: the history without the last sampled id, then
+  // the new turn.
+  int64_t before = model_.position();
+  Status status = generateText(model_, tokenizer_, prompt, options, callback,
+                               context, stats, &res);
+  if (!status && model_.position() == before && res.ids.empty())
+    return status; // refused before anything ran: the conversation is as it was
+  if (!start && lastId_ >= 0)
+    history_.pop_back();
+  history_.insert(history_.end(), prompt.begin(), prompt.end());
+  history_.insert(history_.end(), res.ids.begin(), res.ids.end());
+  lastId_ = res.ids.empty() ? -1 : res.ids.back();
+  ++turns_;
+  return status;
+}
+
+} // namespace cq4p::runtime

@@ -1,0 +1,432 @@
+//===- TokenizerTest.cpp - tokenizer.json files written from MODELS.md ----===//
+//
+// No package ships LFM2's, SmolLM2's or Gemma 4's tokenizer, so these tests
+// write small ones with the real layout (MODELS.md section 6): LFM2's
+// byte-level BPE with a Llama-3-style split and BOS <|startoftext|> = 1,
+// <|im_end|> = 7; SmolLM2's GPT-2 ByteLevel pre-tokenizer; Gemma 4's
+// SentencePiece-style BPE with byte fallback and its new special tokens
+// (<|image>=255999, <|audio>=256000, <|turn>, <turn|>). The real Qwen3,
+// Llama 3 and Gemma 3 files are checked against an independent encoder in
+// python/tests/test_tokenizer_corpus.py. Also: streaming decoding, and the
+// refusals of what the tokenizer does not implement.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/runtime/Tokenizer.h"
+
+#include "TempDir.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace cq4p::runtime;
+using Json = nlohmann::json;
+
+namespace {
+
+std::string byteChar(int b) {
+  // GPT-2's byte-to-character map, spelled independently of the runtime's.
+  int n = 0;
+  for (int c = 0; c < 256; ++c) {
+    bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174);
+    int cp = printable ? c : 256 + n++;
+    if (c == b) {
+      std::string out;
+      if (cp < 0x80) {
+        out += char(cp);
+      } else {
+        out += char(0xC0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3F));
+      }
+      return out;
+    }
+  }
+  return "";
+}
+
+Json addedToken(int id, const std::string &content, bool special = true) {
+  return {{"id", id},          {"content", content}, {"single_word", false},
+          {"lstrip", false},   {"rstrip", false},    {"normalized", false},
+          {"special", special}};
+}
+
+const char *kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+struct Files {
+  cq4p::test::TempDir dir;
+  void write(const std::string &name, const std::string &text) {
+    std::ofstream(dir.file(name)) << text;
+  }
+  Status open(std::unique_ptr<Tokenizer> &out) {
+    return Tokenizer::openDirectory(dir.path(), out);
+  }
+};
+
+/// A byte-level vocabulary: specials first, then the 256 byte pieces, then
+/// the merges' results.
+Json byteLevelModel(int firstByteId, const std::vector<std::pair<std::string, std::string>> &merges,
+                    bool ignoreMerges = false) {
+  Json vocab = Json::object();
+  int next = firstByteId;
+  for (int b = 0; b < 256; ++b)
+    vocab[byteChar(b)] = next++;
+  Json mergeList = Json::array();
+  for (const auto &[a, b] : merges) {
+    if (!vocab.contains(a + b))
+      vocab[a + b] = next++;
+    mergeList.push_back({a, b});
+  }
+  return {{"type", "BPE"},        {"dropout", nullptr},     {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},    {"byte_fallback", false}, {"ignore_merges", ignoreMerges},
+          {"vocab", vocab},       {"merges", mergeList}};
+}
+
+/// LFM2's layout: byte-level BPE, a Llama-3-style split, BOS added by the
+/// post-processor, ChatML with the BOS in the template.
+void writeLfm2(Files &files) {
+  std::vector<std::string> specials = {"<|pad|>", "<|startoftext|>", "<|endoftext|>",
+                                       "<|fim_pre|>", "<|fim_mid|>", "<|fim_suf|>",
+                                       "<|im_start|>", "<|im_end|>"};
+  Json added = Json::array();
+  for (size_t i = 0; i < specials.size(); ++i)
+    added.push_back(addedToken(int(i), specials[i]));
+  Json root = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", added}, {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Split}}},
+           {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+           {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<|startoftext|>"}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", Json::array()},
+        {"special_tokens",
+         {{"<|startoftext|>", {{"id", "<|startoftext|>"}, {"ids", {1}},
+                               {"tokens", {"<|startoftext|>"}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true},
+                   {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", byteLevelModel(8, {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"},
+                                   {byteChar(' '), "w"}, {"1", "2"}, {"12", "3"}})}};
+  files.write("tokenizer.json", root.dump());
+  Json config = {{"bos_token", "<|startoftext|>"}, {"eos_token", "<|im_end|>"},
+                 {"pad_token", "<|pad|>"},
+                 {"chat_template",
+                  "{{- bos_token -}}{%- for message in messages -%}{{- '<|im_start|>' + "
+                  "message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+                  "{%- endfor -%}{%- if add_generation_prompt -%}"
+                  "{{- '<|im_start|>assistant\n' -}}{%- endif -%}"}};
+  files.write("tokenizer_config.json", config.dump());
+  files.write("generation_config.json", Json({{"eos_token_id", 7}}).dump());
+}
+
+int64_t idOf(const Tokenizer &t, const std::string &piece) { return t.pieceId(piece); }
+
+TEST(Tokenizer, Lfm2ByteLevelBpeWithBosAndChatMl) {
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(t->kind(), TokenizerKind::ByteLevelBpe);
+  EXPECT_EQ(t->bosId(), 1);
+  EXPECT_EQ(t->stopIds(), std::vector<int64_t>({7}));
+  EXPECT_EQ(t->chatFormat(), ChatFormat::ChatMl);
+
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(t->encode("hello world 1234", true, ids));
+  std::string space = byteChar(' ');
+  std::vector<int64_t> expected = {
+      1,          idOf(*t, "hello"),     idOf(*t, space + "w"), idOf(*t, "o"),
+      idOf(*t, "r"), idOf(*t, "l"),      idOf(*t, "d"),        idOf(*t, space),
+      idOf(*t, "123"), idOf(*t, "4")}; // \p{N}{1,3}: "123", "4"
+  EXPECT_EQ(ids, expected);
+  std::string text;
+  ASSERT_TRUE(t->decode(ids.data() + 1, ids.size() - 1, text));
+  EXPECT_EQ(text, "hello world 1234");
+
+  // Special tokens in the text are matched before anything else.
+  ids.clear();
+  ASSERT_TRUE(t->encode("a<|im_end|>b", false, ids));
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "a"), 7, idOf(*t, "b")}));
+
+  std::string chat;
+  ASSERT_TRUE(t->renderChat({{"system", "Be brief."}, {"user", "hi"}}, true, true, chat));
+  EXPECT_EQ(chat, "<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n"
+                  "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(Tokenizer, SmolLm2Gpt2SplitKeepsWordsApart) {
+  Files files;
+  std::string space = byteChar(' ');
+  Json added = Json::array({addedToken(0, "<|endoftext|>"), addedToken(1, "<|im_start|>"),
+                            addedToken(2, "<|im_end|>")});
+  Json root = {{"version", "1.0"},       {"truncation", nullptr},
+               {"padding", nullptr},     {"added_tokens", added},
+               {"normalizer", nullptr},
+               {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                  {"trim_offsets", true}, {"use_regex", true}}},
+               {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true},
+                                   {"trim_offsets", false}, {"use_regex", true}}},
+               {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true},
+                            {"trim_offsets", true}, {"use_regex", true}}},
+               {"model", byteLevelModel(3, {{space, space}, {"e", "1"}, {"'", "m"}})}};
+  files.write("tokenizer.json", root.dump());
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+
+  // GPT-2's pattern: "I", "'m", " ", " here", "123": the two spaces and
+  // "e1" are in different words, so neither merge applies; "'m" does.
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(t->encode("I'm  here123", true, ids));
+  std::vector<int64_t> expected = {idOf(*t, "I"), idOf(*t, "'m"), idOf(*t, space),
+                                   idOf(*t, space), idOf(*t, "h"), idOf(*t, "e"),
+                                   idOf(*t, "r"), idOf(*t, "e"), idOf(*t, "1"),
+                                   idOf(*t, "2"), idOf(*t, "3")};
+  EXPECT_EQ(ids, expected);
+  // Controls: letters and digits are separate words; two spaces at the
+  // end are one word, and merge.
+  ids.clear();
+  ASSERT_TRUE(t->encode("e1", true, ids));
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "e"), idOf(*t, "1")}));
+  ids.clear();
+  ASSERT_TRUE(t->encode("x  ", true, ids));
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "x"), idOf(*t, space + space)}));
+  EXPECT_EQ(t->chatFormat(), ChatFormat::None);
+  EXPECT_FALSE(t->chatStatus());
+}
+
+/// Gemma 4's special tokens in a SentencePiece-style BPE with byte fallback.
+void writeGemma4(Files &files, const std::string &chatTemplate) {
+  Json vocab = Json::object();
+  std::vector<std::string> first = {"<pad>", "<eos>", "<bos>", "<unk>"};
+  for (size_t i = 0; i < first.size(); ++i)
+    vocab[first[i]] = int(i);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 4 + b;
+  }
+  int next = 300;
+  for (const char *piece : {"\xE2\x96\x81", "h", "e", "l", "o", "u", "s", "r", "i", "\n"})
+    vocab[piece] = next++;
+  std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"\xE2\x96\x81", "hello"},
+      {"u", "s"}, {"us", "e"}, {"use", "r"}};
+  Json mergeList = Json::array();
+  for (const auto &[a, b] : merges) {
+    if (!vocab.contains(a + b))
+      vocab[a + b] = next++;
+    mergeList.push_back({a, b});
+  }
+  Json added = Json::array({addedToken(0, "<pad>"), addedToken(1, "<eos>"),
+                            addedToken(2, "<bos>"), addedToken(3, "<unk>"),
+                            addedToken(105, "<|turn>"), addedToken(106, "<turn|>"),
+                            addedToken(107, "<|channel>"), addedToken(108, "<channel|>"),
+                            addedToken(109, "<|tool_call>"),
+                            addedToken(255999, "<|image>"), addedToken(256000, "<|audio>")});
+  Json root = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                      {"content", "\xE2\x96\x81"}}},
+      {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", " "}}},
+                         {"behavior", "MergedWithPrevious"}, {"invert", false}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", Json::array()},
+        {"special_tokens",
+         {{"<bos>", {{"id", "<bos>"}, {"ids", {2}}, {"tokens", {"<bos>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}},
+                       {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}}}}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"},
+                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", mergeList}}}};
+  files.write("tokenizer.json", root.dump());
+  files.write("tokenizer_config.json",
+              Json({{"bos_token", "<bos>"}, {"eos_token", "<turn|>"},
+                    {"add_bos_token", true}, {"backend", "tokenizers"}})
+                  .dump());
+  files.write("chat_template.jinja", chatTemplate);
+}
+
+TEST(Tokenizer, Gemma4SpecialTokensAndByteFallback) {
+  Files files;
+  writeGemma4(files, "{{ bos_token }}{% for m in messages %}<|turn>{{ m.role }}\n"
+                     "{{ m.content }}<turn|>\n{% endfor %}");
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(t->kind(), TokenizerKind::SentencePieceBpe);
+  EXPECT_EQ(t->vocabSize(), 256001);
+  EXPECT_TRUE(t->isSpecial(255999));
+  EXPECT_TRUE(t->isStop(106));
+
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(t->encode("<|turn>user\n hello<turn|><|image>", true, ids));
+  std::vector<int64_t> expected = {2,   105, idOf(*t, "user"), idOf(*t, "\n"),
+                                   idOf(*t, "\xE2\x96\x81hello"), 106, 255999};
+  EXPECT_EQ(ids, expected);
+
+  // Characters outside the vocabulary fall back to their bytes' pieces.
+  ids.clear();
+  ASSERT_TRUE(t->encode("h\xF0\x9F\x98\x80", false, ids)); // h + U+1F600
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "h"), 4 + 0xF0, 4 + 0x9F, 4 + 0x98, 4 + 0x80}));
+  std::string text;
+  ASSERT_TRUE(t->decode(ids.data(), ids.size(), text));
+  EXPECT_EQ(text, "h\xF0\x9F\x98\x80");
+  text.clear();
+  std::vector<int64_t> spaced;
+  ASSERT_TRUE(t->encode(" hello hello", false, spaced));
+  ASSERT_TRUE(t->decode(spaced.data(), spaced.size(), text));
+  EXPECT_EQ(text, " hello hello");
+
+  // Its chat template is not one cq4p knows: chat is refused by name, the
+  // tokenizer still works.
+  EXPECT_EQ(t->chatFormat(), ChatFormat::None);
+  EXPECT_EQ(t->chatStatus().code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_NE(t->chatStatus().message().find("not one cq4p knows"), std::string::npos);
+}
+
+TEST(Tokenizer, StreamingNeverSplitsACharacter) {
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  // U+1F600 as four byte pieces, then "é" as two.
+  std::string bytes = "\xF0\x9F\x98\x80\xC3\xA9";
+  std::vector<int64_t> ids;
+  for (char c : bytes)
+    ids.push_back(idOf(*t, byteChar(static_cast<unsigned char>(c))));
+  TextDecoder decoder(*t);
+  std::vector<std::string> pieces;
+  for (int64_t id : ids) {
+    std::string piece;
+    ASSERT_TRUE(decoder.push(id, piece));
+    pieces.push_back(piece);
+  }
+  std::vector<std::string> expected = {"", "", "", "\xF0\x9F\x98\x80", "", "\xC3\xA9"};
+  EXPECT_EQ(pieces, expected);
+
+  // A character that never completes, and a stray continuation byte, are
+  // U+FFFD (as Hugging Face's lossy decoding).
+  std::string text;
+  std::vector<int64_t> bad = {idOf(*t, byteChar(0xF0)), idOf(*t, byteChar(0x9F)),
+                              idOf(*t, "a"), idOf(*t, byteChar(0x80))};
+  ASSERT_TRUE(t->decode(bad.data(), bad.size(), text));
+  EXPECT_EQ(text, "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD");
+  std::string tail;
+  TextDecoder held(*t);
+  ASSERT_TRUE(held.push(idOf(*t, byteChar(0xC3)), tail));
+  EXPECT_EQ(tail, "");
+  held.finish(tail);
+  EXPECT_EQ(tail, "\xEF\xBF\xBD");
+
+  std::string out;
+  int64_t unknown = 9999;
+  Status s = decoder.push(unknown, out);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(s.message().find("id 9999"), std::string::npos);
+}
+
+TEST(Tokenizer, InvalidUtf8IsRefusedWithItsOffset) {
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  std::vector<int64_t> ids;
+  Status s = t->encode(std::string_view("abc\xC3(", 5), true, ids);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(s.message().find("not valid UTF-8 at byte 3 of 5"), std::string::npos) << s.message();
+  EXPECT_TRUE(ids.empty());
+}
+
+/// Each refusal names the member and the value.
+struct Refusal {
+  const char *member; // JSON pointer into the LFM2 file
+  Json value;
+  const char *expected;
+};
+
+TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
+  const Refusal refusals[] = {
+      {"/normalizer", {{"type", "NFKC"}}, "normalizer.type: 'NFKC'"},
+      {"/pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "_"}},
+       "pre_tokenizer.type: 'Metaspace'"},
+      {"/model/type", "WordPiece", "model.type: 'WordPiece'"},
+      {"/model/dropout", 0.1, "model.dropout: 0.1"},
+      {"/model/continuing_subword_prefix", "##", "model.continuing_subword_prefix: '##'"},
+      {"/post_processor", {{"type", "RobertaProcessing"}},
+       "post_processor.type: 'RobertaProcessing'"},
+      {"/decoder", {{"type", "WordPiece"}}, "decoder.type: 'WordPiece'"},
+      {"/truncation", {{"max_length", 512}}, "truncation"},
+      {"/added_tokens/0/lstrip", true, "added_tokens[0]"},
+      {"/pre_tokenizer/pretokenizers/0/behavior", "Sideways", "behavior: 'Sideways'"},
+  };
+  for (const Refusal &refusal : refusals) {
+    Files files;
+    writeLfm2(files);
+    std::ifstream in(files.dir.file("tokenizer.json"));
+    Json root = Json::parse(in);
+    root[Json::json_pointer(refusal.member)] = refusal.value;
+    files.write("tokenizer.json", root.dump());
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    EXPECT_FALSE(s) << refusal.member;
+    EXPECT_NE(s.message().find(refusal.expected), std::string::npos)
+        << refusal.member << ": " << s.message();
+  }
+  Files broken;
+  broken.write("tokenizer.json", "{\"model\": [1, 2");
+  std::unique_ptr<Tokenizer> t;
+  Status s = broken.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(s.message().find("not valid JSON"), std::string::npos);
+  Files empty;
+  s = empty.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_NOT_FOUND);
+}
+
+TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
+  Files files;
+  writeLfm2(files);
+  // A FIFO is refused by name, without blocking on it.
+  ::unlink(files.dir.file("generation_config.json").c_str());
+  ASSERT_EQ(::mkfifo(files.dir.file("generation_config.json").c_str(), 0600), 0);
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_IO);
+  EXPECT_NE(s.message().find("generation_config.json: a FIFO"), std::string::npos)
+      << s.message();
+  ::unlink(files.dir.file("generation_config.json").c_str());
+
+  // A symbolic link: followed in a model directory, refused in a bundle.
+  ASSERT_EQ(::rename(files.dir.file("tokenizer_config.json").c_str(),
+                     files.dir.file("config-target").c_str()), 0);
+  ASSERT_EQ(::symlink("config-target", files.dir.file("tokenizer_config.json").c_str()), 0);
+  EXPECT_TRUE(Tokenizer::openDirectory(files.dir.path(), t, /*confined=*/false));
+  s = Tokenizer::openDirectory(files.dir.path(), t, /*confined=*/true);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
+}
+
+} // namespace
