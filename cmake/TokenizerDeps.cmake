@@ -1,5 +1,6 @@
 # The tokenizer's libraries, from Debian's packages (scripts/setup installs
-# them for the host and, multiarch, for arm64): nlohmann-json (headers only),
+# them for the host, and unpacks the arm64 archives into CQ4P_ARM64_DEPS for
+# a cross build): nlohmann-json (headers only),
 # PCRE2 (the split patterns' Unicode classes, UTF + UCP, JIT) and utf8proc
 # (NFC). Both libraries are linked statically, so the runtime, its shared
 # library and the programs under QEMU need nothing more at run time.
@@ -23,11 +24,14 @@ endif()
 set(CQ4P_TOKENIZER_LIBS)
 foreach(lib pcre2-8 utf8proc)
   string(MAKE_C_IDENTIFIER "CQ4P_LIB_${lib}_${CQ4P_DEPS_TRIPLE}" var)
-  find_file(${var} lib${lib}.a PATHS /usr/lib/${CQ4P_DEPS_TRIPLE}
-    NO_DEFAULT_PATH NO_CMAKE_FIND_ROOT_PATH)
+  set(places /usr/lib/${CQ4P_DEPS_TRIPLE})
+  if(CQ4P_ARM64_DEPS AND CQ4P_DEPS_TRIPLE STREQUAL "aarch64-linux-gnu")
+    list(PREPEND places ${CQ4P_ARM64_DEPS}/usr/lib/${CQ4P_DEPS_TRIPLE})
+  endif()
+  find_file(${var} lib${lib}.a PATHS ${places} NO_DEFAULT_PATH NO_CMAKE_FIND_ROOT_PATH)
   if(NOT ${var})
     message(FATAL_ERROR "the tokenizer needs lib${lib}.a for ${CQ4P_DEPS_TRIPLE} in "
-      "/usr/lib/${CQ4P_DEPS_TRIPLE}: run scripts/setup")
+      "${places}: run scripts/setup")
   endif()
   list(APPEND CQ4P_TOKENIZER_LIBS ${${var}})
 endforeach()
