@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -219,7 +220,39 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
     return qz.quantize_hadamard(values, HADAMARD_GROUP_SIZE, seed, input_scale, prescale)
 
 
-def convert_tensor(directory, entry, seed, calibration, legacy=None):
+QUANTIZERS = ("auto", "native", "numpy")
+
+
+def _use_native(quantizer, layout):
+    """The native quantizer (runtime library) writes panel files; "auto"
+    uses it when the library is there, "numpy" never."""
+    if quantizer not in QUANTIZERS:
+        raise ValueError(f"quantizer must be one of {QUANTIZERS}, got {quantizer!r}")
+    if quantizer == "numpy" or layout != fl.PANELS:
+        return False
+    from cq4p import native_quantize as nq
+    if quantizer == "native" and not nq.available():
+        raise ConvertError("the native quantizer needs the runtime library (scripts/build "
+                           "cq4p_runtime, or CQ4P_RUNTIME_LIB)")
+    return nq.available()
+
+
+def _quantized_native(name, values, rotation, seed, input_scale):
+    """`_quantized` then the panel encoder, in the runtime: a PackedWeight."""
+    from cq4p import native_quantize as nq
+    try:
+        if rotation == qz.ORTHOGONAL:
+            return nq.quantize_orthogonal_panels(values, seed, input_scale,
+                                                 arch.padded(values.shape[1]))
+        return nq.quantize_hadamard_panels(values, HADAMARD_GROUP_SIZE, seed, input_scale)
+    except nq.NativeQuantizeError as error:
+        if not np.all(np.isfinite(values)):
+            raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~np.isfinite(values)))} "
+                               f"non-finite values in a weight to quantize") from None
+        raise ConvertError(f"tensor {name}: {error}") from None
+
+
+def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto"):
     """Writes one tensor's file; returns (manifest entry, progress text)."""
     name, shape = entry.name, entry.shape
     stem = bd.logical_file(name)
@@ -237,13 +270,22 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None):
         return _dense_entry(directory, name, values, shape)
 
     input_scale = _input_scale(name, shape[1], calibration)
+    path = os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout))
+    native = _use_native(quantizer, layout)
     try:
-        weight = _quantized(name, values, rotation, seed, input_scale, layout)
+        if native:
+            packed = _quantized_native(name, values, rotation, seed, input_scale)
+            weight = packed.weight
+        else:
+            weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
         return _dense_entry(directory, name, values, shape,
                             f"not CQ4: {str(error).split(': ', 1)[1]}")
-    fl.WRITERS[layout](os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout)),
-                       weight)
+    if native:
+        from cq4p import native_quantize as nq
+        nq.write_panel_file(path, packed)
+    else:
+        fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
     stored = [weight.n, weight.k]
@@ -323,10 +365,17 @@ def write_model_files(directory, config, tensors, spec):
     return reason
 
 
+def _rate(parameters, seconds):
+    return f"{parameters / max(seconds, 1e-9) / 1e6:.1f} M params/s"
+
+
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
-            progress=None):
+            progress=None, quantizer="auto"):
     """Converts the checkpoint in model_dir into a bundle at out; progress
-    lines go to `progress` (default stderr)."""
+    lines go to `progress` (default stderr), each with the tensor's
+    parameters per second. quantizer: "auto" (the runtime's native
+    quantizer when its library is built, else numpy), "native" or "numpy";
+    the files are the same bytes."""
     progress = progress or sys.stderr
     if legacy is not None and legacy not in LEGACY_LAYOUTS:
         raise ValueError(f"legacy layout must be one of {LEGACY_LAYOUTS}, got {legacy!r}")
@@ -348,14 +397,22 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         for name in skipped:
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
         tensors = []
+        started, total = time.perf_counter(), 0
         for number, entry in enumerate(entries, 1):
+            begin = time.perf_counter()
             try:
-                record, line = convert_tensor(temporary, entry, seed, statistics, legacy)
+                record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
+                                              quantizer)
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
             record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
             tensors.append(record)
-            print(f"[{number}/{len(entries)}] {entry.name}: {line}", file=progress, flush=True)
+            count = int(np.prod(entry.shape))
+            total += count
+            print(f"[{number}/{len(entries)}] {entry.name}: {line}; "
+                  f"{_rate(count, time.perf_counter() - begin)}", file=progress, flush=True)
+        print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
+              f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
         reason = write_model_files(temporary, config, tensors, spec)
         if reason:
             print(f"{MODEL_GRAPH}: not written: {reason}", file=progress)

@@ -1,0 +1,175 @@
+"""The native quantizer: `python -m cq4p convert`'s fast path.
+
+The runtime library's `cq4p_quantize_hadamard_panels` and
+`cq4p_quantize_orthogonal_panels` (runtime/src/Quantize.cpp) quantize a
+tensor on every core straight into packed panels, repeating the numpy
+implementation's (`cq4p.quantize`) floating-point operations in its order,
+so the files are byte for byte the ones `cq4p.files.write_panel_file` writes
+from `quantize_hadamard` / `quantize_orthogonal`. numpy still makes what is
+cheap and shared: the codebook, the Hadamard signs and permutation, the input
+scales, the fp16 norms and the orthogonal K x K rotation (numpy's seeded
+Gaussian and LAPACK's QR, kept in numpy so that it stays the same matrix).
+"""
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+from cq4p import files as fl
+from cq4p import format as fmt
+from cq4p import native
+from cq4p import panels as pn
+from cq4p import quantize as qz
+
+THREADS_VARIABLE = "CQ4P_CONVERT_THREADS"
+
+
+class NativeQuantizeError(ValueError):
+    """The runtime refused the tensor (the message is the runtime's)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _functions():
+    lib = native.library()
+    f32p, f64p = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_double)
+    u8p, i8p = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_int8)
+    u32p = ctypes.POINTER(ctypes.c_uint32)
+    u64 = ctypes.c_uint64
+    hadamard = lib.cq4p_quantize_hadamard_panels
+    hadamard.argtypes = [f32p, u64, u64, u64, ctypes.c_uint32, f64p, i8p, i8p, u32p, f64p,
+                         u8p, ctypes.c_int, u8p, f64p, ctypes.c_char_p, ctypes.c_size_t]
+    hadamard.restype = ctypes.c_int
+    orthogonal = lib.cq4p_quantize_orthogonal_panels
+    orthogonal.argtypes = [f32p, u64, u64, u64, f64p, f32p, f64p, u8p, ctypes.c_int, u8p,
+                           f64p, ctypes.c_char_p, ctypes.c_size_t]
+    orthogonal.restype = ctypes.c_int
+    return hadamard, orthogonal
+
+
+def available():
+    """True when the runtime library is built and has the quantizer."""
+    try:
+        _functions()
+    except (native.LibraryNotFoundError, AttributeError, OSError):
+        return False
+    return True
+
+
+def default_threads():
+    value = os.environ.get(THREADS_VARIABLE)
+    if value:
+        return max(1, int(value))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _ptr(array, ctype):
+    return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def _call(function, *args):
+    error = ctypes.create_string_buffer(native.ERROR_BUFFER_BYTES)
+    code = function(*args, error, native.ERROR_BUFFER_BYTES)
+    if code != 0:
+        raise NativeQuantizeError(error.value.decode(errors="replace"))
+
+
+def _index_tables(levels, codebook):
+    bounds = np.ascontiguousarray(0.5 * (levels[1:] + levels[:-1]), dtype=np.float64)
+    cb_i8, cb_scale = pn.codebook_int8(codebook)
+    canonical = np.ascontiguousarray(pn.canonical_index_map(cb_i8), dtype=np.uint8)
+    return bounds, canonical, cb_scale
+
+
+def _no_indices(n, k):
+    # The panels hold the indices; the QuantizedWeight only describes them.
+    return np.broadcast_to(np.zeros((), dtype=np.uint8), (n, k))
+
+
+class PackedWeight:
+    """A QuantizedWeight (`weight`, its indices a placeholder) and what its
+    panel file stores: panels, norm_panels and the per-panel-group norms."""
+
+    def __init__(self, weight, panels, norm_panels, norms, panel_gs):
+        self.weight = weight
+        self.panels = panels
+        self.norm_panels = norm_panels
+        self.norms = norms
+        self.panel_gs = panel_gs
+
+
+def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True, threads=None):
+    """`quantize.quantize_hadamard` then `panels.encode_panels`, natively."""
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+    n, k = w.shape
+    k_padded = -(-k // gs) * gs
+    ng = k_padded // gs
+    s16, isr = qz.stored_input_scales(k_padded, qz._pad_scale(input_scale, k, k_padded))
+    scale = np.ascontiguousarray(s16.astype(np.float64))
+    levels = qz.lloyd_max_codebook(gs)
+    left, right, permutation = qz.hadamard_components(gs, seed)
+    codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), prescale, "hadamard")
+    bounds, canonical, cb_scale = _index_tables(levels, codebook)
+    panels = np.empty(pn.panel_data_bytes(n, k_padded), dtype=np.uint8)
+    norms = np.empty((n, ng), dtype=np.float64)
+    hadamard, _ = _functions()
+    left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
+    permutation = np.ascontiguousarray(permutation, dtype=np.uint32)
+    _call(hadamard, _ptr(w, ctypes.c_float), n, k, k_padded, gs, _ptr(scale, ctypes.c_double),
+          _ptr(left, ctypes.c_int8), _ptr(right, ctypes.c_int8),
+          _ptr(permutation, ctypes.c_uint32), _ptr(bounds, ctypes.c_double),
+          _ptr(canonical, ctypes.c_uint8), threads or default_threads(),
+          _ptr(panels, ctypes.c_uint8), _ptr(norms, ctypes.c_double))
+    codebook, stored = qz._store_codebook_and_norms(levels, norms, prescale, "hadamard")
+    weight = qz.QuantizedWeight(qz.HADAMARD, gs, _no_indices(n, k_padded), stored, codebook,
+                                s16, isr, left_signs=left, right_signs=right,
+                                permutation=permutation, original_shape=(n, k))
+    return PackedWeight(weight, panels, pn.fold_norm_panels(stored, cb_scale), stored, gs)
+
+
+def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None):
+    """`quantize.quantize_orthogonal` then `panels.encode_panels` (virtual
+    128-wide groups), natively; the rotation is numpy's."""
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+    n, k_true = w.shape
+    k = k_padded or k_true
+    if k < k_true:
+        raise ValueError(f"k_padded ({k}) is less than K ({k_true})")
+    s16, isr = qz.stored_input_scales(k, qz._pad_scale(input_scale, k_true, k))
+    scale = np.ascontiguousarray(s16.astype(np.float64))
+    levels = qz.lloyd_max_codebook(k)
+    rotation16 = qz.orthogonal_rotation(k, seed).astype(np.float16)
+    rot32 = np.ascontiguousarray(rotation16.astype(np.float32))
+    codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), False, "orthogonal")
+    bounds, canonical, cb_scale = _index_tables(levels, codebook)
+    panel_gs = fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP
+    panels = np.empty(pn.panel_data_bytes(n, k), dtype=np.uint8)
+    norms = np.empty((n, 1), dtype=np.float64)
+    _, orthogonal = _functions()
+    _call(orthogonal, _ptr(w, ctypes.c_float), n, k_true, k, _ptr(scale, ctypes.c_double),
+          _ptr(rot32, ctypes.c_float), _ptr(bounds, ctypes.c_double),
+          _ptr(canonical, ctypes.c_uint8), threads or default_threads(),
+          _ptr(panels, ctypes.c_uint8), _ptr(norms, ctypes.c_double))
+    codebook, stored = qz._store_codebook_and_norms(levels, norms, False, "orthogonal")
+    weight = qz.QuantizedWeight(qz.ORTHOGONAL, k, _no_indices(n, k), stored, codebook, s16,
+                                isr, rotation_matrix=rotation16, original_shape=(n, k_true))
+    repeated = pn.repeat_norms(stored, k, panel_gs)
+    return PackedWeight(weight, panels, pn.fold_norm_panels(repeated, cb_scale), repeated,
+                        panel_gs)
+
+
+def write_panel_file(path, packed):
+    """The panel file `files.write_panel_file` writes for the same weight."""
+    qw = packed.weight
+    refusal = fl.panel_refusal(qw.rotation, qw.k, qw.group_size)
+    if refusal:
+        raise ValueError(f"{path}: cannot write panels: {refusal}")
+    arrays = fl._common_arrays(qw)
+    arrays.update(norms=packed.norms, norm_panels=packed.norm_panels)
+    fl._cq_header_and_write(path, fl.PANELS, qw, packed.panel_gs, qw.k // packed.panel_gs,
+                            arrays, packed.panels)
