@@ -1,0 +1,126 @@
+"""The native quantizer (runtime/src/Quantize.cpp) against the numpy one:
+the same bundle bytes on every synthetic family, the same refusals."""
+
+import os
+
+import numpy as np
+import pytest
+
+from cq4p import architecture as arch
+from cq4p import convert as cv
+from cq4p import native_quantize as nq
+from cq4p import panels as pn
+from cq4p import quantize as qz
+from cq4p import synthetic
+
+pytestmark = pytest.mark.skipif(not nq.available(),
+                                reason="the runtime library (native quantizer) is not built")
+
+
+def bundle_files(directory):
+    """{relative path: bytes} of every file under directory."""
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                files[os.path.relpath(path, directory)] = handle.read()
+    return files
+
+
+def convert_both(checkpoint, root, **options):
+    bundles = {}
+    with open(os.devnull, "w") as quiet:
+        for quantizer in ("numpy", "native"):
+            out = os.path.join(root, quantizer)
+            cv.convert(str(checkpoint), out, progress=quiet, quantizer=quantizer, **options)
+            bundles[quantizer] = bundle_files(out)
+    return bundles
+
+
+def assert_same_bytes(bundles):
+    numpy_files, native_files = bundles["numpy"], bundles["native"]
+    assert sorted(native_files) == sorted(numpy_files)
+    different = [name for name in numpy_files if numpy_files[name] != native_files[name]]
+    assert not different, f"files that differ: {different}"
+    assert any(name.endswith(".cq4p.weights") for name in numpy_files)
+
+
+@pytest.mark.parametrize("family", synthetic.ARCHITECTURES + synthetic.FAMILIES)
+def test_every_family_converts_to_the_same_bytes(family, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_model(str(checkpoint), family)
+    assert_same_bytes(convert_both(checkpoint, str(tmp_path)))
+
+
+def test_input_scales_and_a_seed_give_the_same_bytes(tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    config = synthetic.write_model(str(checkpoint), "qwen3", seed=3)
+    rng = np.random.default_rng(7)
+    hidden = config["hidden_size"]
+    stats = {f"model.layers.{i}.self_attn.q_proj.weight": np.abs(rng.standard_normal(hidden))
+             for i in range(2)}
+    stats["lm_head.weight"] = np.abs(rng.standard_normal(hidden)) * 10
+    np.savez(tmp_path / "stats.npz", **stats)
+    assert_same_bytes(convert_both(checkpoint, str(tmp_path), seed=9,
+                                   calibration=str(tmp_path / "stats.npz")))
+
+
+@pytest.mark.parametrize("n,k", [(1, 128), (63, 96), (65, 200), (130, 1100), (257, 384)])
+def test_hadamard_panels_match_the_oracle_for_any_thread_count(n, k):
+    rng = np.random.default_rng(n * 1000 + k)
+    w = (rng.standard_normal((n, k)) * np.exp(rng.standard_normal(k))).astype(np.float32)
+    scale = np.clip(np.exp(rng.standard_normal(k)), 1 / 8, 8)
+    oracle = qz.quantize_hadamard(w, 128, 4, scale)
+    panels, norm_panels, norms = pn.encode_panels(oracle.indices, oracle.norms,
+                                                  oracle.codebook, 128, 128)
+    for threads in (1, 2, 3):
+        packed = nq.quantize_hadamard_panels(w, 128, 4, scale, threads=threads)
+        assert packed.panels.tobytes() == panels.tobytes()
+        assert packed.norm_panels.tobytes() == norm_panels.tobytes()
+        assert packed.norms.tobytes() == norms.tobytes()
+
+
+@pytest.mark.parametrize("n,k", [(1, 128), (70, 96), (129, 256), (64, 300)])
+def test_orthogonal_panels_match_the_oracle_for_any_thread_count(n, k):
+    rng = np.random.default_rng(n * 1000 + k)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    k_padded = arch.padded(k)
+    oracle = qz.quantize_orthogonal(w, 2, None, k_padded)
+    panels, norm_panels, norms = pn.encode_panels(oracle.indices, oracle.norms,
+                                                  oracle.codebook, k_padded, 128)
+    for threads in (1, 2, 3):
+        packed = nq.quantize_orthogonal_panels(w, 2, None, k_padded, threads=threads)
+        assert packed.panels.tobytes() == panels.tobytes()
+        assert packed.norm_panels.tobytes() == norm_panels.tobytes()
+        assert packed.norms.tobytes() == norms.tobytes()
+
+
+@pytest.mark.parametrize("tensor", ["model.layers.0.self_attn.q_proj.weight",
+                                    "model.embed_tokens.weight"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_are_refused_the_same_way(tmp_path, tensor, bad):
+    tensors = synthetic.llama_tensors()
+    tensors[tensor][2, 3] = bad
+    tensors[tensor][5, 1] = bad
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_checkpoint(str(checkpoint), tensors,
+                               synthetic.llama_config(128, 256, 256, 2), dtype="F32")
+    messages = {}
+    for quantizer in ("numpy", "native"):
+        with pytest.raises(cv.ConvertError) as error:
+            cv.convert(str(checkpoint), str(tmp_path / quantizer), progress=open(os.devnull, "w"),
+                       quantizer=quantizer)
+        messages[quantizer] = str(error.value)
+        assert not (tmp_path / quantizer).exists()
+    assert messages["native"] == messages["numpy"]
+    assert f"tensor {tensor}: 2 non-finite values" in messages["native"]
+
+
+def test_the_runtime_refuses_non_finite_weights_itself():
+    w = np.ones((70, 128), dtype=np.float32)
+    w[66, 7] = np.nan
+    with pytest.raises(nq.NativeQuantizeError, match="non-finite values"):
+        nq.quantize_hadamard_panels(w)
+    with pytest.raises(nq.NativeQuantizeError, match="non-finite values"):
+        nq.quantize_orthogonal_panels(w)
