@@ -221,6 +221,10 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
 
 
 QUANTIZERS = ("auto", "native", "numpy")
+# Orthogonal tensors at least this wide have their rotation made on a thread
+# (numpy's QR: ~20 s at K = 2048) and are converted after the others; smaller
+# ones (a fraction of a second) in checkpoint order.
+ROTATION_PREFETCH_MIN_K = 512
 
 
 def _use_native(quantizer, layout):
@@ -238,7 +242,7 @@ def _use_native(quantizer, layout):
 
 
 def _quantized_native(name, values, rotation, seed, input_scale):
-    """`_quantized` then the panel encoder, in the runtime: a PackedWeight."""
+    """`_quantized` and the panel encoder, in the runtime (`weight.packed`)."""
     from cq4p import native_quantize as nq
     try:
         if rotation == qz.ORTHOGONAL:
@@ -274,18 +278,13 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     native = _use_native(quantizer, layout)
     try:
         if native:
-            packed = _quantized_native(name, values, rotation, seed, input_scale)
-            weight = packed.weight
+            weight = _quantized_native(name, values, rotation, seed, input_scale)
         else:
             weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
         return _dense_entry(directory, name, values, shape,
                             f"not CQ4: {str(error).split(': ', 1)[1]}")
-    if native:
-        from cq4p import native_quantize as nq
-        nq.write_panel_file(path, packed)
-    else:
-        fl.WRITERS[layout](path, weight)
+    fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
     stored = [weight.n, weight.k]
@@ -365,6 +364,24 @@ def write_model_files(directory, config, tensors, spec):
     return reason
 
 
+def _prefetch_rotations(entries, seed, legacy, quantizer):
+    """With the native quantizer, starts making the orthogonal tensors'
+    rotations on threads (numpy's QR, without the GIL); the numbers of the
+    entries to convert last, once the others are done."""
+    if quantizer == "numpy" or legacy is not None:
+        return set()
+    from cq4p import native_quantize as nq
+    if not nq.available():
+        return set()
+    later = set()
+    for number, entry in enumerate(entries, 1):
+        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
+                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
+            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
+            later.add(number)
+    return later
+
+
 def _rate(parameters, seconds):
     return f"{parameters / max(seconds, 1e-9) / 1e6:.1f} M params/s"
 
@@ -396,9 +413,13 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         bd.share_as_umask_says(temporary, directory=True)
         for name in skipped:
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
-        tensors = []
         started, total = time.perf_counter(), 0
-        for number, entry in enumerate(entries, 1):
+        records = [None] * len(entries)
+        deferred = _prefetch_rotations(entries, seed, legacy, quantizer)
+
+        def one(number):
+            nonlocal total
+            entry = entries[number - 1]
             begin = time.perf_counter()
             try:
                 record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
@@ -406,11 +427,29 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
             record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
-            tensors.append(record)
+            records[number - 1] = record
             count = int(np.prod(entry.shape))
             total += count
             print(f"[{number}/{len(entries)}] {entry.name}: {line}; "
                   f"{_rate(count, time.perf_counter() - begin)}", file=progress, flush=True)
+
+        # The orthogonal tensors go last, while their rotations are made; an
+        # error is still the first failing tensor's, in checkpoint order.
+        waiting = []
+        for number in range(1, len(entries) + 1):
+            if number in deferred:
+                waiting.append(number)
+                continue
+            try:
+                one(number)
+            except BaseException:
+                for earlier in waiting:
+                    if earlier < number:
+                        one(earlier)
+                raise
+        for number in waiting:
+            one(number)
+        tensors = records
         print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
               f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
         reason = write_model_files(temporary, config, tensors, spec)

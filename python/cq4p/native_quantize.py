@@ -11,13 +11,14 @@ scales, the fp16 norms and the orthogonal K x K rotation (numpy's seeded
 Gaussian and LAPACK's QR, kept in numpy so that it stays the same matrix).
 """
 
+import concurrent.futures
 import ctypes
 import functools
 import os
+import threading
 
 import numpy as np
 
-from cq4p import files as fl
 from cq4p import format as fmt
 from cq4p import native
 from cq4p import panels as pn
@@ -64,6 +65,37 @@ def default_threads():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+# (K, seed) -> a Future of numpy's K x K rotation, made on a thread while the
+# Hadamard tensors are quantized (LAPACK's QR runs without the GIL).
+_ROTATIONS = {}
+_ROTATIONS_LOCK = threading.Lock()
+
+
+def prefetch_rotation(k, seed):
+    """Starts making orthogonal_rotation(k, seed) on a thread; returns its Future."""
+    key = (int(k), int(seed))
+    with _ROTATIONS_LOCK:
+        if key not in _ROTATIONS:
+            future = concurrent.futures.Future()
+
+            def make():
+                try:
+                    future.set_result(qz.orthogonal_rotation(*key))
+                except BaseException as error:  # handed to whoever waits
+                    future.set_exception(error)
+
+            threading.Thread(target=make, name=f"cq4p-rotation-{k}", daemon=True).start()
+            _ROTATIONS[key] = future
+        return _ROTATIONS[key]
+
+
+def _rotation(k, seed):
+    future = _ROTATIONS.get((int(k), int(seed)))
+    if future is not None:
+        return future.result()
+    return qz.orthogonal_rotation(k, seed)
+
+
 def _ptr(array, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 
@@ -87,20 +119,16 @@ def _no_indices(n, k):
     return np.broadcast_to(np.zeros((), dtype=np.uint8), (n, k))
 
 
-class PackedWeight:
-    """A QuantizedWeight (`weight`, its indices a placeholder) and what its
-    panel file stores: panels, norm_panels and the per-panel-group norms."""
-
-    def __init__(self, weight, panels, norm_panels, norms, panel_gs):
-        self.weight = weight
-        self.panels = panels
-        self.norm_panels = norm_panels
-        self.norms = norms
-        self.panel_gs = panel_gs
+def _packed(weight, panels, norm_panels, norms):
+    """The QuantizedWeight (its indices a placeholder) with what its panel
+    file stores, `weight.packed` = (panels, norm_panels, per-panel-group
+    norms), which `files.write_panel_file` writes as they are."""
+    weight.packed = (panels, norm_panels, norms)
+    return weight
 
 
 def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True, threads=None):
-    """`quantize.quantize_hadamard` then `panels.encode_panels`, natively."""
+    """`quantize.quantize_hadamard`, its panels encoded (`weight.packed`), natively."""
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
@@ -127,12 +155,12 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
     weight = qz.QuantizedWeight(qz.HADAMARD, gs, _no_indices(n, k_padded), stored, codebook,
                                 s16, isr, left_signs=left, right_signs=right,
                                 permutation=permutation, original_shape=(n, k))
-    return PackedWeight(weight, panels, pn.fold_norm_panels(stored, cb_scale), stored, gs)
+    return _packed(weight, panels, pn.fold_norm_panels(stored, cb_scale), stored)
 
 
 def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None):
-    """`quantize.quantize_orthogonal` then `panels.encode_panels` (virtual
-    128-wide groups), natively; the rotation is numpy's."""
+    """`quantize.quantize_orthogonal`, its panels (virtual 128-wide groups)
+    encoded (`weight.packed`), natively; the rotation is numpy's."""
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
@@ -143,7 +171,7 @@ def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threa
     s16, isr = qz.stored_input_scales(k, qz._pad_scale(input_scale, k_true, k))
     scale = np.ascontiguousarray(s16.astype(np.float64))
     levels = qz.lloyd_max_codebook(k)
-    rotation16 = qz.orthogonal_rotation(k, seed).astype(np.float16)
+    rotation16 = _rotation(k, seed).astype(np.float16)
     rot32 = np.ascontiguousarray(rotation16.astype(np.float32))
     codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), False, "orthogonal")
     bounds, canonical, cb_scale = _index_tables(levels, codebook)
@@ -159,17 +187,4 @@ def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threa
     weight = qz.QuantizedWeight(qz.ORTHOGONAL, k, _no_indices(n, k), stored, codebook, s16,
                                 isr, rotation_matrix=rotation16, original_shape=(n, k_true))
     repeated = pn.repeat_norms(stored, k, panel_gs)
-    return PackedWeight(weight, panels, pn.fold_norm_panels(repeated, cb_scale), repeated,
-                        panel_gs)
-
-
-def write_panel_file(path, packed):
-    """The panel file `files.write_panel_file` writes for the same weight."""
-    qw = packed.weight
-    refusal = fl.panel_refusal(qw.rotation, qw.k, qw.group_size)
-    if refusal:
-        raise ValueError(f"{path}: cannot write panels: {refusal}")
-    arrays = fl._common_arrays(qw)
-    arrays.update(norms=packed.norms, norm_panels=packed.norm_panels)
-    fl._cq_header_and_write(path, fl.PANELS, qw, packed.panel_gs, qw.k // packed.panel_gs,
-                            arrays, packed.panels)
+    return _packed(weight, panels, pn.fold_norm_panels(repeated, cb_scale), repeated)

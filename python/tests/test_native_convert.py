@@ -76,9 +76,8 @@ def test_hadamard_panels_match_the_oracle_for_any_thread_count(n, k):
                                                   oracle.codebook, 128, 128)
     for threads in (1, 2, 3):
         packed = nq.quantize_hadamard_panels(w, 128, 4, scale, threads=threads)
-        assert packed.panels.tobytes() == panels.tobytes()
-        assert packed.norm_panels.tobytes() == norm_panels.tobytes()
-        assert packed.norms.tobytes() == norms.tobytes()
+        assert [a.tobytes() for a in packed.packed] == [panels.tobytes(),
+                                                        norm_panels.tobytes(), norms.tobytes()]
 
 
 @pytest.mark.parametrize("n,k", [(1, 128), (70, 96), (129, 256), (64, 300)])
@@ -91,9 +90,8 @@ def test_orthogonal_panels_match_the_oracle_for_any_thread_count(n, k):
                                                   oracle.codebook, k_padded, 128)
     for threads in (1, 2, 3):
         packed = nq.quantize_orthogonal_panels(w, 2, None, k_padded, threads=threads)
-        assert packed.panels.tobytes() == panels.tobytes()
-        assert packed.norm_panels.tobytes() == norm_panels.tobytes()
-        assert packed.norms.tobytes() == norms.tobytes()
+        assert [a.tobytes() for a in packed.packed] == [panels.tobytes(),
+                                                        norm_panels.tobytes(), norms.tobytes()]
 
 
 @pytest.mark.parametrize("tensor", ["model.layers.0.self_attn.q_proj.weight",
@@ -124,3 +122,27 @@ def test_the_runtime_refuses_non_finite_weights_itself():
         nq.quantize_hadamard_panels(w)
     with pytest.raises(nq.NativeQuantizeError, match="non-finite values"):
         nq.quantize_orthogonal_panels(w)
+
+
+def test_deferred_orthogonal_tensors_keep_the_order_of_errors(tmp_path, monkeypatch):
+    # Wide embeddings go last (their rotation is made on a thread); the error
+    # reported is still the first bad tensor's in checkpoint order.
+    monkeypatch.setattr(cv, "ROTATION_PREFETCH_MIN_K", 0)
+    tensors = synthetic.llama_tensors()
+    tensors["model.embed_tokens.weight"][1, 1] = np.nan
+    tensors["model.layers.1.mlp.down_proj.weight"][0, 0] = np.nan
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_checkpoint(str(checkpoint), tensors,
+                               synthetic.llama_config(128, 256, 256, 2), dtype="F32")
+    messages = {}
+    for quantizer in ("numpy", "native"):
+        with pytest.raises(cv.ConvertError) as error:
+            cv.convert(str(checkpoint), str(tmp_path / quantizer), progress=open(os.devnull, "w"),
+                       quantizer=quantizer)
+        messages[quantizer] = str(error.value)
+    assert messages["native"] == messages["numpy"]
+    assert "model.embed_tokens.weight" in messages["native"]
+    good = synthetic.llama_tensors()  # and the good model, deferred, to the same bytes
+    synthetic.write_checkpoint(str(tmp_path / "good"), good,
+                               synthetic.llama_config(128, 256, 256, 2))
+    assert_same_bytes(convert_both(tmp_path / "good", str(tmp_path / "bundles")))
