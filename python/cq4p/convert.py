@@ -241,15 +241,20 @@ def _use_native(quantizer, layout):
     return nq.available()
 
 
-def _quantized_native(name, values, rotation, seed, input_scale):
-    """`_quantized` and the panel encoder, in the runtime (`weight.packed`)."""
+def _quantized_native(name, entry, rotation, seed, input_scale):
+    """`_quantized` and the panel encoder, in the runtime (`weight.packed`),
+    from the checkpoint's bytes."""
     from cq4p import native_quantize as nq
     try:
+        raw = nq.checkpoint_tensor(entry)
         if rotation == qz.ORTHOGONAL:
-            return nq.quantize_orthogonal_panels(values, seed, input_scale,
-                                                 arch.padded(values.shape[1]))
-        return nq.quantize_hadamard_panels(values, HADAMARD_GROUP_SIZE, seed, input_scale)
+            return nq.quantize_orthogonal_panels(raw, seed, input_scale,
+                                                 arch.padded(entry.shape[1]),
+                                                 source_dtype=entry.dtype)
+        return nq.quantize_hadamard_panels(raw, HADAMARD_GROUP_SIZE, seed, input_scale,
+                                           source_dtype=entry.dtype)
     except nq.NativeQuantizeError as error:
+        values = st.load(entry)
         if not np.all(np.isfinite(values)):
             raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~np.isfinite(values)))} "
                                f"non-finite values in a weight to quantize") from None
@@ -265,24 +270,25 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     if len(shape) > fl.MAX_DIMS:
         raise ConvertError(f"{entry.path}: tensor {name} has {len(shape)} dims, at most "
                            f"{fl.MAX_DIMS} can be stored")
-    values = st.load(entry)
     if len(shape) == 2 and is_orthogonal_tensor(name):
         rotation, layout = qz.ORTHOGONAL, orthogonal_layout(*shape, legacy)
     elif is_hadamard_tensor(name, shape):
         rotation, layout = qz.HADAMARD, hadamard_layout(shape[0], legacy)
     else:
-        return _dense_entry(directory, name, values, shape)
+        return _dense_entry(directory, name, st.load(entry), shape)
 
     input_scale = _input_scale(name, shape[1], calibration)
     path = os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout))
     native = _use_native(quantizer, layout)
+    # The native quantizer reads the checkpoint's own bytes (F32, BF16 or F16).
+    values = None if native else st.load(entry)
     try:
         if native:
-            weight = _quantized_native(name, values, rotation, seed, input_scale)
+            weight = _quantized_native(name, entry, rotation, seed, input_scale)
         else:
             weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
-        return _dense_entry(directory, name, values, shape,
+        return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
                             f"not CQ4: {str(error).split(': ', 1)[1]}")
     fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD

@@ -23,6 +23,7 @@ from cq4p import format as fmt
 from cq4p import native
 from cq4p import panels as pn
 from cq4p import quantize as qz
+from cq4p import safetensors as st
 
 THREADS_VARIABLE = "CQ4P_CONVERT_THREADS"
 
@@ -39,11 +40,11 @@ def _functions():
     u32p = ctypes.POINTER(ctypes.c_uint32)
     u64 = ctypes.c_uint64
     hadamard = lib.cq4p_quantize_hadamard_panels
-    hadamard.argtypes = [f32p, u64, u64, u64, ctypes.c_uint32, f64p, i8p, i8p, u32p, f64p,
+    hadamard.argtypes = [ctypes.c_void_p, ctypes.c_int, u64, u64, u64, ctypes.c_uint32, f64p, i8p, i8p, u32p, f64p,
                          u8p, ctypes.c_int, u8p, f64p, ctypes.c_char_p, ctypes.c_size_t]
     hadamard.restype = ctypes.c_int
     orthogonal = lib.cq4p_quantize_orthogonal_panels
-    orthogonal.argtypes = [f32p, u64, u64, u64, f64p, f32p, f64p, u8p, ctypes.c_int, u8p,
+    orthogonal.argtypes = [ctypes.c_void_p, ctypes.c_int, u64, u64, u64, f64p, f32p, f64p, u8p, ctypes.c_int, u8p,
                            f64p, ctypes.c_char_p, ctypes.c_size_t]
     orthogonal.restype = ctypes.c_int
     return hadamard, orthogonal
@@ -96,6 +97,35 @@ def _rotation(k, seed):
     return qz.orthogonal_rotation(k, seed)
 
 
+# The checkpoint dtypes the runtime reads (enum cq4p_source_dtype).
+SOURCE_DTYPES = {"F32": native.API["CQ4P_SOURCE_F32"], "BF16": native.API["CQ4P_SOURCE_BF16"],
+                 "F16": native.API["CQ4P_SOURCE_F16"]}
+
+
+def checkpoint_tensor(entry):
+    """A safetensors entry's bytes as an array of its dtype ([N, K]; BF16 as
+    uint16): half or less of the float32 `safetensors.load` makes."""
+    with open(entry.path, "rb") as handle:
+        handle.seek(entry.begin)
+        raw = np.fromfile(handle, dtype=st.DTYPES[entry.dtype], count=entry.size)
+    if raw.size != entry.size:
+        raise ValueError(f"{entry.path}: tensor {entry.name}: truncated data")
+    return raw.reshape(entry.shape)
+
+
+def _source(w, source_dtype):
+    """(contiguous array, enum value) of a float32 weight, or of the raw
+    checkpoint bytes with `source_dtype` ("F32", "BF16", "F16")."""
+    if source_dtype is None:
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        source_dtype = "F32"
+    else:
+        w = np.ascontiguousarray(w, dtype=st.DTYPES[source_dtype])
+    if w.ndim != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+    return w, SOURCE_DTYPES[source_dtype]
+
+
 def _ptr(array, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 
@@ -127,11 +157,12 @@ def _packed(weight, panels, norm_panels, norms):
     return weight
 
 
-def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True, threads=None):
-    """`quantize.quantize_hadamard`, its panels encoded (`weight.packed`), natively."""
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if w.ndim != 2:
-        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True, threads=None,
+                             source_dtype=None):
+    """`quantize.quantize_hadamard`, its panels encoded (`weight.packed`),
+    natively. w: float32 values, or a checkpoint's raw [N, K] array of
+    `source_dtype` ("F32", "BF16" as uint16, "F16")."""
+    w, dtype = _source(w, source_dtype)
     n, k = w.shape
     k_padded = -(-k // gs) * gs
     ng = k_padded // gs
@@ -146,7 +177,7 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
     hadamard, _ = _functions()
     left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
     permutation = np.ascontiguousarray(permutation, dtype=np.uint32)
-    _call(hadamard, _ptr(w, ctypes.c_float), n, k, k_padded, gs, _ptr(scale, ctypes.c_double),
+    _call(hadamard, w.ctypes.data_as(ctypes.c_void_p), dtype, n, k, k_padded, gs, _ptr(scale, ctypes.c_double),
           _ptr(left, ctypes.c_int8), _ptr(right, ctypes.c_int8),
           _ptr(permutation, ctypes.c_uint32), _ptr(bounds, ctypes.c_double),
           _ptr(canonical, ctypes.c_uint8), threads or default_threads(),
@@ -158,12 +189,12 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
     return _packed(weight, panels, pn.fold_norm_panels(stored, cb_scale), stored)
 
 
-def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None):
+def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None,
+                               source_dtype=None):
     """`quantize.quantize_orthogonal`, its panels (virtual 128-wide groups)
-    encoded (`weight.packed`), natively; the rotation is numpy's."""
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if w.ndim != 2:
-        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+    encoded (`weight.packed`), natively; the rotation is numpy's. w as for
+    `quantize_hadamard_panels`."""
+    w, dtype = _source(w, source_dtype)
     n, k_true = w.shape
     k = k_padded or k_true
     if k < k_true:
@@ -179,7 +210,7 @@ def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threa
     panels = np.empty(pn.panel_data_bytes(n, k), dtype=np.uint8)
     norms = np.empty((n, 1), dtype=np.float64)
     _, orthogonal = _functions()
-    _call(orthogonal, _ptr(w, ctypes.c_float), n, k_true, k, _ptr(scale, ctypes.c_double),
+    _call(orthogonal, w.ctypes.data_as(ctypes.c_void_p), dtype, n, k_true, k, _ptr(scale, ctypes.c_double),
           _ptr(rot32, ctypes.c_float), _ptr(bounds, ctypes.c_double),
           _ptr(canonical, ctypes.c_uint8), threads or default_threads(),
           _ptr(panels, ctypes.c_uint8), _ptr(norms, ctypes.c_double))

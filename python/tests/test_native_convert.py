@@ -146,3 +146,11 @@ def test_deferred_orthogonal_tensors_keep_the_order_of_errors(tmp_path, monkeypa
     synthetic.write_checkpoint(str(tmp_path / "good"), good,
                                synthetic.llama_config(128, 256, 256, 2))
     assert_same_bytes(convert_both(tmp_path / "good", str(tmp_path / "bundles")))
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_every_checkpoint_dtype_gives_the_same_bytes(tmp_path, dtype):
+    # The native path reads the checkpoint's own bytes (BF16: the families above).
+    synthetic.write_checkpoint(str(tmp_path / "checkpoint"), synthetic.llama_tensors(),
+                               synthetic.llama_config(128, 256, 256, 2), dtype=dtype)
+    assert_same_bytes(convert_both(tmp_path / "checkpoint", str(tmp_path)))

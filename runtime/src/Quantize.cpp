@@ -28,6 +28,8 @@
 
 #include "cq4p/cq4p.h"
 
+#include "fp16.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -108,115 +110,190 @@ void signedSumsGeneric(const double *p, size_t rows, size_t gs, const double *si
 }
 
 #ifdef CQ4P_QUANTIZE_X86
+// R groups x V vectors of outputs per pass; each output's sum stays sequential.
+template <int R, int V>
+__attribute__((target("avx512f"))) void signedSumsTile512(const double *p, size_t gs,
+                                                          const double *sign, double *out) {
+  for (size_t j = 0; j < gs; j += 8 * V) {
+    __m512d a[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v)
+        a[r][v] = _mm512_setzero_pd();
+    const double *s = sign + j;
+    for (size_t i = 0; i < gs; ++i, s += gs) {
+      __m512d sv[V];
+      for (int v = 0; v < V; ++v)
+        sv[v] = _mm512_loadu_pd(s + 8 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m512d b = _mm512_set1_pd(p[r * gs + i]);
+        for (int v = 0; v < V; ++v)
+          a[r][v] = _mm512_fmadd_pd(b, sv[v], a[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v)
+        _mm512_storeu_pd(out + r * gs + j + 8 * v, a[r][v]);
+  }
+}
+
+__attribute__((target("avx512f"))) void
+signedSums512(const double *p, size_t rows, size_t gs, const double *sign, double *out) {
+  size_t m = 0;
+  for (; m + 8 <= rows; m += 8)
+    signedSumsTile512<8, 2>(p + m * gs, gs, sign, out + m * gs);
+  for (; m + 4 <= rows; m += 4)
+    signedSumsTile512<4, 2>(p + m * gs, gs, sign, out + m * gs);
+  for (; m < rows; ++m)
+    signedSumsTile512<1, 2>(p + m * gs, gs, sign, out + m * gs);
+}
+
+template <int R, int V>
+__attribute__((target("avx2,fma"))) void signedSumsTile256(const double *p, size_t gs,
+                                                           const double *sign, double *out) {
+  for (size_t j = 0; j < gs; j += 4 * V) {
+    __m256d a[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v)
+        a[r][v] = _mm256_setzero_pd();
+    const double *s = sign + j;
+    for (size_t i = 0; i < gs; ++i, s += gs) {
+      __m256d sv[V];
+      for (int v = 0; v < V; ++v)
+        sv[v] = _mm256_loadu_pd(s + 4 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m256d b = _mm256_broadcast_sd(p + r * gs + i);
+        for (int v = 0; v < V; ++v)
+          a[r][v] = _mm256_fmadd_pd(b, sv[v], a[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v)
+        _mm256_storeu_pd(out + r * gs + j + 4 * v, a[r][v]);
+  }
+}
+
 __attribute__((target("avx2,fma"))) void
 signedSumsAvx2(const double *p, size_t rows, size_t gs, const double *sign, double *out) {
   size_t m = 0;
-  for (; m + 4 <= rows; m += 4) {
-    const double *p0 = p + m * gs, *p1 = p0 + gs, *p2 = p1 + gs, *p3 = p2 + gs;
-    for (size_t j = 0; j < gs; j += 8) {
-      __m256d a00 = _mm256_setzero_pd(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
-              a21 = a00, a30 = a00, a31 = a00;
-      const double *s = sign + j;
-      for (size_t i = 0; i < gs; ++i, s += gs) {
-        const __m256d s0 = _mm256_loadu_pd(s), s1 = _mm256_loadu_pd(s + 4);
-        __m256d b = _mm256_broadcast_sd(p0 + i);
-        a00 = _mm256_fmadd_pd(b, s0, a00);
-        a01 = _mm256_fmadd_pd(b, s1, a01);
-        b = _mm256_broadcast_sd(p1 + i);
-        a10 = _mm256_fmadd_pd(b, s0, a10);
-        a11 = _mm256_fmadd_pd(b, s1, a11);
-        b = _mm256_broadcast_sd(p2 + i);
-        a20 = _mm256_fmadd_pd(b, s0, a20);
-        a21 = _mm256_fmadd_pd(b, s1, a21);
-        b = _mm256_broadcast_sd(p3 + i);
-        a30 = _mm256_fmadd_pd(b, s0, a30);
-        a31 = _mm256_fmadd_pd(b, s1, a31);
-      }
-      double *o = out + m * gs + j;
-      _mm256_storeu_pd(o, a00);
-      _mm256_storeu_pd(o + 4, a01);
-      _mm256_storeu_pd(o + gs, a10);
-      _mm256_storeu_pd(o + gs + 4, a11);
-      _mm256_storeu_pd(o + 2 * gs, a20);
-      _mm256_storeu_pd(o + 2 * gs + 4, a21);
-      _mm256_storeu_pd(o + 3 * gs, a30);
-      _mm256_storeu_pd(o + 3 * gs + 4, a31);
-    }
-  }
-  if (m < rows)
-    signedSumsGeneric(p + m * gs, rows - m, gs, sign, out + m * gs);
+  for (; m + 6 <= rows; m += 6)
+    signedSumsTile256<6, 2>(p + m * gs, gs, sign, out + m * gs);
+  for (; m + 2 <= rows; m += 2)
+    signedSumsTile256<2, 2>(p + m * gs, gs, sign, out + m * gs);
+  for (; m < rows; ++m)
+    signedSumsTile256<1, 2>(p + m * gs, gs, sign, out + m * gs);
 }
 
-// ---- orthogonal: out[m][j] = sum_i fl32(u[m][i] * r[i][j]), sequential i.
-__attribute__((target("avx2"))) void
-rotateRowsAvx2(const float *u, size_t rows, size_t k, const float *r, float *out) {
+// Indices of n values (n % 8 == 0): bounds strictly below each value.
+__attribute__((target("avx512f"))) void nearest512(const double *values, size_t n,
+                                                   const double *bounds, uint8_t *out) {
+  __m512d b[kLevels - 1];
+  for (int i = 0; i < kLevels - 1; ++i)
+    b[i] = _mm512_set1_pd(bounds[i]);
+  const __m512i one = _mm512_set1_epi64(1);
+  for (size_t j = 0; j < n; j += 8) {
+    const __m512d v = _mm512_loadu_pd(values + j);
+    __m512i index = _mm512_setzero_si512();
+    for (int i = 0; i < kLevels - 1; ++i)
+      index = _mm512_mask_add_epi64(index, _mm512_cmp_pd_mask(b[i], v, _CMP_LT_OQ), index, one);
+    _mm_storel_epi64(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi64_epi8(index));
+  }
+}
+
+__attribute__((target("avx512f"))) void nearest512f(const float *values, size_t n,
+                                                    const double *bounds, uint8_t *out) {
+  __m512d b[kLevels - 1];
+  for (int i = 0; i < kLevels - 1; ++i)
+    b[i] = _mm512_set1_pd(bounds[i]);
+  const __m512i one = _mm512_set1_epi64(1);
+  for (size_t j = 0; j < n; j += 8) {
+    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(values + j)); // exact
+    __m512i index = _mm512_setzero_si512();
+    for (int i = 0; i < kLevels - 1; ++i)
+      index = _mm512_mask_add_epi64(index, _mm512_cmp_pd_mask(b[i], v, _CMP_LT_OQ), index, one);
+    _mm_storel_epi64(reinterpret_cast<__m128i *>(out + j), _mm512_cvtepi64_epi8(index));
+  }
+}
+
+// ---- orthogonal: out[m][j] = sum_i fl32(u[m][i] * r[i][j]), sequential i,
+// over a strip of kStrip columns packed [k][kStrip].
+template <int R>
+__attribute__((target("avx512f"))) void rotateTile512(const float *u, size_t k,
+                                                      const float *strip, float *out,
+                                                      size_t ldo) {
+  __m512 a[R][2];
+  for (int r = 0; r < R; ++r)
+    a[r][0] = a[r][1] = _mm512_setzero_ps();
+  const float *s = strip;
+  for (size_t i = 0; i < k; ++i, s += 32) {
+    const __m512 s0 = _mm512_loadu_ps(s), s1 = _mm512_loadu_ps(s + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 b = _mm512_set1_ps(u[r * k + i]);
+      a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(b, s0));
+      a[r][1] = _mm512_add_ps(a[r][1], _mm512_mul_ps(b, s1));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(out + r * ldo, a[r][0]);
+    _mm512_storeu_ps(out + r * ldo + 16, a[r][1]);
+  }
+}
+
+__attribute__((target("avx512f"))) void rotateStrip512(const float *u, size_t rows, size_t k,
+                                                       const float *strip, float *out) {
   size_t m = 0;
-  for (; m + 4 <= rows; m += 4) {
-    const float *u0 = u + m * k, *u1 = u0 + k, *u2 = u1 + k, *u3 = u2 + k;
-    for (size_t j = 0; j < k; j += 16) {
-      __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
-             a21 = a00, a30 = a00, a31 = a00;
-      const float *s = r + j;
-      for (size_t i = 0; i < k; ++i, s += k) {
-        const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + 8);
-        __m256 b = _mm256_broadcast_ss(u0 + i);
-        a00 = _mm256_add_ps(a00, _mm256_mul_ps(b, r0));
-        a01 = _mm256_add_ps(a01, _mm256_mul_ps(b, r1));
-        b = _mm256_broadcast_ss(u1 + i);
-        a10 = _mm256_add_ps(a10, _mm256_mul_ps(b, r0));
-        a11 = _mm256_add_ps(a11, _mm256_mul_ps(b, r1));
-        b = _mm256_broadcast_ss(u2 + i);
-        a20 = _mm256_add_ps(a20, _mm256_mul_ps(b, r0));
-        a21 = _mm256_add_ps(a21, _mm256_mul_ps(b, r1));
-        b = _mm256_broadcast_ss(u3 + i);
-        a30 = _mm256_add_ps(a30, _mm256_mul_ps(b, r0));
-        a31 = _mm256_add_ps(a31, _mm256_mul_ps(b, r1));
-      }
-      float *o = out + m * k + j;
-      _mm256_storeu_ps(o, a00);
-      _mm256_storeu_ps(o + 8, a01);
-      _mm256_storeu_ps(o + k, a10);
-      _mm256_storeu_ps(o + k + 8, a11);
-      _mm256_storeu_ps(o + 2 * k, a20);
-      _mm256_storeu_ps(o + 2 * k + 8, a21);
-      _mm256_storeu_ps(o + 3 * k, a30);
-      _mm256_storeu_ps(o + 3 * k + 8, a31);
+  for (; m + 8 <= rows; m += 8)
+    rotateTile512<8>(u + m * k, k, strip, out + m * k, k);
+  for (; m + 4 <= rows; m += 4)
+    rotateTile512<4>(u + m * k, k, strip, out + m * k, k);
+  for (; m < rows; ++m)
+    rotateTile512<1>(u + m * k, k, strip, out + m * k, k);
+}
+
+template <int R>
+__attribute__((target("avx2"))) void rotateTile256(const float *u, size_t k, const float *strip,
+                                                   float *out, size_t ldo) {
+  __m256 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v)
+      a[r][v] = _mm256_setzero_ps();
+  const float *s = strip;
+  for (size_t i = 0; i < k; ++i, s += 32) {
+    __m256 sv[4];
+    for (int v = 0; v < 4; ++v)
+      sv[v] = _mm256_loadu_ps(s + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(u + r * k + i);
+      for (int v = 0; v < 4; ++v)
+        a[r][v] = _mm256_add_ps(a[r][v], _mm256_mul_ps(b, sv[v]));
     }
   }
-  for (; m < rows; ++m) {
-    float *o = out + m * k;
-    for (size_t j = 0; j < k; ++j)
-      o[j] = 0.0f;
-    for (size_t i = 0; i < k; ++i) {
-      const float ui = u[m * k + i];
-      const float *s = r + i * k;
-      for (size_t j = 0; j < k; ++j)
-        o[j] = o[j] + ui * s[j];
-    }
-  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v)
+      _mm256_storeu_ps(out + r * ldo + 8 * v, a[r][v]);
+}
+
+__attribute__((target("avx2"))) void rotateStripAvx2(const float *u, size_t rows, size_t k,
+                                                     const float *strip, float *out) {
+  size_t m = 0;
+  for (; m + 3 <= rows; m += 3)
+    rotateTile256<3>(u + m * k, k, strip, out + m * k, k);
+  for (; m < rows; ++m)
+    rotateTile256<1>(u + m * k, k, strip, out + m * k, k);
 }
 #endif
 
-void rotateRowsGeneric(const float *u, size_t rows, size_t k, const float *r, float *out) {
-  // Four rows and 64 columns at a time, sequential over i for each output.
-  constexpr size_t kCols = 64;
-  size_t m = 0;
-  for (; m < rows; m += 4) {
-    const size_t mr = std::min<size_t>(4, rows - m);
-    for (size_t j = 0; j < k; j += kCols) {
-      const size_t nc = std::min(kCols, k - j);
-      float acc[4][kCols] = {};
-      for (size_t i = 0; i < k; ++i) {
-        const float *s = r + i * k + j;
-        for (size_t q = 0; q < mr; ++q) {
-          const float ui = u[(m + q) * k + i];
-          for (size_t c = 0; c < nc; ++c)
-            acc[q][c] = acc[q][c] + ui * s[c];
-        }
-      }
-      for (size_t q = 0; q < mr; ++q)
-        std::memcpy(out + (m + q) * k + j, acc[q], nc * sizeof(float));
+constexpr size_t kStrip = 32;
+
+void rotateStripGeneric(const float *u, size_t rows, size_t k, const float *strip, float *out) {
+  for (size_t m = 0; m < rows; ++m) {
+    float acc[kStrip] = {};
+    for (size_t i = 0; i < k; ++i) {
+      const float ui = u[m * k + i];
+      const float *s = strip + i * kStrip;
+      for (size_t c = 0; c < kStrip; ++c)
+        acc[c] = acc[c] + ui * s[c];
     }
+    std::memcpy(out + m * k, acc, sizeof(acc));
   }
 }
 
@@ -229,20 +306,58 @@ bool hasAvx2Fma() {
 #endif
 }
 
+bool hasAvx512() {
+#ifdef CQ4P_QUANTIZE_X86
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 void signedSums(const double *p, size_t rows, size_t gs, const double *sign, double *out) {
 #ifdef CQ4P_QUANTIZE_X86
+  if (gs % 16 == 0 && hasAvx512())
+    return signedSums512(p, rows, gs, sign, out);
   if (gs % 8 == 0 && hasAvx2Fma())
     return signedSumsAvx2(p, rows, gs, sign, out);
 #endif
   signedSumsGeneric(p, rows, gs, sign, out);
 }
 
-void rotateRows(const float *u, size_t rows, size_t k, const float *r, float *out) {
+void nearestIndices(const double *values, size_t n, const double *bounds, uint8_t *out) {
+  size_t j = 0;
 #ifdef CQ4P_QUANTIZE_X86
-  if (k % 16 == 0 && hasAvx2Fma())
-    return rotateRowsAvx2(u, rows, k, r, out);
+  if (hasAvx512()) {
+    j = n & ~size_t(7);
+    nearest512(values, j, bounds, out);
+  }
 #endif
-  rotateRowsGeneric(u, rows, k, r, out);
+  for (; j < n; ++j)
+    out[j] = nearestIndex(values[j], bounds);
+}
+
+void nearestIndices(const float *values, size_t n, const double *bounds, uint8_t *out) {
+  size_t j = 0;
+#ifdef CQ4P_QUANTIZE_X86
+  if (hasAvx512()) {
+    j = n & ~size_t(7);
+    nearest512f(values, j, bounds, out);
+  }
+#endif
+  for (; j < n; ++j)
+    out[j] = nearestIndex(double(values[j]), bounds);
+}
+
+// rows x kStrip outputs (row stride k) from a strip packed [k][kStrip].
+void rotateStrip(const float *u, size_t rows, size_t k, const float *strip, float *out) {
+#ifdef CQ4P_QUANTIZE_X86
+  if (hasAvx512())
+    return rotateStrip512(u, rows, k, strip, out);
+  if (hasAvx2Fma())
+    return rotateStripAvx2(u, rows, k, strip, out);
+#endif
+  rotateStripGeneric(u, rows, k, strip, out);
 }
 
 // ---- panels: one super-block of 64 rows of indices [64][k] -> its bytes.
@@ -290,13 +405,27 @@ struct Bad {
   }
 };
 
-// Loads row r scaled and zero-padded to kp; false if a value is not finite.
-bool scaledRow(const float *w, size_t k, size_t kp, const double *scale, size_t r,
-               double *x) {
-  const float *src = w + r * k;
+// One element of a checkpoint row as float32 (exactly as numpy widens it).
+inline float sourceValue(const void *w, int dtype, size_t index) {
+  switch (dtype) {
+  case CQ4P_SOURCE_BF16: {
+    const uint32_t bits = uint32_t(static_cast<const uint16_t *>(w)[index]) << 16;
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    return value;
+  }
+  case CQ4P_SOURCE_F16:
+    return cq4p_half_to_float(static_cast<const uint16_t *>(w)[index]);
+  default:
+    return static_cast<const float *>(w)[index];
+  }
+}
+
+template <int Dtype>
+bool scaledRowOf(const void *w, size_t k, size_t kp, const double *scale, size_t r, double *x) {
   bool finite = true;
   for (size_t i = 0; i < k; ++i) {
-    x[i] = double(src[i]) * scale[i];
+    x[i] = double(sourceValue(w, Dtype, r * k + i)) * scale[i];
     finite &= std::isfinite(x[i]);
   }
   for (size_t i = k; i < kp; ++i)
@@ -304,8 +433,45 @@ bool scaledRow(const float *w, size_t k, size_t kp, const double *scale, size_t 
   return finite;
 }
 
+// Loads row r as float64(w) * scale, zero-padded to kp; false if a value is
+// not finite.
+bool scaledRow(const void *w, int dtype, size_t k, size_t kp, const double *scale, size_t r,
+               double *x) {
+  switch (dtype) {
+  case CQ4P_SOURCE_BF16:
+    return scaledRowOf<CQ4P_SOURCE_BF16>(w, k, kp, scale, r, x);
+  case CQ4P_SOURCE_F16:
+    return scaledRowOf<CQ4P_SOURCE_F16>(w, k, kp, scale, r, x);
+  default:
+    return scaledRowOf<CQ4P_SOURCE_F32>(w, k, kp, scale, r, x);
+  }
+}
+
+// p[i] = fl(fl(x[i] / norm) * unit) for one group (the division exact, as numpy's).
+#ifdef CQ4P_QUANTIZE_X86
+__attribute__((target("avx512f"))) void dividedScaled512(const double *x, size_t n, double norm,
+                                                         double unit, double *p) {
+  const __m512d vn = _mm512_set1_pd(norm), vu = _mm512_set1_pd(unit);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm512_storeu_pd(p + i, _mm512_mul_pd(_mm512_div_pd(_mm512_loadu_pd(x + i), vn), vu));
+  for (; i < n; ++i)
+    p[i] = (x[i] / norm) * unit;
+}
+#endif
+
+void dividedScaled(const double *x, size_t n, double norm, double unit, double *p) {
+#ifdef CQ4P_QUANTIZE_X86
+  if (hasAvx512())
+    return dividedScaled512(x, n, norm, unit, p);
+#endif
+  for (size_t i = 0; i < n; ++i)
+    p[i] = (x[i] / norm) * unit;
+}
+
 struct HadamardJob {
-  const float *w;
+  const void *w;
+  int dtype;
   size_t n, k, kp, gs;
   const double *scale, *bounds, *sign;
   const uint8_t *canonical;
@@ -329,7 +495,7 @@ struct HadamardJob {
     const size_t rows = std::min<size_t>(kChannels, n - sb * kChannels);
     for (size_t c = 0; c < rows; ++c) {
       const size_t r = sb * kChannels + c;
-      if (!scaledRow(w, k, kp, scale, r, xr)) {
+      if (!scaledRow(w, dtype, k, kp, scale, r, xr)) {
         bad->report(r);
         return;
       }
@@ -337,13 +503,10 @@ struct HadamardJob {
         const double *xg = xr + g * gs;
         const double norm = std::max(std::sqrt(einsumSquares(xg, gs)), kNormMin);
         norms[r * ng + g] = norm;
-        for (size_t i = 0; i < gs; ++i)
-          pr[g * gs + i] = (xg[i] / norm) * unit;
+        dividedScaled(xg, gs, norm, unit, pr + g * gs);
       }
       signedSums(pr, ng, gs, sign, o);
-      uint8_t *row = ix + c * kp;
-      for (size_t j = 0; j < kp; ++j)
-        row[j] = nearestIndex(o[j], bounds);
+      nearestIndices(o, kp, bounds, ix + c * kp);
     }
     if (rows < kChannels)
       std::memset(ix + rows * kp, 0, (kChannels - rows) * kp);
@@ -352,7 +515,8 @@ struct HadamardJob {
 };
 
 struct OrthogonalJob {
-  const float *w;
+  const void *w;
+  int dtype;
   size_t n, k, kp;
   const double *scale, *bounds;
   const float *rotation;
@@ -377,7 +541,7 @@ struct OrthogonalJob {
     const size_t rows = std::min<size_t>(kChannels, n - sb * kChannels);
     for (size_t c = 0; c < rows; ++c) {
       const size_t r = sb * kChannels + c;
-      if (!scaledRow(w, k, kp, scale, r, xr)) {
+      if (!scaledRow(w, dtype, k, kp, scale, r, xr)) {
         bad->report(r);
         return;
       }
@@ -386,10 +550,9 @@ struct OrthogonalJob {
       for (size_t i = 0; i < kp; ++i)
         ur[c * kp + i] = float(xr[i] / norm);
     }
-    rotateRows(ur, rows, kp, rotation, o);
-    for (size_t c = 0; c < rows; ++c)
-      for (size_t j = 0; j < kp; ++j)
-        ix[c * kp + j] = nearestIndex(double(o[c * kp + j]), bounds);
+    for (size_t j = 0; j < kp; j += kStrip)
+      rotateStrip(ur, rows, kp, rotation + j * kp, o + j);
+    nearestIndices(o, rows * kp, bounds, ix);
     if (rows < kChannels)
       std::memset(ix + rows * kp, 0, (kChannels - rows) * kp);
     packSuperBlock(ix, kp, CQ4P_ORTHOGONAL_VIRTUAL_GROUP, canonical,
@@ -397,11 +560,14 @@ struct OrthogonalJob {
   }
 };
 
-int checkCommon(const float *w, uint64_t n, uint64_t k, uint64_t kp, const double *scale,
+int checkCommon(const void *w, int dtype, uint64_t n, uint64_t k, uint64_t kp, const double *scale,
                 const double *bounds, const uint8_t *canonical, uint8_t *panels,
                 double *norms, char *error, size_t error_size) {
   if (!w || !scale || !bounds || !canonical || !panels || !norms)
     return fail(CQ4P_ERROR_ARGUMENT, error, error_size, "quantize: a null pointer");
+  if (dtype != CQ4P_SOURCE_F32 && dtype != CQ4P_SOURCE_BF16 && dtype != CQ4P_SOURCE_F16)
+    return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
+                "quantize: weight dtype %d, expected F32 (0), BF16 (1) or F16 (2)", dtype);
   if (n == 0 || k == 0 || kp < k)
     return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
                 "quantize: shape %llux%llu padded to K = %llu", (unsigned long long)n,
@@ -422,11 +588,11 @@ int reportBad(const Bad &bad, char *error, size_t error_size) {
 } // namespace
 
 extern "C" int cq4p_quantize_hadamard_panels(
-    const float *w, uint64_t n, uint64_t k, uint64_t k_padded, uint32_t group_size,
+    const void *w, int w_dtype, uint64_t n, uint64_t k, uint64_t k_padded, uint32_t group_size,
     const double *scale, const int8_t *left, const int8_t *right,
     const uint32_t *permutation, const double *bounds, const uint8_t *canonical,
     int threads, uint8_t *panels_out, double *norms_out, char *error, size_t error_size) {
-  int code = checkCommon(w, n, k, k_padded, scale, bounds, canonical, panels_out, norms_out,
+  int code = checkCommon(w, w_dtype, n, k, k_padded, scale, bounds, canonical, panels_out, norms_out,
                          error, error_size);
   if (code != CQ4P_OK)
     return code;
@@ -449,7 +615,7 @@ extern "C" int cq4p_quantize_hadamard_panels(
     }
   }
   Bad bad;
-  HadamardJob job{w, n, k, k_padded, gs, scale, bounds, sign.data(), canonical,
+  HadamardJob job{w, w_dtype, n, k, k_padded, gs, scale, bounds, sign.data(), canonical,
                   1.0 / std::sqrt(double(gs)), panels_out, norms_out, &bad, {}, {}, {}, {}};
   const size_t superBlocks = (n + kChannels - 1) / kChannels;
   size_t count = threads > 0 ? size_t(threads) : std::max(1u, std::thread::hardware_concurrency());
@@ -464,10 +630,10 @@ extern "C" int cq4p_quantize_hadamard_panels(
 }
 
 extern "C" int cq4p_quantize_orthogonal_panels(
-    const float *w, uint64_t n, uint64_t k, uint64_t k_padded, const double *scale,
+    const void *w, int w_dtype, uint64_t n, uint64_t k, uint64_t k_padded, const double *scale,
     const float *rotation, const double *bounds, const uint8_t *canonical, int threads,
     uint8_t *panels_out, double *norms_out, char *error, size_t error_size) {
-  int code = checkCommon(w, n, k, k_padded, scale, bounds, canonical, panels_out, norms_out,
+  int code = checkCommon(w, w_dtype, n, k, k_padded, scale, bounds, canonical, panels_out, norms_out,
                          error, error_size);
   if (code != CQ4P_OK)
     return code;
@@ -475,8 +641,15 @@ extern "C" int cq4p_quantize_orthogonal_panels(
     return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
                 "quantize: orthogonal panels need K %% %d == 0 and a rotation, K = %llu",
                 CQ4P_ORTHOGONAL_VIRTUAL_GROUP, (unsigned long long)k_padded);
+  // The rotation in strips of kStrip columns, [k / kStrip][k][kStrip]: a
+  // strip is read once per row tile, contiguous.
+  const size_t kp = k_padded;
+  std::vector<float> strips(kp * kp);
+  for (size_t j = 0; j < kp; j += kStrip)
+    for (size_t i = 0; i < kp; ++i)
+      std::memcpy(&strips[j * kp + i * kStrip], rotation + i * kp + j, kStrip * sizeof(float));
   Bad bad;
-  OrthogonalJob job{w, n, k, k_padded, scale, bounds, rotation, canonical, panels_out,
+  OrthogonalJob job{w, w_dtype, n, k, k_padded, scale, bounds, strips.data(), canonical, panels_out,
                     norms_out, &bad, {}, {}, {}, {}};
   const size_t superBlocks = (n + kChannels - 1) / kChannels;
   size_t count = threads > 0 ? size_t(threads) : std::max(1u, std::thread::hardware_concurrency());
