@@ -17,6 +17,13 @@ Tensor policy:
 - everything else: FP16, or FP32 when a value is outside fp16's finite
   range (as is a CQ4 candidate whose stored norms would overflow fp16).
 
+Quantizer: the runtime library's native one (`cq4p.native_quantize`,
+runtime/src/Quantize.cpp: multi-threaded, reading the checkpoint's bytes)
+writes the panel files when the library is built, else numpy's
+(`cq4p.quantize`, the oracle); the bundles are the same bytes. Each progress
+line ends with the tensor's parameters per second, and a last line gives
+the whole conversion's.
+
 The bundle is written into a temporary directory next to the output and
 renamed into place once complete; on any error or interrupt the temporary
 directory is removed, and an existing bundle (--force) is replaced only by a
@@ -241,18 +248,27 @@ def _use_native(quantizer, layout):
     return nq.available()
 
 
+# The native path's source and panel memory, reused tensor after tensor (each
+# tensor's file is written before the next one is read).
+_NATIVE_BUFFERS = None
+
+
 def _quantized_native(name, entry, rotation, seed, input_scale):
     """`_quantized` and the panel encoder, in the runtime (`weight.packed`),
     from the checkpoint's bytes."""
     from cq4p import native_quantize as nq
+    global _NATIVE_BUFFERS
+    if _NATIVE_BUFFERS is None:
+        _NATIVE_BUFFERS = nq.Buffers()
     try:
-        raw = nq.checkpoint_tensor(entry)
+        raw = nq.checkpoint_tensor(entry, _NATIVE_BUFFERS)
         if rotation == qz.ORTHOGONAL:
             return nq.quantize_orthogonal_panels(raw, seed, input_scale,
                                                  arch.padded(entry.shape[1]),
-                                                 source_dtype=entry.dtype)
+                                                 source_dtype=entry.dtype,
+                                                 buffers=_NATIVE_BUFFERS)
         return nq.quantize_hadamard_panels(raw, HADAMARD_GROUP_SIZE, seed, input_scale,
-                                           source_dtype=entry.dtype)
+                                           source_dtype=entry.dtype, buffers=_NATIVE_BUFFERS)
     except nq.NativeQuantizeError as error:
         values = st.load(entry)
         if not np.all(np.isfinite(values)):
@@ -469,4 +485,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    finally:
+        global _NATIVE_BUFFERS
+        _NATIVE_BUFFERS = None  # the memory goes with the conversion
     return out

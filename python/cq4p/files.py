@@ -274,7 +274,7 @@ def _write(path, header, regions, arrays, data_region, data):
         block = np.ascontiguousarray(data, dtype=data_region.dtype)
         if block.size * block.itemsize != data_region.nbytes:
             raise ValueError(f"data has {block.nbytes} bytes, expected {data_region.nbytes}")
-        out.write(block.tobytes())
+        out.write(memoryview(block).cast("B"))
 
 
 def _cq_header_and_write(path, layout, qw, gs, ng, regions_arrays, data):

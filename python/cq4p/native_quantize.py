@@ -102,13 +102,37 @@ SOURCE_DTYPES = {"F32": native.API["CQ4P_SOURCE_F32"], "BF16": native.API["CQ4P_
                  "F16": native.API["CQ4P_SOURCE_F16"]}
 
 
-def checkpoint_tensor(entry):
+class Buffers:
+    """Memory reused from one tensor to the next (a fresh large array costs
+    a page fault and a zeroed page per 4 KiB): `array(slot, dtype, shape)`
+    is valid until the next call for the same slot."""
+
+    def __init__(self):
+        self._memory = {}
+
+    def array(self, slot, dtype, shape):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        memory = self._memory.get(slot)
+        if memory is None or memory.size < nbytes:
+            memory = self._memory[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
+        return memory[:nbytes].view(dtype).reshape(shape)
+
+
+def _array(buffers, slot, dtype, shape):
+    if buffers is None:
+        return np.empty(shape, dtype=dtype)
+    return buffers.array(slot, dtype, shape)
+
+
+def checkpoint_tensor(entry, buffers=None):
     """A safetensors entry's bytes as an array of its dtype ([N, K]; BF16 as
     uint16): half or less of the float32 `safetensors.load` makes."""
+    raw = _array(buffers, "source", st.DTYPES[entry.dtype], (entry.size,))
     with open(entry.path, "rb") as handle:
         handle.seek(entry.begin)
-        raw = np.fromfile(handle, dtype=st.DTYPES[entry.dtype], count=entry.size)
-    if raw.size != entry.size:
+        read = handle.readinto(memoryview(raw).cast("B"))
+    if read != raw.nbytes:
         raise ValueError(f"{entry.path}: tensor {entry.name}: truncated data")
     return raw.reshape(entry.shape)
 
@@ -158,10 +182,11 @@ def _packed(weight, panels, norm_panels, norms):
 
 
 def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True, threads=None,
-                             source_dtype=None):
+                             source_dtype=None, buffers=None):
     """`quantize.quantize_hadamard`, its panels encoded (`weight.packed`),
     natively. w: float32 values, or a checkpoint's raw [N, K] array of
-    `source_dtype` ("F32", "BF16" as uint16, "F16")."""
+    `source_dtype` ("F32", "BF16" as uint16, "F16"). With `buffers` (a
+    Buffers), the panels live in its memory until its next use."""
     w, dtype = _source(w, source_dtype)
     n, k = w.shape
     k_padded = -(-k // gs) * gs
@@ -172,7 +197,7 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
     left, right, permutation = qz.hadamard_components(gs, seed)
     codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), prescale, "hadamard")
     bounds, canonical, cb_scale = _index_tables(levels, codebook)
-    panels = np.empty(pn.panel_data_bytes(n, k_padded), dtype=np.uint8)
+    panels = _array(buffers, "panels", np.uint8, (pn.panel_data_bytes(n, k_padded),))
     norms = np.empty((n, ng), dtype=np.float64)
     hadamard, _ = _functions()
     left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
@@ -190,7 +215,7 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
 
 
 def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None,
-                               source_dtype=None):
+                               source_dtype=None, buffers=None):
     """`quantize.quantize_orthogonal`, its panels (virtual 128-wide groups)
     encoded (`weight.packed`), natively; the rotation is numpy's. w as for
     `quantize_hadamard_panels`."""
@@ -207,7 +232,7 @@ def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threa
     codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), False, "orthogonal")
     bounds, canonical, cb_scale = _index_tables(levels, codebook)
     panel_gs = fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP
-    panels = np.empty(pn.panel_data_bytes(n, k), dtype=np.uint8)
+    panels = _array(buffers, "panels", np.uint8, (pn.panel_data_bytes(n, k),))
     norms = np.empty((n, 1), dtype=np.float64)
     _, orthogonal = _functions()
     _call(orthogonal, w.ctypes.data_as(ctypes.c_void_p), dtype, n, k_true, k, _ptr(scale, ctypes.c_double),
