@@ -154,3 +154,34 @@ def test_every_checkpoint_dtype_gives_the_same_bytes(tmp_path, dtype):
     synthetic.write_checkpoint(str(tmp_path / "checkpoint"), synthetic.llama_tensors(),
                                synthetic.llama_config(128, 256, 256, 2), dtype=dtype)
     assert_same_bytes(convert_both(tmp_path / "checkpoint", str(tmp_path)))
+
+
+KERNEL_PATHS_SCRIPT = r"""
+import numpy as np
+from cq4p import architecture as arch, native_quantize as nq, panels as pn, quantize as qz
+rng = np.random.default_rng(3)
+for n, k in [(70, 96), (130, 384), (9, 1024)]:
+    w = (rng.standard_normal((n, k)) * np.exp(rng.standard_normal(k))).astype(np.float32)
+    oracle = qz.quantize_hadamard(w, 128, 1)
+    expected = pn.encode_panels(oracle.indices, oracle.norms, oracle.codebook, 128, 128)
+    got = nq.quantize_hadamard_panels(w, 128, 1, threads=2).packed
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in expected], ("hadamard", n, k)
+    kp = arch.padded(k)
+    oracle = qz.quantize_orthogonal(w, 1, None, kp)
+    expected = pn.encode_panels(oracle.indices, oracle.norms, oracle.codebook, kp, 128)
+    got = nq.quantize_orthogonal_panels(w, 1, None, kp, threads=2).packed
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in expected], ("orthogonal", n, k)
+print("same")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_every_kernel_path_gives_the_same_bits(isa):
+    # The generic path is the one AArch64 runs; x86-64 picks AVX-512 or AVX2.
+    import subprocess
+    import sys
+    env = dict(os.environ, CQ4P_QUANTIZE_ISA=isa,
+               PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", KERNEL_PATHS_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr

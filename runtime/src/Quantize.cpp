@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -297,23 +298,32 @@ void rotateStripGeneric(const float *u, size_t rows, size_t k, const float *stri
   }
 }
 
-bool hasAvx2Fma() {
 #ifdef CQ4P_QUANTIZE_X86
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+// $CQ4P_QUANTIZE_ISA = generic | avx2 caps the kernels used (tests run every
+// path on one machine; all give the same bits).
+int isaCap() {
+  static const int cap = [] {
+    const char *value = std::getenv("CQ4P_QUANTIZE_ISA");
+    if (value && std::strcmp(value, "generic") == 0)
+      return 0;
+    if (value && std::strcmp(value, "avx2") == 0)
+      return 1;
+    return 2;
+  }();
+  return cap;
+}
+
+bool hasAvx2Fma() {
+  static const bool yes =
+      isaCap() >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
-#else
-  return false;
-#endif
 }
 
 bool hasAvx512() {
-#ifdef CQ4P_QUANTIZE_X86
-  static const bool yes = __builtin_cpu_supports("avx512f");
+  static const bool yes = isaCap() >= 2 && __builtin_cpu_supports("avx512f");
   return yes;
-#else
-  return false;
-#endif
 }
+#endif
 
 void signedSums(const double *p, size_t rows, size_t gs, const double *sign, double *out) {
 #ifdef CQ4P_QUANTIZE_X86
