@@ -428,6 +428,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     skipped = [entry.name for entry in entries if entry.name not in wanted]
     entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
+    deferred_rotations = set()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
@@ -437,7 +438,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
         started, total = time.perf_counter(), 0
         records = [None] * len(entries)
-        deferred = _prefetch_rotations(entries, seed, legacy, quantizer)
+        deferred = deferred_rotations = _prefetch_rotations(entries, seed, legacy, quantizer)
 
         def one(number):
             nonlocal total
@@ -488,4 +489,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     finally:
         global _NATIVE_BUFFERS
         _NATIVE_BUFFERS = None  # the memory goes with the conversion
+        if deferred_rotations:
+            from cq4p import native_quantize as nq
+            nq.forget_rotations()
     return out

@@ -90,6 +90,12 @@ def prefetch_rotation(k, seed):
         return _ROTATIONS[key]
 
 
+def forget_rotations():
+    """Drops the prefetched rotations (a conversion's end)."""
+    with _ROTATIONS_LOCK:
+        _ROTATIONS.clear()
+
+
 def _rotation(k, seed):
     future = _ROTATIONS.get((int(k), int(seed)))
     if future is not None:
