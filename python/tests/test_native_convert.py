@@ -185,3 +185,17 @@ def test_every_kernel_path_gives_the_same_bits(isa):
     result = subprocess.run([sys.executable, "-c", KERNEL_PATHS_SCRIPT], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr
+
+
+def test_a_norm_past_fp16_falls_back_to_the_same_dense_file(tmp_path):
+    # A stored norm past fp16's range makes the tensor dense (FP32) either way.
+    tensors = synthetic.llama_tensors()
+    tensors["model.layers.0.self_attn.q_proj.weight"][3, 5] = 1e9  # pre-scaled by ~1/500
+    tensors["model.embed_tokens.weight"][7, 2] = 3e5
+    synthetic.write_checkpoint(str(tmp_path / "checkpoint"), tensors,
+                               synthetic.llama_config(128, 256, 256, 2))
+    bundles = convert_both(tmp_path / "checkpoint", str(tmp_path))
+    assert_same_bytes(bundles)
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"):
+        files = [f for f in bundles["native"] if f.startswith(name + ".")]
+        assert files and not any(f.endswith(".cq4p.weights") for f in files), files
