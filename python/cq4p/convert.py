@@ -317,6 +317,28 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
             "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
 
 
+def _prefetch_rotations(entries, seed, legacy, quantizer):
+    """With the native quantizer, starts making the orthogonal tensors'
+    rotations on threads (numpy's QR, without the GIL); the numbers of the
+    entries to convert last, once the others are done."""
+    if quantizer == "numpy" or legacy is not None:
+        return set()
+    from cq4p import native_quantize as nq
+    if not nq.available():
+        return set()
+    later = set()
+    for number, entry in enumerate(entries, 1):
+        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
+                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
+            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
+            later.add(number)
+    return later
+
+
+def _rate(parameters, seconds):
+    return f"{parameters / max(seconds, 1e-9) / 1e6:.1f} M params/s"
+
+
 # --- the bundle --------------------------------------------------------------
 
 def _skip_reason(spec, name):
@@ -384,28 +406,6 @@ def write_model_files(directory, config, tensors, spec):
         reason = None
     bd.write_manifest(directory, bd.manifest(config, tensors, digest))
     return reason
-
-
-def _prefetch_rotations(entries, seed, legacy, quantizer):
-    """With the native quantizer, starts making the orthogonal tensors'
-    rotations on threads (numpy's QR, without the GIL); the numbers of the
-    entries to convert last, once the others are done."""
-    if quantizer == "numpy" or legacy is not None:
-        return set()
-    from cq4p import native_quantize as nq
-    if not nq.available():
-        return set()
-    later = set()
-    for number, entry in enumerate(entries, 1):
-        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
-                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
-            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
-            later.add(number)
-    return later
-
-
-def _rate(parameters, seconds):
-    return f"{parameters / max(seconds, 1e-9) / 1e6:.1f} M params/s"
 
 
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
