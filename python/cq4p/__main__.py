@@ -30,7 +30,7 @@ EXIT_INTERRUPTED = 130
 
 def _convert(args):
     cv.convert(args.model, args.out, force=args.force, seed=args.seed,
-               calibration=args.calibration, legacy=args.legacy)
+               calibration=args.calibration, legacy=args.legacy, quantizer=args.quantizer)
     return 0
 
 
@@ -160,6 +160,11 @@ def parser():
                          "by tensor name")
     convert.add_argument("--legacy", choices=cv.LEGACY_LAYOUTS,
                          help="write pre-panel CQ4 files in this layout where the shape allows")
+    convert.add_argument("--quantizer", choices=cv.QUANTIZERS, default="auto",
+                         help="native: the runtime library's multi-threaded quantizer "
+                              "(threads: $CQ4P_CONVERT_THREADS, default every CPU); numpy: "
+                              "the Python one; auto (default): native when the library is "
+                              "built. The bundles are the same bytes")
     convert.set_defaults(run=_convert)
 
     upgrade = commands.add_parser("upgrade", help="rewrite a bundle's legacy CQ4 files as panels")

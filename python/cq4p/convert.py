@@ -17,6 +17,13 @@ Tensor policy:
 - everything else: FP16, or FP32 when a value is outside fp16's finite
   range (as is a CQ4 candidate whose stored norms would overflow fp16).
 
+Quantizer: the runtime library's native one (`cq4p.native_quantize`,
+runtime/src/Quantize.cpp: multi-threaded, reading the checkpoint's bytes)
+writes the panel files when the library is built, else numpy's
+(`cq4p.quantize`, the oracle); the bundles are the same bytes. Each progress
+line ends with the tensor's parameters per second, and a last line gives
+the whole conversion's.
+
 The bundle is written into a temporary directory next to the output and
 renamed into place once complete; on any error or interrupt the temporary
 directory is removed, and an existing bundle (--force) is replaced only by a
@@ -29,6 +36,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -219,7 +227,57 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
     return qz.quantize_hadamard(values, HADAMARD_GROUP_SIZE, seed, input_scale, prescale)
 
 
-def convert_tensor(directory, entry, seed, calibration, legacy=None):
+QUANTIZERS = ("auto", "native", "numpy")
+# Orthogonal tensors at least this wide have their rotation made on a thread
+# (numpy's QR: ~20 s at K = 2048) and are converted after the others; smaller
+# ones (a fraction of a second) in checkpoint order.
+ROTATION_PREFETCH_MIN_K = 512
+
+
+def _use_native(quantizer, layout):
+    """The native quantizer (runtime library) writes panel files; "auto"
+    uses it when the library is there, "numpy" never."""
+    if quantizer not in QUANTIZERS:
+        raise ValueError(f"quantizer must be one of {QUANTIZERS}, got {quantizer!r}")
+    if quantizer == "numpy" or layout != fl.PANELS:
+        return False
+    from cq4p import native_quantize as nq
+    if quantizer == "native" and not nq.available():
+        raise ConvertError("the native quantizer needs the runtime library (scripts/build "
+                           "cq4p_runtime, or CQ4P_RUNTIME_LIB)")
+    return nq.available()
+
+
+# The native path's source and panel memory, reused tensor after tensor (each
+# tensor's file is written before the next one is read).
+_NATIVE_BUFFERS = None
+
+
+def _quantized_native(name, entry, rotation, seed, input_scale):
+    """`_quantized` and the panel encoder, in the runtime (`weight.packed`),
+    from the checkpoint's bytes."""
+    from cq4p import native_quantize as nq
+    global _NATIVE_BUFFERS
+    if _NATIVE_BUFFERS is None:
+        _NATIVE_BUFFERS = nq.Buffers()
+    try:
+        raw = nq.checkpoint_tensor(entry, _NATIVE_BUFFERS)
+        if rotation == qz.ORTHOGONAL:
+            return nq.quantize_orthogonal_panels(raw, seed, input_scale,
+                                                 arch.padded(entry.shape[1]),
+                                                 source_dtype=entry.dtype,
+                                                 buffers=_NATIVE_BUFFERS)
+        return nq.quantize_hadamard_panels(raw, HADAMARD_GROUP_SIZE, seed, input_scale,
+                                           source_dtype=entry.dtype, buffers=_NATIVE_BUFFERS)
+    except nq.NativeQuantizeError as error:
+        values = st.load(entry)
+        if not np.all(np.isfinite(values)):
+            raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~np.isfinite(values)))} "
+                               f"non-finite values in a weight to quantize") from None
+        raise ConvertError(f"tensor {name}: {error}") from None
+
+
+def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto"):
     """Writes one tensor's file; returns (manifest entry, progress text)."""
     name, shape = entry.name, entry.shape
     stem = bd.logical_file(name)
@@ -228,22 +286,27 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None):
     if len(shape) > fl.MAX_DIMS:
         raise ConvertError(f"{entry.path}: tensor {name} has {len(shape)} dims, at most "
                            f"{fl.MAX_DIMS} can be stored")
-    values = st.load(entry)
     if len(shape) == 2 and is_orthogonal_tensor(name):
         rotation, layout = qz.ORTHOGONAL, orthogonal_layout(*shape, legacy)
     elif is_hadamard_tensor(name, shape):
         rotation, layout = qz.HADAMARD, hadamard_layout(shape[0], legacy)
     else:
-        return _dense_entry(directory, name, values, shape)
+        return _dense_entry(directory, name, st.load(entry), shape)
 
     input_scale = _input_scale(name, shape[1], calibration)
+    path = os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout))
+    native = _use_native(quantizer, layout)
+    # The native quantizer reads the checkpoint's own bytes (F32, BF16 or F16).
+    values = None if native else st.load(entry)
     try:
-        weight = _quantized(name, values, rotation, seed, input_scale, layout)
+        if native:
+            weight = _quantized_native(name, entry, rotation, seed, input_scale)
+        else:
+            weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
-        return _dense_entry(directory, name, values, shape,
+        return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
                             f"not CQ4: {str(error).split(': ', 1)[1]}")
-    fl.WRITERS[layout](os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout)),
-                       weight)
+    fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
     stored = [weight.n, weight.k]
@@ -252,6 +315,28 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None):
         line += f" (K padded from {shape[1]})"
     return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
             "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
+
+
+def _prefetch_rotations(entries, seed, legacy, quantizer):
+    """With the native quantizer, starts making the orthogonal tensors'
+    rotations on threads (numpy's QR, without the GIL); the numbers of the
+    entries to convert last, once the others are done."""
+    if quantizer == "numpy" or legacy is not None:
+        return set()
+    from cq4p import native_quantize as nq
+    if not nq.available():
+        return set()
+    later = set()
+    for number, entry in enumerate(entries, 1):
+        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
+                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
+            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
+            later.add(number)
+    return later
+
+
+def _rate(parameters, seconds):
+    return f"{parameters / max(seconds, 1e-9) / 1e6:.1f} M params/s"
 
 
 # --- the bundle --------------------------------------------------------------
@@ -345,9 +430,12 @@ def check_replaceable(out, model_dir):
 
 
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
-            progress=None):
+            progress=None, quantizer="auto"):
     """Converts the checkpoint in model_dir into a bundle at out; progress
-    lines go to `progress` (default stderr)."""
+    lines go to `progress` (default stderr), each with the tensor's
+    parameters per second. quantizer: "auto" (the runtime's native
+    quantizer when its library is built, else numpy), "native" or "numpy";
+    the files are the same bytes."""
     progress = progress or sys.stderr
     if legacy is not None and legacy not in LEGACY_LAYOUTS:
         raise ValueError(f"legacy layout must be one of {LEGACY_LAYOUTS}, got {legacy!r}")
@@ -363,6 +451,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     skipped = [entry.name for entry in entries if entry.name not in wanted]
     entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
+    deferred_rotations = set()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
@@ -370,15 +459,45 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         bd.share_as_umask_says(temporary, directory=True)
         for name in skipped:
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
-        tensors = []
-        for number, entry in enumerate(entries, 1):
+        started, total = time.perf_counter(), 0
+        records = [None] * len(entries)
+        deferred = deferred_rotations = _prefetch_rotations(entries, seed, legacy, quantizer)
+
+        def one(number):
+            nonlocal total
+            entry = entries[number - 1]
+            begin = time.perf_counter()
             try:
-                record, line = convert_tensor(temporary, entry, seed, statistics, legacy)
+                record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
+                                              quantizer)
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
             record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
-            tensors.append(record)
-            print(f"[{number}/{len(entries)}] {entry.name}: {line}", file=progress, flush=True)
+            records[number - 1] = record
+            count = int(np.prod(entry.shape))
+            total += count
+            print(f"[{number}/{len(entries)}] {entry.name}: {line}; "
+                  f"{_rate(count, time.perf_counter() - begin)}", file=progress, flush=True)
+
+        # The orthogonal tensors go last, while their rotations are made; an
+        # error is still the first failing tensor's, in checkpoint order.
+        waiting = []
+        for number in range(1, len(entries) + 1):
+            if number in deferred:
+                waiting.append(number)
+                continue
+            try:
+                one(number)
+            except BaseException:
+                for earlier in waiting:
+                    if earlier < number:
+                        one(earlier)
+                raise
+        for number in waiting:
+            one(number)
+        tensors = records
+        print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
+              f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
         reason = write_model_files(temporary, config, tensors, spec)
         if reason:
             print(f"{MODEL_GRAPH}: not written: {reason}", file=progress)
@@ -398,4 +517,10 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    finally:
+        global _NATIVE_BUFFERS
+        _NATIVE_BUFFERS = None  # the memory goes with the conversion
+        if deferred_rotations:
+            from cq4p import native_quantize as nq
+            nq.forget_rotations()
     return out

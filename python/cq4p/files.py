@@ -274,7 +274,7 @@ def _write(path, header, regions, arrays, data_region, data):
         block = np.ascontiguousarray(data, dtype=data_region.dtype)
         if block.size * block.itemsize != data_region.nbytes:
             raise ValueError(f"data has {block.nbytes} bytes, expected {data_region.nbytes}")
-        out.write(block.tobytes())
+        out.write(memoryview(block).cast("B"))
 
 
 def _cq_header_and_write(path, layout, qw, gs, ng, regions_arrays, data):
@@ -332,8 +332,13 @@ def write_panel_file(path, qw):
     if refusal:
         raise ValueError(f"{path}: cannot write panels: {refusal}")
     gs = fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if qw.orthogonal else qw.group_size
-    panels, norm_panels, norms = pn.encode_panels(qw.indices, qw.norms, qw.codebook,
-                                                  qw.group_size, gs)
+    # The native quantizer (cq4p.native_quantize) hands its panels over packed.
+    packed = getattr(qw, "packed", None)
+    if packed is not None:
+        panels, norm_panels, norms = packed
+    else:
+        panels, norm_panels, norms = pn.encode_panels(qw.indices, qw.norms, qw.codebook,
+                                                      qw.group_size, gs)
     arrays = _common_arrays(qw)
     arrays.update(norms=norms, norm_panels=norm_panels)
     _cq_header_and_write(path, PANELS, qw, gs, qw.k // gs, arrays, panels)

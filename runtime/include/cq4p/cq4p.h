@@ -142,6 +142,38 @@ CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
 
+/* The native quantizer (the converter's, python/cq4p/quantize.py being its
+ * oracle): weights w [N][K] (enum cq4p_source_dtype) -> packed panels and float64 norms, bit
+ * for bit the indices and norms of the numpy implementation (the operation
+ * order is spelled out in runtime/src/Quantize.cpp). K is zero-padded to
+ * k_padded; scale: the stored input scale as float64 [k_padded]; bounds: the
+ * 15 float64 midpoints of the ascending float64 levels (index = bounds
+ * strictly below the rotated value); canonical: the index map applied
+ * before packing (FORMAT.md section 3). threads <= 0: one per CPU.
+ * panels_out: ceil64(N) * k_padded / 2 bytes; a non-finite weight is
+ * CQ4P_ERROR_ARGUMENT. */
+/* The element types of w: a checkpoint's own bytes (little-endian). */
+typedef enum cq4p_source_dtype {
+  CQ4P_SOURCE_F32 = 0,
+  CQ4P_SOURCE_BF16 = 1,
+  CQ4P_SOURCE_F16 = 2
+} cq4p_source_dtype;
+
+/* Hadamard: groups of group_size, norms_out [N][k_padded / group_size]. */
+CQ4P_API int cq4p_quantize_hadamard_panels(
+    const void *w, int w_dtype, uint64_t n, uint64_t k, uint64_t k_padded,
+    uint32_t group_size, const double *scale, const int8_t *left,
+    const int8_t *right, const uint32_t *permutation, const double *bounds,
+    const uint8_t *canonical, int threads, uint8_t *panels_out,
+    double *norms_out, char *error, size_t error_size);
+/* Orthogonal: rotation float32 [k_padded][k_padded] (the stored fp16 R),
+ * panels of virtual 128-wide groups, norms_out [N] (one per row). */
+CQ4P_API int cq4p_quantize_orthogonal_panels(
+    const void *w, int w_dtype, uint64_t n, uint64_t k, uint64_t k_padded,
+    const double *scale, const float *rotation, const double *bounds,
+    const uint8_t *canonical, int threads, uint8_t *panels_out,
+    double *norms_out, char *error, size_t error_size);
+
 /* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
  * the steps of a model library compiled from its model.mlir. A model is a
  * sequence's state (its KV cache and position): one call at a time. */

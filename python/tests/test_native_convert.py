@@ -1,0 +1,201 @@
+"""The native quantizer (runtime/src/Quantize.cpp) against the numpy one:
+the same bundle bytes on every synthetic family, the same refusals."""
+
+import os
+
+import numpy as np
+import pytest
+
+from cq4p import architecture as arch
+from cq4p import convert as cv
+from cq4p import native_quantize as nq
+from cq4p import panels as pn
+from cq4p import quantize as qz
+from cq4p import synthetic
+
+pytestmark = pytest.mark.skipif(not nq.available(),
+                                reason="the runtime library (native quantizer) is not built")
+
+
+def bundle_files(directory):
+    """{relative path: bytes} of every file under directory."""
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                files[os.path.relpath(path, directory)] = handle.read()
+    return files
+
+
+def convert_both(checkpoint, root, **options):
+    bundles = {}
+    with open(os.devnull, "w") as quiet:
+        for quantizer in ("numpy", "native"):
+            out = os.path.join(root, quantizer)
+            cv.convert(str(checkpoint), out, progress=quiet, quantizer=quantizer, **options)
+            bundles[quantizer] = bundle_files(out)
+    return bundles
+
+
+def assert_same_bytes(bundles):
+    numpy_files, native_files = bundles["numpy"], bundles["native"]
+    assert sorted(native_files) == sorted(numpy_files)
+    different = [name for name in numpy_files if numpy_files[name] != native_files[name]]
+    assert not different, f"files that differ: {different}"
+    assert any(name.endswith(".cq4p.weights") for name in numpy_files)
+
+
+@pytest.mark.parametrize("family", synthetic.ARCHITECTURES + synthetic.FAMILIES)
+def test_every_family_converts_to_the_same_bytes(family, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_model(str(checkpoint), family)
+    assert_same_bytes(convert_both(checkpoint, str(tmp_path)))
+
+
+def test_input_scales_and_a_seed_give_the_same_bytes(tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    config = synthetic.write_model(str(checkpoint), "qwen3", seed=3)
+    rng = np.random.default_rng(7)
+    hidden = config["hidden_size"]
+    stats = {f"model.layers.{i}.self_attn.q_proj.weight": np.abs(rng.standard_normal(hidden))
+             for i in range(2)}
+    stats["lm_head.weight"] = np.abs(rng.standard_normal(hidden)) * 10
+    np.savez(tmp_path / "stats.npz", **stats)
+    assert_same_bytes(convert_both(checkpoint, str(tmp_path), seed=9,
+                                   calibration=str(tmp_path / "stats.npz")))
+
+
+@pytest.mark.parametrize("n,k", [(1, 128), (63, 96), (65, 200), (130, 1100), (257, 384)])
+def test_hadamard_panels_match_the_oracle_for_any_thread_count(n, k):
+    rng = np.random.default_rng(n * 1000 + k)
+    w = (rng.standard_normal((n, k)) * np.exp(rng.standard_normal(k))).astype(np.float32)
+    scale = np.clip(np.exp(rng.standard_normal(k)), 1 / 8, 8)
+    oracle = qz.quantize_hadamard(w, 128, 4, scale)
+    panels, norm_panels, norms = pn.encode_panels(oracle.indices, oracle.norms,
+                                                  oracle.codebook, 128, 128)
+    for threads in (1, 2, 3):
+        packed = nq.quantize_hadamard_panels(w, 128, 4, scale, threads=threads)
+        assert [a.tobytes() for a in packed.packed] == [panels.tobytes(),
+                                                        norm_panels.tobytes(), norms.tobytes()]
+
+
+@pytest.mark.parametrize("n,k", [(1, 128), (70, 96), (129, 256), (64, 300)])
+def test_orthogonal_panels_match_the_oracle_for_any_thread_count(n, k):
+    rng = np.random.default_rng(n * 1000 + k)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    k_padded = arch.padded(k)
+    oracle = qz.quantize_orthogonal(w, 2, None, k_padded)
+    panels, norm_panels, norms = pn.encode_panels(oracle.indices, oracle.norms,
+                                                  oracle.codebook, k_padded, 128)
+    for threads in (1, 2, 3):
+        packed = nq.quantize_orthogonal_panels(w, 2, None, k_padded, threads=threads)
+        assert [a.tobytes() for a in packed.packed] == [panels.tobytes(),
+                                                        norm_panels.tobytes(), norms.tobytes()]
+
+
+@pytest.mark.parametrize("tensor", ["model.layers.0.self_attn.q_proj.weight",
+                                    "model.embed_tokens.weight"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_are_refused_the_same_way(tmp_path, tensor, bad):
+    tensors = synthetic.llama_tensors()
+    tensors[tensor][2, 3] = bad
+    tensors[tensor][5, 1] = bad
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_checkpoint(str(checkpoint), tensors,
+                               synthetic.llama_config(128, 256, 256, 2), dtype="F32")
+    messages = {}
+    for quantizer in ("numpy", "native"):
+        with pytest.raises(cv.ConvertError) as error:
+            cv.convert(str(checkpoint), str(tmp_path / quantizer), progress=open(os.devnull, "w"),
+                       quantizer=quantizer)
+        messages[quantizer] = str(error.value)
+        assert not (tmp_path / quantizer).exists()
+    assert messages["native"] == messages["numpy"]
+    assert f"tensor {tensor}: 2 non-finite values" in messages["native"]
+
+
+def test_the_runtime_refuses_non_finite_weights_itself():
+    w = np.ones((70, 128), dtype=np.float32)
+    w[66, 7] = np.nan
+    with pytest.raises(nq.NativeQuantizeError, match="non-finite values"):
+        nq.quantize_hadamard_panels(w)
+    with pytest.raises(nq.NativeQuantizeError, match="non-finite values"):
+        nq.quantize_orthogonal_panels(w)
+
+
+def test_deferred_orthogonal_tensors_keep_the_order_of_errors(tmp_path, monkeypatch):
+    # Wide embeddings go last (their rotation is made on a thread); the error
+    # reported is still the first bad tensor's in checkpoint order.
+    monkeypatch.setattr(cv, "ROTATION_PREFETCH_MIN_K", 0)
+    tensors = synthetic.llama_tensors()
+    tensors["model.embed_tokens.weight"][1, 1] = np.nan
+    tensors["model.layers.1.mlp.down_proj.weight"][0, 0] = np.nan
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_checkpoint(str(checkpoint), tensors,
+                               synthetic.llama_config(128, 256, 256, 2), dtype="F32")
+    messages = {}
+    for quantizer in ("numpy", "native"):
+        with pytest.raises(cv.ConvertError) as error:
+            cv.convert(str(checkpoint), str(tmp_path / quantizer), progress=open(os.devnull, "w"),
+                       quantizer=quantizer)
+        messages[quantizer] = str(error.value)
+    assert messages["native"] == messages["numpy"]
+    assert "model.embed_tokens.weight" in messages["native"]
+    good = synthetic.llama_tensors()  # and the good model, deferred, to the same bytes
+    synthetic.write_checkpoint(str(tmp_path / "good"), good,
+                               synthetic.llama_config(128, 256, 256, 2))
+    assert_same_bytes(convert_both(tmp_path / "good", str(tmp_path / "bundles")))
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16"])
+def test_every_checkpoint_dtype_gives_the_same_bytes(tmp_path, dtype):
+    # The native path reads the checkpoint's own bytes (BF16: the families above).
+    synthetic.write_checkpoint(str(tmp_path / "checkpoint"), synthetic.llama_tensors(),
+                               synthetic.llama_config(128, 256, 256, 2), dtype=dtype)
+    assert_same_bytes(convert_both(tmp_path / "checkpoint", str(tmp_path)))
+
+
+KERNEL_PATHS_SCRIPT = r"""
+import numpy as np
+from cq4p import architecture as arch, native_quantize as nq, panels as pn, quantize as qz
+rng = np.random.default_rng(3)
+for n, k in [(70, 96), (130, 384), (9, 1024)]:
+    w = (rng.standard_normal((n, k)) * np.exp(rng.standard_normal(k))).astype(np.float32)
+    oracle = qz.quantize_hadamard(w, 128, 1)
+    expected = pn.encode_panels(oracle.indices, oracle.norms, oracle.codebook, 128, 128)
+    got = nq.quantize_hadamard_panels(w, 128, 1, threads=2).packed
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in expected], ("hadamard", n, k)
+    kp = arch.padded(k)
+    oracle = qz.quantize_orthogonal(w, 1, None, kp)
+    expected = pn.encode_panels(oracle.indices, oracle.norms, oracle.codebook, kp, 128)
+    got = nq.quantize_orthogonal_panels(w, 1, None, kp, threads=2).packed
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in expected], ("orthogonal", n, k)
+print("same")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_every_kernel_path_gives_the_same_bits(isa):
+    # The generic path is the one AArch64 runs; x86-64 picks AVX-512 or AVX2.
+    import subprocess
+    import sys
+    env = dict(os.environ, CQ4P_QUANTIZE_ISA=isa,
+               PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", KERNEL_PATHS_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr
+
+
+def test_a_norm_past_fp16_falls_back_to_the_same_dense_file(tmp_path):
+    # A stored norm past fp16's range makes the tensor dense (FP32) either way.
+    tensors = synthetic.llama_tensors()
+    tensors["model.layers.0.self_attn.q_proj.weight"][3, 5] = 1e9  # pre-scaled by ~1/500
+    tensors["model.embed_tokens.weight"][7, 2] = 3e5
+    synthetic.write_checkpoint(str(tmp_path / "checkpoint"), tensors,
+                               synthetic.llama_config(128, 256, 256, 2))
+    bundles = convert_both(tmp_path / "checkpoint", str(tmp_path))
+    assert_same_bytes(bundles)
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"):
+        files = [f for f in bundles["native"] if f.startswith(name + ".")]
+        assert files and not any(f.endswith(".cq4p.weights") for f in files), files
