@@ -244,6 +244,13 @@ TEST(TruncatedWhileMappedDeathTest, FaultsElsewhereGoToTheHandlerBefore) {
 // A forked child: whether the runtime's handler came with it or is
 // installed there, the previous action is the default (or a sanitizer's).
 TEST(TruncatedWhileMappedDeathTest, FaultsElsewhereStillKillTheProcess) {
+#ifdef CQ4P_TEST_EMULATED
+  // User-mode QEMU 11.1 on some hosts (seen on a Linux 6.18 VM) re-delivers
+  // the SIGBUS of a truncated file mapping forever once the runtime's
+  // handler has restored the default action, instead of dying of it: the
+  // child spins and the test hangs. The host runs (native, ASan) check it.
+  GTEST_SKIP() << "user-mode QEMU loops on a re-raised SIGBUS of a file mapping";
+#endif
   TempDir dir;
   std::vector<uint8_t> bytes = panelBytes(7);
   // Killed by SIGBUS; under AddressSanitizer, whose handler was there
