@@ -20,7 +20,7 @@ else()
   set(CQ4P_DEPS_TRIPLE ${CMAKE_LIBRARY_ARCHITECTURE})
 endif()
 
-set(CQ4P_TOKENIZER_LIBS)
+set(tokenizer_libs "")
 foreach(lib pcre2-8 utf8proc)
   string(MAKE_C_IDENTIFIER "CQ4P_LIB_${lib}_${CQ4P_DEPS_TRIPLE}" var)
   find_file(${var} lib${lib}.a PATHS /usr/lib/${CQ4P_DEPS_TRIPLE}
@@ -29,9 +29,9 @@ foreach(lib pcre2-8 utf8proc)
     message(FATAL_ERROR "the tokenizer needs lib${lib}.a for ${CQ4P_DEPS_TRIPLE} in "
       "/usr/lib/${CQ4P_DEPS_TRIPLE}: run scripts/setup")
   endif()
-  list(APPEND CQ4P_TOKENIZER_LIBS ${${var}})
+  list(APPEND tokenizer_libs ${${var}})
 endforeach()
-set(CQ4P_TOKENIZER_LIBS "${CQ4P_TOKENIZER_LIBS}" CACHE INTERNAL "the tokenizer's static archives")
+set(CQ4P_TOKENIZER_LIBS "${tokenizer_libs}" CACHE INTERNAL "the tokenizer's static archives")
 
 set(CQ4P_DEPS_INCLUDE ${PROJECT_BINARY_DIR}/tokenizer-deps/include)
 foreach(header pcre2.h utf8proc.h nlohmann/json.hpp)
