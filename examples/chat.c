@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
       break;
     }
     printf("\n");
+    fflush(stdout);
     fprintf(stderr, "prefill %.1f tok/s (%lld tokens), decode %.1f tok/s (%lld tokens)\n",
             stats.prefill_seconds > 0 ? stats.prompt_tokens / stats.prefill_seconds : 0.0,
             (long long)stats.prompt_tokens,

@@ -46,13 +46,11 @@ class GenerateError(ValueError):
 
 
 def load_tokenizer(bundle_dir):
-    """(SentencePieceProcessor, None), or (None, what is missing)."""
+    """(SentencePieceProcessor, None), or (None, what is missing): for a
+    bundle with a tokenizer.model and no tokenizer.json."""
     path = os.path.join(bundle_dir, "tokenizer.model")
     if not os.path.isfile(path):
-        only_json = os.path.isfile(os.path.join(bundle_dir, "tokenizer.json"))
-        return None, (f"{bundle_dir} has no tokenizer.model"
-                      + (" (its tokenizer.json needs a library cq4p does not use)"
-                         if only_json else ""))
+        return None, f"{bundle_dir} has no tokenizer.json or tokenizer.model"
     try:
         import sentencepiece
     except ImportError:

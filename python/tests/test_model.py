@@ -368,7 +368,10 @@ def test_tokenizer_files_are_copied(synthetic_model, tmp_path):
     cv.convert(str(source), str(tmp_path / "bundle"), progress=open(os.devnull, "w"))
     assert (tmp_path / "bundle/tokenizer.json").read_text() == '{"model": {}}'
     assert (tmp_path / "bundle/tokenizer_config.json").exists()
-    assert not (tmp_path / "bundle/generation_config.json").exists()
+    # The stop ids the runtime's tokenizer reads.
+    assert (tmp_path / "bundle/generation_config.json").exists()
+    assert bd.read_manifest(str(tmp_path / "bundle"))["tokenizer_files"] == [
+        "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 
 
 def test_a_legacy_bundle_gets_its_graph_once_upgraded(synthetic_model, tmp_path, capsys):
@@ -430,7 +433,7 @@ def test_a_text_prompt_needs_a_tokenizer(synthetic_model, capsys):
     status, _, err = run(capsys, "generate", "--bundle", bundle, "--library", "unused.so",
                          "--prompt", "hello")
     assert status == 2
-    assert f"--prompt needs a tokenizer: {bundle} has no tokenizer.model" in err
+    assert f"--prompt needs a tokenizer: {bundle} has no tokenizer.json or tokenizer.model" in err
     status, _, err = run(capsys, "generate", "--bundle", bundle, "--library", "unused.so",
                          "--prompt", "hello", "--prompt-ids", "1")
     assert status == 2 and "give one of --prompt and --prompt-ids" in err

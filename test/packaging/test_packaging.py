@@ -170,8 +170,12 @@ def test_installed_tree(host_prefix, work):
     assert pkg_config(host_prefix, "--modversion") == [project_version()]
     assert flags("--cflags") == [f"-I{host_prefix / 'include'}"]
     assert flags("--libs") == [f"-L{host_prefix / 'lib'}", "-lcq4p_runtime"]
-    assert flags("--static", "--libs") == [f"-L{host_prefix / 'lib'}", "-lcq4p_runtime",
-                                           "-lstdc++", "-lm", "-ldl", "-pthread"]
+    # A static link adds the tokenizer's archives (PCRE2, utf8proc) and the
+    # C++ library, libm, dlopen and threads.
+    static = flags("--static", "--libs")
+    assert static[:2] == [f"-L{host_prefix / 'lib'}", "-lcq4p_runtime"]
+    assert [os.path.basename(flag) for flag in static[2:4]] == ["libpcre2-8.a", "libutf8proc.a"]
+    assert static[4:] == ["-lstdc++", "-lm", "-ldl", "-pthread"]
     # The C headers stand alone, in C.
     source = work / "headers.c"
     source.write_text("#include <cq4p/cq4p.h>\n#include <cq4p/kernel_abi.h>\n"
