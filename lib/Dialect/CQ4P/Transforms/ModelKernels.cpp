@@ -128,6 +128,25 @@ MemRefType rowsType(MLIRContext *ctx, int64_t width) {
   return MemRefType::get({kDynamic, width}, Float32Type::get(ctx));
 }
 
+/// body(r, c) for rows [0, rows) and, 16 at a time, the channels of the
+/// super-blocks [sbBegin, sbEnd) below n: a matmul dispatch's epilogue over
+/// the outputs its range wrote, while they are in cache.
+void forRangeChannels(Emitter &e, Value sbBegin, Value sbEnd, int64_t n,
+                      Value rows,
+                      function_ref<void(Emitter &, Value, Value)> body) {
+  Value channels = e.index(CQ4P_PANEL_CHANNELS);
+  Value begin = arith::MulIOp::create(e.b, e.loc, sbBegin, channels);
+  Value end = arith::MinSIOp::create(
+      e.b, e.loc, arith::MulIOp::create(e.b, e.loc, sbEnd, channels), e.index(n));
+  e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    Emitter e1{b1, l1};
+    e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
+      Emitter e2{b2, l2};
+      body(e2, r, c);
+    });
+  });
+}
+
 } // namespace
 
 FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
@@ -648,18 +667,11 @@ FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
     PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
                           y, sbBegin, sbEnd);
     Emitter e{b, loc};
-    Value channels = e.index(CQ4P_PANEL_CHANNELS);
-    Value begin = arith::MulIOp::create(b, loc, sbBegin, channels);
-    Value end = arith::MinSIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, sbEnd, channels), e.index(n));
-    Value loopRows = single ? e.index(1) : rowCount;
-    e.loop(e.index(0), loopRows, 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
-        Emitter e2{b2, l2};
-        e2.store(e2.add(e2.load(y, {r, c}), e2.load(bias, {c})), y, {r, c});
-      });
-    });
+    forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
+                     [&](Emitter &e2, Value r, Value c) {
+                       e2.store(e2.add(e2.load(y, {r, c}), e2.load(bias, {c})), y,
+                                {r, c});
+                     });
   });
 }
 
@@ -719,18 +731,11 @@ FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
     PanelMatmulOp::create(b, loc, args[3], args[4], args[5], act, scales, u,
                           sbBegin, sbEnd);
     Emitter e{b, loc};
-    Value channels = e.index(CQ4P_PANEL_CHANNELS);
-    Value begin = arith::MulIOp::create(b, loc, sbBegin, channels);
-    Value end = arith::MinSIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, sbEnd, channels), e.index(n));
-    Value loopRows = single ? e.index(1) : rowCount;
-    e.loop(e.index(0), loopRows, 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
-        Emitter e2{b2, l2};
-        Value gv = e2.load(g, {r, c});
-        e2.store(e2.mul(e2.activate(gv, silu), e2.load(u, {r, c})), out, {r, c});
-      });
-    });
+    forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
+                     [&](Emitter &e2, Value r, Value c) {
+                       Value gv = e2.load(g, {r, c});
+                       e2.store(e2.mul(e2.activate(gv, silu), e2.load(u, {r, c})),
+                                out, {r, c});
+                     });
   });
 }
