@@ -151,10 +151,10 @@ class _Graph:
             self.rows[result] = self.rows[like]
         return result
 
-    def norm(self, result, x, tensor, ssa, unit_offset=None):
+    def norm(self, result, x, tensor, ssa):
         weight, weight_type = self.bind(tensor, ssa, "dense")
         attrs = dict(epsilon=f32(self.spec.epsilon))
-        if self.spec.unit_offset if unit_offset is None else unit_offset:
+        if self.spec.unit_offset:
             attrs["unit_offset"] = True
         x_type = self.type_of(x)
         self.define(result, self.width[x], like=x)
