@@ -20,6 +20,7 @@
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
+using namespace mlir::cq4p;
 
 void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                                      const KernelPipelineOptions &options) {
@@ -59,9 +60,9 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   pm.addPass(createReconcileUnrealizedCastsPass());
   // The C ABI entry points and the kernel table.
   CQ4PExportKernelsOptions exportOptions;
-  exportOptions.target = target == KernelTarget::AArch64Neon   ? "aarch64-neon"
-                         : target == KernelTarget::AArch64Sme2 ? "aarch64-sme2"
-                                                               : "host";
+  exportOptions.target = target == KernelTarget::AArch64Neon   ? Target::aarch64_neon
+                         : target == KernelTarget::AArch64Sme2 ? Target::aarch64_sme2
+                                                               : Target::host;
   // What the target's code needs, on top of what the caller adds (the
   // host's own features, for the host path).
   uint64_t implied = target == KernelTarget::AArch64Neon
@@ -71,6 +72,9 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                          : 0;
   exportOptions.features = options.features | implied;
   pm.addPass(createCQ4PExportKernels(exportOptions));
+  // A model's steps as C functions over the entries, and its descriptor.
+  pm.addPass(createCQ4PExportSteps(
+      CQ4PExportStepsOptions{exportOptions.target, exportOptions.features}));
 }
 
 void mlir::cq4p::registerPipelines() {

@@ -230,8 +230,7 @@ class _Graph:
     def glu(self, result, gate, up, activation):
         x_type = self.type_of(gate)
         self.define(result, self.width[gate], like=gate)
-        self.emit(f"%{result} = cq4p.glu %{gate}, %{up} "
-                  f"{attributes(activation=chr(34) + activation + chr(34))} : {x_type}, "
+        self.emit(f"%{result} = cq4p.glu <{activation}> %{gate}, %{up} : {x_type}, "
                   f"{x_type} -> {x_type}")
         return result
 

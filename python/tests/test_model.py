@@ -285,7 +285,7 @@ def test_llama_graph(synthetic_model):
             "layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, "
             "scale = 1.250000e-01 : f32, window = 0 : i64} : tensor<?x256xf32>, "
             "tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x256xf32>") in graph
-    assert ("%l0_m = cq4p.glu %l0_g, %l0_u {activation = \"silu\"} : tensor<?x512xf32>, "
+    assert ("%l0_m = cq4p.glu <silu> %l0_g, %l0_u : tensor<?x512xf32>, "
             "tensor<?x512xf32> -> tensor<?x512xf32>") in graph
     # The MLP's norm is post_attention_layernorm, on the residual after attention.
     assert "%l0_h = arith.addf %h0, %l0_o : tensor<?x256xf32>" in graph
@@ -325,7 +325,7 @@ def test_gemma3_graph(synthetic_model):
                        r"f32, theta = ([^ ]+) : f32\}", graph)
     assert ropes == [("0", "1.000000e+00", "1.000000e+04"), ("1", "1.000000e+00", "1.000000e+04"),
                      ("2", "8.000000e+00", "1.000000e+06")]
-    assert '{activation = "gelu_tanh"}' in graph
+    assert 'cq4p.glu <gelu_tanh>' in graph
     # Sandwich norms: on the attention and MLP outputs before their adds.
     assert ("%l0_on = cq4p.rms_norm %l0_o, %l0_post_attention_layernorm {epsilon = "
             "1.000000e-06 : f32, unit_offset}") in graph

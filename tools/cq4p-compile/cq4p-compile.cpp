@@ -149,7 +149,7 @@ struct TargetChoice {
   llvm::Triple triple;
   std::string cpu, features, tuneCpu;
   uint64_t kernelFeatures = 0;
-  std::string x86Dot;
+  cq4p::X86Dot x86Dot = cq4p::X86Dot::generic;
   int64_t vectorBits = 0; ///< the widest vectors the code may use (x86)
 };
 
@@ -157,7 +157,8 @@ struct TargetChoice {
 /// (nothing else is enabled, so the recorded bits cover all the code may
 /// use), the panel dot, and the CQ4P_FEATURE_* bits the runtime checks.
 struct HostLevel {
-  const char *name, *cpu, *extraFeatures, *dot;
+  const char *name, *cpu, *extraFeatures;
+  cq4p::X86Dot dot;
   int64_t vectorBits;
   uint64_t features;
 };
@@ -167,13 +168,13 @@ constexpr uint64_t kV3 = kV2 | CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2;
 constexpr uint64_t kV4 =
     kV3 | CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVX512BW;
 constexpr HostLevel kHostLevels[] = {
-    {"x86-64", "x86-64", "", "", 128, 0},
-    {"x86-64-v2", "x86-64-v2", "", "ssse3", 128, kV2},
-    {"x86-64-v3", "x86-64-v3", "", "avx2", 256, kV3},
-    {"x86-64-v3+avxvnni", "x86-64-v3", "+avxvnni", "avxvnni", 256,
+    {"x86-64", "x86-64", "", cq4p::X86Dot::generic, 128, 0},
+    {"x86-64-v2", "x86-64-v2", "", cq4p::X86Dot::ssse3, 128, kV2},
+    {"x86-64-v3", "x86-64-v3", "", cq4p::X86Dot::avx2, 256, kV3},
+    {"x86-64-v3+avxvnni", "x86-64-v3", "+avxvnni", cq4p::X86Dot::avxvnni, 256,
      kV3 | CQ4P_FEATURE_X86_AVXVNNI},
-    {"x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni", "avx512vnni", 512,
-     kV4 | CQ4P_FEATURE_X86_AVX512VNNI},
+    {"x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni",
+     cq4p::X86Dot::avx512vnni, 512, kV4 | CQ4P_FEATURE_X86_AVX512VNNI},
 };
 
 /// The CQ4P_FEATURE_* bits of the x86 levels this machine runs, from
@@ -505,10 +506,11 @@ int main(int argc, char **argv) {
     return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
                 " is out of range (2 to 65536)");
   options.prefillChunk = prefillChunk;
-  if (kvCache != "f32" && kvCache != "f16")
+  std::optional<cq4p::KvDtype> kvDtype = cq4p::symbolizeKvDtype(kvCache);
+  if (!kvDtype)
     return fail("--kv-cache=" + kvCache + " is not a KV cache element type "
                 "(f32 or f16)");
-  options.kvCache = kvCache;
+  options.kvCache = *kvDtype;
   options.fuseDenseMlp = fuseDenseMlp;
   options.x86Dot = choice->x86Dot;
   options.features = choice->kernelFeatures;

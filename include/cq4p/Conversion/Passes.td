@@ -32,12 +32,23 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
     `ssse3`: 128-bit `pshufb` and a generic dot; `avx2`: 256-bit `pshufb`,
     `pmaddubsw(|a|, sign(w, a))` and `pmaddwd`; `avxvnni` / `avx512vnni`:
     256- / 512-bit `pshufb` and `vpdpbusd` on a codebook biased by 128, the
-    bias removed once per row and group (HostKernels.cpp). Empty: generic
-    vector code.
+    bias removed once per row and group (HostKernels.cpp); `generic`
+    (the default): generic vector code.
   }];
   let options = [
-    Option<"x86Dot", "x86-dot", "std::string", /*default=*/"\"\"",
-           "The x86 panel dot: ssse3, avx2, avxvnni, avx512vnni, or empty for generic vector code">,
+    Option<"x86Dot", "x86-dot", "mlir::cq4p::X86Dot",
+           /*default=*/"mlir::cq4p::X86Dot::generic", "The x86 panel dot",
+           [{::llvm::cl::values(
+               clEnumValN(mlir::cq4p::X86Dot::generic, "generic",
+                          "generic vector code"),
+               clEnumValN(mlir::cq4p::X86Dot::ssse3, "ssse3",
+                          "128-bit pshufb and a generic dot"),
+               clEnumValN(mlir::cq4p::X86Dot::avx2, "avx2",
+                          "256-bit pshufb, pmaddubsw and pmaddwd"),
+               clEnumValN(mlir::cq4p::X86Dot::avxvnni, "avxvnni",
+                          "256-bit pshufb and AVX-VNNI vpdpbusd"),
+               clEnumValN(mlir::cq4p::X86Dot::avx512vnni, "avx512vnni",
+                          "512-bit pshufb and AVX-512 VNNI vpdpbusd"))}]>,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::LLVM::LLVMDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",

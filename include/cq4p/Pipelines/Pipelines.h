@@ -3,6 +3,8 @@
 #ifndef CQ4P_PIPELINES_PIPELINES_H
 #define CQ4P_PIPELINES_PIPELINES_H
 
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
@@ -18,19 +20,25 @@ struct KernelPipelineOptions
   PassOptions::Option<int64_t> gemmRows{
       *this, "gemm-rows", llvm::cl::desc("Rows per GEMM tile"),
       llvm::cl::init(4)};
-  PassOptions::Option<std::string> x86Dot{
-      *this, "x86-dot",
-      llvm::cl::desc("Host path: the x86 panel dot (ssse3, avx2, avxvnni, "
-                     "avx512vnni; empty: generic vector code)"),
-      llvm::cl::init("")};
+  PassOptions::Option<X86Dot> x86Dot{
+      *this, "x86-dot", llvm::cl::desc("Host path: the x86 panel dot"),
+      llvm::cl::init(X86Dot::generic),
+      llvm::cl::values(
+          clEnumValN(X86Dot::generic, "generic", "generic vector code"),
+          clEnumValN(X86Dot::ssse3, "ssse3", "128-bit pshufb"),
+          clEnumValN(X86Dot::avx2, "avx2", "256-bit pshufb and pmaddubsw"),
+          clEnumValN(X86Dot::avxvnni, "avxvnni", "AVX-VNNI vpdpbusd"),
+          clEnumValN(X86Dot::avx512vnni, "avx512vnni",
+                     "AVX-512 VNNI vpdpbusd"))};
   PassOptions::Option<int64_t> prefillChunk{
       *this, "prefill-chunk",
       llvm::cl::desc("Most rows one prefill step of a model takes"),
       llvm::cl::init(128)};
-  PassOptions::Option<std::string> kvCache{
-      *this, "kv-cache",
-      llvm::cl::desc("Element type of a model's KV cache: f32 or f16"),
-      llvm::cl::init("f32")};
+  PassOptions::Option<KvDtype> kvCache{
+      *this, "kv-cache", llvm::cl::desc("Element type of a model's KV cache"),
+      llvm::cl::init(KvDtype::f32),
+      llvm::cl::values(clEnumValN(KvDtype::f32, "f32", "fp32"),
+                       clEnumValN(KvDtype::f16, "f16", "fp16"))};
   PassOptions::Option<bool> fuseDenseMlp{
       *this, "fuse-dense-mlp",
       llvm::cl::desc("A model's gate and up projections and gating in one "
@@ -47,7 +55,7 @@ struct KernelPipelineOptions
 ///   cq4p-lower-model, cq4p-lower-to-kernels, cq4p-tile-super-blocks,
 ///   [convert-cq4p-to-arm-sme,] convert-cq4p-to-neon | convert-cq4p-to-vector,
 ///   canonicalize,
-///   the upstream lowering to LLVM, cq4p-export-kernels.
+///   the upstream lowering to LLVM, cq4p-export-kernels, cq4p-export-steps.
 void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                          const KernelPipelineOptions &options);
 

@@ -168,7 +168,7 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %partials = memref.alloca() : memref<2x1x64xi32>
-  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %c0
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %c0 {rescale = #cq4p.partials_rescale<group_loop>}
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<1x256xi8>, memref<2x1x64xi32>
   scf.for %g = %c0 to %c2 step %c1 {
     %slice = memref.subview %partials[%g, 0, 0] [1, 1, 64] [1, 1, 1]
@@ -269,7 +269,7 @@ func.func @cq4p_gemm_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %partials = memref.alloca() : memref<2x3x64xi32>
-  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %c0
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %c0 {rescale = #cq4p.partials_rescale<group_loop>}
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<2x3x64xi32>
   scf.for %g = %c0 to %c2 step %c1 {
     %slice = memref.subview %partials[%g, 0, 0] [1, 3, 64] [1, 1, 1]
@@ -363,7 +363,7 @@ func.func @cq4p_gemm_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %partials = memref.alloca() : memref<2x16x64xi32>
-  cq4p.panel_partials %panels, %cb, %packed, %partials, %sb, %c0, %c0
+  cq4p.panel_partials %panels, %cb, %packed, %partials, %sb, %c0, %c0 {rescale = #cq4p.partials_rescale<group_loop>}
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<2x32x16x4xi8>, memref<2x16x64xi32>
   scf.for %j = %c0 to %c2 step %c1 {
     %g = arith.addi %c0, %j : index
@@ -441,8 +441,9 @@ func.func @cq4p_gemm_pack_tail(%act: memref<?x96xi8>, %scales: memref<?x3xf32>,
 
 // -----
 
-// A rescale loop of another shape (here over the groups in reverse) is not
-// fused: the partials are stored from ZA and rescaled by cq4p.rescale.
+// Partials whose rescale cq4p-tile-super-blocks did not record (no
+// `rescale = group_loop`; here the loop runs over the groups in reverse) are
+// stored from ZA and rescaled by cq4p.rescale.
 // CHECK-LABEL: func.func @cq4p_gemv_not_fused
 // CHECK: call @cq4p_gemv_not_fused_sme_row_partials
 // CHECK: cq4p.rescale

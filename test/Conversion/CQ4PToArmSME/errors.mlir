@@ -10,3 +10,15 @@ func.func @rows9(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<?x256xi8>, memref<2x9x64xi32>
   return
 }
+
+// -----
+
+// A recorded rescale loop must follow the partials.
+func.func @missing_rescale_loop(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
+                                %act: memref<1x256xi8>, %partials: memref<2x1x64xi32>,
+                                %sb: index, %row: index, %g0: index) {
+  // expected-error @below {{'cq4p.panel_partials' op expected the loop rescaling its groups right after it (rescale = group_loop)}}
+  cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %g0 {rescale = #cq4p.partials_rescale<group_loop>}
+      : memref<2x2x32x128xi8>, memref<16xi8>, memref<1x256xi8>, memref<2x1x64xi32>
+  return
+}

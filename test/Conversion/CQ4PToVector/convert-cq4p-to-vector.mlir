@@ -47,7 +47,7 @@
 // VNNI512-COUNT-32: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
 // VNNI512-NOT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd
 // VNNI512: vector.store %{{.*}} : memref<1x64xi32>, vector<16xi32>
-// BAD: unknown x86-dot 'sse9' (expected ssse3, avx2, avxvnni, avx512vnni or nothing)
+// BAD: for the --x86-dot option: Cannot find option named 'sse9'!
 func.func @panel_dot(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
                      %act: memref<?x32xi8>, %partials: memref<1x64xi32>,
                      %sb: index, %g: index, %row: index) {

@@ -81,8 +81,9 @@ func.func @attention_negative_layer(%q: tensor<?x256xf32>, %k: tensor<?x128xf32>
 // -----
 
 func.func @glu_activation(%g: tensor<?x256xf32>, %u: tensor<?x256xf32>) {
-  // expected-error @+1 {{expected the activation 'silu' or 'gelu_tanh', got 'relu'}}
-  %m = cq4p.glu %g, %u {activation = "relu"} : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
+  // expected-error @+2 {{expected ::mlir::cq4p::Activation to be one of: silu, gelu_tanh}}
+  // expected-error @+1 {{failed to parse CQ4P_ActivationAttr parameter 'value'}}
+  %m = cq4p.glu <relu> %g, %u : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
   return
 }
 
@@ -90,7 +91,7 @@ func.func @glu_activation(%g: tensor<?x256xf32>, %u: tensor<?x256xf32>) {
 
 func.func @glu_shapes(%g: tensor<?x256xf32>, %u: tensor<?x512xf32>) {
   // expected-error @+1 {{expected the up ([?, 512]) to have the shape of the gate ([?, 256])}}
-  %m = cq4p.glu %g, %u {activation = "silu"} : tensor<?x256xf32>, tensor<?x512xf32> -> tensor<?x256xf32>
+  %m = cq4p.glu <silu> %g, %u : tensor<?x256xf32>, tensor<?x512xf32> -> tensor<?x256xf32>
   return
 }
 

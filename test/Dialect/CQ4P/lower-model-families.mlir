@@ -9,16 +9,16 @@
 // position); the state the convolution's 2 rows of 128 floats.
 // CHECK: cq4p.model_plan = {{.*}}kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 1024 : i64
 // CHECK-LABEL: cq4p.step @decode
-// CHECK: cq4p.dispatch @cq4p_columns_128_o0_w96 {pointers = [{base = "workspace", row_bytes = 512 : i64}, {base = "workspace", offset = [[H:[0-9]+]] : i64, row_bytes = 384 : i64}], scalars = ["rows"], split = "rows", work = array<i64: 1, 0>}
-// CHECK-NEXT: cq4p.dispatch @cq4p_columns_96_o0_w128 {pointers = [{base = "workspace", offset = [[H]] : i64, row_bytes = 384 : i64}, {base = "workspace", {{.*}}row_bytes = 512 : i64}], scalars = ["rows"], split = "rows", work = array<i64: 1, 0>}
-// CHECK: cq4p.dispatch @cq4p_gemv_bias_384x128_gs128_f16 {pointers = [{base = "binding", index = 1 : i64}, {{.*}}, {base = "binding", index = 2 : i64}, {{.*}}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 6>}
-// CHECK: cq4p.dispatch @cq4p_short_conv_128_l3_f16 {pointers = [{{.*}}, {base = "binding", index = 3 : i64}, {base = "state"}, {{.*}}], scalars = ["rows", "position", "begin", "end"], split = "range", work = array<i64: 0, 8>}
-// CHECK: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} {pointers = [{{.*}}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}
+// CHECK: cq4p.dispatch @cq4p_columns_128_o0_w96 <rows> work [1, 0] pointers [#cq4p.place<workspace, row_bytes = 512>, #cq4p.place<workspace, offset = [[H:[0-9]+]], row_bytes = 384>] scalars [rows]
+// CHECK-NEXT: cq4p.dispatch @cq4p_columns_96_o0_w128 <rows> work [1, 0] pointers [#cq4p.place<workspace, offset = [[H]], row_bytes = 384>, #cq4p.place<workspace, {{.*}}row_bytes = 512>] scalars [rows]
+// CHECK: cq4p.dispatch @cq4p_gemv_bias_384x128_gs128_f16 <range> work [0, 6] pointers [#cq4p.place<binding, index = 1>, {{.*}}, #cq4p.place<binding, index = 2>, {{.*}}] scalars [rows, begin, end]
+// CHECK: cq4p.dispatch @cq4p_short_conv_128_l3_f16 <range> work [0, 8] pointers [{{.*}}, #cq4p.place<binding, index = 3>, #cq4p.place<state>, {{.*}}] scalars [rows, position, begin, end]
+// CHECK: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} <range> work [0, 2] pointers [{{.*}}, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>
 // The shared attention reads the same buffers, with its own window.
-// CHECK: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w4_s{{[0-9]+}} {pointers = [{{.*}}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}
-// CHECK: cq4p.dispatch @cq4p_scale_by_128_f16 {pointers = [{{.*}}, {base = "binding", index = 4 : i64}, {{.*}}]
-// CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 {pointers = [{{.*}}, {base = "logits", row_bytes = 1024 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_softcap_256_c{{[0-9]+}} {pointers = [{base = "logits", row_bytes = 1024 : i64}, {base = "logits", row_bytes = 1024 : i64}], scalars = ["rows"], single_row
+// CHECK: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w4_s{{[0-9]+}} <range> work [0, 2] pointers [{{.*}}, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>
+// CHECK: cq4p.dispatch @cq4p_scale_by_128_f16 <rows> work [1, 0] pointers [{{.*}}, #cq4p.place<binding, index = 4>, {{.*}}]
+// CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 <range> work [0, 4] pointers [{{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
+// CHECK-NEXT: cq4p.dispatch @cq4p_softcap_256_c{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<logits, row_bytes = 1024>, #cq4p.place<logits, row_bytes = 1024>] scalars [rows] {single_row}
 
 module attributes {cq4p.model = {architecture = "test", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
   func.func @forward(%ids: tensor<?xi64>, %pos: index,

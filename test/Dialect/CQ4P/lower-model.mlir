@@ -4,15 +4,15 @@
 
 // RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 fuse-dense-mlp" | FileCheck %s --check-prefix=FUSED
 
-// BAD: kv-cache 'bf16' is not an element type of the KV cache (f32 or f16)
+// BAD: for the --kv-cache option: Cannot find option named 'bf16'!
 
 // With fuse-dense-mlp, the gate and up projections and their gating are one
 // dispatch over the super-blocks, after the one shared activation transform.
 // FUSED-LABEL: cq4p.step @decode
 // FUSED: cq4p.dispatch @cq4p_add_128
 // FUSED-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
-// FUSED-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {pointers = [{base = "binding", index = 7 : i64}, {{.*}}, {base = "workspace", offset = [[A:[0-9]+]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S:[0-9]+]] : i64, row_bytes = 4 : i64}]
-// FUSED-NEXT: cq4p.dispatch @cq4p_mlp_gemv_256x128_gs128_silu {pointers = [{base = "binding", index = 7 : i64}, {base = "binding", index = 8 : i64}, {base = "workspace", offset = [[A]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S]] : i64, row_bytes = 4 : i64}, {{.*}}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 4>}
+// FUSED-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {{.*}} pointers [#cq4p.place<binding, index = 7>, {{.*}}, #cq4p.place<workspace, offset = [[A:[0-9]+]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S:[0-9]+]], row_bytes = 4>]
+// FUSED-NEXT: cq4p.dispatch @cq4p_mlp_gemv_256x128_gs128_silu <range> work [0, 4] pointers [#cq4p.place<binding, index = 7>, #cq4p.place<binding, index = 8>, #cq4p.place<workspace, offset = [[A]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S]], row_bytes = 4>, {{.*}}] scalars [rows, begin, end]
 // FUSED-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
 // FUSED-LABEL: cq4p.step @prefill
 // FUSED: cq4p.dispatch @cq4p_mlp_gemm_256x128_gs128_silu
@@ -20,12 +20,12 @@
 
 // An fp16 KV cache: the rotary embedding writes the keys as fp16; the
 // values are computed into the workspace and converted into the cache.
-// F16: cq4p.model_plan = {{.*}}kv_dtype = 2 : i64
+// F16: cq4p.model_plan = {{.*}}kv_dtype = #cq4p.kv_dtype<f16>
 // F16-LABEL: cq4p.step @decode
-// F16: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {{.*}}, {base = "workspace", offset = [[V:[0-9]+]] : i64, row_bytes = 256 : i64}]
-// F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 {pointers = [{base = "workspace", offset = [[V]] : i64, row_bytes = 256 : i64}, {at_position, base = "values", cache_offset = 128 : i64, index = 0 : i64, row_bytes = 128 : i64}], scalars = ["rows"], split = "rows"
-// F16: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}}_f16 {pointers = [{{.*}}, {at_position, base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 128 : i64}]
-// F16-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}}_f16 {pointers = [{{.*}}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 128 : i64}, {base = "values", cache_offset = 128 : i64, index = 0 : i64, row_bytes = 128 : i64}
+// F16: cq4p.dispatch @cq4p_gemv_64x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 4>, {{.*}}, #cq4p.place<workspace, offset = [[V:[0-9]+]], row_bytes = 256>]
+// F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 <rows> {{.*}} pointers [#cq4p.place<workspace, offset = [[V]], row_bytes = 256>, #cq4p.place<values, cache_offset = 128, row_bytes = 128, at_position>] scalars [rows]
+// F16: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}}_f16 {{.*}} pointers [{{.*}}, #cq4p.place<keys, row_bytes = 128, at_position>]
+// F16-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}}_f16 {{.*}} pointers [{{.*}}, #cq4p.place<keys, row_bytes = 128>, #cq4p.place<values, cache_offset = 128, row_bytes = 128>
 
 // One llama-style layer. The decode step runs GEMVs, the prefill step
 // GEMMs and hands a single row to @decode; q, k and v (and gate, up) share
@@ -35,18 +35,18 @@
 
 // The descriptor's facts: bindings in argument order, the workspace.
 // CHECK: cq4p.model_plan = {bindings = [{group_size = 128 : i64, k = 128 : i64, kind = 1 : i64, n = 256 : i64, orthogonal = true, tensor = "model.embed_tokens.weight"}, {kind = 2 : i64, n = 128 : i64, tensor = "l0.ln"},
-// CHECK-SAME: kv_dtype = 1 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 0 : i64, workspace_bytes = {{[0-9]+}} : i64}
+// CHECK-SAME: kv_dtype = #cq4p.kv_dtype<f32>, kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 0 : i64, workspace_bytes = {{[0-9]+}} : i64}
 // CHECK-NOT: func.func @forward
 // CHECK-LABEL: cq4p.step @decode attributes {max_rows = 1 : i64} {
-// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 {pointers = [{base = "binding", index = 0 : i64}, {base = "ids", row_bytes = 8 : i64}, {base = "workspace", row_bytes = 512 : i64}], scalars = ["rows"], split = "rows", work = array<i64: 1, 0>}
-// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} {pointers = [{base = "workspace", row_bytes = 512 : i64}, {base = "binding", index = 1 : i64}, {base = "workspace", offset = [[X:[0-9]+]] : i64, row_bytes = 512 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[X]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[A:[0-9]+]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S:[0-9]+]] : i64, row_bytes = 4 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 1>}
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128 {pointers = [{base = "binding", index = 2 : i64}, {base = "workspace", offset = [[A]] : i64, row_bytes = 128 : i64}, {base = "workspace", offset = [[S]] : i64, row_bytes = 4 : i64}, {base = "workspace", offset = [[Q:[0-9]+]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "begin", "end"], split = "range", work = array<i64: 0, 2>}
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 3 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {base = "workspace", offset = [[K:[0-9]+]] : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {pointers = [{base = "binding", index = 4 : i64}, {base = "workspace", offset = [[A]] : i64, {{.*}}, {at_position, base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_f{{[0-9a-f]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position"], split = "rows"
-// CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}} {pointers = [{base = "workspace", offset = [[K]] : i64, row_bytes = 256 : i64}, {at_position, base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}]
-// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} {pointers = [{base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}, {base = "keys", cache_offset = 0 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "values", cache_offset = 256 : i64, index = 0 : i64, row_bytes = 256 : i64}, {base = "workspace", offset = [[Q]] : i64, row_bytes = 512 : i64}], scalars = ["rows", "position", "context", "begin", "end"], split = "range", work = array<i64: 0, 2>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 <rows> work [1, 0] pointers [#cq4p.place<binding>, #cq4p.place<ids, row_bytes = 8>, #cq4p.place<workspace, row_bytes = 512>] scalars [rows]
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} {{.*}} pointers [#cq4p.place<workspace, row_bytes = 512>, #cq4p.place<binding, index = 1>, #cq4p.place<workspace, offset = [[X:[0-9]+]], row_bytes = 512>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard <range> work [0, 1] pointers [#cq4p.place<binding, index = 2>, #cq4p.place<workspace, offset = [[X]], row_bytes = 512>, #cq4p.place<workspace, offset = [[A:[0-9]+]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S:[0-9]+]], row_bytes = 4>] scalars [rows, begin, end]
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128 <range> work [0, 2] pointers [#cq4p.place<binding, index = 2>, #cq4p.place<workspace, offset = [[A]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S]], row_bytes = 4>, #cq4p.place<workspace, offset = [[Q:[0-9]+]], row_bytes = 512>] scalars [rows, begin, end]
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 3>, #cq4p.place<workspace, offset = [[A]]{{.*}}, #cq4p.place<workspace, offset = [[K:[0-9]+]], row_bytes = 256>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 4>, #cq4p.place<workspace, offset = [[A]]{{.*}}, #cq4p.place<values, cache_offset = 256, row_bytes = 256, at_position>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_f{{[0-9a-f]+}} <rows> {{.*}} pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position]
+// CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}} {{.*}} pointers [#cq4p.place<workspace, offset = [[K]], row_bytes = 256>, #cq4p.place<keys, row_bytes = 256, at_position>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} <range> work [0, 2] pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position, context, begin, end]
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_add_128
@@ -58,16 +58,16 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x256_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_add_128
-// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} {pointers = [{base = "workspace", last_row, row_bytes = 512 : i64}, {base = "binding", index = 10 : i64}, {{.*}}], scalars = ["rows"], single_row, split = "rows", work = array<i64: 0, 1>}
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<workspace, row_bytes = 512, last_row>, #cq4p.place<binding, index = 10>, {{.*}}] scalars [rows] {single_row}
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_orthogonal
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {pointers = [{base = "binding", index = 11 : i64}, {{.*}}, {base = "logits", row_bytes = 1024 : i64}], scalars = ["rows", "begin", "end"], single_row
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 11>, {{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
 // CHECK-NEXT: {{^  \}$}}
 // CHECK-LABEL: cq4p.step @prefill attributes {max_rows = 8 : i64, single_row = @decode} {
 // CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemm_128x128_gs128
-// CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}}base = "logits"
+// CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}}#cq4p.place<logits
 // CHECK-NEXT: {{^  \}$}}
 
 module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
@@ -97,7 +97,7 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
     %x2 = cq4p.rms_norm %h1, %ln2 {epsilon = 1.0e-06 : f32} : tensor<?x128xf32>, tensor<128xf16> -> tensor<?x128xf32>
     %g = cq4p.linear %x2, %wg : tensor<?x128xf32>, !cq4p.weight<256x128, gs = 128, hadamard, panels> -> tensor<?x256xf32>
     %u = cq4p.linear %x2, %wu : tensor<?x128xf32>, !cq4p.weight<256x128, gs = 128, hadamard, panels> -> tensor<?x256xf32>
-    %m = cq4p.glu %g, %u {activation = "silu"} : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
+    %m = cq4p.glu <silu> %g, %u : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
     %d = cq4p.linear %m, %wd : tensor<?x256xf32>, !cq4p.weight<128x256, gs = 128, hadamard, panels> -> tensor<?x128xf32>
     %h2 = arith.addf %h1, %d : tensor<?x128xf32>
     %c0 = arith.constant 0 : index

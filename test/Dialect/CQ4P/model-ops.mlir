@@ -22,8 +22,8 @@ func.func @decoder_ops(%ids: tensor<?xi64>, %pos: index,
   %a = cq4p.cached_attention %q, %k, %v, %pos {layer = 2 : i64, num_heads = 4 : i64,
       num_kv_heads = 2 : i64, head_dim = 64 : i64, window = 512 : i64, scale = 0.125 : f32}
       : tensor<?x256xf32>, tensor<?x128xf32>, tensor<?x128xf32>, index -> tensor<?x256xf32>
-  // CHECK: cq4p.glu %{{.*}}, %{{.*}} {activation = "gelu_tanh"}
-  %m = cq4p.glu %a, %x {activation = "gelu_tanh"}
+  // CHECK: cq4p.glu <gelu_tanh> %{{.*}}, %{{.*}} :
+  %m = cq4p.glu <gelu_tanh> %a, %x
       : tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x256xf32>
   return %m : tensor<?x256xf32>
 }

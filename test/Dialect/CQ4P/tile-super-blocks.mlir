@@ -22,7 +22,7 @@
 // SME2 GEMV: every group's partials at once, then the rescale per group.
 // SME2-LABEL: func.func @gemv
 // SME2: %[[PART:.*]] = memref.alloca() : memref<2x1x64xi32>
-// SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %{{.*}}, %[[PART]], %{{.*}}, %{{.*}}, %{{.*}} : {{.*}}, memref<1x256xi8>, memref<2x1x64xi32>
+// SME2: cq4p.panel_partials %{{.*}}, %{{.*}}, %{{.*}}, %[[PART]], %{{.*}}, %{{.*}}, %{{.*}} {rescale = #cq4p.partials_rescale<group_loop>} : {{.*}}, memref<1x256xi8>, memref<2x1x64xi32>
 // SME2: scf.for %[[G:.*]] =
 // SME2: %[[SLICE:.*]] = memref.subview %[[PART]][%[[G]], 0, 0] [1, 1, 64] [1, 1, 1]
 // SME2: cq4p.rescale %[[SLICE]]

@@ -14,6 +14,34 @@
 using namespace mlir;
 using namespace mlir::cq4p;
 
+/// `[rows, begin, end]`: the scalars as bare keywords.
+static ParseResult parseScalars(OpAsmParser &parser, ArrayAttr &scalars) {
+  SmallVector<Attribute> values;
+  if (parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+            FailureOr<DispatchScalar> scalar = parseEnumKeyword<DispatchScalar>(
+                parser, "dispatch scalar",
+                "rows, position, begin, end or context");
+            if (failed(scalar))
+              return failure();
+            values.push_back(
+                DispatchScalarAttr::get(parser.getContext(), *scalar));
+            return success();
+          }))
+    return failure();
+  scalars = parser.getBuilder().getArrayAttr(values);
+  return success();
+}
+
+static void printScalars(OpAsmPrinter &printer, Operation *, ArrayAttr scalars) {
+  printer << '[';
+  llvm::interleaveComma(scalars, printer, [&](Attribute scalar) {
+    printer << stringifyDispatchScalar(
+        cast<DispatchScalarAttr>(scalar).getValue());
+  });
+  printer << ']';
+}
+
 #define GET_OP_CLASSES
 #include "cq4p/Dialect/CQ4P/IR/CQ4POps.cpp.inc"
 
@@ -598,9 +626,6 @@ LogicalResult GluOp::verify() {
       failed(verifySameShape(*this, "the gate", getGate().getType(),
                              "the result", getResult().getType())))
     return failure();
-  if (getActivation() != "silu" && getActivation() != "gelu_tanh")
-    return emitOpError() << "expected the activation 'silu' or 'gelu_tanh', got '"
-                         << getActivation() << "'";
   return success();
 }
 
@@ -693,29 +718,8 @@ LogicalResult ShortConvOp::verify() {
 }
 
 LogicalResult DispatchOp::verify() {
-  if (getSplit() != "range" && getSplit() != "rows")
-    return emitOpError() << "expected split 'range' or 'rows', got '"
-                         << getSplit() << "'";
   if (getWork().size() != 2 || getWork()[0] < 0 || getWork()[1] < 0)
     return emitOpError() << "expected work = [rows factor >= 0, constant >= 0]";
-  for (Attribute pointer : getPointers()) {
-    auto dict = dyn_cast<DictionaryAttr>(pointer);
-    auto base = dict ? dict.getAs<StringAttr>("base") : StringAttr();
-    if (!base || !llvm::is_contained(
-                     ArrayRef<StringRef>{"binding", "workspace", "keys",
-                                         "values", "state", "ids", "logits"},
-                     base.getValue()))
-      return emitOpError() << "expected each pointer to be a dictionary with a "
-                              "base binding, workspace, keys, values, state, "
-                              "ids or logits, got "
-                           << pointer;
-  }
-  for (Attribute scalar : getScalars()) {
-    StringRef name = cast<StringAttr>(scalar).getValue();
-    if (!llvm::is_contained(ArrayRef<StringRef>{"rows", "position", "begin",
-                                                "end", "context"},
-                            name))
-      return emitOpError() << "unknown scalar '" << name << "'";
-  }
   return success();
 }
+

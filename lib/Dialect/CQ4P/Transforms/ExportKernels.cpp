@@ -16,7 +16,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ExportSteps.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/kernel_abi.h"
 
@@ -30,6 +29,7 @@ namespace mlir::cq4p {
 } // namespace mlir::cq4p
 
 using namespace mlir;
+using namespace mlir::cq4p;
 
 namespace {
 
@@ -41,32 +41,42 @@ struct AbiSignature {
   StringRef rowsParam; ///< fills the buffers' dynamic dimension
 };
 
-std::optional<AbiSignature> signatureOf(StringRef op) {
-  if (op == "quantize_hadamard" || op == "quantize_orthogonal")
-    return AbiSignature{op == "quantize_hadamard"
-                            ? CQ4P_KERNEL_QUANTIZE_HADAMARD
-                            : CQ4P_KERNEL_QUANTIZE_ORTHOGONAL,
+// The enums' values are kernel_abi.h's.
+static_assert(int(AbiKernel::quantize_hadamard) == CQ4P_KERNEL_QUANTIZE_HADAMARD &&
+              int(AbiKernel::quantize_orthogonal) ==
+                  CQ4P_KERNEL_QUANTIZE_ORTHOGONAL &&
+              int(AbiKernel::matmul) == CQ4P_KERNEL_MATMUL &&
+              int(AbiKernel::embedding) == CQ4P_KERNEL_EMBEDDING &&
+              int(AbiKernel::attention) == CQ4P_KERNEL_ATTENTION);
+static_assert(int(Target::host) == CQ4P_TARGET_HOST &&
+              int(Target::aarch64_neon) == CQ4P_TARGET_AARCH64_NEON &&
+              int(Target::aarch64_sme2) == CQ4P_TARGET_AARCH64_SME2);
+
+AbiSignature signatureOf(AbiKernel kind) {
+  auto op = cq4p_kernel_op(kind);
+  switch (kind) {
+  case AbiKernel::quantize_hadamard:
+  case AbiKernel::quantize_orthogonal:
+    return AbiSignature{op,
                         {"weight", "x", "act", "act_scales", "rows",
                          "group_begin", "group_end"},
                         4,
                         "rows"};
-  if (op == "matmul")
-    return AbiSignature{CQ4P_KERNEL_MATMUL,
+  case AbiKernel::matmul:
+    return AbiSignature{op,
                         {"weight", "act", "act_scales", "y", "rows",
                          "sb_begin", "sb_end"},
                         4,
                         "rows"};
-  if (op == "embedding")
-    return AbiSignature{CQ4P_KERNEL_EMBEDDING,
-                        {"weight", "ids", "out", "count"},
-                        3,
-                        "count"};
-  if (op == "attention")
-    return AbiSignature{CQ4P_KERNEL_ATTENTION,
+  case AbiKernel::embedding:
+    return AbiSignature{op, {"weight", "ids", "out", "count"}, 3, "count"};
+  case AbiKernel::attention:
+    return AbiSignature{op,
                         {"q", "k", "v", "out", "seq", "head_begin", "head_end"},
                         4,
                         "seq"};
-  return std::nullopt;
+  }
+  llvm_unreachable("unknown AbiKernel");
 }
 
 /// A model kernel's entry (called by the model's steps, not listed in the
@@ -130,17 +140,6 @@ public:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<cq4p_target> targetId =
-        llvm::StringSwitch<std::optional<cq4p_target>>(target)
-            .Case("host", CQ4P_TARGET_HOST)
-            .Case("aarch64-neon", CQ4P_TARGET_AARCH64_NEON)
-            .Case("aarch64-sme2", CQ4P_TARGET_AARCH64_SME2)
-            .Default(std::nullopt);
-    if (!targetId) {
-      module.emitError() << "cq4p-export-kernels: unknown target '" << target
-                         << "' (expected host, aarch64-neon or aarch64-sme2)";
-      return signalPassFailure();
-    }
     SmallVector<LLVM::LLVMFuncOp> kernels;
     module.walk([&](LLVM::LLVMFuncOp func) {
       if (func->hasAttr("cq4p.kernel"))
@@ -156,9 +155,7 @@ public:
       if (entry->op != 0)
         exported.push_back(*entry);
     }
-    emitTable(module, exported, *targetId);
-    if (failed(mlir::cq4p::exportModelSteps(module, *targetId, features)))
-      return signalPassFailure();
+    emitTable(module, exported, cq4p_target(target.getValue()));
   }
 
 private:
@@ -183,9 +180,11 @@ private:
     auto opName = info.getAs<StringAttr>("op");
     auto params = info.getAs<ArrayAttr>("params");
     auto types = info.getAs<ArrayAttr>("param_types");
-    std::optional<AbiSignature> abi =
-        opName ? signatureOf(opName.getValue()) : std::nullopt;
-    if (opName && !abi && params && types)
+    std::optional<AbiSignature> abi;
+    if (std::optional<AbiKernel> kind =
+            opName ? symbolizeAbiKernel(opName.getValue()) : std::nullopt)
+      abi = signatureOf(*kind);
+    else if (opName && params && types)
       abi = genericSignature(params, types);
     auto dynamicSizes = info.getAs<ArrayAttr>("dynamic_sizes");
     if (!abi || !params || !types || params.size() != types.size() ||
@@ -248,7 +247,7 @@ private:
       } else {
         Value arg = abiArg(param);
         if (!arg)
-          return impl.emitError() << "cq4p-export-kernels: the " << opName
+          return impl.emitError() << "cq4p-export-kernels: the " << opName.getValue()
                                   << " ABI has no parameter '" << param << "'";
         if (!isa<MemRefType>(type)) {
           callArgs.push_back(arg);

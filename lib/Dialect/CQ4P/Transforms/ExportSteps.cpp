@@ -5,9 +5,9 @@
 // its dispatches a task function `(args, begin, end)` that computes the
 // entry's pointers and integers from the step arguments and calls it:
 //
-//   cq4p.dispatch @cq4p_gemv_512x512_gs128 {split = "range", work = [0, 8],
-//       pointers = [{base = "binding", index = 3}, {base = "workspace",
-//       offset = 0}, ...], scalars = ["rows", "begin", "end"]}
+//   cq4p.dispatch @cq4p_gemv_512x512_gs128 <range> work [0, 8]
+//       pointers [#cq4p.place<binding, index = 3>, #cq4p.place<workspace>,
+//                 ...] scalars [rows, begin, end]
 //
 // becomes a call of `args->parallel_for(args->pool, task, args, 8)` in the
 // step, and
@@ -20,13 +20,17 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ExportSteps.h"
-
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
+
+namespace mlir::cq4p {
+#define GEN_PASS_DEF_CQ4PEXPORTSTEPS
+#include "cq4p/Dialect/CQ4P/Transforms/Passes.h.inc"
+} // namespace mlir::cq4p
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -58,7 +62,7 @@ public:
         ctx, {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr});
   }
 
-  LogicalResult run(StringRef target, uint32_t targetId, uint64_t features);
+  LogicalResult run(uint32_t targetId, uint64_t features);
 
 private:
   Value field(OpBuilder &b, Location loc, Value args, StepArg index, Type type) {
@@ -88,6 +92,8 @@ private:
   Type ptr, i32, i64;
   LLVM::LLVMStructType argsType;
   uint32_t kvDtypeId = CQ4P_KV_F32;
+  static_assert(int(KvDtype::f32) == CQ4P_KV_F32 &&
+                int(KvDtype::f16) == CQ4P_KV_F16);
   unsigned strings = 0;
 };
 
@@ -108,71 +114,82 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
   b.setInsertionPointToStart(block);
   Value args = block->getArgument(0), begin = block->getArgument(1),
         end = block->getArgument(2);
-  bool rowsSplit = dispatch.getSplit() == "rows";
+  bool rowsSplit = dispatch.getSplit() == DispatchSplit::rows;
   Value stepRows = dispatch.getSingleRow() ? constant(b, loc, 1)
                                            : field(b, loc, args, kRows, i64);
   Value position = field(b, loc, args, kPosition, i64);
   Value context = field(b, loc, args, kContext, i64);
 
   SmallVector<Value> operands;
-  for (Attribute attr : dispatch.getPointers()) {
-    auto place = cast<DictionaryAttr>(attr);
-    StringRef base = place.getAs<StringAttr>("base").getValue();
-    auto intOf = [&](StringRef key) {
-      auto value = place.getAs<IntegerAttr>(key);
-      return value ? value.getInt() : int64_t(0);
-    };
+  for (PlaceAttr place : dispatch.getPointers().getAsRange<PlaceAttr>()) {
     Value pointer;
-    if (base == "binding") {
+    switch (place.getBase()) {
+    case PlaceBase::binding: {
       Value table = field(b, loc, args, kBindings, ptr);
-      Value slot = LLVM::GEPOp::create(b, loc, ptr, ptr, table,
-                                       ArrayRef<LLVM::GEPArg>{int32_t(intOf("index"))});
+      Value slot = LLVM::GEPOp::create(
+          b, loc, ptr, ptr, table,
+          ArrayRef<LLVM::GEPArg>{int32_t(place.getIndex())});
       pointer = LLVM::LoadOp::create(b, loc, ptr, slot);
-    } else if (base == "workspace") {
+      break;
+    }
+    case PlaceBase::workspace:
       pointer = field(b, loc, args, kWorkspace, ptr);
-    } else if (base == "ids") {
+      break;
+    case PlaceBase::ids:
       pointer = field(b, loc, args, kIds, ptr);
-    } else if (base == "logits") {
+      break;
+    case PlaceBase::logits:
       pointer = field(b, loc, args, kLogits, ptr);
-    } else if (base == "state") {
+      break;
+    case PlaceBase::state:
       pointer = field(b, loc, args, kState, ptr);
-    } else { // keys, values: [context][row_bytes] after `cache_offset`
-             // bytes per position of the buffers before them
+      break;
+    case PlaceBase::keys:
+    case PlaceBase::values:
+      // [context][row_bytes] after `cache_offset` bytes per position of the
+      // buffers before them
       pointer = byteOffset(
           b, loc, field(b, loc, args, kKvCache, ptr),
           LLVM::MulOp::create(b, loc, context,
-                              constant(b, loc, intOf("cache_offset"))));
+                              constant(b, loc, place.getCacheOffset())));
+      break;
     }
-    int64_t rowBytes = intOf("row_bytes");
+    int64_t rowBytes = place.getRowBytes();
     Value rowsAhead = constant(b, loc, 0);
     if (rowsSplit && rowBytes)
       rowsAhead = begin;
-    if (place.get("at_position"))
+    if (place.getAtPosition())
       rowsAhead = LLVM::AddOp::create(b, loc, rowsAhead, position);
-    if (place.get("last_row"))
+    if (place.getLastRow())
       rowsAhead = LLVM::AddOp::create(
           b, loc, rowsAhead,
           LLVM::SubOp::create(b, loc, field(b, loc, args, kRows, i64),
                               constant(b, loc, 1)));
     Value bytes = LLVM::AddOp::create(
-        b, loc, constant(b, loc, intOf("offset")),
+        b, loc, constant(b, loc, place.getOffset()),
         LLVM::MulOp::create(b, loc, rowsAhead, constant(b, loc, rowBytes)));
     operands.push_back(byteOffset(b, loc, pointer, bytes));
   }
-  for (Attribute attr : dispatch.getScalars()) {
-    StringRef name = cast<StringAttr>(attr).getValue();
-    if (name == "rows")
+  for (auto scalar : dispatch.getScalars().getAsRange<DispatchScalarAttr>()) {
+    switch (scalar.getValue()) {
+    case DispatchScalar::rows:
       operands.push_back(rowsSplit ? LLVM::SubOp::create(b, loc, end, begin)
                                    : stepRows);
-    else if (name == "position")
+      break;
+    case DispatchScalar::position:
       operands.push_back(rowsSplit ? LLVM::AddOp::create(b, loc, position, begin)
                                    : position);
-    else if (name == "begin")
+      break;
+    case DispatchScalar::begin:
       operands.push_back(begin);
-    else if (name == "end")
+      break;
+    case DispatchScalar::end:
       operands.push_back(end);
-    else
+      break;
+    case DispatchScalar::context:
       operands.push_back(context);
+      break;
+    }
   }
   LLVM::LLVMFunctionType entryType = entry.getFunctionType();
   if (entryType.getNumParams() != operands.size())
@@ -344,7 +361,7 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
   LLVM::ReturnOp::create(b, loc, value);
 }
 
-LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features) {
+LogicalResult StepExporter::run(uint32_t targetId, uint64_t features) {
   auto model = module->getAttrOfType<DictionaryAttr>("cq4p.model");
   auto plan = module->getAttrOfType<DictionaryAttr>("cq4p.model_plan");
   SmallVector<StepOp> steps(module.getOps<StepOp>());
@@ -354,8 +371,8 @@ LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features)
     return module.emitError()
            << "cq4p.step ops need the cq4p.model and cq4p.model_plan "
               "attributes (run cq4p-lower-model)";
-  auto kvDtype = plan.getAs<IntegerAttr>("kv_dtype");
-  kvDtypeId = kvDtype ? uint32_t(kvDtype.getInt()) : uint32_t(CQ4P_KV_F32);
+  auto kvDtype = plan.getAs<KvDtypeAttr>("kv_dtype");
+  kvDtypeId = kvDtype ? uint32_t(kvDtype.getValue()) : uint32_t(CQ4P_KV_F32);
   LLVM::LLVMFuncOp decode, prefill;
   // The single-row step first: the others branch to it.
   llvm::stable_sort(steps, [](StepOp a, StepOp b) {
@@ -378,9 +395,16 @@ LogicalResult StepExporter::run(StringRef, uint32_t targetId, uint64_t features)
   return success();
 }
 
-} // namespace
+class ExportSteps
+    : public mlir::cq4p::impl::CQ4PExportStepsBase<ExportSteps> {
+public:
+  using Base::Base;
 
-LogicalResult mlir::cq4p::exportModelSteps(ModuleOp module, uint32_t targetId,
-                                           uint64_t features) {
-  return StepExporter(module).run("", targetId, features);
-}
+  void runOnOperation() override {
+    if (failed(StepExporter(getOperation())
+                   .run(uint32_t(target.getValue()), features)))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -11,11 +11,13 @@
 //
 // becomes, in `cq4p.step @prefill {max_rows = 128, single_row = @decode}`,
 //
-//   cq4p.dispatch @cq4p_rms_norm_512_d512_f16_e... {split = "rows",
-//       work = [1, 0], pointers = [<h>, <ln>, <x>], scalars = ["rows"]}
-//   cq4p.dispatch @cq4p_quantize_512_gs128_hadamard {split = "range",
-//       work = [0, 4], ...}
-//   cq4p.dispatch @cq4p_gemm_512x512_gs128 {split = "range", work = [0, 8], ...}
+//   cq4p.dispatch @cq4p_rms_norm_512_d512_f16_e... <rows> work [1, 0]
+//       pointers [<h>, <ln>, <x>] scalars [rows]
+//   cq4p.dispatch @cq4p_quantize_512_gs128_hadamard <range> work [0, 4] ...
+//   cq4p.dispatch @cq4p_gemm_512x512_gs128 <range> work [0, 8] ...
+//
+// where each pointer is a `#cq4p.place` (`#cq4p.place<workspace, offset =
+// 1024, row_bytes = 2048>`).
 //
 // Places: every value gets a workspace slot sized for the step's rows; a
 // slot is reused once every value in it is dead, and an elementwise op
@@ -27,8 +29,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "KernelBuilder.h"
-#include "ModelKernels.h"
+#include "cq4p/Codegen/KernelBuilder.h"
+#include "cq4p/Codegen/ModelKernels.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
@@ -62,9 +64,9 @@ int64_t alignUp(int64_t value) {
 
 /// Where a value lives while a step runs.
 struct Place {
-  std::string base = "workspace"; ///< workspace, keys, values, state, logits, ids
-  int64_t index = 0;               ///< the layer, for keys and values
-  int64_t offset = 0;              ///< bytes
+  PlaceBase base = PlaceBase::workspace;
+  int64_t index = 0;  ///< the binding, or the layer for keys and values
+  int64_t offset = 0; ///< bytes
   /// Keys and values: bytes per position of the cache buffers before this
   /// one (the buffer starts at kv_cache + context * cacheOffset).
   int64_t cacheOffset = 0;
@@ -73,33 +75,24 @@ struct Place {
   bool lastRow = false;    ///< a view of the last row of a workspace value
   int slot = -1;           ///< the workspace slot (refcounted)
 
-  DictionaryAttr attr(Builder &b) const {
-    SmallVector<NamedAttribute> fields = {
-        b.getNamedAttr("base", b.getStringAttr(base))};
-    if (base == "keys" || base == "values" || base == "binding")
-      fields.push_back(b.getNamedAttr("index", b.getI64IntegerAttr(index)));
-    if (base == "keys" || base == "values")
-      fields.push_back(
-          b.getNamedAttr("cache_offset", b.getI64IntegerAttr(cacheOffset)));
-    if (offset)
-      fields.push_back(b.getNamedAttr("offset", b.getI64IntegerAttr(offset)));
-    if (rowBytes)
-      fields.push_back(
-          b.getNamedAttr("row_bytes", b.getI64IntegerAttr(rowBytes)));
-    if (atPosition)
-      fields.push_back(b.getNamedAttr("at_position", b.getUnitAttr()));
-    if (lastRow)
-      fields.push_back(b.getNamedAttr("last_row", b.getUnitAttr()));
-    return b.getDictionaryAttr(fields);
+  PlaceAttr attr(MLIRContext *ctx) const {
+    return PlaceAttr::get(ctx, base, index, offset, cacheOffset, rowBytes,
+                          atPosition, lastRow);
   }
 
   static Place binding(int64_t index) {
     Place place;
-    place.base = "binding";
+    place.base = PlaceBase::binding;
     place.index = index;
     return place;
   }
 };
+
+constexpr DispatchScalar kRows = DispatchScalar::rows;
+constexpr DispatchScalar kPosition = DispatchScalar::position;
+constexpr DispatchScalar kBegin = DispatchScalar::begin;
+constexpr DispatchScalar kEnd = DispatchScalar::end;
+constexpr DispatchScalar kContext = DispatchScalar::context;
 
 /// First-fit allocation of 64-byte aligned blocks in one workspace.
 class Arena {
@@ -233,25 +226,27 @@ private:
     return place;
   }
 
-  void dispatch(FlatSymbolRefAttr kernel, StringRef split,
+  void dispatch(FlatSymbolRefAttr kernel, DispatchSplit split,
                 std::array<int64_t, 2> work, ArrayRef<Place> pointers,
-                ArrayRef<StringRef> scalars, bool single) {
-    SmallVector<Attribute> pointerAttrs;
+                ArrayRef<DispatchScalar> scalars, bool single) {
+    MLIRContext *ctx = b.getContext();
+    SmallVector<Attribute> pointerAttrs, scalarAttrs;
     for (const Place &place : pointers)
-      pointerAttrs.push_back(place.attr(b));
-    auto op = DispatchOp::create(
-        b, forward.getLoc(), kernel, b.getStringAttr(split),
-        b.getDenseI64ArrayAttr(work), b.getArrayAttr(pointerAttrs),
-        b.getStrArrayAttr(scalars), /*serial=*/nullptr,
-        single ? b.getUnitAttr() : nullptr);
-    (void)op;
+      pointerAttrs.push_back(place.attr(ctx));
+    for (DispatchScalar scalar : scalars)
+      scalarAttrs.push_back(DispatchScalarAttr::get(ctx, scalar));
+    DispatchOp::create(b, forward.getLoc(), kernel,
+                       DispatchSplitAttr::get(ctx, split),
+                       b.getDenseI64ArrayAttr(work), b.getArrayAttr(pointerAttrs),
+                       b.getArrayAttr(scalarAttrs), /*serial=*/nullptr,
+                       single ? b.getUnitAttr() : nullptr);
   }
   /// A kernel over rows (a rows split), of `rowsOf`'s row count.
   void rowsDispatch(FlatSymbolRefAttr kernel, Value rowsOf,
-                    ArrayRef<Place> pointers, ArrayRef<StringRef> scalars) {
+                    ArrayRef<Place> pointers, ArrayRef<DispatchScalar> scalars) {
     bool single = singleRow(rowsOf);
-    dispatch(kernel, "rows", {single ? 0 : 1, single ? 1 : 0}, pointers,
-             scalars, single);
+    dispatch(kernel, DispatchSplit::rows, {single ? 0 : 1, single ? 1 : 0},
+             pointers, scalars, single);
   }
 
   /// A layer's KV cache: where its keys and values start (bytes per
@@ -259,13 +254,14 @@ private:
   struct Cache {
     int64_t keysOffset, valuesOffset, rowBytes, kvHeads, headDim;
   };
-  Place cachePlace(StringRef base, int64_t layer) const {
+  Place cachePlace(PlaceBase base, int64_t layer) const {
     const Cache &cache = caches.at(layer);
     Place place;
-    place.base = base.str();
+    place.base = base;
     place.index = layer;
     place.rowBytes = cache.rowBytes;
-    place.cacheOffset = base == "keys" ? cache.keysOffset : cache.valuesOffset;
+    place.cacheOffset =
+        base == PlaceBase::keys ? cache.keysOffset : cache.valuesOffset;
     return place;
   }
 
@@ -371,11 +367,12 @@ LogicalResult StepPlanner::placeSpecialValues() {
                      headDim};
     positionBytes += 2 * rowBytes;
     widestCache = std::max(widestCache, kvHeads * headDim);
-    for (auto [value, base] : {std::pair<Value, StringRef>{attention.getKeys(), "keys"},
-                               {attention.getValues(), "values"}}) {
+    for (auto [value, base] :
+         {std::pair<Value, PlaceBase>{attention.getKeys(), PlaceBase::keys},
+          {attention.getValues(), PlaceBase::values}}) {
       if (!value.hasOneUse() || !value.getDefiningOp()) {
         attention.emitOpError()
-            << "expected the " << base
+            << "expected the " << stringifyPlaceBase(base)
             << " to be computed for this attention alone (they are written "
                "straight into the KV cache)";
         return failure();
@@ -403,7 +400,7 @@ LogicalResult StepPlanner::placeSpecialValues() {
            << width("vocab")
            << "]) computed by a cq4p.linear (optionally soft-capped)";
   Place place;
-  place.base = "logits";
+  place.base = PlaceBase::logits;
   place.rowBytes = logitsType.getDimSize(1) * 4;
   places[logits] = place;
   lastUse[logits] = INT64_MAX;
@@ -436,7 +433,7 @@ LogicalResult StepPlanner::plan() {
 
   Value ids = forward.getArgument(0);
   Place idsPlace;
-  idsPlace.base = "ids";
+  idsPlace.base = PlaceBase::ids;
   idsPlace.rowBytes = 8;
   places[ids] = idsPlace;
 
@@ -445,12 +442,12 @@ LogicalResult StepPlanner::plan() {
       return failure();
     for (Value result : op.getResults()) {
       auto cached = cachePlaces.find(result);
-      if (cached == cachePlaces.end() || places[result].base != "workspace")
+      if (cached == cachePlaces.end() || places[result].base != PlaceBase::workspace)
         continue;
       rowsDispatch(createConvertKernel(kernels,
                                        cast<ShapedType>(result.getType()).getDimSize(1),
                                        cacheElement),
-                   result, {places[result], cached->second}, {"rows"});
+                   result, {places[result], cached->second}, {kRows});
     }
     // Values that die here give their slot back (a donated value's
     // reference went to the result that took its slot).
@@ -488,8 +485,8 @@ StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
     q.act = workspacePlace(newSlot(rows * w.getK()), w.getK());
     q.scales = workspacePlace(newSlot(rows * w.getNumGroups() * 4),
                               w.getNumGroups() * 4);
-    dispatch(kernel, "range", {0, w.getNumGroups()},
-             {weight, places[x], q.act, q.scales}, {"rows", "begin", "end"},
+    dispatch(kernel, DispatchSplit::range, {0, w.getNumGroups()},
+             {weight, places[x], q.act, q.scales}, {kRows, kBegin, kEnd},
              singleRow(x));
   }
   return q;
@@ -524,11 +521,11 @@ bool StepPlanner::planDenseMlp(LinearOp gate, int64_t index) {
   int uSlot = newSlot(capacityRows(x) * rowBytes);
   Place out = placeResult(glu.getResult(), index, {});
   dispatch(createFusedMlpKernel(kernels, w, glu.getActivation(), single),
-           "range", {0, w.getNumSuperBlocks()},
+           DispatchSplit::range, {0, w.getNumSuperBlocks()},
            {Place::binding(*gateBinding), Place::binding(*upBinding), q.act,
             q.scales, workspacePlace(gSlot, rowBytes),
             workspacePlace(uSlot, rowBytes), out},
-           {"rows", "begin", "end"}, singleRow(x));
+           {kRows, kBegin, kEnd}, singleRow(x));
   releaseSlot(gSlot);
   releaseSlot(uSlot);
   fused.insert(up);
@@ -551,8 +548,8 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
   Quantized &q = quantize(linear, weight, refs[0], index);
   Place y = placeResult(linear.getResult(), index, {});
   if (!bias) {
-    dispatch(single ? refs[1] : refs[2], "range", {0, w.getNumSuperBlocks()},
-             {weight, q.act, q.scales, y}, {"rows", "begin", "end"},
+    dispatch(single ? refs[1] : refs[2], DispatchSplit::range, {0, w.getNumSuperBlocks()},
+             {weight, q.act, q.scales, y}, {kRows, kBegin, kEnd},
              singleRow(x));
     return success();
   }
@@ -564,9 +561,9 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
                                 << ") to be a multiple of 16 to add a bias";
   auto biasType = cast<RankedTensorType>(bias.getType());
   dispatch(createBiasedMatmulKernel(kernels, w, biasType.getElementType(), single),
-           "range", {0, w.getNumSuperBlocks()},
+           DispatchSplit::range, {0, w.getNumSuperBlocks()},
            {weight, q.act, q.scales, Place::binding(*biasBinding), y},
-           {"rows", "begin", "end"}, singleRow(x));
+           {kRows, kBegin, kEnd}, singleRow(x));
   return success();
 }
 
@@ -599,12 +596,12 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place place = placeResult(out, index, {});
     rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType()),
                  out, {Place::binding(*binding), places[embedding.getIds()], place},
-                 {"rows"});
+                 {kRows});
     if (FloatAttr scale = embedding.getScaleAttr())
       rowsDispatch(createScaleKernel(kernels,
                                      cast<ShapedType>(out.getType()).getDimSize(1),
                                      scale.getValue().convertToFloat()),
-                   out, {place, place}, {"rows"});
+                   out, {place, place}, {kRows});
     return success();
   }
 
@@ -629,7 +626,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     rowsDispatch(createRmsNormKernel(kernels, width, weightElement, d,
                                      norm.getEpsilon().convertToFloat(),
                                      norm.getUnitOffset()),
-                 norm.getResult(), pointers, {"rows"});
+                 norm.getResult(), pointers, {kRows});
     return success();
   }
 
@@ -644,7 +641,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place in = places[columns.getInput()];
     Place out = placeResult(columns.getResult(), index, {});
     rowsDispatch(createColumnsKernel(kernels, inWidth, outWidth, offset),
-                 columns.getResult(), {in, out}, {"rows"});
+                 columns.getResult(), {in, out}, {kRows});
     return success();
   }
 
@@ -662,11 +659,11 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
       rowsDispatch(createScaleByKernel(
                        kernels, width,
                        cast<RankedTensorType>(scalar.getType()).getElementType()),
-                   scale.getResult(), {in, Place::binding(*binding), out}, {"rows"});
+                   scale.getResult(), {in, Place::binding(*binding), out}, {kRows});
       return success();
     }
     rowsDispatch(createScaleKernel(kernels, width, scale.getFactor()->convertToFloat()),
-                 scale.getResult(), {in, out}, {"rows"});
+                 scale.getResult(), {in, out}, {kRows});
     return success();
   }
 
@@ -678,7 +675,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place in = places[softcap.getInput()];
     Place out = placeResult(softcap.getResult(), index, {softcap.getInput()});
     rowsDispatch(createSoftcapKernel(kernels, width, softcap.getCap().convertToFloat()),
-                 softcap.getResult(), {in, out}, {"rows"});
+                 softcap.getResult(), {in, out}, {kRows});
     return success();
   }
 
@@ -695,12 +692,12 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place in = places[conv.getInput()];
     Place out = placeResult(conv.getResult(), index, {});
     Place state;
-    state.base = "state";
+    state.base = PlaceBase::state;
     state.offset = stateOffsets.at(conv.getLayer());
     dispatch(createShortConvKernel(kernels, h, conv.getKernelWidth(),
                                    conv.getWeight().getType().getElementType()),
-             "range", {0, h / 16}, {in, Place::binding(*binding), state, out},
-             {"rows", "position", "begin", "end"}, singleRow(conv.getInput()));
+             DispatchSplit::range, {0, h / 16}, {in, Place::binding(*binding), state, out},
+             {kRows, kPosition, kBegin, kEnd}, singleRow(conv.getInput()));
     return success();
   }
 
@@ -710,12 +707,12 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     int64_t width = rope.getInput().getType().getDimSize(1);
     Place in = places[rope.getInput()];
     Place out = placeResult(rope.getResult(), index, {rope.getInput()});
-    Type outElement = out.base == "keys" || out.base == "values"
+    Type outElement = out.base == PlaceBase::keys || out.base == PlaceBase::values
                           ? cacheElement
                           : Type(Float32Type::get(op->getContext()));
     rowsDispatch(createRopeKernel(kernels, width, rope.getHeadDim(),
                                   rope.getFrequencies(), outElement),
-                 rope.getResult(), {in, out}, {"rows", "position"});
+                 rope.getResult(), {in, out}, {kRows, kPosition});
     return success();
   }
 
@@ -726,14 +723,14 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place out =
         placeResult(attention.getResult(), index, {attention.getQueries()});
     // The kernel reads the whole cache.
-    Place keys = cachePlace("keys", attention.getLayer());
-    Place values = cachePlace("values", attention.getLayer());
+    Place keys = cachePlace(PlaceBase::keys, attention.getLayer());
+    Place values = cachePlace(PlaceBase::values, attention.getLayer());
     dispatch(createCachedAttentionKernel(
                  kernels, attention.getNumHeads(), attention.getNumKvHeads(),
                  attention.getHeadDim(), attention.getWindow(),
                  attention.getScale().convertToFloat(), cacheElement),
-             "range", {0, int64_t(attention.getNumHeads())}, {q, keys, values, out},
-             {"rows", "position", "context", "begin", "end"},
+             DispatchSplit::range, {0, int64_t(attention.getNumHeads())}, {q, keys, values, out},
+             {kRows, kPosition, kContext, kBegin, kEnd},
              singleRow(attention.getQueries()));
     return success();
   }
@@ -743,7 +740,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place out = placeResult(glu.getResult(), index, {glu.getGate(), glu.getUp()});
     rowsDispatch(createGluKernel(kernels, glu.getGate().getType().getDimSize(1),
                                  glu.getActivation()),
-                 glu.getResult(), {gate, up, out}, {"rows"});
+                 glu.getResult(), {gate, up, out}, {kRows});
     return success();
   }
 
@@ -754,7 +751,7 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     Place lhs = places[add.getLhs()], rhs = places[add.getRhs()];
     Place out = placeResult(add.getResult(), index, {add.getLhs(), add.getRhs()});
     rowsDispatch(createAddKernel(kernels, type.getDimSize(1)), add.getResult(),
-                 {lhs, rhs, out}, {"rows"});
+                 {lhs, rhs, out}, {kRows});
     return success();
   }
 
@@ -823,16 +820,9 @@ public:
     }
     if (failed(checkSignature(forward)))
       return signalPassFailure();
-    Type cacheElement;
-    if (kvCache == "f32")
-      cacheElement = Float32Type::get(&getContext());
-    else if (kvCache == "f16")
-      cacheElement = Float16Type::get(&getContext());
-    else {
-      module.emitError() << "kv-cache '" << kvCache
-                         << "' is not an element type of the KV cache (f32 or f16)";
-      return signalPassFailure();
-    }
+    Type cacheElement = kvCache == KvDtype::f16
+                            ? Type(Float16Type::get(&getContext()))
+                            : Type(Float32Type::get(&getContext()));
 
     KernelBuilder kernels(module);
     OpBuilder b(module.getContext());
@@ -884,9 +874,7 @@ public:
                     b.getDictionaryAttr({
                         b.getNamedAttr("bindings", b.getArrayAttr(bindings)),
                         b.getNamedAttr("prefill_chunk", b.getI64IntegerAttr(prefillChunk)),
-                        b.getNamedAttr("kv_dtype", b.getI64IntegerAttr(
-                                                       cacheElement.isF16() ? CQ4P_KV_F16
-                                                                            : CQ4P_KV_F32)),
+                        b.getNamedAttr("kv_dtype", KvDtypeAttr::get(b.getContext(), kvCache)),
                         b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
                         b.getNamedAttr("kv_position_bytes", b.getI64IntegerAttr(kvPositionBytes)),
                         b.getNamedAttr("kv_width", b.getI64IntegerAttr(kvWidth)),

@@ -51,6 +51,13 @@ Value constantIndex(OpBuilder &b, Location loc, int64_t value) {
 }
 
 /// partials[j, :, :] of a [G][R][64] buffer, as an R x 64 buffer.
+/// The decision recorded on a cq4p.panel_partials this pass emits: the loop
+/// right after it rescales its groups in order, which a backend may fuse
+/// into the partials (convert-cq4p-to-arm-sme does).
+PartialsRescaleAttr rescaledByGroupLoop(OpBuilder &b) {
+  return PartialsRescaleAttr::get(b.getContext(), PartialsRescale::group_loop);
+}
+
 Value groupSlice(OpBuilder &b, Location loc, Value partials, Value j) {
   auto type = cast<MemRefType>(partials.getType());
   int64_t rows = type.getDimSize(1);
@@ -181,7 +188,7 @@ private:
     bool allGroups = cast<MemRefType>(partials.getType()).getRank() == 3;
     if (allGroups)
       PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), op.getAct(),
-                              partials, sb, row, c0);
+                              partials, sb, row, c0, rescaledByGroupLoop(b));
     auto groupLoop = scf::ForOp::create(b, loc, c0, ng, c1);
     {
       OpBuilder::InsertionGuard groupGuard(b);
@@ -389,7 +396,7 @@ private:
       b.setInsertionPointToStart(chunkLoop.getBody());
       Value first = chunkLoop.getInductionVar();
       PanelPartialsOp::create(b, loc, op.getPanels(), op.getCbI8(), packed,
-                              partials, sb, c0, first);
+                              partials, sb, c0, first, rescaledByGroupLoop(b));
       auto groupLoop =
           scf::ForOp::create(b, loc, c0, constantIndex(b, loc, chunk), c1);
       OpBuilder::InsertionGuard groupGuard(b);

@@ -31,6 +31,9 @@ FailureOr<EnumT> parseEnumKeyword(AsmParser &parser, StringRef what,
 }
 } // namespace mlir::cq4p
 
+#define GET_ATTRDEF_CLASSES
+#include "cq4p/Dialect/CQ4P/IR/CQ4PAttrs.h.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "cq4p/Dialect/CQ4P/IR/CQ4PTypes.h.inc"
 

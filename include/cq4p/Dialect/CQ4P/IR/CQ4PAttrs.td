@@ -1,8 +1,17 @@
-//===- CQ4PAttrs.td - cq4p enums ---------------------------*- tablegen -*-===//
+//===- CQ4PAttrs.td - cq4p enums and attributes ------------*- tablegen -*-===//
+//
+// The weight type's parameters, and the typed contract between the model
+// planner (cq4p-lower-model), the kernels and the step exporter
+// (cq4p-export-steps): how a dispatch splits its work, where each of a
+// kernel entry's pointers points (`#cq4p.place`), which integer each of its
+// scalars is, and the pass options that choose a target.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_DIALECT_CQ4P_IR_CQ4PATTRS_TD
 #define CQ4P_DIALECT_CQ4P_IR_CQ4PATTRS_TD
 
+include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
 include "cq4p/Dialect/CQ4P/IR/CQ4PDialect.td"
 
@@ -17,6 +26,189 @@ def CQ4P_Rotation : I32EnumAttr<"Rotation", "rotation family of a CQ4 weight", [
 def CQ4P_Layout : I32EnumAttr<"Layout", "data layout of a CQ4 weight file", [
     I32EnumAttrCase<"panels", 0>,
     I32EnumAttrCase<"interleaved4row", 1>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// The dispatch contract.
+//===----------------------------------------------------------------------===//
+
+def CQ4P_DispatchSplit : I32EnumAttr<"DispatchSplit",
+    "how the parallel-for splits a dispatch's work items", [
+    // Work items are rows: each range's pointers move to its first row.
+    I32EnumAttrCase<"rows", 0>,
+    // Work items are the kernel's own (super-blocks, groups, heads): each
+    // range is passed as `begin` and `end`.
+    I32EnumAttrCase<"range", 1>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_DispatchSplitAttr : EnumAttr<CQ4P_Dialect, CQ4P_DispatchSplit, "split"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def CQ4P_PlaceBase : I32EnumAttr<"PlaceBase",
+    "the cq4p_step_args buffer a kernel pointer is based on", [
+    I32EnumAttrCase<"binding", 0>,   // bindings[index]: a bound tensor's view
+    I32EnumAttrCase<"workspace", 1>,
+    I32EnumAttrCase<"keys", 2>,      // the KV cache of layer `index`
+    I32EnumAttrCase<"values", 3>,
+    I32EnumAttrCase<"state", 4>,     // recurrent state (short convolutions)
+    I32EnumAttrCase<"ids", 5>,
+    I32EnumAttrCase<"logits", 6>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_DispatchScalar : I32EnumAttr<"DispatchScalar",
+    "an integer parameter of a kernel entry, from the step's arguments", [
+    I32EnumAttrCase<"rows", 0>,
+    I32EnumAttrCase<"position", 1>,
+    I32EnumAttrCase<"begin", 2>,
+    I32EnumAttrCase<"end", 3>,
+    I32EnumAttrCase<"context", 4>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_DispatchScalarAttr
+    : EnumAttr<CQ4P_Dialect, CQ4P_DispatchScalar, "scalar"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def CQ4P_DispatchScalarArrayAttr
+    : TypedArrayAttrBase<CQ4P_DispatchScalarAttr, "array of dispatch scalars">;
+
+def CQ4P_PlaceAttr : AttrDef<CQ4P_Dialect, "Place"> {
+  let mnemonic = "place";
+  let summary = "where a kernel entry's pointer points while a step runs";
+  let description = [{
+    A pointer of a `cq4p.dispatch`: `base` names the buffer of
+    `cq4p_step_args` (kernel_abi.h) it starts from; `index` is the binding
+    (`binding`) or the layer (`keys`, `values`); `offset` is in bytes. For
+    `keys` and `values` the layer's buffer starts at
+    `kv_cache + context * cache_offset`. The pointer then moves by
+    `row_bytes` per row: by the range's first row for a `rows` split, by the
+    step's position with `at_position`, to the step's last row with
+    `last_row`. Fields at zero are left out.
+
+    Example:
+
+    ```mlir
+    #cq4p.place<binding, index = 3>
+    #cq4p.place<workspace, offset = 1024, row_bytes = 2048, last_row>
+    #cq4p.place<keys, index = 1, cache_offset = 512, row_bytes = 256, at_position>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<CQ4P_PlaceBase>:$base,
+    DefaultValuedParameter<"int64_t", "0">:$index,
+    DefaultValuedParameter<"int64_t", "0">:$offset,
+    DefaultValuedParameter<"int64_t", "0">:$cache_offset,
+    DefaultValuedParameter<"int64_t", "0">:$row_bytes,
+    DefaultValuedParameter<"bool", "false">:$at_position,
+    DefaultValuedParameter<"bool", "false">:$last_row
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+def CQ4P_PlaceArrayAttr
+    : TypedArrayAttrBase<CQ4P_PlaceAttr, "array of kernel pointer places">;
+
+//===----------------------------------------------------------------------===//
+// Model ops and kernels.
+//===----------------------------------------------------------------------===//
+
+def CQ4P_Activation : I32EnumAttr<"Activation", "a gated MLP's activation", [
+    I32EnumAttrCase<"silu", 0>,
+    I32EnumAttrCase<"gelu_tanh", 1>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_ActivationAttr : EnumAttr<CQ4P_Dialect, CQ4P_Activation, "activation"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+// The values are kernel_abi.h's cq4p_kv_dtype.
+def CQ4P_KvDtype : I32EnumAttr<"KvDtype", "element type of the KV cache", [
+    I32EnumAttrCase<"f32", 1>,
+    I32EnumAttrCase<"f16", 2>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_KvDtypeAttr : EnumAttr<CQ4P_Dialect, CQ4P_KvDtype, "kv_dtype"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+// The op of a kernel with a fixed C signature (`cq4p.kernel`'s `op`); the
+// values are kernel_abi.h's cq4p_kernel_op. Model kernels (`rms_norm`,
+// `rope`, ...) have a signature of their own parameters.
+def CQ4P_AbiKernel : I32EnumAttr<"AbiKernel",
+    "a kernel op with a fixed C-ABI signature", [
+    I32EnumAttrCase<"quantize_hadamard", 1>,
+    I32EnumAttrCase<"quantize_orthogonal", 2>,
+    I32EnumAttrCase<"matmul", 3>,
+    I32EnumAttrCase<"embedding", 4>,
+    I32EnumAttrCase<"attention", 5>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Tiling decisions recorded for the lowerings.
+//===----------------------------------------------------------------------===//
+
+def CQ4P_PartialsRescale : I32EnumAttr<"PartialsRescale",
+    "what rescales the partials of a cq4p.panel_partials", [
+    // Whatever reads the partials buffer.
+    I32EnumAttrCase<"stored", 0>,
+    // The loop right after the op: over the partials' groups in order, one
+    // cq4p.rescale each, at the op's super-block and row. A backend may
+    // rescale them where it computes them (SME2: straight out of ZA) and
+    // drop the loop.
+    I32EnumAttrCase<"group_loop", 1>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_PartialsRescaleAttr
+    : EnumAttr<CQ4P_Dialect, CQ4P_PartialsRescale, "partials_rescale"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+//===----------------------------------------------------------------------===//
+// Pass options.
+//===----------------------------------------------------------------------===//
+
+// The values are kernel_abi.h's cq4p_target.
+def CQ4P_Target : I32EnumAttr<"Target", "the target kernels are lowered for", [
+    I32EnumAttrCase<"host", 1>,
+    I32EnumAttrCase<"aarch64_neon", 2, "aarch64-neon">,
+    I32EnumAttrCase<"aarch64_sme2", 3, "aarch64-sme2">,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_X86Dot : I32EnumAttr<"X86Dot", "the host path's panel dot", [
+    I32EnumAttrCase<"generic", 0>,
+    I32EnumAttrCase<"ssse3", 1>,
+    I32EnumAttrCase<"avx2", 2>,
+    I32EnumAttrCase<"avxvnni", 3>,
+    I32EnumAttrCase<"avx512vnni", 4>,
   ]> {
   let cppNamespace = "::mlir::cq4p";
   let genSpecializedAttr = 0;

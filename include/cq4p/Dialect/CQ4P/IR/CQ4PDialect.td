@@ -28,8 +28,16 @@ def CQ4P_Dialect : Dialect {
     family and the data layout.
   }];
   let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
+  // The discardable `cq4p.*` attributes the passes exchange (`cq4p.model`,
+  // `cq4p.model_plan`, `cq4p.kernel`, `cq4p.kernels`, `cq4p.sme_leaf`, and
+  // on arguments `cq4p.tensor` and `cq4p.transform`) are verified where
+  // they appear.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerTypes();
+    void registerAttributes();
   }];
 }
 

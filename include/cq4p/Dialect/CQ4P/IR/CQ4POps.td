@@ -235,15 +235,16 @@ def CQ4P_GluOp : CQ4P_Op<"glu", [Pure]> {
     Example:
 
     ```mlir
-    %m = cq4p.glu %g, %u {activation = "silu"}
+    %m = cq4p.glu <silu> %g, %u
         : tensor<?x6144xf32>, tensor<?x6144xf32> -> tensor<?x6144xf32>
     ```
   }];
   let arguments = (ins RankedTensorOf<[F32]>:$gate, RankedTensorOf<[F32]>:$up,
-                       StrAttr:$activation);
+                       CQ4P_ActivationAttr:$activation);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
-    $gate `,` $up attr-dict `:` type($gate) `,` type($up) `->` type($result)
+    $activation $gate `,` $up attr-dict `:` type($gate) `,` type($up) `->`
+    type($result)
   }];
   let hasVerifier = 1;
 }
@@ -376,7 +377,7 @@ def CQ4P_StepOp : CQ4P_Op<"step", [NoTerminator, SingleBlock, Symbol]> {
     Example:
 
     ```mlir
-    cq4p.step @decode {max_rows = 1 : i64} {
+    cq4p.step @decode attributes {max_rows = 1 : i64} {
       cq4p.dispatch @cq4p_gemv_512x512_gs128 {...}
     }
     ```
@@ -393,37 +394,34 @@ def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
     Calls the C-ABI entry of `kernel` (`cq4p-export-kernels`) over
     `count = work[0] * rows + work[1]` work items, which the runtime's
     parallel-for splits into ranges (`serial`: one call on the step's
-    thread). Each of the entry's pointer parameters is a dictionary in
-    `pointers`:
-
-    - `base`: `binding` (cq4p_step_args.bindings[index]), `workspace`,
-      `keys` / `values` (the KV cache of layer `index`), `ids`, `logits`;
-    - `offset` (bytes), and `row_bytes`: the pointer then moves by
-      `row_bytes` per row: by the range's first row for a `rows` split, by
-      the step's position with `at_position`, to the last row with
-      `last_row`.
-
-    Each integer parameter in `scalars` is `rows` (the rows of this call:
-    the step's, 1 with `single_row`, or the range's for a `rows` split),
-    `position` (plus the range's first row for a `rows` split), `begin`,
-    `end` (the range, for a `range` split) or `context`.
+    thread), as `split` says: by `rows`, or by a `range` the kernel takes
+    as its `begin` and `end`. Each of the entry's pointer parameters is a
+    `#cq4p.place` in `pointers`; each of its integer parameters a scalar
+    in `scalars`: `rows` (the rows of this call: the step's, 1 with
+    `single_row`, or the range's for a `rows` split), `position` (plus the
+    range's first row for a `rows` split), `begin`, `end` (the range, for a
+    `range` split) or `context`.
 
     Example:
 
     ```mlir
-    cq4p.dispatch @cq4p_gemv_512x512_gs128 {split = "range", work = [0, 8],
-        pointers = [{base = "binding", index = 3 : i64},
-                    {base = "workspace", offset = 0 : i64},
-                    {base = "workspace", offset = 1024 : i64},
-                    {base = "workspace", offset = 2048 : i64} ],
-        scalars = ["rows", "begin", "end"]}
+    cq4p.dispatch @cq4p_gemv_512x512_gs128 <range> work [0, 8]
+        pointers [#cq4p.place<binding, index = 3>,
+                  #cq4p.place<workspace>,
+                  #cq4p.place<workspace, offset = 1024>,
+                  #cq4p.place<workspace, offset = 2048>]
+        scalars [rows, begin, end]
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$kernel, StrAttr:$split,
-                       DenseI64ArrayAttr:$work, ArrayAttr:$pointers,
-                       StrArrayAttr:$scalars, UnitAttr:$serial,
+  let arguments = (ins FlatSymbolRefAttr:$kernel,
+                       CQ4P_DispatchSplitAttr:$split,
+                       DenseI64ArrayAttr:$work, CQ4P_PlaceArrayAttr:$pointers,
+                       CQ4P_DispatchScalarArrayAttr:$scalars, UnitAttr:$serial,
                        UnitAttr:$single_row);
-  let assemblyFormat = "$kernel attr-dict";
+  let assemblyFormat = [{
+    $kernel $split `work` $work `pointers` $pointers
+    `scalars` custom<Scalars>($scalars) attr-dict
+  }];
   let hasVerifier = 1;
 }
 
@@ -454,13 +452,13 @@ def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[F32], [2]>:$x,
-    MemRefRankOf<[F16], [1]>:$input_scale_recip,
-    MemRefRankOf<[I8], [1]>:$left_signs,
-    MemRefRankOf<[I8], [1]>:$right_signs,
-    MemRefRankOf<[I32], [1]>:$permutation,
-    MemRefRankOf<[I8], [2]>:$act,
-    MemRefRankOf<[F32], [2]>:$act_scales,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$x,
+    Arg<MemRefRankOf<[F16], [1]>, "", [MemRead]>:$input_scale_recip,
+    Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$left_signs,
+    Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$right_signs,
+    Arg<MemRefRankOf<[I32], [1]>, "", [MemRead]>:$permutation,
+    Arg<MemRefRankOf<[I8], [2]>, "", [MemWrite]>:$act,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$act_scales,
     Index:$group_begin,
     Index:$group_end,
     I64Attr:$group_size
@@ -496,11 +494,11 @@ def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[F32], [2]>:$x,
-    MemRefRankOf<[F16], [1]>:$input_scale_recip,
-    MemRefRankOf<[F16], [2]>:$rotation,
-    MemRefRankOf<[I8], [2]>:$act,
-    MemRefRankOf<[F32], [2]>:$act_scales,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$x,
+    Arg<MemRefRankOf<[F16], [1]>, "", [MemRead]>:$input_scale_recip,
+    Arg<MemRefRankOf<[F16], [2]>, "", [MemRead]>:$rotation,
+    Arg<MemRefRankOf<[I8], [2]>, "", [MemWrite]>:$act,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$act_scales,
     Index:$group_begin,
     Index:$group_end,
     I64Attr:$group_size
@@ -535,12 +533,12 @@ def CQ4P_PanelMatmulOp : CQ4P_Op<"panel_matmul"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I8], [4]>:$panels,
-    MemRefRankOf<[F32], [3]>:$norm_panels,
-    MemRefRankOf<[I8], [1]>:$cb_i8,
-    MemRefRankOf<[I8], [2]>:$act,
-    MemRefRankOf<[F32], [2]>:$act_scales,
-    MemRefRankOf<[F32], [2]>:$y,
+    Arg<MemRefRankOf<[I8], [4]>, "", [MemRead]>:$panels,
+    Arg<MemRefRankOf<[F32], [3]>, "", [MemRead]>:$norm_panels,
+    Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$cb_i8,
+    Arg<MemRefRankOf<[I8], [2]>, "", [MemRead]>:$act,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$act_scales,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$y,
     Index:$sb_begin,
     Index:$sb_end
   );
@@ -575,10 +573,10 @@ def CQ4P_PanelDotOp : CQ4P_Op<"panel_dot"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I8], [4]>:$panels,
-    MemRefRankOf<[I8], [1]>:$cb_i8,
-    MemRefRankOf<[I8], [2]>:$act,
-    MemRefRankOf<[I32], [2]>:$partials,
+    Arg<MemRefRankOf<[I8], [4]>, "", [MemRead]>:$panels,
+    Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$cb_i8,
+    Arg<MemRefRankOf<[I8], [2]>, "", [MemRead]>:$act,
+    Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$partials,
     Index:$super_block,
     Index:$group,
     Index:$row,
@@ -606,22 +604,29 @@ def CQ4P_PanelPartialsOp : CQ4P_Op<"panel_partials"> {
     `row`) or a packed tile (`[ng][gs/4][R][4]`, the SMOPA operand order,
     `row` unused).
 
+    `rescale` records how `cq4p-tile-super-blocks` consumes the partials:
+    `group_loop` when the op is followed by the loop over its groups that
+    rescales each in order (`convert-cq4p-to-arm-sme` then rescales them
+    straight out of ZA and erases the loop); without it they are stored.
+
     Example:
 
     ```mlir
     cq4p.panel_partials %panels, %cb, %act, %partials, %sb, %row, %g0
+        {rescale = #cq4p.partials_rescale<group_loop>}
         : memref<32x12x32x128xi8>, memref<16xi8>, memref<1x1536xi8>,
           memref<12x1x64xi32>
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I8], [4]>:$panels,
-    MemRefRankOf<[I8], [1]>:$cb_i8,
-    MemRefRankOf<[I8], [2, 4]>:$act,
-    MemRefRankOf<[I32], [3]>:$partials,
+    Arg<MemRefRankOf<[I8], [4]>, "", [MemRead]>:$panels,
+    Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$cb_i8,
+    Arg<MemRefRankOf<[I8], [2, 4]>, "", [MemRead]>:$act,
+    Arg<MemRefRankOf<[I32], [3]>, "", [MemWrite]>:$partials,
     Index:$super_block,
     Index:$row,
-    Index:$group_begin
+    Index:$group_begin,
+    OptionalAttr<CQ4P_PartialsRescaleAttr>:$rescale
   );
   let assemblyFormat = [{
     $panels `,` $cb_i8 `,` $act `,` $partials `,` $super_block `,` $row `,`
@@ -649,10 +654,10 @@ def CQ4P_PackActivationTileOp : CQ4P_Op<"pack_activation_tile"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I8], [2]>:$act,
-    MemRefRankOf<[F32], [2]>:$act_scales,
-    MemRefRankOf<[I8], [4]>:$packed,
-    MemRefRankOf<[F32], [2]>:$packed_scales,
+    Arg<MemRefRankOf<[I8], [2]>, "", [MemRead]>:$act,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$act_scales,
+    Arg<MemRefRankOf<[I8], [4]>, "", [MemWrite]>:$packed,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$packed_scales,
     Index:$row
   );
   let assemblyFormat = [{
@@ -678,10 +683,10 @@ def CQ4P_RescaleOp : CQ4P_Op<"rescale"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I32], [2]>:$partials,
-    MemRefRankOf<[F32], [2]>:$act_scales,
-    MemRefRankOf<[F32], [3]>:$norm_panels,
-    MemRefRankOf<[F32], [2]>:$accum,
+    Arg<MemRefRankOf<[I32], [2]>, "", [MemRead]>:$partials,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$act_scales,
+    Arg<MemRefRankOf<[F32], [3]>, "", [MemRead]>:$norm_panels,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead, MemWrite]>:$accum,
     Index:$super_block,
     Index:$group,
     Index:$row
@@ -713,13 +718,13 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[I8], [4]>:$panels,
-    MemRefRankOf<[F16], [2]>:$norms,
-    MemRefRankOf<[F16], [1]>:$codebook,
-    MemRefRankOf<[F16], [2]>:$rotation_t,
-    MemRefRankOf<[F16], [1]>:$input_scale_recip,
-    MemRefRankOf<[I64], [1]>:$ids,
-    MemRefRankOf<[F32], [2]>:$out
+    Arg<MemRefRankOf<[I8], [4]>, "", [MemRead]>:$panels,
+    Arg<MemRefRankOf<[F16], [2]>, "", [MemRead]>:$norms,
+    Arg<MemRefRankOf<[F16], [1]>, "", [MemRead]>:$codebook,
+    Arg<MemRefRankOf<[F16], [2]>, "", [MemRead]>:$rotation_t,
+    Arg<MemRefRankOf<[F16], [1]>, "", [MemRead]>:$input_scale_recip,
+    Arg<MemRefRankOf<[I64], [1]>, "", [MemRead]>:$ids,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out
   );
   let assemblyFormat = [{
     $panels `,` $norms `,` $codebook `,` $rotation_t `,` $input_scale_recip `,`
@@ -747,8 +752,8 @@ def CQ4P_AttentionOp : CQ4P_Op<"attention"> {
     ```
   }];
   let arguments = (ins
-    MemRefRankOf<[F32], [2]>:$q, MemRefRankOf<[F32], [2]>:$k,
-    MemRefRankOf<[F32], [2]>:$v, MemRefRankOf<[F32], [2]>:$out,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$q, Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$k,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$v, Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out,
     Index:$head_begin, Index:$head_end,
     I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
     I64Attr:$window, F32Attr:$scale);

@@ -3,6 +3,8 @@
 #ifndef CQ4P_DIALECT_CQ4P_TRANSFORMS_PASSES_H
 #define CQ4P_DIALECT_CQ4P_TRANSFORMS_PASSES_H
 
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

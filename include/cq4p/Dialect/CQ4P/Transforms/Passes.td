@@ -50,9 +50,14 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
   let options = [
     Option<"prefillChunk", "prefill-chunk", "int64_t", /*default=*/"128",
            "Most rows one prefill step takes">,
-    Option<"kvCache", "kv-cache", "std::string", /*default=*/"\"f32\"",
-           "Element type of the KV cache: f32, or f16 (half the memory and "
-           "the attention's reads; keys and values rounded to nearest)">,
+    Option<"kvCache", "kv-cache", "mlir::cq4p::KvDtype",
+           /*default=*/"mlir::cq4p::KvDtype::f32",
+           "Element type of the KV cache",
+           [{::llvm::cl::values(
+               clEnumValN(mlir::cq4p::KvDtype::f32, "f32", "fp32"),
+               clEnumValN(mlir::cq4p::KvDtype::f16, "f16",
+                          "fp16: half the memory and the attention's reads; "
+                          "keys and values rounded to nearest"))}]>,
     Option<"fuseDenseMlp", "fuse-dense-mlp", "bool", /*default=*/"false",
            "Gate and up projections in one dispatch with one quantized "
            "activation, the gating applied per super-block right after "
@@ -71,6 +76,12 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
     produces exact int32 partials into a buffer and `cq4p.rescale`
     accumulates them in fp32; the accumulated channels of the super-block
     are then written to the output, those past N left alone.
+
+    With `super-block-partials`, each `cq4p.panel_partials` records the
+    tiling chosen here for the lowering (`rescale =
+    #cq4p.partials_rescale<group_loop>`: the loop right after it rescales
+    its groups in order), which `convert-cq4p-to-arm-sme` reads instead of
+    recognising the loop's shape.
   }];
   let options = [
     Option<"gemmRows", "gemm-rows", "int64_t", /*default=*/"4",
@@ -99,10 +110,44 @@ def CQ4PExportKernels : Pass<"cq4p-export-kernels", "mlir::ModuleOp"> {
     target, CPU features).
   }];
   let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"host\"",
-           "Target the kernels were lowered for: host, aarch64-neon, aarch64-sme2">,
+    Option<"target", "target", "mlir::cq4p::Target",
+           /*default=*/"mlir::cq4p::Target::host",
+           "Target the kernels were lowered for",
+           [{::llvm::cl::values(
+               clEnumValN(mlir::cq4p::Target::host, "host", "this machine"),
+               clEnumValN(mlir::cq4p::Target::aarch64_neon, "aarch64-neon",
+                          "AArch64 with dotprod"),
+               clEnumValN(mlir::cq4p::Target::aarch64_sme2, "aarch64-sme2",
+                          "AArch64 with SME2 (512-bit streaming vectors)"))}]>,
     Option<"features", "features", "uint64_t", /*default=*/"0",
            "CQ4P_FEATURE_* bits the kernels need">,
+  ];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect"];
+}
+
+def CQ4PExportSteps : Pass<"cq4p-export-steps", "mlir::ModuleOp"> {
+  let summary = "Turn a model's planned steps into C functions and their descriptor";
+  let description = [{
+    Runs on the LLVM dialect after `cq4p-export-kernels`. Each `cq4p.step`
+    (`cq4p-lower-model`) becomes `cq4p_step_<name>(const cq4p_step_args *)`,
+    which hands each of its dispatches to the runtime's parallel-for as a
+    task `(args, begin, end)` computing the kernel entry's pointers (from
+    each `#cq4p.place`) and integers (its scalars) and calling the entry;
+    then `cq4p_model_steps` describes the model (kernel_abi.h,
+    cq4p_model_desc). A module without steps is left alone.
+  }];
+  let options = [
+    Option<"target", "target", "mlir::cq4p::Target",
+           /*default=*/"mlir::cq4p::Target::host",
+           "Target the steps' kernels were lowered for",
+           [{::llvm::cl::values(
+               clEnumValN(mlir::cq4p::Target::host, "host", "this machine"),
+               clEnumValN(mlir::cq4p::Target::aarch64_neon, "aarch64-neon",
+                          "AArch64 with dotprod"),
+               clEnumValN(mlir::cq4p::Target::aarch64_sme2, "aarch64-sme2",
+                          "AArch64 with SME2 (512-bit streaming vectors)"))}]>,
+    Option<"features", "features", "uint64_t", /*default=*/"0",
+           "CQ4P_FEATURE_* bits the steps' kernels need">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }

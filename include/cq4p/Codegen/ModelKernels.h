@@ -7,10 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_MODELKERNELS_H
-#define CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_MODELKERNELS_H
+#ifndef CQ4P_CODEGEN_MODELKERNELS_H
+#define CQ4P_CODEGEN_MODELKERNELS_H
 
-#include "KernelBuilder.h"
+#include "cq4p/Codegen/KernelBuilder.h"
 
 namespace mlir::cq4p {
 
@@ -49,7 +49,7 @@ FlatSymbolRefAttr createConvertKernel(KernelBuilder &kernels, int64_t width,
                                       Type outElement);
 /// (gate, up, out, rows): act(gate) * up.
 FlatSymbolRefAttr createGluKernel(KernelBuilder &kernels, int64_t width,
-                                  StringRef activation);
+                                  Activation activation);
 /// (a, b, out, rows): a + b.
 FlatSymbolRefAttr createAddKernel(KernelBuilder &kernels, int64_t width);
 /// (x, out, rows): x * factor.
@@ -69,8 +69,8 @@ FlatSymbolRefAttr createCachedAttentionKernel(KernelBuilder &kernels,
 /// sb_begin, sb_end). `g` and `u` are scratch of out's shape. GEMV (one
 /// row) or GEMM.
 FlatSymbolRefAttr createFusedMlpKernel(KernelBuilder &kernels, WeightType w,
-                                       StringRef activation, bool single);
+                                       Activation activation, bool single);
 
 } // namespace mlir::cq4p
 
-#endif // CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_MODELKERNELS_H
+#endif // CQ4P_CODEGEN_MODELKERNELS_H

@@ -27,7 +27,8 @@
 // for all R rows: per kg-block 2 LUTI4 and R SDOT.
 //
 // When the partials op is followed by the loop that rescales each of its
-// groups in order (cq4p-tile-super-blocks emits that), the leaf
+// groups in order (cq4p-tile-super-blocks emits that and records it on the
+// op: `rescale = #cq4p.partials_rescale<group_loop>`), the leaf
 // (`<kernel>_sme_row_matmul`, `_sme_rows<R>_matmul`, `_sme_tile_matmul` for
 // 16-row tiles) does the rescale itself, straight out of ZA, and the
 // partials never reach memory: per group, the 64 partials of a row (one
@@ -61,7 +62,6 @@
 #include "cq4p/format.h"
 
 #include "mlir/Dialect/ArmSME/IR/ArmSME.h"
-#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -1041,54 +1041,32 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   op.erase();
 }
 
-/// The loop right after `op` that rescales each of its groups in order,
-/// as cq4p-tile-super-blocks emits it:
+/// The loop that rescales each of `op`'s groups in order, which
+/// cq4p-tile-super-blocks records on the op (`rescale = group_loop`) when it
+/// emits it right after the op:
 ///
 ///   cq4p.panel_partials ..., %partials, %sb, %row, %g0
+///       {rescale = #cq4p.partials_rescale<group_loop>}
 ///   scf.for %j = 0 to G step 1 {
 ///     %g = %g0 + %j
 ///     cq4p.rescale subview(%partials[%j]), %scales, %norms, %accum, %sb, %g, %row
 ///   }
 ///
-/// The leaf can then rescale straight out of ZA (the partials are not
-/// stored). Null when the IR has another shape.
-scf::ForOp fusableRescaleLoop(PanelPartialsOp op) {
+/// The leaf then rescales straight out of ZA (the partials are not
+/// stored). Null when the partials are stored; failure when the recorded
+/// loop is not there.
+FailureOr<scf::ForOp> recordedRescaleLoop(PanelPartialsOp op) {
+  if (op.getRescale() != PartialsRescale::group_loop)
+    return scf::ForOp();
   // Constants (the loop's bounds) may come between.
   Operation *next = op->getNextNode();
   while (next && isa<arith::ConstantOp>(next))
     next = next->getNextNode();
   auto loop = dyn_cast_or_null<scf::ForOp>(next);
-  if (!loop)
-    return {};
-  int64_t groups = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
-  auto lower = getConstantIntValue(loop.getLowerBound());
-  auto upper = getConstantIntValue(loop.getUpperBound());
-  auto step = getConstantIntValue(loop.getStep());
-  if (!lower || *lower != 0 || !upper || *upper != groups || !step || *step != 1)
-    return {};
-  auto rescales = loop.getBody()->getOps<RescaleOp>();
-  if (std::distance(rescales.begin(), rescales.end()) != 1)
-    return {};
-  RescaleOp rescale = *rescales.begin();
-  auto slice = rescale.getPartials().getDefiningOp<memref::SubViewOp>();
-  Value j = loop.getInductionVar();
-  // The group is %g0 + %j, or %j itself from group 0.
-  auto group = rescale.getGroup().getDefiningOp<arith::AddIOp>();
-  bool groupInOrder =
-      group ? group.getLhs() == op.getGroupBegin() && group.getRhs() == j
-            : rescale.getGroup() == j && isConstantIntValue(op.getGroupBegin(), 0);
-  if (!slice || slice.getSource() != op.getPartials() ||
-      slice.getMixedOffsets()[0] != OpFoldResult(j) || !groupInOrder ||
-      rescale.getSuperBlock() != op.getSuperBlock() ||
-      rescale.getRow() != op.getRow() ||
-      cast<MemRefType>(rescale.getPartials().getType()).getDimSize(0) !=
-          cast<MemRefType>(op.getPartials().getType()).getDimSize(1))
-    return {};
-  // Nothing else in the loop: the subview, the group index, the rescale.
-  for (Operation &inner : loop.getBody()->without_terminator())
-    if (&inner != slice.getOperation() && &inner != group.getOperation() &&
-        &inner != rescale.getOperation())
-      return {};
+  if (!loop || !llvm::hasSingleElement(loop.getBody()->getOps<RescaleOp>()))
+    return op.emitOpError()
+           << "expected the loop rescaling its groups right after it "
+              "(rescale = group_loop)";
   return loop;
 }
 
@@ -1154,7 +1132,10 @@ public:
       // One leaf per kernel and kind (16-row tiles, single rows or R rows):
       // with the rescale loop that follows the partials fused into it when
       // there is one.
-      scf::ForOp rescaleLoop = fusableRescaleLoop(op);
+      FailureOr<scf::ForOp> recorded = recordedRescaleLoop(op);
+      if (failed(recorded))
+        return signalPassFailure();
+      scf::ForOp rescaleLoop = *recorded;
       std::string kind = packed      ? "_sme_tile"
                          : rows == 1 ? "_sme_row"
                                      : "_sme_rows" + std::to_string(rows);

@@ -4,12 +4,13 @@
 // attribute records what cq4p-export-kernels needs to give them a C ABI: the
 // op they implement, the shapes the kernel table lists, and each
 // parameter's name and type. Shared by the passes that create kernels
-// (cq4p-lower-to-kernels, cq4p-lower-model).
+// (cq4p-lower-to-kernels, cq4p-lower-model), which choose what to compute;
+// the generators here (KernelBuilder.cpp, ModelKernels.cpp) say how.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_KERNELBUILDER_H
-#define CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_KERNELBUILDER_H
+#ifndef CQ4P_CODEGEN_KERNELBUILDER_H
+#define CQ4P_CODEGEN_KERNELBUILDER_H
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
@@ -79,4 +80,4 @@ MemRefType panelsType(WeightType w);
 
 } // namespace mlir::cq4p
 
-#endif // CQ4P_LIB_DIALECT_CQ4P_TRANSFORMS_KERNELBUILDER_H
+#endif // CQ4P_CODEGEN_KERNELBUILDER_H

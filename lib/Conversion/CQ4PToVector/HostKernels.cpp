@@ -35,7 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostKernels.h"
-#include "LoweringHelpers.h"
+#include "KernelLowering/LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"

@@ -33,10 +33,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "HostKernels.h"
+#include "ActivationTransform.h"
+#include "CQ4PToVector/HostKernels.h"
 #include "LoweringHelpers.h"
 
-#include "ActivationTransform.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
@@ -44,6 +44,7 @@
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -1148,4 +1149,23 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
       ctx, rotationBlocking(target));
   populateActivationTransformPatterns(patterns, target);
   patterns.add<RescaleLowering, AttentionLowering>(ctx);
+}
+
+LogicalResult mlir::cq4p::lowerCQ4PKernels(func::FuncOp func, DotTarget target) {
+  RewritePatternSet patterns(func.getContext());
+  populateCQ4PKernelLoweringPatterns(patterns, target);
+  // The lowering creates no kernel op, so one walk over the function
+  // suffices; refuse to leave a kernel op behind.
+  if (failed(applyPatternsGreedily(func, std::move(patterns))))
+    return failure();
+  WalkResult left = func.walk([](Operation *op) {
+    if (isa<PanelDotOp, RescaleOp, QuantizeActivationsOp,
+            RotateQuantizeActivationsOp, DecodeEmbeddingOp,
+            PackActivationTileOp, PanelPartialsOp, AttentionOp>(op)) {
+      op->emitError() << "could not lower " << op->getName();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(left.wasInterrupted());
 }

@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelKernels.h"
+#include "cq4p/Codegen/ModelKernels.h"
 
 #include "cq4p/format.h"
 
@@ -320,10 +320,12 @@ createElementwiseKernel(KernelBuilder &kernels, std::string name, StringRef op,
 
 FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
                                               int64_t width,
-                                              StringRef activation) {
-  bool silu = activation == "silu";
+                                              Activation activation) {
+  bool silu = activation == Activation::silu;
   return createElementwiseKernel(
-      kernels, "cq4p_glu_" + activation.str() + "_" + std::to_string(width),
+      kernels,
+      "cq4p_glu_" + stringifyActivation(activation).str() + "_" +
+          std::to_string(width),
       "glu", width, {"gate", "up"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) {
         return e.mul(e.activate(v[0], silu), v[1]);
@@ -687,7 +689,7 @@ FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
 
 FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
                                                    WeightType w,
-                                                   StringRef activation,
+                                                   Activation activation,
                                                    bool single) {
   MLIRContext *ctx = kernels.getContext();
   int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
@@ -695,7 +697,8 @@ FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
   KernelSpec spec;
   spec.name = std::string(single ? "cq4p_mlp_gemv_" : "cq4p_mlp_gemm_") +
               std::to_string(n) + "x" + std::to_string(k) + "_gs" +
-              std::to_string(w.getGroupSize()) + "_" + activation.str();
+              std::to_string(w.getGroupSize()) + "_" +
+              stringifyActivation(activation).str();
   spec.op = "dense_mlp";
   spec.describeWeight(w);
   Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
@@ -718,7 +721,7 @@ FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
                  {"rows", index},
                  {"sb_begin", index},
                  {"sb_end", index}};
-  bool silu = activation == "silu";
+  bool silu = activation == Activation::silu;
   // Both matmuls over the range's super-blocks, then the gating of just
   // those channels while they are in cache: one dispatch instead of three.
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,

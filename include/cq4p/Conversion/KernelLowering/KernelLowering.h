@@ -1,0 +1,40 @@
+//===- KernelLowering.h - the kernel ops' lowering shared by targets -*- C++ -*-===//
+//
+// Every backend lowers the kernel-level ops the same way except for the
+// codebook lookup and 4-way int8 dot of `cq4p.panel_dot`, which each target
+// spells with its own instructions (DotTarget). convert-cq4p-to-neon and
+// convert-cq4p-to-vector are this lowering for their targets.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_CONVERSION_KERNELLOWERING_KERNELLOWERING_H
+#define CQ4P_CONVERSION_KERNELLOWERING_KERNELLOWERING_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::cq4p {
+
+/// How a target spells the two operations the panel dot is built from.
+enum class DotTarget {
+  Neon,          ///< tbl + arm_neon.intr.sdot
+  X86Ssse3,      ///< 128-bit pshufb + generic 4-way dot
+  X86Avx2,       ///< 256-bit pshufb + pmaddubsw/pmaddwd (HostKernels.cpp)
+  X86AvxVnni,    ///< 256-bit pshufb + AVX-VNNI vpdpbusd, biased codebook
+  X86Avx512Vnni, ///< 512-bit pshufb + AVX-512 VNNI vpdpbusd, biased codebook
+  Generic,       ///< generic vector code only
+};
+
+/// Patterns lowering cq4p kernel ops (panel_dot for `target`, and the
+/// target-independent rescale, activation quantization and embedding
+/// decode) to scf, vector, arith, math, memref and target intrinsics.
+void populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
+                                        DotTarget target);
+
+/// Applies the patterns for `target` to `func` and fails, naming the op,
+/// if a kernel op is left.
+LogicalResult lowerCQ4PKernels(func::FuncOp func, DotTarget target);
+
+} // namespace mlir::cq4p
+
+#endif // CQ4P_CONVERSION_KERNELLOWERING_KERNELLOWERING_H

@@ -1,0 +1,194 @@
+//===- KernelBuilder.cpp - kernel functions with the kernel ABI -----------===//
+//
+// Creating a kernel function once per name with its `cq4p.kernel`
+// attribute, and the kernels of the graph-level ops with a fixed C ABI: the
+// linears' activation transform, GEMV and GEMM, and the embedding decoder.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Codegen/KernelBuilder.h"
+
+#include "cq4p/format.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+constexpr int64_t kDynamic = ShapedType::kDynamic;
+
+FlatSymbolRefAttr mlir::cq4p::KernelBuilder::getOrCreate(
+    const KernelSpec &spec,
+    function_ref<void(OpBuilder &, Location, ValueRange)> body) {
+  auto ref = FlatSymbolRefAttr::get(b.getContext(), spec.name);
+  if (module.lookupSymbol(spec.name))
+    return ref;
+  SmallVector<Type> types;
+  SmallVector<Attribute> names, typeAttrs, dynamicSizes;
+  bool namedSizes = false;
+  for (const KernelParam &param : spec.params) {
+    types.push_back(param.type);
+    names.push_back(b.getStringAttr(param.name));
+    typeAttrs.push_back(TypeAttr::get(param.type));
+    dynamicSizes.push_back(b.getStringAttr(param.dynamicSize));
+    namedSizes |= !param.dynamicSize.empty();
+  }
+  Location loc = module.getLoc();
+  b.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(b, loc, spec.name,
+                                   b.getFunctionType(types, {}));
+  SmallVector<NamedAttribute> info = {
+      b.getNamedAttr("op", b.getStringAttr(spec.op)),
+      b.getNamedAttr("n", b.getI64IntegerAttr(spec.n)),
+      b.getNamedAttr("k", b.getI64IntegerAttr(spec.k)),
+      b.getNamedAttr("group_size", b.getI64IntegerAttr(spec.groupSize)),
+      b.getNamedAttr("window", b.getI64IntegerAttr(spec.window)),
+      b.getNamedAttr("orthogonal", b.getBoolAttr(spec.orthogonal)),
+      b.getNamedAttr("min_rows", b.getI64IntegerAttr(spec.minRows)),
+      b.getNamedAttr("max_rows", b.getI64IntegerAttr(spec.maxRows)),
+      b.getNamedAttr("params", b.getArrayAttr(names)),
+      b.getNamedAttr("param_types", b.getArrayAttr(typeAttrs))};
+  if (namedSizes)
+    info.push_back(
+        b.getNamedAttr("dynamic_sizes", b.getArrayAttr(dynamicSizes)));
+  func->setAttr("cq4p.kernel", b.getDictionaryAttr(info));
+  Block *entry = func.addEntryBlock();
+  OpBuilder inner = OpBuilder::atBlockBegin(entry);
+  body(inner, loc, entry->getArguments());
+  func::ReturnOp::create(inner, loc);
+  return ref;
+}
+
+static std::string shapeName(WeightType w) {
+  return std::to_string(w.getN()) + "x" + std::to_string(w.getK()) + "_gs" +
+         std::to_string(w.getGroupSize());
+}
+
+MemRefType mlir::cq4p::panelsType(WeightType w) {
+  return MemRefType::get({w.getNumSuperBlocks(), w.getNumGroups(),
+                          w.getGroupSize() / CQ4P_KG_BLOCK_K,
+                          CQ4P_KG_BLOCK_BYTES},
+                         IntegerType::get(w.getContext(), 8));
+}
+
+SmallVector<FlatSymbolRefAttr>
+mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
+                              bool gemm) {
+  MLIRContext *ctx = w.getContext();
+  Type f32 = Float32Type::get(ctx), f16 = Float16Type::get(ctx);
+  Type i8 = IntegerType::get(ctx, 8), i32 = IntegerType::get(ctx, 32);
+  Type index = IndexType::get(ctx);
+  int64_t n = w.getN(), k = w.getK(), gs = w.getGroupSize(),
+          ng = w.getNumGroups();
+  bool orthogonal = w.getRotation() == Rotation::orthogonal;
+  SmallVector<FlatSymbolRefAttr> refs;
+
+  // The activation kernel, shared by the GEMV and the GEMM.
+  KernelSpec quantize;
+  quantize.describeWeight(w);
+  quantize.n = 1; // the activation transform does not depend on N
+  quantize.minRows = 1;
+  quantize.maxRows = 0;
+  MemRefType xType = MemRefType::get({kDynamic, k}, f32);
+  MemRefType actType = MemRefType::get({kDynamic, k}, i8);
+  MemRefType scalesType = MemRefType::get({kDynamic, ng}, f32);
+  MemRefType isrType = MemRefType::get({k}, f16);
+  if (orthogonal) {
+    quantize.name = "cq4p_quantize_" + std::to_string(k) + "_orthogonal";
+    quantize.op = "quantize_orthogonal";
+    quantize.params = {{"x", xType},
+                       {"weight.input_scale_recip", isrType},
+                       {"weight.rotation", MemRefType::get({k, k}, f16)},
+                       {"act", actType},
+                       {"act_scales", scalesType},
+                       {"group_begin", index},
+                       {"group_end", index}};
+    refs.push_back(kernels.getOrCreate(
+        quantize, [&](OpBuilder &b, Location loc, ValueRange args) {
+          RotateQuantizeActivationsOp::create(
+              b, loc, args[0], args[1], args[2], args[3], args[4], args[5],
+              args[6], b.getI64IntegerAttr(gs));
+        }));
+  } else {
+    quantize.name = "cq4p_quantize_" + std::to_string(k) + "_gs" +
+                    std::to_string(gs) + "_hadamard";
+    quantize.op = "quantize_hadamard";
+    MemRefType signsType = MemRefType::get({gs}, i8);
+    quantize.params = {{"x", xType},
+                       {"weight.input_scale_recip", isrType},
+                       {"weight.left_signs", signsType},
+                       {"weight.right_signs", signsType},
+                       {"weight.permutation", MemRefType::get({gs}, i32)},
+                       {"act", actType},
+                       {"act_scales", scalesType},
+                       {"group_begin", index},
+                       {"group_end", index}};
+    refs.push_back(kernels.getOrCreate(
+        quantize, [&](OpBuilder &b, Location loc, ValueRange args) {
+          QuantizeActivationsOp::create(b, loc, args[0], args[1], args[2],
+                                        args[3], args[4], args[5], args[6],
+                                        args[7], args[8],
+                                        b.getI64IntegerAttr(gs));
+        }));
+  }
+
+  for (bool single : {true, false}) {
+    if (single ? !gemv : !gemm)
+      continue;
+    int64_t rows = single ? 1 : kDynamic;
+    KernelSpec matmul;
+    matmul.name =
+        std::string(single ? "cq4p_gemv_" : "cq4p_gemm_") + shapeName(w);
+    matmul.op = "matmul";
+    matmul.describeWeight(w);
+    // The panel bytes and their rescale do not depend on the rotation.
+    matmul.orthogonal = false;
+    matmul.minRows = single ? 1 : 2;
+    matmul.maxRows = single ? 1 : 0;
+    matmul.params = {
+        {"weight.panels", panelsType(w)},
+        {"weight.norm_panels",
+         MemRefType::get({w.getNumSuperBlocks(), ng, CQ4P_PANEL_CHANNELS},
+                         f32)},
+        {"weight.cb_i8", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8)},
+        {"act", MemRefType::get({rows, k}, i8)},
+        {"act_scales", MemRefType::get({rows, ng}, f32)},
+        {"y", MemRefType::get({rows, n}, f32)},
+        {"sb_begin", index},
+        {"sb_end", index}};
+    refs.push_back(kernels.getOrCreate(
+        matmul, [&](OpBuilder &b, Location loc, ValueRange args) {
+          PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3],
+                                args[4], args[5], args[6], args[7]);
+        }));
+  }
+  return refs;
+}
+
+
+FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
+                                                 WeightType w) {
+  MLIRContext *ctx = w.getContext();
+  Type f32 = Float32Type::get(ctx), f16 = Float16Type::get(ctx);
+  int64_t n = w.getN(), k = w.getK();
+  KernelSpec spec;
+  spec.name = "cq4p_embedding_" + std::to_string(n) + "x" + std::to_string(k);
+  spec.op = "embedding";
+  spec.describeWeight(w);
+  spec.minRows = 1;
+  spec.maxRows = 0;
+  spec.params = {
+      {"weight.panels", panelsType(w)},
+      {"weight.norms", MemRefType::get({n, w.getNumGroups()}, f16)},
+      {"weight.codebook", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, f16)},
+      {"weight.rotation_t", MemRefType::get({k, k}, f16)},
+      {"weight.input_scale_recip", MemRefType::get({k}, f16)},
+      {"ids", MemRefType::get({kDynamic}, IntegerType::get(ctx, 64))},
+      {"out", MemRefType::get({kDynamic, k}, f32)}};
+  return kernels.getOrCreate(
+      spec, [&](OpBuilder &b, Location loc, ValueRange args) {
+        DecodeEmbeddingOp::create(b, loc, args[0], args[1], args[2], args[3],
+                                  args[4], args[5], args[6]);
+      });
+}

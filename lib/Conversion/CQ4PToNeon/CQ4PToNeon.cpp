@@ -1,0 +1,35 @@
+//===- CQ4PToNeon.cpp - convert-cq4p-to-neon ------------------------------===//
+//
+// Lowers the kernel ops for AArch64 NEON: cq4p.panel_dot becomes the
+// pair-zip loop of TBL lookups and arm_neon.intr.sdot (KernelLowering.cpp
+// explains the data movement); the other kernel ops take the shared
+// lowering.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/Conversion/Passes.h"
+
+namespace mlir::cq4p {
+#define GEN_PASS_DEF_CONVERTCQ4PTONEON
+#include "cq4p/Conversion/Passes.h.inc"
+} // namespace mlir::cq4p
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+void mlir::cq4p::populateCQ4PToNeonPatterns(RewritePatternSet &patterns) {
+  populateCQ4PKernelLoweringPatterns(patterns, DotTarget::Neon);
+}
+
+namespace {
+
+class ConvertCQ4PToNeon
+    : public mlir::cq4p::impl::ConvertCQ4PToNeonBase<ConvertCQ4PToNeon> {
+public:
+  void runOnOperation() override {
+    if (failed(lowerCQ4PKernels(getOperation(), DotTarget::Neon)))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,80 @@
+// RUN: cq4p-opt %s -cq4p-export-steps="target=aarch64-neon features=1" | FileCheck %s
+
+// Each dispatch becomes a task (args, begin, end) computing its entry's
+// pointers from its places and its integers from its scalars; each step a
+// function handing the tasks to the runtime's parallel-for; then the
+// cq4p_model_steps descriptor.
+
+module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64},
+                   cq4p.model_plan = {bindings = [{tensor = "w", kind = 1 : i64, n = 64 : i64, k = 128 : i64, group_size = 128 : i64}],
+                                      prefill_chunk = 8 : i64, kv_dtype = #cq4p.kv_dtype<f16>, workspace_bytes = 4096 : i64,
+                                      kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
+  llvm.func @gemv(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64)
+  llvm.func @rope(!llvm.ptr, !llvm.ptr, i64, i64)
+
+  cq4p.step @decode attributes {max_rows = 1 : i64} {
+    cq4p.dispatch @gemv <range> work [0, 8]
+        pointers [#cq4p.place<binding, index = 3>, #cq4p.place<workspace>,
+                  #cq4p.place<workspace, offset = 1024, row_bytes = 128>,
+                  #cq4p.place<workspace, offset = 2048, last_row, row_bytes = 4>]
+        scalars [rows, begin, end] {single_row}
+  }
+  cq4p.step @prefill attributes {max_rows = 8 : i64, single_row = @decode} {
+    cq4p.dispatch @rope <rows> work [1, 0]
+        pointers [#cq4p.place<workspace, row_bytes = 256>,
+                  #cq4p.place<keys, index = 0, cache_offset = 256, row_bytes = 128, at_position>]
+        scalars [rows, position]
+  }
+}
+
+// CHECK-NOT: cq4p.step
+// CHECK-LABEL: llvm.func internal @__cq4p_task_decode_0(
+// CHECK-SAME: %[[ARGS:.*]]: !llvm.ptr, %[[BEGIN:.*]]: i64, %[[END:.*]]: i64)
+// CHECK: %[[ONE:.*]] = llvm.mlir.constant(1 : i64)
+// The binding: bindings[3].
+// CHECK: %[[TABLE_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 0]
+// CHECK: %[[TABLE:.*]] = llvm.load %[[TABLE_ADDR]] : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[SLOT:.*]] = llvm.getelementptr %[[TABLE]][3]
+// CHECK: llvm.load %[[SLOT]]
+// The last row: rows - 1 rows ahead, 4 bytes each.
+// CHECK: %[[ROWS_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 5]
+// CHECK: %[[ROWS:.*]] = llvm.load %[[ROWS_ADDR]] : !llvm.ptr -> i64
+// CHECK: %[[LAST:.*]] = llvm.sub %[[ROWS]], %{{.*}}
+// CHECK: llvm.add %{{.*}}, %[[LAST]]
+// A single-row dispatch's rows are 1; a range split passes the range.
+// CHECK: llvm.call @gemv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ONE]], %[[BEGIN]], %[[END]])
+
+// CHECK-LABEL: llvm.func internal @cq4p_step_decode(
+// CHECK: %[[FOR:.*]] = llvm.load %{{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[TASK:.*]] = llvm.mlir.addressof @__cq4p_task_decode_0
+// CHECK: llvm.call %[[FOR]](%{{.*}}, %[[TASK]], %{{.*}}, %{{.*}})
+
+// CHECK-LABEL: llvm.func internal @__cq4p_task_prefill_0(
+// CHECK-SAME: %[[ARGS:.*]]: !llvm.ptr, %[[BEGIN:.*]]: i64, %[[END:.*]]: i64)
+// CHECK: %[[POS_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 6]
+// CHECK: %[[POS:.*]] = llvm.load %[[POS_ADDR]] : !llvm.ptr -> i64
+// CHECK: %[[CTX_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 7]
+// CHECK: %[[CTX:.*]] = llvm.load %[[CTX_ADDR]] : !llvm.ptr -> i64
+// The keys of layer 0: after 256 bytes per position of the cache.
+// CHECK: %[[KV_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 1]
+// CHECK: %[[KV:.*]] = llvm.load %[[KV_ADDR]]
+// CHECK: %[[C256:.*]] = llvm.mlir.constant(256 : i64)
+// CHECK: %[[SKIP:.*]] = llvm.mul %[[CTX]], %[[C256]]
+// CHECK: llvm.getelementptr %[[KV]][%[[SKIP]]]
+// A rows split: the range's first row, plus the position for the cache.
+// CHECK: llvm.add %[[BEGIN]], %[[POS]]
+// CHECK: %[[COUNT:.*]] = llvm.sub %[[END]], %[[BEGIN]]
+// CHECK: %[[AT:.*]] = llvm.add %[[POS]], %[[BEGIN]]
+// CHECK: llvm.call @rope(%{{.*}}, %{{.*}}, %[[COUNT]], %[[AT]])
+
+// One row runs the decode step.
+// CHECK-LABEL: llvm.func internal @cq4p_step_prefill(
+// CHECK: llvm.cond_br
+// CHECK: llvm.call @cq4p_step_decode(
+// CHECK: llvm.mlir.addressof @__cq4p_task_prefill_0
+
+// The descriptor: the kv dtype (2, f16), the target (2, aarch64-neon) and
+// the features (1).
+// CHECK-LABEL: llvm.mlir.global external constant @cq4p_model_steps()
+// CHECK-DAG: llvm.mlir.constant(2 : i32) : i32
+// CHECK-DAG: llvm.mlir.constant(1 : i64) : i64
