@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <functional>
 #include <unistd.h>
@@ -141,6 +143,32 @@ TEST(TensorFile, ViewsAreTheMappedFileNotACopy) {
   ASSERT_EQ(::pwrite(fd, &changed, 1, off_t(file->info().data_offset + 10)), 1);
   ::close(fd);
   EXPECT_EQ(data.data[10], changed);
+}
+
+TEST(TensorFile, LargeFilesStartAtA2MiBBoundaryAndStayTheFilesPages) {
+  // 1200 x 1000 fp16 values: 2.4 MB, over one large page and not a multiple
+  // of it, so the mapping's tail is a partial page.
+  TempDir dir;
+  std::string path = dir.file("large.weights");
+  std::vector<uint8_t> bytes = fp16File({1200, 1000});
+  ASSERT_GT(bytes.size(), size_t(2) << 20);
+  ASSERT_TRUE(writeBytes(path, bytes));
+  std::unique_ptr<TensorFile> file;
+  Status status = TensorFile::open(path, file);
+  ASSERT_TRUE(status) << status.message();
+  ByteSpan data = file->region(CQ4P_REGION_DATA);
+  const uint8_t *base = data.data - file->info().data_offset;
+  if (const char *value = std::getenv("CQ4P_LARGE_PAGES"); !value || std::string(value) != "0")
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (uintptr_t(2) << 20), 0u);
+  // Every byte is the file's, the last one included.
+  EXPECT_EQ(std::memcmp(base, bytes.data(), bytes.size()), 0);
+  // Still the page cache's pages, not a copy.
+  uint8_t changed = uint8_t(data.data[data.size - 1] ^ 0xFF);
+  int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, &changed, 1, off_t(bytes.size() - 1)), 1);
+  ::close(fd);
+  EXPECT_EQ(data.data[data.size - 1], changed);
 }
 
 TEST(TensorFile, MissingFileIsAnIoErrorNamingIt) {
