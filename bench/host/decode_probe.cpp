@@ -1,0 +1,148 @@
+//===- decode_probe.cpp - the bytes a decode step reads, read alone -------===//
+//
+// bench/model's roofline for decode: opens every tensor file of a bundle
+// through the runtime (the same mappings, page sizes included, that a model
+// reads its weights through), and times a plain vector read of the bytes one
+// decode step reads: every file whole, except the token embedding's data, of
+// which a step reads one row. 1 thread reads them all; n threads each read
+// a contiguous share of the bytes, as a step's dispatches split them.
+//
+//   cq4p-bench-decode-probe BUNDLE THREADS REPS
+//
+// Prints "bytes B" and then "probe T GB/s" per thread count 1..THREADS
+// (median of REPS full reads after one warm-up read).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cq4p/runtime/TensorFile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace cq4p::runtime;
+
+namespace {
+
+struct Span {
+  const uint8_t *data;
+  size_t bytes;
+};
+
+/// Sums 128-byte blocks with four independent 32-byte accumulators (the
+/// loop bench/host times beside each GEMV).
+__attribute__((target("avx2"))) uint64_t readAll(const Span *spans, size_t count) {
+  typedef long long v4i64 __attribute__((vector_size(32)));
+  v4i64 a = {0, 0, 0, 0}, b = a, c = a, d = a;
+  for (size_t s = 0; s < count; ++s) {
+    const uint8_t *data = spans[s].data;
+    for (size_t i = 0; i + 128 <= spans[s].bytes; i += 128) {
+      v4i64 x0, x1, x2, x3;
+      std::memcpy(&x0, data + i, 32);
+      std::memcpy(&x1, data + i + 32, 32);
+      std::memcpy(&x2, data + i + 64, 32);
+      std::memcpy(&x3, data + i + 96, 32);
+      a += x0;
+      b += x1;
+      c += x2;
+      d += x3;
+    }
+  }
+  v4i64 sum = a + b + c + d;
+  return uint64_t(sum[0] + sum[1] + sum[2] + sum[3]);
+}
+
+/// `spans` cut into `parts` runs of nearly equal bytes.
+std::vector<std::vector<Span>> split(const std::vector<Span> &spans, size_t total,
+                                     int parts) {
+  std::vector<std::vector<Span>> out(static_cast<size_t>(parts));
+  size_t share = (total + size_t(parts) - 1) / size_t(parts), filled = 0;
+  size_t part = 0;
+  for (Span span : spans) {
+    while (span.bytes > 0) {
+      size_t room = share - filled;
+      size_t take = std::min(room, span.bytes);
+      out[part].push_back({span.data, take});
+      span.data += take;
+      span.bytes -= take;
+      filled += take;
+      if (filled == share && part + 1 < out.size()) {
+        ++part;
+        filled = 0;
+      }
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: cq4p-bench-decode-probe BUNDLE THREADS REPS\n");
+    return 2;
+  }
+  int maxThreads = std::atoi(argv[2]), reps = std::atoi(argv[3]);
+  if (maxThreads < 1 || reps < 1) {
+    std::fprintf(stderr, "cq4p-bench-decode-probe: THREADS and REPS must be at least 1\n");
+    return 2;
+  }
+  std::vector<std::unique_ptr<TensorFile>> files;
+  std::vector<Span> spans;
+  size_t total = 0;
+  std::vector<std::string> paths;
+  for (const auto &entry : std::filesystem::directory_iterator(argv[1]))
+    if (entry.is_regular_file() && entry.path().extension() == ".weights")
+      paths.push_back(entry.path().string());
+  std::sort(paths.begin(), paths.end());
+  for (const std::string &path : paths) {
+    std::unique_ptr<TensorFile> file;
+    if (Status status = TensorFile::open(path, file); !status) {
+      std::fprintf(stderr, "cq4p-bench-decode-probe: %s\n", status.message().c_str());
+      return 1;
+    }
+    const uint8_t *base = file->region(CQ4P_REGION_DATA).data - file->info().data_offset;
+    size_t size = size_t(file->info().data_offset + file->region(CQ4P_REGION_DATA).size);
+    if (path.find("embed_tokens") != std::string::npos) {
+      // Its headers and scales, and one row of data.
+      size = size_t(file->info().data_offset) + size_t(file->k() / 2);
+    }
+    spans.push_back({base, size});
+    total += size;
+    files.push_back(std::move(file));
+  }
+  std::printf("bytes %zu\n", total);
+  volatile uint64_t sink = 0;
+  for (int threads = 1; threads <= maxThreads; ++threads) {
+    std::vector<std::vector<Span>> parts = split(spans, total, threads);
+    std::vector<double> seconds;
+    for (int rep = 0; rep <= reps; ++rep) {
+      auto start = std::chrono::steady_clock::now();
+      std::vector<std::thread> workers;
+      std::vector<uint64_t> sums(static_cast<size_t>(threads));
+      for (int t = 1; t < threads; ++t)
+        workers.emplace_back([&, t] { sums[t] = readAll(parts[t].data(), parts[t].size()); });
+      sums[0] = readAll(parts[0].data(), parts[0].size());
+      for (std::thread &worker : workers)
+        worker.join();
+      double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (uint64_t sum : sums)
+        sink = sink + sum;
+      if (rep > 0) // the first read warms the page cache and the TLB
+        seconds.push_back(elapsed);
+    }
+    std::sort(seconds.begin(), seconds.end());
+    double median = seconds[seconds.size() / 2];
+    std::printf("probe %d %.2f GB/s\n", threads, double(total) / median / 1e9);
+  }
+  return 0;
+}
