@@ -383,12 +383,24 @@ FailureOr<std::string> readBundleDigest(StringRef directory,
 }
 
 /// Refuses an -o that names one of the inputs (the same file, by device and
-/// inode, whatever the path): writing it would destroy what is being read.
+/// inode, whatever the path): writing it would destroy what is being read;
+/// and, for --emit=lib, one that exists as anything but a regular file.
 LogicalResult checkOutputIsNoInput(
     ArrayRef<std::pair<std::string, struct stat>> inputs) {
   struct stat output;
   if (::stat(outputFile.c_str(), &output) != 0)
     return success(); // not there yet: no input
+  if (emitKind == "lib" && !S_ISREG(output.st_mode)) {
+    // lld writes through a stream whose failure it cannot report (a
+    // device such as /dev/full would end in "LLVM ERROR").
+    fail("-o " + outputFile + " is " +
+         (S_ISCHR(output.st_mode)   ? "a character device"
+          : S_ISDIR(output.st_mode) ? "a directory"
+          : S_ISFIFO(output.st_mode) ? "a FIFO"
+                                     : "not a regular file") +
+         "; --emit=lib writes a regular file");
+    return failure();
+  }
   for (const auto &[name, input] : inputs)
     if (output.st_dev == input.st_dev && output.st_ino == input.st_ino) {
       fail("-o " + outputFile + " is the input " + name +

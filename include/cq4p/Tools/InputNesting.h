@@ -8,10 +8,13 @@
 // that real inputs never come near (docs/TRUST.md):
 //
 //  - textual IR: (), [], {} and <> outside string literals and `//`
-//    comments. A converted model.mlir nests at most 6 deep (Gemma 4 and
-//    LFM2 included); the kernel pipelines' output at most 9. A '>' of `->`
-//    or `>=` closes nothing, and a closer that does not match the innermost
-//    opener is skipped, so the scan never counts shallower than the parser.
+//    comments. A converted model.mlir nests at most 4 deep (Gemma 4), its
+//    planned steps (--cq4p-lower-model) 7, the pipelines' output 5; nested
+//    modules, the costliest, take ~2.8 KiB of stack per level (an 8 MiB
+//    stack overflows between 2000 and 4000), so 256 levels need under
+//    1 MiB. A '>' of `->` or `>=` closes nothing, and a closer that does not
+//    match the innermost opener is skipped, so the scan never counts
+//    shallower than the parser.
 //  - JSON: [] and {} outside strings, bounded like the runtime's manifest
 //    reader (runtime/src/Json.cpp, 64 levels).
 //
