@@ -197,14 +197,19 @@ def utf8(what, text):
                             f"character {error.start})") from None
 
 
+INT64_MIN = -2**63
+
+
 def check_ids(what, ids):
-    """Token ids as int64 >= 0 (each checked before numpy holds it)."""
+    """Token ids as an int64 array, each checked to fit before numpy holds
+    it (the runtime refuses a negative id or one past the vocabulary, by
+    index)."""
     if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
-        array = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
-        if array.size and (array.min() < 0 or int(ids.max()) > INT64_MAX):
-            raise ArgumentError(f"{what}: expected ids in [0, {INT64_MAX}]")
-        return array
-    values = [check_integer(f"{what}[{i}]", t, 0, INT64_MAX) for i, t in enumerate(ids)]
+        if ids.size and int(ids.max()) > INT64_MAX:
+            raise ArgumentError(f"{what}: expected ids that fit int64, found {int(ids.max())}")
+        return np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+    values = [check_integer(f"{what}[{i}]", t, INT64_MIN, INT64_MAX)
+              for i, t in enumerate(np.asarray(ids, dtype=object).reshape(-1))]
     return np.array(values, dtype=np.int64)
 
 
@@ -413,7 +418,7 @@ class NativeModel:
 
     def decode(self, token):
         """Appends one token; the next position's logits, float32 [vocab]."""
-        token = check_integer("decode id", token, 0, INT64_MAX)
+        token = check_integer("decode id", token, INT64_MIN, INT64_MAX)
         logits = np.empty(self.vocab, dtype=np.float32)
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_decode(self._handle, token,

@@ -23,6 +23,7 @@
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/Pipelines/Pipelines.h"
 #include "cq4p/Tools/InputNesting.h"
+#include "cq4p/Tools/LargeStack.h"
 #include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -63,7 +64,6 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/ToolOutputFile.h"
-#include "llvm/Support/thread.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
@@ -385,7 +385,7 @@ FailureOr<std::string> readBundleDigest(StringRef directory,
 /// Refuses an -o that names one of the inputs (the same file, by device and
 /// inode, whatever the path): writing it would destroy what is being read;
 /// and, for --emit=lib, one that exists as anything but a regular file.
-LogicalResult checkOutputIsNoInput(
+LogicalResult checkOutput(
     ArrayRef<std::pair<std::string, struct stat>> inputs) {
   struct stat output;
   if (::stat(outputFile.c_str(), &output) != 0)
@@ -500,10 +500,7 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "cq4p-compile: builds a per-model kernel library\n");
-  int status = 1;
-  llvm::thread worker(std::optional<unsigned>(kStackBytes), [&] { status = compile(); });
-  worker.join();
-  return status;
+  return cq4p::runOnLargeStack(kStackBytes, compile);
 }
 
 namespace {
@@ -583,7 +580,7 @@ int compile() {
                   ", but --bundle " + bundleDirectory + " has " + *named);
     digest = *named;
   }
-  if (failed(checkOutputIsNoInput(inputs)))
+  if (failed(checkOutput(inputs)))
     return 1;
   // What the runtime accepts as a recorded digest (kernel_abi.h).
   if (digest.size() > CQ4P_MAX_BUNDLE_DIGEST_BYTES ||

@@ -13,6 +13,7 @@
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/Pipelines/Pipelines.h"
 #include "cq4p/Tools/InputNesting.h"
+#include "cq4p/Tools/LargeStack.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
@@ -34,7 +35,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/Support/thread.h"
 
 namespace {
 
@@ -100,10 +100,7 @@ int main(int argc, char **argv) {
   if (config.shouldShowDialects() || config.shouldListPasses())
     return mlir::asMainReturnCode(
         mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
-  int status = 1;
-  llvm::thread worker(std::optional<unsigned>(kStackBytes), [&] {
-    status = run(inputFilename, outputFilename, registry);
+  return mlir::cq4p::runOnLargeStack(kStackBytes, [&] {
+    return run(inputFilename, outputFilename, registry);
   });
-  worker.join();
-  return status;
 }
