@@ -25,7 +25,39 @@ from cq4p import upgrade as up
 from cq4p import __version__
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
+
+# Bounds of the numeric options, checked as argparse reads them: the C API's
+# types (native.INT32_MAX...) and cq4p-run's own limits.
+MAX_STEPS = native.MAX_NEW_TOKENS
+MAX_SHAPE = 1 << 20  # synthetic checkpoints: any dimension
+MAX_ROWS = 1 << 16
+
+
+def integer(low, high):
+    """An argparse type: an integer in [low, high]."""
+    def parse(text):
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer in [{low}, {high}], found {text}")
+        return value
+    return parse
+
+
+def number(low=None, high=None, low_open=False):
+    """An argparse type: a finite number float32 holds, in [low, high]
+    ((low, high] when low_open)."""
+    def parse(text):
+        try:
+            return native.check_float32("value", text, low, high, low_open)
+        except native.ArgumentError as error:
+            raise argparse.ArgumentTypeError(str(error)[len("value: "):]) from None
+    return parse
 
 
 def _convert(args):
@@ -155,7 +187,8 @@ def parser():
                          help="directory with config.json and *.safetensors")
     convert.add_argument("--out", required=True, help="bundle directory to create")
     convert.add_argument("--force", action="store_true", help="replace an existing --out")
-    convert.add_argument("--seed", type=int, default=0, help="rotation seed (default 0)")
+    convert.add_argument("--seed", type=integer(0, native.UINT64_MAX), default=0,
+                         help="rotation seed (default 0)")
     convert.add_argument("--calibration", help=".npz of per-input-channel mean |activation| "
                          "by tensor name")
     convert.add_argument("--legacy", choices=cv.LEGACY_LAYOUTS,
@@ -185,23 +218,25 @@ def parser():
     synth.add_argument("--out", required=True)
     for option in ("hidden", "ffn", "vocab", "layers", "heads", "kv-heads", "head-dim",
                    "window"):
-        synth.add_argument(f"--{option}", type=int, help="default: the architecture's")
-    synth.add_argument("--seed", type=int, default=0)
+        synth.add_argument(f"--{option}", type=integer(0 if option == "window" else 1, MAX_SHAPE),
+                           help="default: the architecture's")
+    synth.add_argument("--seed", type=integer(0, native.UINT64_MAX), default=0)
     synth.set_defaults(run=_synthetic)
 
     margin = commands.add_parser("margin", help="greedy top-1 margins of a bundle's dequantized "
                                  "model on a prompt of synthetic-table tokens")
     margin.add_argument("--bundle", required=True)
-    margin.add_argument("--prompt-length", type=int, default=gn.DEFAULT_PROMPT_TOKENS)
-    margin.add_argument("--steps", type=int, default=gn.DEFAULT_STEPS)
-    margin.add_argument("--seed", type=int, default=1)
+    margin.add_argument("--prompt-length", type=integer(1, MAX_STEPS),
+                        default=gn.DEFAULT_PROMPT_TOKENS)
+    margin.add_argument("--steps", type=integer(0, MAX_STEPS), default=gn.DEFAULT_STEPS)
+    margin.add_argument("--seed", type=integer(0, native.UINT64_MAX), default=1)
     margin.set_defaults(run=_margin)
 
     check = commands.add_parser("check", help="a bundle's tensors through a compiled kernel "
                                 "library vs an fp32 numpy reference")
     check.add_argument("--bundle", required=True)
     check.add_argument("--library", required=True, help="built by cq4p-compile")
-    check.add_argument("--rows", type=int, default=3)
+    check.add_argument("--rows", type=integer(1, MAX_ROWS), default=3)
     check.set_defaults(run=_check)
 
     def model_command(name, help_text):
@@ -213,17 +248,19 @@ def parser():
         command.add_argument("--prompt", help="text (the runtime's tokenizer reads the bundle's "
                              "tokenizer.json; a tokenizer.model alone needs "
                              "python3-sentencepiece)")
-        command.add_argument("--threads", type=int, default=1)
-        command.add_argument("--context", type=int, default=0,
+        command.add_argument("--threads", type=integer(1, native.MAX_THREADS), default=1)
+        command.add_argument("--context", type=integer(0, native.INT64_MAX), default=0,
                              help="KV cache positions (default: the runtime's)")
         return command
 
     generate = model_command("generate", "generate tokens with a compiled model")
-    generate.add_argument("-n", type=int, default=gn.DEFAULT_STEPS, help="tokens to generate")
-    generate.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    generate.add_argument("--top-k", type=int, default=0, help="0: off")
-    generate.add_argument("--top-p", type=float, default=1.0, help="1: off")
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("-n", type=integer(0, native.MAX_NEW_TOKENS), default=gn.DEFAULT_STEPS,
+                          help="tokens to generate")
+    generate.add_argument("--temperature", type=number(), default=0.0, help="<= 0: greedy")
+    generate.add_argument("--top-k", type=integer(0, native.INT32_MAX), default=0, help="0: off")
+    generate.add_argument("--top-p", type=number(0.0, 1.0, low_open=True), default=1.0,
+                          help="in (0, 1]; 1: off")
+    generate.add_argument("--seed", type=integer(0, native.UINT64_MAX), default=0)
     generate.add_argument("--stop", action="append", help="a stop string (text prompts)")
     generate.add_argument("--ignore-eos", action="store_true",
                           help="do not stop at EOS / end of turn (text prompts)")
@@ -243,12 +280,12 @@ def parser():
 
     check_model = model_command("check-model", "a compiled model's logits vs the numpy oracle "
                                 "of its dequantized weights, step by step")
-    check_model.add_argument("--steps", type=int, default=gn.DEFAULT_STEPS)
-    check_model.add_argument("--tolerance", type=float, default=None,
+    check_model.add_argument("--steps", type=integer(0, MAX_STEPS), default=gn.DEFAULT_STEPS)
+    check_model.add_argument("--tolerance", type=number(0.0), default=None,
                              help=f"max |logit diff| / logit std (default "
                                   f"{gn.LOGIT_TOLERANCE}, lfm2 "
                                   f"{gn.ARCHITECTURE_TOLERANCE['lfm2']})")
-    check_model.add_argument("--seed", type=int, default=0,
+    check_model.add_argument("--seed", type=integer(0, native.UINT64_MAX), default=0,
                              help="of the random prompt used without --prompt(-ids)")
     check_model.set_defaults(run=_check_model)
     return main_parser
@@ -266,6 +303,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"cq4p {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
+            MemoryError, RecursionError) as error:
+        # A defect of cq4p's own (every input is meant to be refused above
+        # by name): still one line, never a traceback.
+        print(f"cq4p {args.command}: internal error: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ MAX_SHAPE_DIMS = 8
 DTYPES = ("CQ4", "FP16", "FP32")
 
 
-def _refuse_duplicates(pairs):
+def refuse_duplicates(pairs):
     names = set()
     for key, _ in pairs:
         if key in names:
@@ -106,7 +106,7 @@ def _refuse_duplicates(pairs):
     return dict(pairs)
 
 
-def _refuse_constant(name):
+def refuse_constant(name):
     raise _JsonRefusal(f"{name} is not JSON")
 
 
@@ -114,7 +114,7 @@ class _JsonRefusal(ValueError):
     pass
 
 
-def _depth(value):
+def json_depth(value):
     """Nesting depth of a parsed document, the top value at 0 (the
     runtime's reader refuses a value deeper than MAX_JSON_DEPTH)."""
     deepest, stack = 0, [(value, 0)]
@@ -154,8 +154,8 @@ def read_manifest(directory):
     raw = _read_manifest_text(path)
     try:
         text = raw.decode("utf-8")
-        content = json.loads(text, object_pairs_hook=_refuse_duplicates,
-                             parse_constant=_refuse_constant)
+        content = json.loads(text, object_pairs_hook=refuse_duplicates,
+                             parse_constant=refuse_constant)
     except UnicodeDecodeError as error:
         raise BundleError(f"{path}: invalid JSON: not UTF-8 at byte {error.start}") from None
     except _JsonRefusal as error:
@@ -166,7 +166,7 @@ def read_manifest(directory):
     except RecursionError:
         raise BundleError(f"{path}: invalid JSON: nesting deeper than "
                           f"{MAX_JSON_DEPTH}") from None
-    if _depth(content) > MAX_JSON_DEPTH:
+    if json_depth(content) > MAX_JSON_DEPTH:
         raise BundleError(f"{path}: invalid JSON: nesting deeper than {MAX_JSON_DEPTH}")
     _check_manifest(path, content)
     return content

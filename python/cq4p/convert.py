@@ -24,18 +24,33 @@ writes the panel files when the library is built, else numpy's
 line ends with the tensor's parameters per second, and a last line gives
 the whole conversion's.
 
-The bundle is written into a temporary directory next to the output and
-renamed into place once complete; on any error or interrupt the temporary
-directory is removed, and an existing bundle (--force) is replaced only by a
-complete new one.
+Everything written is checked by the readers that will read it: the
+config (copied into the manifest) as the runtime's JSON reader takes it
+(`parse_config`: no NaN or Infinity, no lone surrogate, no duplicate name,
+at most 64 levels and 16 MiB), the model's numbers as float32 literals of
+model.mlir (`check_spec_values`), every tensor's values finite, and the
+finished bundle opened by the Python reader and, when the runtime library is
+built, verified by the runtime (`cq4p_bundle_verify`) before it is moved into
+place.
+
+The bundle is written into a temporary directory next to the output (named
+after the converting process, `.<out>.convert-<pid>.<random>.tmp`) and
+renamed into place once complete; on any error, interrupt or SIGTERM the
+temporary directory is removed, a temporary left by a killed conversion
+(its process gone) is removed by the next conversion to the same output,
+and an existing bundle (--force) is replaced only by a complete new one.
 """
 
 import glob
 import json
+import math
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -93,18 +108,113 @@ def _file_name(stem, layout):
 
 # --- inputs ------------------------------------------------------------------
 
+# config.json is copied into manifest.json, one level down: it must be what
+# the runtime's reader takes there (bundle.MAX_MANIFEST_BYTES, MAX_JSON_DEPTH).
+MAX_CONFIG_BYTES = bd.MAX_MANIFEST_BYTES
+MAX_CONFIG_LEVELS = bd.MAX_JSON_DEPTH
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
 def read_config(model_dir):
     path = os.path.join(model_dir, "config.json")
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ConvertError(f"{model_dir}: missing config.json")
     try:
-        with open(path) as handle:
-            config = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConvertError(f"{path}: cannot read: {error}") from error
+        fd = fl.open_regular(path)
+    except fl.FormatError as error:
+        raise ConvertError(str(error)) from None
+    except OSError as error:
+        raise ConvertError(f"{path}: cannot open: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(MAX_CONFIG_BYTES + 1)
+    return parse_config(path, raw)
+
+
+def parse_config(path, raw):
+    """config.json's bytes as a dict, refused (ConvertError naming the
+    path and the value) unless the runtime's manifest reader would take
+    them: UTF-8, at most MAX_CONFIG_BYTES, JSON without NaN, Infinity,
+    duplicate names or lone surrogates, numbers finite (1e400 is not) and
+    integers within int64, at most MAX_CONFIG_LEVELS levels deep, an
+    object at the top."""
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConvertError(f"{path}: size: expected at most {MAX_CONFIG_BYTES} bytes, found more")
+    try:
+        config = json.loads(raw.decode("utf-8"), object_pairs_hook=bd.refuse_duplicates,
+                            parse_constant=bd.refuse_constant)
+    except UnicodeDecodeError as error:
+        raise ConvertError(f"{path}: invalid JSON: not UTF-8 at byte {error.start}") from None
+    except json.JSONDecodeError as error:
+        raise ConvertError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: "
+                           f"{error.msg}") from None
+    except RecursionError:
+        raise ConvertError(f"{path}: invalid JSON: nesting deeper than "
+                           f"{MAX_CONFIG_LEVELS} levels") from None
+    except ValueError as error:  # a refused constant or name, an integer of 4300+ digits
+        raise ConvertError(f"{path}: invalid JSON: {error}") from None
     if not isinstance(config, dict):
         raise ConvertError(f"{path}: expected a JSON object")
+    if bd.json_depth(config) >= MAX_CONFIG_LEVELS:
+        raise ConvertError(f"{path}: invalid JSON: nesting deeper than {MAX_CONFIG_LEVELS} "
+                           f"levels")
+    _check_json_values(path, config)
     return config
+
+
+def _check_json_values(path, document):
+    """Every string valid UTF-8 (Python decodes an escaped lone surrogate,
+    which no UTF-8 writer can write), every number finite, every integer
+    an int64."""
+    stack = [("", document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, member in value.items():
+                _check_text(path, f"{where}.{key}" if where else key, key, "name")
+                stack.append((f"{where}.{key}" if where else key, member))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", member) for i, member in enumerate(value))
+        elif isinstance(value, str):
+            _check_text(path, where, value, "value")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConvertError(f"{path}: {where}: {value} is not a finite number")
+        elif isinstance(value, int) and not isinstance(value, bool) and \
+                not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+            raise ConvertError(f"{path}: {where}: integer {value} is outside int64")
+
+
+def _check_text(path, where, text, what):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ConvertError(f"{path}: {where}: the {what} holds a lone surrogate "
+                           f"(U+{ord(text[error.start]):04X}), not text") from None
+
+
+def check_spec_values(path, spec):
+    """Every number of the model (theta, rope factors and frequencies,
+    epsilon, scales, soft-capping) as model.mlir writes it, a float32: finite
+    there, or the config value behind it is refused by name."""
+    def check(field, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        if not math.isfinite(value) or abs(value) > float(np.finfo(np.float32).max):
+            raise ConvertError(f"{path}: {field} {value!r} (from the config) is not a finite "
+                               f"float32 value")
+
+    def walk(prefix, record):
+        for name in record.__dataclass_fields__:
+            value = getattr(record, name)
+            if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
+                for index, item in enumerate(value):
+                    walk(f"{prefix}{name}[{index}].", item)
+            elif isinstance(value, tuple):
+                for index, item in enumerate(value):
+                    check(f"{prefix}{name}[{index}]", item)
+            else:
+                check(prefix + name, value)
+
+    walk("", spec)
 
 
 def checkpoint_tensors(model_dir):
@@ -133,6 +243,11 @@ def checked_model(model_dir, config, entries):
         spec = arch.model_spec(config)
     except arch.ArchitectureError as error:
         raise ConvertError(f"{os.path.join(model_dir, 'config.json')}: {error}") from error
+    except (ValueError, TypeError, OverflowError, KeyError) as error:
+        # A field of a type or size the architecture's reader did not expect.
+        raise ConvertError(f"{os.path.join(model_dir, 'config.json')}: cannot read the "
+                           f"model's fields: {type(error).__name__}: {error}") from error
+    check_spec_values(os.path.join(model_dir, "config.json"), spec)
     shapes = {entry.name: entry.shape for entry in entries}
     spec = arch.with_checkpoint_names(spec, shapes)
     try:
@@ -197,6 +312,12 @@ def _input_scale(name, k, calibration):
 # --- one tensor --------------------------------------------------------------
 
 def _dense_entry(directory, name, values, original_shape, reason=None):
+    finite = np.isfinite(values)
+    if not finite.all():
+        first = np.unravel_index(int(np.argmin(finite)), values.shape) if values.ndim else ()
+        raise ConvertError(f"tensor {name}: {int(np.count_nonzero(~finite))} non-finite "
+                           f"values (the first, {values[first]}, at {list(map(int, first))}); "
+                           f"a model with them computes NaN")
     with np.errstate(over="ignore"):
         fp16 = values.astype(np.float16)
     overflow = bool(np.any(np.isinf(fp16) & np.isfinite(values)))
@@ -304,8 +425,14 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
         else:
             weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
+        why = str(error).split(": ", 1)[1]
+        if layout == fl.PANELS:
+            # The model graph runs every linear and embedding from CQ4
+            # panels: an FP32 copy would leave a bundle without a model.mlir.
+            raise ConvertError(f"tensor {name}: cannot be stored as CQ4 ({why}), and the "
+                               f"model graph needs it as CQ4 panels") from None
         return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
-                            f"not CQ4: {str(error).split(': ', 1)[1]}")
+                            f"not CQ4: {why}")
     fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
@@ -408,6 +535,79 @@ def write_model_files(directory, config, tensors, spec):
     return reason
 
 
+def verify_bundle(directory):
+    """The finished bundle as its readers will read it: the Python reader
+    (manifest, every tensor file against its entry, FORMAT.md's content
+    rules, which it reads every byte for only when the runtime library is not
+    built) and the runtime's full verification (cq4p_bundle_verify). A
+    ConvertError names what they refuse:
+    a bundle convert wrote and its own tools refuse is a defect of convert,
+    reported instead of moved into place."""
+    from cq4p import native
+    try:
+        native.verify_bundle(directory)
+        deep = False
+    except native.LibraryNotFoundError:
+        deep = True  # no runtime built: the Python reader reads every byte instead
+    except native.NativeError as error:
+        raise ConvertError(f"the runtime refuses the converted bundle: {error}") from None
+    try:
+        manifest = bd.read_manifest(directory)
+        for entry in manifest["tensors"]:
+            with bd.open_tensor(directory, entry) as tensor:
+                if deep:
+                    fl.verify_content(tensor)
+    except (bd.BundleError, fl.FormatError) as error:
+        raise ConvertError(f"the converted bundle does not read back: {error}") from None
+
+
+# The temporary of a conversion: `.<out>.convert-<pid>.<random>.tmp` beside
+# the output, so that the next conversion can tell one whose process is gone.
+_TEMPORARY = re.compile(r"\.(?P<out>.+)\.convert-(?P<pid>[0-9]+)\.[^.]+\.tmp")
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(out, progress=None):
+    """Removes the temporaries a killed conversion to `out` left beside it
+    (those whose process no longer runs); returns their paths."""
+    parent, base = os.path.dirname(out), os.path.basename(out)
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMPORARY.fullmatch(name)
+        if not match or match["out"] != base or _process_alive(int(match["pid"])):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.islink(path) or not os.path.isdir(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        if progress is not None:
+            print(f"{path}: removed (left by an interrupted conversion)", file=progress)
+    return removed
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a conversion: unwinds like an interrupt, so the
+    temporary directory is removed."""
+
+
+def _on_terminate(signum, _frame):
+    raise _Terminated(f"terminated by signal {signum}")
+
+
 def check_replaceable(out, model_dir):
     """--force replaces only what a conversion made: a cq4p bundle (a
     directory whose manifest.json reads as one) or an empty directory, and
@@ -454,7 +654,12 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     deferred_rotations = set()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
+    remove_stale_temporaries(out, progress)
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGTERM, _on_terminate)
+    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.convert-{os.getpid()}.",
+                                 suffix=".tmp", dir=parent)
     try:
         bd.share_as_umask_says(temporary, directory=True)
         for name in skipped:
@@ -513,11 +718,17 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             content = bd.read_manifest(temporary)
             content["tokenizer_files"] = copied
             bd.write_manifest(temporary, content)
+        verify_bundle(temporary)
         _replace(temporary, out)
+    except _Terminated as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise ConvertError(f"{out}: not written: {error}") from None
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
         global _NATIVE_BUFFERS
         _NATIVE_BUFFERS = None  # the memory goes with the conversion
         if deferred_rotations:

@@ -78,6 +78,10 @@ def parse_ids(text):
         raise GenerateError(f"--prompt-ids: expected integers, found {text!r}") from error
     if not ids:
         raise GenerateError("--prompt-ids: no ids")
+    for index, token in enumerate(ids):
+        if not 0 <= token <= native.INT64_MAX:
+            raise GenerateError(f"--prompt-ids: item {index} ({token}) is not a token id "
+                                f"(an integer in [0, {native.INT64_MAX}])")
     return ids
 
 

@@ -118,8 +118,99 @@ def library():
     return _load(str(library_path()))
 
 
+def verify_bundle(directory):
+    """The runtime's full check of a bundle (cq4p_bundle_verify: the
+    manifest, every file against its entry and every content rule of
+    FORMAT.md); NativeError with its message when it refuses."""
+    lib = library()
+    lib.cq4p_bundle_verify.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.cq4p_bundle_verify.restype = ctypes.c_int
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    _check(lib.cq4p_bundle_verify(os.fsencode(str(directory)), error, ERROR_BUFFER_BYTES),
+           error)
+
+
 def _pointer(array, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+# The C API's argument types (cq4p.h) and cq4p-run's bounds: every number is
+# checked here, before ctypes would wrap it (2^32 + 1 as top_k 1, -1 as seed
+# 2^64 - 1) or numpy would fail to hold it (an id of 10^23).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+MAX_THREADS = 1024  # ThreadPool::kMaxThreads
+MAX_NEW_TOKENS = 1 << 30  # cq4p-run -n
+
+
+class ArgumentError(NativeError):
+    """An argument the runtime would refuse or ctypes would wrap, refused
+    before the call."""
+
+    def __init__(self, message):
+        super().__init__(API["CQ4P_ERROR_ARGUMENT"], message)
+
+
+def check_integer(what, value, low, high):
+    """`value` as an int in [low, high], or an ArgumentError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{what}: expected an integer, found {value!r}")
+    if not low <= int(value) <= high:
+        raise ArgumentError(f"{what}: expected an integer in [{low}, {high}], found {value}")
+    return int(value)
+
+
+def check_float32(what, value, low=None, high=None, low_open=False):
+    """`value` as a finite float that float32 holds (within [low, high],
+    (low, high] when low_open), or an ArgumentError naming it."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ArgumentError(f"{what}: expected a number, found {value!r}") from None
+    if not np.isfinite(number) or abs(number) > FLOAT32_MAX:
+        raise ArgumentError(f"{what}: expected a finite number (float32), found {value}")
+    if low is not None and (number <= low if low_open else number < low):
+        raise ArgumentError(f"{what}: expected a number {'>' if low_open else '>='} {low}, "
+                            f"found {value}")
+    if high is not None and number > high:
+        raise ArgumentError(f"{what}: expected a number <= {high}, found {value}")
+    return number
+
+
+def check_sampling(temperature, top_k, top_p, seed):
+    """The sampling options as the C API takes them (cq4p_sampling)."""
+    return (check_float32("temperature", temperature),
+            check_integer("top_k", top_k, 0, INT32_MAX),
+            check_float32("top_p", top_p, 0.0, 1.0, low_open=True),
+            check_integer("seed", seed, 0, UINT64_MAX))
+
+
+def utf8(what, text):
+    """`text` as UTF-8 bytes; a string that has none (a lone surrogate, as
+    Python decodes a command line's invalid bytes) is an ArgumentError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ArgumentError(f"{what}: not valid UTF-8 text ({error.reason} at "
+                            f"character {error.start})") from None
+
+
+INT64_MIN = -2**63
+
+
+def check_ids(what, ids):
+    """Token ids as an int64 array, each checked to fit before numpy holds
+    it (the runtime refuses a negative id or one past the vocabulary, by
+    index)."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
+        if ids.size and int(ids.max()) > INT64_MAX:
+            raise ArgumentError(f"{what}: expected ids that fit int64, found {int(ids.max())}")
+        return np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+    values = [check_integer(f"{what}[{i}]", t, INT64_MIN, INT64_MAX)
+              for i, t in enumerate(np.asarray(ids, dtype=object).reshape(-1))]
+    return np.array(values, dtype=np.int64)
 
 
 def _check(code, error, path=None):
@@ -284,8 +375,10 @@ class NativeModel:
 
     def __init__(self, bundle_dir, library_path, threads=1, context=0, prefill_chunk=0):
         self._handle = None
+        options = ModelOptions(check_integer("threads", threads, 1, MAX_THREADS),
+                               check_integer("context", context, 0, INT64_MAX),
+                               check_integer("prefill_chunk", prefill_chunk, 0, INT64_MAX))
         self._lib = model_library()
-        options = ModelOptions(threads, context, prefill_chunk)
         handle = ctypes.c_void_p()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_open(os.fsencode(str(bundle_dir)),
@@ -314,7 +407,7 @@ class NativeModel:
 
     def prefill(self, ids):
         """Appends `ids`; the logits of the last, float32 [vocab]."""
-        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        ids = check_ids("prefill ids", ids)
         logits = np.empty(self.vocab, dtype=np.float32)
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_prefill(self._handle, _pointer(ids, ctypes.c_int64),
@@ -325,9 +418,10 @@ class NativeModel:
 
     def decode(self, token):
         """Appends one token; the next position's logits, float32 [vocab]."""
+        token = check_integer("decode id", token, INT64_MIN, INT64_MAX)
         logits = np.empty(self.vocab, dtype=np.float32)
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_model_decode(self._handle, int(token),
+        code = self._lib.cq4p_model_decode(self._handle, token,
                                            _pointer(logits, ctypes.c_float), error,
                                            ERROR_BUFFER_BYTES)
         _check(code, error)
@@ -336,9 +430,14 @@ class NativeModel:
     def generate(self, prompt, count, temperature=0.0, top_k=0, top_p=1.0, seed=0):
         """(new ids, stats dict) of `count` tokens after `prompt` (from
         position 0; temperature <= 0 is greedy)."""
-        prompt = np.ascontiguousarray(prompt, dtype=np.int64).reshape(-1)
+        prompt = check_ids("prompt", prompt)
+        count = check_integer("new tokens", count, 0, MAX_NEW_TOKENS)
+        sampling = Sampling(*check_sampling(temperature, top_k, top_p, seed))
+        context = self.info()["context"]
+        if count > context + 1:
+            raise ArgumentError(f"context overflow: {count} new tokens need more positions "
+                                f"than the context holds ({context})")
         out = np.zeros(max(count, 1), dtype=np.int64)
-        sampling = Sampling(temperature, top_k, top_p, seed)
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_generate(
@@ -479,7 +578,7 @@ class NativeTokenizer:
 
     def encode(self, text, add_special=True):
         """The ids of `text` (str or UTF-8 bytes)."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = utf8("text", text) if isinstance(text, str) else bytes(text)
         capacity = len(data) + 16
         while True:
             ids = np.zeros(capacity, dtype=np.int64)
@@ -551,9 +650,11 @@ class NativeTokenizer:
 
 def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings, add_special,
                   ignore_stop_ids):
-    stops = [s.encode("utf-8") for s in (stop_strings or [])]
+    max_new_tokens = check_integer("new tokens", max_new_tokens, 0, MAX_NEW_TOKENS)
+    sampling = Sampling(*check_sampling(temperature, top_k, top_p, seed))
+    stops = [utf8("stop string", s) for s in (stop_strings or [])]
     array = (ctypes.c_char_p * max(len(stops), 1))(*stops)
-    options = TextOptions(max_new_tokens, Sampling(temperature, top_k, top_p, seed),
+    options = TextOptions(max_new_tokens, sampling,
                           ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)), len(stops),
                           int(add_special), int(ignore_stop_ids))
     return options, array
@@ -599,7 +700,7 @@ def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0
     error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
     code = lib.cq4p_model_generate_text(model._handle,
                                         tokenizer._handle if tokenizer else None,
-                                        prompt.encode("utf-8"), ctypes.byref(options), callback,
+                                        utf8("prompt", prompt), ctypes.byref(options), callback,
                                         None, ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
     _check(code, error)
     return ids, "".join(pieces), _stats_dict(stats)
@@ -616,7 +717,7 @@ class NativeChat:
         handle = ctypes.c_void_p()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_chat_open(model._handle, tokenizer._handle if tokenizer else None,
-                                        system_prompt.encode("utf-8") if system_prompt else None,
+                                        utf8("system prompt", system_prompt) if system_prompt else None,
                                         ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
         _check(code, error)
         self._handle = handle
@@ -629,7 +730,7 @@ class NativeChat:
         callback = _text_callback(ids, pieces, on_text)
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_chat_send(self._handle, text.encode("utf-8"),
+        code = self._lib.cq4p_chat_send(self._handle, utf8("text", text),
                                         ctypes.byref(options), callback, None,
                                         ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
         _check(code, error)

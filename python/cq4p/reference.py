@@ -29,6 +29,7 @@ import glob
 import json
 import math
 import os
+import re
 
 import numpy as np
 
@@ -204,8 +205,23 @@ class Config:
     used), head_dims, donors (None, or the layer whose KV cache a Gemma 4
     KV-shared layer reads)."""
 
+    # Sizes the oracle allocates per layer, head or id: bounded before any
+    # list or array is made (a manifest's config is input too).
+    BOUNDS = {"num_hidden_layers": 1 << 12, "hidden_size": 1 << 18,
+              "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
+              "head_dim": 1 << 14, "vocab_size": 1 << 24}
+
     def __init__(self, config):
-        config = _unwrapped(config)
+        if isinstance(config, dict) and isinstance(config.get("text_config"), dict):
+            config = _unwrapped(config)
+        if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+            raise bd.BundleError("config: expected an object with a model_type string")
+        for key, bound in self.BOUNDS.items():
+            value = config.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= bound):
+                raise bd.BundleError(f"config: {key}: expected an integer in [1, {bound}], "
+                                     f"found {value!r}")
         self.model_type = config["model_type"]
         if self.model_type == "lfm2":
             self._lfm2(config)
@@ -361,14 +377,27 @@ class Config:
         return 1.0
 
 
+class MissingWeightError(bd.BundleError):
+    """The config asks for a tensor the weights do not have (a manifest that
+    claims more layers than it holds, say)."""
+
+
+class _Weights(dict):
+    """{tensor name: array}; a missing name is a MissingWeightError naming it."""
+
+    def __missing__(self, name):
+        raise MissingWeightError(f"the model's config needs tensor {name}, which its weights "
+                                 f"do not have ({len(self)} tensors)")
+
+
 class Reference:
     """A model over numpy weights, with a KV cache (and LFM2 conv states)."""
 
     def __init__(self, config, weights):
         """`config`: config.json's contents; `weights`: {tensor name: array}."""
         self.config = Config(config)
-        self.weights = {name: np.asarray(value, dtype=np.float32)
-                        for name, value in weights.items()}
+        self.weights = _Weights((name, np.asarray(value, dtype=np.float32))
+                                for name, value in weights.items())
         embeddings = [name for name in self.weights if name.endswith("embed_tokens.weight")]
         if len(embeddings) != 1:
             raise ValueError(f"expected one token embedding, found {embeddings}")
@@ -378,6 +407,12 @@ class Reference:
         if self.prefix.endswith("model.") and nested in self.weights:
             lm_head = nested
         self.output = embeddings[0] if self.config.tied else lm_head
+        held = {int(match.group(1)) for name in self.weights
+                if (match := re.match(re.escape(self.prefix) + r"layers\.(\d+)\.", name))}
+        missing = sorted(set(range(min(self.config.layers, len(held) + 1))) - held)
+        if missing:
+            raise MissingWeightError(f"the config says {self.config.layers} layers, but the "
+                                     f"weights hold {len(held)} (none for layer {missing[0]})")
         self.reset()
 
     @classmethod

@@ -5,7 +5,8 @@ mapping each tensor name to {"dtype", "shape", "data_offsets": [begin, end]}
 (offsets relative to the end of the header; an optional "__metadata__"
 entry), then the tensors' bytes. Everything is checked before a byte of
 data is touched; a defect raises CheckpointError naming the file, the tensor
-and the numbers.
+and the numbers. Refused as the safetensors format refuses them: a header
+over 100 MB, a name given twice, tensors whose bytes overlap.
 """
 
 import json
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LENGTH_BYTES = 8
+MAX_HEADER_BYTES = 100_000_000  # the format's own limit
 METADATA_KEY = "__metadata__"
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 
@@ -40,6 +42,23 @@ class TensorEntry:
 
 def _fail(path, message):
     raise CheckpointError(f"{path}: {message}")
+
+
+class _DuplicateName(ValueError):
+    pass
+
+
+def _refuse_duplicates(pairs):
+    names = set()
+    for key, _ in pairs:
+        if key in names:
+            raise _DuplicateName(f"tensor {key} is listed twice in the header")
+        names.add(key)
+    return dict(pairs)
+
+
+def _refuse_constant(name):
+    raise _DuplicateName(f"{name} is not JSON")
 
 
 def _is_count(value):
@@ -73,25 +92,46 @@ def _entry(path, name, spec, data_start, file_bytes):
 def read_header(path):
     """The tensors of a safetensors file, in header order."""
     path = str(path)
-    file_bytes = os.path.getsize(path)
-    if file_bytes < LENGTH_BYTES:
-        _fail(path, f"corrupt header: the file has {file_bytes} bytes, fewer than the "
-                    f"{LENGTH_BYTES}-byte header length")
-    with open(path, "rb") as handle:
+    from cq4p import files as fl  # a regular file: no FIFO to block on, no device
+    try:
+        fd = fl.open_regular(path)
+    except fl.FormatError as error:
+        _fail(path, str(error).split(": ", 1)[-1])
+    with os.fdopen(fd, "rb") as handle:
+        file_bytes = os.fstat(handle.fileno()).st_size
+        if file_bytes < LENGTH_BYTES:
+            _fail(path, f"corrupt header: the file has {file_bytes} bytes, fewer than the "
+                        f"{LENGTH_BYTES}-byte header length")
         length = int.from_bytes(handle.read(LENGTH_BYTES), "little")
+        if length > MAX_HEADER_BYTES:
+            _fail(path, f"corrupt header: header length {length} is over the format's "
+                        f"limit of {MAX_HEADER_BYTES} bytes")
         if length > file_bytes - LENGTH_BYTES:
             _fail(path, f"corrupt header: header length {length} exceeds the "
                         f"{file_bytes - LENGTH_BYTES} bytes after it")
         raw = handle.read(length)
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_refuse_duplicates,
+                            parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         _fail(path, f"corrupt header: not JSON ({error})")
+    except RecursionError:
+        _fail(path, "corrupt header: nested too deep")
+    except ValueError as error:
+        _fail(path, f"corrupt header: {error}")
     if not isinstance(header, dict):
         _fail(path, "corrupt header: not a JSON object")
     data_start = LENGTH_BYTES + length
-    return [_entry(path, name, spec, data_start, file_bytes)
-            for name, spec in header.items() if name != METADATA_KEY]
+    entries = [_entry(path, name, spec, data_start, file_bytes)
+               for name, spec in header.items() if name != METADATA_KEY]
+    # Each byte belongs to one tensor at most (empty tensors own none).
+    spans = sorted((entry.begin, entry.end, entry.name) for entry in entries
+                   if entry.end > entry.begin)
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            _fail(path, f"tensors {first} and {second} overlap: bytes {begin} to {end} "
+                        f"belong to both")
+    return entries
 
 
 def load(entry):

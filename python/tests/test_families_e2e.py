@@ -105,10 +105,13 @@ def test_check_model_refuses_a_tolerance_that_passes_anything(family, tolerance,
     from cq4p import __main__ as cli
 
     bundle, library, _ = family("llama32")
-    status = cli.main(["check-model", "--bundle", bundle, "--library", library, "--steps", "1",
-                       "--tolerance", tolerance])
-    assert status == 2
-    assert "expected a finite number >= 0" in capsys.readouterr().err
+    # Refused as argparse reads it (exit status 2, before anything runs).
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["check-model", "--bundle", bundle, "--library", library, "--steps", "1",
+                  "--tolerance", tolerance])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --tolerance: expected a" in err and f"found {tolerance}" in err
 
 
 def test_check_model_fails_on_logits_that_are_not_finite(family, tmp_path, capsys):

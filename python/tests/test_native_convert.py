@@ -187,15 +187,24 @@ def test_every_kernel_path_gives_the_same_bits(isa):
     assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr
 
 
-def test_a_norm_past_fp16_falls_back_to_the_same_dense_file(tmp_path):
-    # A stored norm past fp16's range makes the tensor dense (FP32) either way.
+@pytest.mark.parametrize("tensor,value", [("model.layers.0.self_attn.q_proj.weight", 1e9),
+                                          ("model.embed_tokens.weight", 3e5)])
+def test_a_norm_past_fp16_is_refused_the_same_way(tmp_path, tensor, value):
+    # A stored norm past fp16's range: the model graph needs the tensor as
+    # CQ4 panels, so both quantizers refuse it, with one message.
     tensors = synthetic.llama_tensors()
-    tensors["model.layers.0.self_attn.q_proj.weight"][3, 5] = 1e9  # pre-scaled by ~1/500
-    tensors["model.embed_tokens.weight"][7, 2] = 3e5
-    synthetic.write_checkpoint(str(tmp_path / "checkpoint"), tensors,
-                               synthetic.llama_config(128, 256, 256, 2))
-    bundles = convert_both(tmp_path / "checkpoint", str(tmp_path))
-    assert_same_bytes(bundles)
-    for name in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"):
-        files = [f for f in bundles["native"] if f.startswith(name + ".")]
-        assert files and not any(f.endswith(".cq4p.weights") for f in files), files
+    tensors[tensor][3, 5] = value  # a Hadamard weight is pre-scaled by ~1/500
+    checkpoint = tmp_path / "checkpoint"
+    synthetic.write_checkpoint(str(checkpoint), tensors, synthetic.llama_config(128, 256, 256, 2))
+    messages = {}
+    for quantizer in ("numpy", "native"):
+        with pytest.raises(cv.ConvertError) as error:
+            cv.convert(str(checkpoint), str(tmp_path / quantizer), progress=open(os.devnull, "w"),
+                       quantizer=quantizer)
+        messages[quantizer] = str(error.value)
+        assert not (tmp_path / quantizer).exists()
+    assert messages["native"] == messages["numpy"]
+    assert messages["native"].startswith(f"tensor {tensor}: cannot be stored as CQ4 (a stored "
+                                         f"norm (")
+    assert "exceeds the fp16 range (65504)), and the model graph needs it as CQ4 panels" in \
+        messages["native"]

@@ -22,6 +22,8 @@
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/Pipelines/Pipelines.h"
+#include "cq4p/Tools/InputNesting.h"
+#include "cq4p/Tools/LargeStack.h"
 #include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -49,6 +51,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
@@ -66,12 +69,16 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include "SafeInput.h"
 #include "SmeAbiSource.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <set>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 LLD_HAS_DRIVER(elf)
@@ -326,29 +333,40 @@ void onOutOfMemory(void *, const char *, bool) {
 }
 
 /// manifest.json's model_digest in `directory` (--bundle), or a message.
-FailureOr<std::string> readBundleDigest(StringRef directory) {
-  llvm::SmallString<256> path(directory);
-  llvm::sys::path::append(path, "manifest.json");
-  std::string where = "--bundle " + directory.str() + ": " + path.str().str();
+/// Read by the runtime's rules (runtime/src/SafeOpen.h): relative to the
+/// directory's descriptor, never through a symbolic link, a regular file of
+/// at most the runtime's manifest size (no FIFO to block on, no device to
+/// read without end), and no deeper than its JSON reader goes. `identity`
+/// is what fstat said of the manifest.
+FailureOr<std::string> readBundleDigest(StringRef directory,
+                                        struct stat &identity) {
+  std::string path = (directory + "/manifest.json").str();
+  std::string where = "--bundle " + directory.str() + ": " + path;
   // The runtime's bound on a manifest (Bundle::kMaxManifestBytes).
   constexpr uint64_t kMaxManifestBytes = 16u << 20;
-  uint64_t size = 0;
-  if (std::error_code error = llvm::sys::fs::file_size(path, size)) {
-    fail(where + ": cannot read: " + error.message());
+  int directoryFd =
+      ::open(directory.str().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directoryFd < 0) {
+    fail("--bundle " + directory + ": cannot open the bundle directory: " +
+         std::strerror(errno));
     return failure();
   }
-  if (size > kMaxManifestBytes) {
-    fail(where + ": expected at most " + llvm::Twine(kMaxManifestBytes) +
-         " bytes, found " + llvm::Twine(size));
+  std::string text, error;
+  bool read = cq4p::readRegularFile(directoryFd, "manifest.json", path,
+                                    /*noFollow=*/true, kMaxManifestBytes, text,
+                                    identity, error);
+  ::close(directoryFd);
+  if (!read) {
+    fail("--bundle " + directory + ": " + error);
     return failure();
   }
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    fail(where + ": cannot read: " + buffer.getError().message());
+  if (std::optional<size_t> offset =
+          cq4p::findNestingPast(text, cq4p::kMaxJsonNesting, /*json=*/true)) {
+    fail(where + ": nesting deeper than " + llvm::Twine(cq4p::kMaxJsonNesting) +
+         " levels at byte " + llvm::Twine(*offset));
     return failure();
   }
-  llvm::Expected<llvm::json::Value> manifest =
-      llvm::json::parse((*buffer)->getBuffer());
+  llvm::Expected<llvm::json::Value> manifest = llvm::json::parse(text);
   if (!manifest) {
     fail(where + ": not JSON: " + llvm::toString(manifest.takeError()));
     return failure();
@@ -362,6 +380,72 @@ FailureOr<std::string> readBundleDigest(StringRef directory) {
     return failure();
   }
   return digest->str();
+}
+
+/// Refuses an -o that names one of the inputs (the same file, by device and
+/// inode, whatever the path): writing it would destroy what is being read;
+/// and, for --emit=lib, one that exists as anything but a regular file.
+LogicalResult checkOutput(
+    ArrayRef<std::pair<std::string, struct stat>> inputs) {
+  struct stat output;
+  if (::stat(outputFile.c_str(), &output) != 0)
+    return success(); // not there yet: no input
+  if (emitKind == "lib" && !S_ISREG(output.st_mode)) {
+    // lld writes through a stream whose failure it cannot report (a
+    // device such as /dev/full would end in "LLVM ERROR").
+    fail("-o " + outputFile + " is " +
+         (S_ISCHR(output.st_mode)   ? "a character device"
+          : S_ISDIR(output.st_mode) ? "a directory"
+          : S_ISFIFO(output.st_mode) ? "a FIFO"
+                                     : "not a regular file") +
+         "; --emit=lib writes a regular file");
+    return failure();
+  }
+  for (const auto &[name, input] : inputs)
+    if (output.st_dev == input.st_dev && output.st_ino == input.st_ino) {
+      fail("-o " + outputFile + " is the input " + name +
+           ": refusing to overwrite it");
+      return failure();
+    }
+  return success();
+}
+
+/// --tune-cpu names a CPU of the target's scheduling models (AArch64, where
+/// it is used); elsewhere it is not given.
+LogicalResult checkTuneCpu(const TargetChoice &choice) {
+  if (!choice.triple.isAArch64()) {
+    if (tuneCpu.getNumOccurrences() == 0)
+      return success();
+    fail("--tune-cpu applies to AArch64 targets; --target=" + targetName +
+         " is tuned by --host-cpu");
+    return failure();
+  }
+  llvm::InitializeAllTargetInfos();
+  llvm::InitializeAllTargets();
+  llvm::InitializeAllTargetMCs();
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(choice.triple, lookupError);
+  if (!target) {
+    fail("no LLVM target for '" + choice.triple.str() + "': " + lookupError);
+    return failure();
+  }
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(choice.triple, "generic", ""));
+  if (!subtarget || !subtarget->isCPUStringValid(tuneCpu)) {
+    fail("unknown --tune-cpu '" + tuneCpu + "' for " + choice.triple.str() +
+         " (expected a CPU LLVM has a scheduling model for, e.g. "
+         "neoverse-v2, cortex-a76, apple-m4)");
+    return failure();
+  }
+  return success();
+}
+
+/// Where an output stream's bytes went wrong: the write's errno text.
+int failWriting(llvm::raw_fd_ostream &os, StringRef path) {
+  std::error_code error = os.error();
+  os.clear_error();
+  return fail("cannot write " + path + ": " + error.message());
 }
 
 /// Links `object` into the shared library `output` with lld. Takes copies:
@@ -381,6 +465,32 @@ int linkSharedLibrary(std::string object, std::string output) {
   return 0;
 }
 
+/// The stack of the thread that compiles: MLIR's parser at kMaxIrNesting
+/// levels needs a few MiB, and the recursion of lowering and code generation
+/// the same headroom (docs/TRUST.md).
+constexpr unsigned kStackBytes = 64u << 20;
+
+/// The largest model.mlir read: a converted graph is a few MiB at most.
+constexpr uint64_t kMaxInputBytes = uint64_t(1) << 30;
+
+/// The input model.mlir: a regular file (a FIFO or a device is refused
+/// before a byte is read, runtime/src/SafeOpen.h) or "-" for stdin.
+std::unique_ptr<llvm::MemoryBuffer> readInput(std::string &errorMessage,
+                                              struct stat &identity) {
+  if (inputFile == "-") {
+    identity = {};
+    return openInputFile(inputFile, &errorMessage);
+  }
+  std::string text;
+  if (!cq4p::readRegularFile(AT_FDCWD, inputFile, inputFile,
+                             /*noFollow=*/false, kMaxInputBytes, text, identity,
+                             errorMessage))
+    return nullptr;
+  return llvm::MemoryBuffer::getMemBufferCopy(text, inputFile);
+}
+
+int compile();
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -390,6 +500,12 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "cq4p-compile: builds a per-model kernel library\n");
+  return cq4p::runOnLargeStack(kStackBytes, compile);
+}
+
+namespace {
+
+int compile() {
   if (emitKind != "lib" && emitKind != "obj" && emitKind != "llvm" &&
       emitKind != "mlir")
     return fail("unknown --emit '" + emitKind +
@@ -398,7 +514,7 @@ int main(int argc, char **argv) {
     return fail("--gemm-rows must be in [1, 8], got " +
                 llvm::Twine(int64_t(gemmRows)));
   FailureOr<TargetChoice> choice = chooseTarget();
-  if (failed(choice))
+  if (failed(choice) || failed(checkTuneCpu(*choice)))
     return 1;
   int64_t tileRows = gemmRows.getNumOccurrences()
                          ? int64_t(gemmRows)
@@ -427,10 +543,18 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   std::string errorMessage;
+  struct stat inputIdentity;
   std::unique_ptr<llvm::MemoryBuffer> input =
-      openInputFile(inputFile, &errorMessage);
+      readInput(errorMessage, inputIdentity);
   if (!input)
     return fail(errorMessage);
+  if (std::optional<size_t> offset = cq4p::findNestingPast(
+          input->getBuffer(), cq4p::kMaxIrNesting, /*json=*/false)) {
+    llvm::errs() << cq4p::describeIrNestingPast(inputFile, input->getBuffer(),
+                                                *offset)
+                 << "\n";
+    return 1;
+  }
   sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
@@ -441,15 +565,23 @@ int main(int argc, char **argv) {
   if (auto model = (*module)->getAttrOfType<DictionaryAttr>("cq4p.model"))
     if (auto text = model.getAs<StringAttr>("digest"))
       digest = text.getValue().str();
+  std::vector<std::pair<std::string, struct stat>> inputs;
+  if (inputFile != "-")
+    inputs.push_back({inputFile, inputIdentity});
   if (!bundleDirectory.empty()) {
-    FailureOr<std::string> named = readBundleDigest(bundleDirectory);
+    struct stat manifestIdentity;
+    FailureOr<std::string> named =
+        readBundleDigest(bundleDirectory, manifestIdentity);
     if (failed(named))
       return 1;
+    inputs.push_back({bundleDirectory + "/manifest.json", manifestIdentity});
     if (!digest.empty() && digest != *named)
       return fail(inputFile + " was written for bundle digest " + digest +
                   ", but --bundle " + bundleDirectory + " has " + *named);
     digest = *named;
   }
+  if (failed(checkOutput(inputs)))
+    return 1;
   // What the runtime accepts as a recorded digest (kernel_abi.h).
   if (digest.size() > CQ4P_MAX_BUNDLE_DIGEST_BYTES ||
       StringRef(digest).contains('\0'))
@@ -533,6 +665,9 @@ int main(int argc, char **argv) {
     if (!out)
       return fail(errorMessage);
     module->print(out->os());
+    out->os().close();
+    if (out->os().has_error())
+      return failWriting(out->os(), outputFile);
     out->keep();
     return 0;
   }
@@ -631,6 +766,9 @@ int main(int argc, char **argv) {
     if (!out)
       return fail(errorMessage);
     llvmModule->print(out->os(), nullptr);
+    out->os().close();
+    if (out->os().has_error())
+      return failWriting(out->os(), outputFile);
     out->keep();
     return 0;
   }
@@ -656,6 +794,9 @@ int main(int argc, char **argv) {
                                      llvm::CodeGenFileType::ObjectFile))
       return fail("the target cannot emit object files");
     codegen.run(*llvmModule);
+    out->os().close();
+    if (out->os().has_error())
+      return failWriting(out->os(), objectPath);
     out->keep();
   }
   if (emitKind == "obj")
@@ -665,3 +806,5 @@ int main(int argc, char **argv) {
   temporaryObject[0] = '\0';
   return status;
 }
+
+} // namespace

@@ -12,6 +12,8 @@
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/Pipelines/Pipelines.h"
+#include "cq4p/Tools/InputNesting.h"
+#include "cq4p/Tools/LargeStack.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
@@ -27,9 +29,55 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace {
+
+/// The stack of the thread that parses, verifies and transforms: the parser
+/// at kMaxIrNesting levels needs a few MiB (docs/TRUST.md), and deep
+/// recursion elsewhere (printing, verification) gets the same headroom.
+constexpr unsigned kStackBytes = 64u << 20;
+
+/// MlirOptMain over a buffer read once: the nesting bound is checked on the
+/// same bytes the parser then reads.
+int run(llvm::StringRef inputFilename, llvm::StringRef outputFilename,
+        mlir::DialectRegistry &registry) {
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> file =
+      mlir::openInputFile(inputFilename, &errorMessage);
+  if (!file) {
+    llvm::errs() << errorMessage << "\n";
+    return 1;
+  }
+  if (std::optional<size_t> offset = mlir::cq4p::findNestingPast(
+          file->getBuffer(), mlir::cq4p::kMaxIrNesting, /*json=*/false)) {
+    llvm::errs() << mlir::cq4p::describeIrNestingPast(
+                        inputFilename, file->getBuffer(), *offset)
+                 << "\n";
+    return 1;
+  }
+  auto output = mlir::openOutputFile(outputFilename, &errorMessage);
+  if (!output) {
+    llvm::errs() << errorMessage << "\n";
+    return 1;
+  }
+  if (mlir::failed(
+          mlir::MlirOptMain(output->os(), std::move(file), registry, config)))
+    return 1;
+  output->keep();
+  return 0;
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
   mlir::DialectRegistry registry;
   registry.insert<mlir::cq4p::CQ4PDialect, mlir::arith::ArithDialect,
                   mlir::arm_neon::ArmNeonDialect, mlir::arm_sme::ArmSMEDialect,
@@ -44,6 +92,15 @@ int main(int argc, char **argv) {
   mlir::cq4p::registerCQ4PTransformsPasses();
   mlir::cq4p::registerCQ4PConversionPasses();
   mlir::cq4p::registerPipelines();
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "cq4p optimizer driver\n", registry));
+  std::pair<std::string, std::string> files = mlir::registerAndParseCLIOptions(
+      argc, argv, "cq4p optimizer driver\n", registry);
+  const std::string &inputFilename = files.first;
+  const std::string &outputFilename = files.second;
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  if (config.shouldShowDialects() || config.shouldListPasses())
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+  return mlir::cq4p::runOnLargeStack(kStackBytes, [&] {
+    return run(inputFilename, outputFilename, registry);
+  });
 }

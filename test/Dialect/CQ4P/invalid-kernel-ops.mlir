@@ -160,3 +160,29 @@ func.func @paired_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<4x256xi8>, memref<8x64xi32>
   return
 }
+
+// -----
+
+func.func @embedding_scale_inf(%ids: tensor<?xi64>,
+                               %w: !cq4p.weight<64x256, gs = 128, orthogonal, panels>) {
+  // expected-error @+1 {{'cq4p.embedding' op expected a finite scale, got inf}}
+  %r = cq4p.embedding %ids, %w {scale = 0x7F800000 : f32} : tensor<?xi64>,
+      !cq4p.weight<64x256, gs = 128, orthogonal, panels> -> tensor<?x256xf32>
+  return
+}
+
+// -----
+
+func.func @prefill_attention_scale_nan(%q: tensor<?x256xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>) {
+  // expected-error @+1 {{'cq4p.prefill_attention' op expected a finite scale, got nan}}
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0x7FC00000 : f32} : tensor<?x256xf32>, tensor<?x64xf32>, tensor<?x64xf32> -> tensor<?x256xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale_inf(%q: memref<?x256xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>, %o: memref<?x256xf32>, %h0: index, %h1: index) {
+  // expected-error @+1 {{'cq4p.attention' op expected a finite scale, got -inf}}
+  cq4p.attention %q, %k, %v, %o, %h0, %h1 {num_heads = 4 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0xFF800000 : f32} : memref<?x256xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x256xf32>
+  return
+}

@@ -20,7 +20,7 @@
 // CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 <range> work [0, 4] pointers [{{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
 // CHECK-NEXT: cq4p.dispatch @cq4p_softcap_256_c{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<logits, row_bytes = 1024>, #cq4p.place<logits, row_bytes = 1024>] scalars [rows] {single_row}
 
-module attributes {cq4p.model = {architecture = "test", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64}} {
+module attributes {cq4p.model = {architecture = "test", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 3 : i64}} {
   func.func @forward(%ids: tensor<?xi64>, %pos: index,
       %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
       %win: !cq4p.weight<384x128, gs = 128, hadamard, panels> {cq4p.tensor = "in"},

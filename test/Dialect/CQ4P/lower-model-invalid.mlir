@@ -196,3 +196,44 @@ module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 4
     return %l : tensor<1x4096xf32>
   }
 }
+
+// -----
+
+// The module's hidden against the token embedding's width.
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 256 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    // expected-error @+1 {{expected the token embedding's width (128) to be the model's hidden (256), or hidden zero-padded to the group size (256)}}
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %h, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// The module's layers against the graph's attentions and convolutions.
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 2 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  // expected-error @+1 {{has 1 cq4p.cached_attention and cq4p.short_conv ops, expected one per layer of the model's 2 layers}}
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
+      %wk: !cq4p.weight<64x128, gs = 128, hadamard, panels> {cq4p.tensor = "k"},
+      %wv: !cq4p.weight<64x128, gs = 128, hadamard, panels> {cq4p.tensor = "v"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    %k = cq4p.linear %h, %wk : tensor<?x128xf32>, !cq4p.weight<64x128, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+    %v = cq4p.linear %h, %wv : tensor<?x128xf32>, !cq4p.weight<64x128, gs = 128, hadamard, panels> -> tensor<?x64xf32>
+    %a = cq4p.cached_attention %h, %k, %v, %pos {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x128xf32>, tensor<?x64xf32>, tensor<?x64xf32>, index -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %a, %c0 : tensor<?x128xf32>
+    %last = arith.subi %n, %c1 : index
+    %t = tensor.extract_slice %a[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}

@@ -110,6 +110,10 @@ LogicalResult EmbeddingOp::verify() {
   if (weightType.getRotation() != Rotation::orthogonal)
     return emitOpError() << "expected an orthogonal weight (a token embedding), "
                             "got a hadamard one";
+  if (std::optional<APFloat> scale = getScale();
+      scale && !std::isfinite(scale->convertToFloat()))
+    return emitOpError() << "expected a finite scale, got "
+                         << formatFloat(scale->convertToFloat());
   if (idsType.getRank() != 1)
     return emitOpError() << "expected the ids to have rank 1, got rank "
                          << idsType.getRank();
@@ -417,7 +421,17 @@ static LogicalResult verifyAttentionShapes(Operation *op, ShapedType q,
   return success();
 }
 
+/// An attention's or embedding's scale: a finite number.
+static LogicalResult verifyFiniteScale(Operation *op, float scale) {
+  if (!std::isfinite(scale))
+    return op->emitOpError() << "expected a finite scale, got "
+                             << formatFloat(scale);
+  return success();
+}
+
 LogicalResult PrefillAttentionOp::verify() {
+  if (failed(verifyFiniteScale(*this, getScale().convertToFloat())))
+    return failure();
   return verifyAttentionShapes(*this, getQ().getType(), getK().getType(),
                                getV().getType(), getResult().getType(),
                                getNumHeads(), getNumKvHeads(), getHeadDim(),
@@ -425,6 +439,8 @@ LogicalResult PrefillAttentionOp::verify() {
 }
 
 LogicalResult AttentionOp::verify() {
+  if (failed(verifyFiniteScale(*this, getScale().convertToFloat())))
+    return failure();
   return verifyAttentionShapes(
       *this, cast<ShapedType>(getQ().getType()), cast<ShapedType>(getK().getType()),
       cast<ShapedType>(getV().getType()), cast<ShapedType>(getOut().getType()),

@@ -789,6 +789,40 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
   return op->emitOpError() << "is not supported in a model graph";
 }
 
+/// The module's `hidden` and `layers` against the graph they describe (the
+/// runtime sizes and checks by them): the token embedding (the first
+/// cq4p.embedding) is `hidden` wide, or `hidden` zero-padded to its group
+/// size, and each layer has one cq4p.cached_attention or cq4p.short_conv.
+LogicalResult checkModelAttributes(func::FuncOp forward, DictionaryAttr model) {
+  int64_t hidden = model.getAs<IntegerAttr>("hidden").getInt();
+  int64_t layers = model.getAs<IntegerAttr>("layers").getInt();
+  int64_t mixers = 0;
+  EmbeddingOp tokens;
+  for (Operation &op : forward.getBody().front()) {
+    if (isa<CachedAttentionOp, ShortConvOp>(op))
+      ++mixers;
+    if (auto embedding = dyn_cast<EmbeddingOp>(op); embedding && !tokens)
+      tokens = embedding;
+  }
+  if (tokens) {
+    WeightType table = tokens.getWeight().getType();
+    int64_t groupSize = table.getGroupSize();
+    int64_t padded = (hidden + groupSize - 1) / groupSize * groupSize;
+    if (table.getK() != hidden && table.getK() != padded)
+      return tokens.emitOpError()
+             << "expected the token embedding's width (" << table.getK()
+             << ") to be the model's hidden (" << hidden
+             << "), or hidden zero-padded to the group size (" << padded << ")";
+  }
+  if (mixers != layers)
+    return forward.emitOpError()
+           << "has " << mixers
+           << " cq4p.cached_attention and cq4p.short_conv ops, expected one "
+              "per layer of the model's "
+           << layers << " layers";
+  return success();
+}
+
 class LowerModel : public mlir::cq4p::impl::CQ4PLowerModelBase<LowerModel> {
 public:
   using Base::Base;
@@ -846,6 +880,8 @@ public:
       stateBytes = planner.stateBytes();
       b.setInsertionPointToEnd(module.getBody());
     }
+    if (failed(checkModelAttributes(forward, model)))
+      return signalPassFailure();
 
     // What the library's model descriptor records.
     SmallVector<Attribute> bindings;
