@@ -251,7 +251,8 @@ MODEL_FUNCTIONS = {
                         ctypes.c_int),
     "cq4p_model_close": ([ctypes.c_void_p], None),
     "cq4p_model_get_info": ([ctypes.c_void_p, ctypes.POINTER(ModelInfo)], None),
-    "cq4p_model_reset": ([ctypes.c_void_p], None),
+    "cq4p_model_reset": ([ctypes.c_void_p], ctypes.c_int),
+    "cq4p_model_verify": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     "cq4p_model_prefill": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
                             ctypes.POINTER(ctypes.c_float), ctypes.c_char_p, ctypes.c_size_t],
                            ctypes.c_int),
@@ -310,7 +311,16 @@ class NativeModel:
         return self.info()["position"]
 
     def reset(self):
-        self._lib.cq4p_model_reset(self._handle)
+        code = self._lib.cq4p_model_reset(self._handle)
+        if code != API["CQ4P_OK"]:
+            raise NativeError(code, "reset: the model is in another call")
+
+    def verify(self):
+        """cq4p_model_verify: every file's content and sha256, the
+        model_digest and the library's recorded digest; NativeError at the
+        first failure."""
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        _check(self._lib.cq4p_model_verify(self._handle, error, ERROR_BUFFER_BYTES), error)
 
     def prefill(self, ids):
         """Appends `ids`; the logits of the last, float32 [vocab]."""
@@ -337,6 +347,14 @@ class NativeModel:
         """(new ids, stats dict) of `count` tokens after `prompt` (from
         position 0; temperature <= 0 is greedy)."""
         prompt = np.ascontiguousarray(prompt, dtype=np.int64).reshape(-1)
+        count = int(count)
+        context = self.info()["context"]
+        if not 0 <= count <= context:
+            # Refused here, before room for the ids is allocated; the
+            # runtime's own check names the prompt and the context too.
+            raise NativeError(API["CQ4P_ERROR_ARGUMENT"],
+                              f"generate: max new tokens: expected 0 to the context of "
+                              f"{context} positions, found {count}")
         out = np.zeros(max(count, 1), dtype=np.int64)
         sampling = Sampling(temperature, top_k, top_p, seed)
         stats = GenerateStats()

@@ -254,11 +254,17 @@ int cq4p_model_generate_text(cq4p_model *model, const cq4p_tokenizer *tokenizer,
       !status)
     return fail(status, error, error_size);
   TextOptions text = textOptions(options);
-  model->model->reset();
   CallbackBridge bridge{callback, context};
   GenerateStats result;
-  Status status = generateText(*model->model, *t, ids, text, CallbackBridge::call,
-                               &bridge, &result, nullptr);
+  // One claim over the reset and the generation: a callback cannot step
+  // the model between them.
+  Model::Claim held;
+  Status status = model->model->claim("cq4p_model_generate_text", held);
+  if (status)
+    status = model->model->reset(held);
+  if (status)
+    status = generateText(*model->model, held, *t, ids, text,
+                          CallbackBridge::call, &bridge, &result, nullptr);
   copyStats(result, stats);
   return status ? CQ4P_OK : fail(status, error, error_size);
 }

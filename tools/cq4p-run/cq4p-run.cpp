@@ -136,7 +136,7 @@ int usage(const std::string &message) {
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
                "[--sme-workers N] [--require-digest]\n"
-               "       cq4p-run --bundle DIR --verify\n",
+               "       cq4p-run --bundle DIR --verify [--library LIB]\n",
                message.c_str());
   return 2;
 }
@@ -288,7 +288,8 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
       return refuse(status.message());
     TextResult result;
     GenerateStats stats;
-    model.reset();
+    if (Status status = model.reset(); !status)
+      return refuse(status.message());
     if (Status status = generateText(model, *tokenizer, ids, text, streamText,
                                      nullptr, &stats, &result);
         !status)
@@ -554,18 +555,45 @@ int main(int argc, char **argv) {
     }
   }
   if (options.verify) {
-    // Every content rule of FORMAT.md over every tensor (a full pass, which
-    // running leaves out); nothing else may be asked for at the same time.
-    if (options.bundle.empty() || argc != 4)
-      return usage("--verify takes --bundle DIR and nothing else");
+    // Every content rule of FORMAT.md over every tensor, each file's sha256
+    // and the model_digest recomputed (a full pass, which running leaves
+    // out), and with --library the digest the library records against the
+    // recomputed one; nothing else may be asked for at the same time.
+    if (options.bundle.empty() ||
+        argc != (options.library.empty() ? 4 : 6))
+      return usage("--verify takes --bundle DIR, optionally --library LIB, "
+                   "and nothing else");
     std::unique_ptr<Bundle> bundle;
     Status status = Bundle::open(options.bundle, bundle);
+    Bundle::Integrity integrity;
     if (status)
-      status = bundle->verify();
+      status = bundle->verify(&integrity);
+    std::unique_ptr<KernelLibrary> library;
+    if (status && !options.library.empty()) {
+      status = KernelLibrary::open(options.library, library);
+      if (status)
+        status = bundle->checkLibraryAgainst(*library, integrity.digest);
+    }
     if (!status)
       return refuse(status.message());
-    std::printf("%s: %zu tensors verified\n", options.bundle.c_str(),
-                bundle->tensors().size());
+    std::printf("%s: %zu tensors verified; sha256 of %zu files matches the "
+                "manifest%s; model_digest %s\n",
+                options.bundle.c_str(), bundle->tensors().size(),
+                integrity.filesHashed,
+                integrity.filesUnrecorded
+                    ? (" (" + std::to_string(integrity.filesUnrecorded) +
+                       " entries record none)")
+                          .c_str()
+                    : "",
+                integrity.digestRecorded
+                    ? (integrity.digest + " matches the manifest").c_str()
+                    : "not recorded");
+    if (library)
+      std::printf("%s: %s\n", options.library.c_str(),
+                  library->bundleDigest().empty()
+                      ? "records no bundle digest (serves any bundle of its "
+                        "shapes)"
+                      : "built for this bundle's digest");
     return 0;
   }
   if (options.bundle.empty() || options.library.empty())
