@@ -307,7 +307,9 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
     return status;
   if (Status status = model->bindTensors(bundle); !status)
     return status;
-  if (Status status = ThreadPool::create(options.threads, model->pool_);
+  model->stackBytes_ = stepStackBytes(*desc);
+  if (Status status = ThreadPool::create(options.threads, model->pool_,
+                                         size_t(2 * model->stackBytes_));
       !status)
     return status;
 
@@ -342,6 +344,19 @@ Model::~Model() {
   unmap(kvCache_, kvCacheBytes_);
   unmap(state_, stateBytes_);
   unmap(workspace_, workspaceMapped_);
+}
+
+uint64_t Model::stepStackBytes(const cq4p_model_desc &desc) {
+  uint64_t widestK = 0;
+  for (uint32_t i = 0; i < desc.binding_count; ++i)
+    if (desc.bindings[i].kind == CQ4P_BINDING_CQ4)
+      widestK = std::max<uint64_t>(widestK, desc.bindings[i].k);
+  uint64_t tile = 0;
+  if (__builtin_mul_overflow(std::max<uint64_t>(desc.prefill_chunk, kStackTileRows),
+                             widestK, &tile) ||
+      tile > std::numeric_limits<uint64_t>::max() / 4)
+    return std::numeric_limits<uint64_t>::max() / 4; // no thread has it
+  return tile + kStackBaseBytes;
 }
 
 Status Model::checkConfig(const Bundle &bundle) const {
@@ -701,7 +716,7 @@ Status Model::prefill(const Claim &held, const int64_t *ids, int64_t count,
     return status;
   if (Status status = checkTokens("prefill", ids, count); !status)
     return status;
-  if (Status status = checkCallerStack("prefill", kCallerStackBytes); !status)
+  if (Status status = checkCallerStack("prefill", stackBytes_); !status)
     return status;
   if (Status status = prefillChecked(ids, count); !status)
     return status;
@@ -721,7 +736,7 @@ Status Model::decode(const Claim &held, int64_t id, float *logits) {
     return status;
   if (Status status = checkTokens("decode", &id, 1); !status)
     return status;
-  if (Status status = checkCallerStack("decode", kCallerStackBytes); !status)
+  if (Status status = checkCallerStack("decode", stackBytes_); !status)
     return status;
   if (Status status = runStep(desc_->decode, &id, 1); !status)
     return status;
@@ -812,7 +827,7 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
     return status;
   if (status = checkFiles(); !status)
     return status;
-  if (status = checkCallerStack("generate", kCallerStackBytes); !status)
+  if (status = checkCallerStack("generate", stackBytes_); !status)
     return status;
 
   GenerateStats local;

@@ -1198,10 +1198,12 @@ Status prefillWithStack(Model &model, size_t stackBytes) {
 
 TEST_F(ModelTest, AThreadWithASmallStackIsRefusedCleanly) {
   // Before: kernels overflowed a calling thread's stack under ~384 KiB.
+  // The toy's widest K is 256 and its chunk 4: 128 rows x 256 + 64 KiB.
   std::unique_ptr<Model> model = open(2, 64);
-  EXPECT_REFUSED(prefillWithStack(*model, 256 << 10), CQ4P_ERROR_ARGUMENT,
+  EXPECT_EQ(model->stackBytes(), 128u * 256u + (64u << 10));
+  EXPECT_REFUSED(prefillWithStack(*model, 64 << 10), CQ4P_ERROR_ARGUMENT,
                  "prefill: the calling thread has ", " bytes of stack left",
-                 "a step needs 1048576");
+                 "a step needs 98304");
   EXPECT_EQ(model->position(), 0);
   Status status = prefillWithStack(*model, 2 << 20);
   EXPECT_TRUE(status) << status.message();

@@ -45,10 +45,12 @@
 //
 // Stack. Kernels keep row tiles on the stack of the thread that runs them,
 // the calling thread included (it runs a share of every parallel loop).
-// The model's own threads get ThreadPool::kWorkerStackBytes; a call that
-// runs steps refuses a calling thread with less than kCallerStackBytes of
-// stack left (pthread_getattr_np, read once per thread), rather than let
-// a kernel overflow it.
+// stackBytes() is what a step may need on one thread (stepStackBytes: the
+// measured tile bound of the library's widest K and chunk); the model's
+// own threads get max(ThreadPool::kWorkerStackBytes, 2 x stackBytes()), and
+// a call that runs steps refuses a calling thread with less than
+// stackBytes() of stack left (pthread_getattr_np, read once per thread),
+// rather than let a kernel overflow it.
 //
 // Files truncated while mapped (docs/TRUST.md): open() and generate()
 // refuse a bound file whose size is no longer the mapped size; a prefill,
@@ -155,9 +157,14 @@ public:
   /// Range tasks per thread in parallelFor: enough that a slow thread
   /// costs little, few enough that each range amortises its hand-out.
   static constexpr int64_t kRangesPerThread = 4;
-  /// The stack a thread calling prefill, decode or generate must have left:
-  /// twice the most a step was measured to use (docs/MODEL.md, "Stack").
-  static constexpr size_t kCallerStackBytes = size_t(1) << 20;
+  /// The stack one thread running a step's tasks may use, as measured
+  /// (docs/MODEL.md, "Stack"; `cq4p-run --measure-stack`): a row tile of
+  /// up to max(prefill_chunk, kStackTileRows) rows of the widest K, in
+  /// bytes, plus kStackBaseBytes for the frames around it.
+  static constexpr uint64_t kStackTileRows = 128;
+  static constexpr uint64_t kStackBaseBytes = 64 << 10;
+  /// stepStackBytes() of a library's steps.
+  static uint64_t stepStackBytes(const cq4p_model_desc &desc);
 
   /// The model claimed for one call (see "One call at a time" above);
   /// released when destroyed. The methods taking a Claim run under it, so
@@ -240,6 +247,9 @@ public:
   ThreadPool &pool() { return *pool_; }
   uint64_t kvCacheBytes() const { return kvCacheBytes_; }
   uint64_t workspaceBytes() const { return desc_->workspace_bytes; }
+  /// The stack a calling thread must have left for a step (checked by
+  /// every call that runs one); the model's threads get at least this.
+  uint64_t stackBytes() const { return stackBytes_; }
 
   /// The cq4p_parallel_for_fn the steps call: `pool` is a ThreadPool.
   /// Splits [0, count) into parallelRanges(count, threads) ranges of
@@ -295,6 +305,7 @@ private:
   Sampler sampler_;
   int64_t context_ = 0;
   int64_t position_ = 0;
+  uint64_t stackBytes_ = 0;
   /// The claiming thread's tag (0: free) and the call it makes.
   std::atomic<uintptr_t> owner_{0};
   std::atomic<const char *> ownerCall_{nullptr};

@@ -68,7 +68,10 @@ public:
 
   /// A pool of `threads` threads in total (>= 1; 1 runs everything on the
   /// calling thread).
-  static Status create(int threads, std::unique_ptr<ThreadPool> &out);
+  /// `workerStackBytes`: each worker's stack, at least kWorkerStackBytes
+  /// (a Model asks for more when its steps need it).
+  static Status create(int threads, std::unique_ptr<ThreadPool> &out,
+                       size_t workerStackBytes = kWorkerStackBytes);
 
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;
@@ -123,6 +126,7 @@ public:
   void run(int64_t taskCount, ThreadTaskFn fn, void *context);
 
 private:
+  size_t workerStackBytes_ = kWorkerStackBytes;
   struct WorkerSlot {
     ThreadPool *pool;
     int index; // among the workers; the thread index its tasks see is index + 1
