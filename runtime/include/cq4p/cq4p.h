@@ -195,9 +195,11 @@ CQ4P_API int cq4p_quantize_orthogonal_panels(
  * work give each thread its own model.
  *
  * Stack: the calling thread runs kernels too, which keep row tiles on its
- * stack. A call that runs steps needs 1 MiB of stack left on the calling
- * thread and refuses (CQ4P_ERROR_ARGUMENT, naming both sizes) a thread
- * with less; the model's own threads get 8 MiB. */
+ * stack. A call that runs steps needs max(prefill_chunk, 128) x the
+ * library's widest K + 64 KiB of stack left on the calling thread (about
+ * 1.1 MiB for K = 8192; docs/MODEL.md, "Stack") and refuses
+ * (CQ4P_ERROR_ARGUMENT, naming both sizes) a thread with less; the model's
+ * own threads get twice that, at least 8 MiB. */
 typedef struct cq4p_model cq4p_model;
 
 typedef struct cq4p_model_options {
