@@ -10,6 +10,7 @@ an install prefix (cq4p.locate); the enumerations come from the C header.
 
 import ctypes
 import functools
+import numbers
 import os
 from pathlib import Path
 
@@ -237,6 +238,29 @@ class Sampling(ctypes.Structure):
                 ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64)]
 
 
+def sampling(temperature=0.0, top_k=0, top_p=1.0, seed=0):
+    """A Sampling from Python numbers, each range-checked before ctypes
+    could wrap it (a top_k of 2^32 + 1 becoming 1, a seed of -1 becoming
+    2^64 - 1, a temperature of 1e39 becoming inf); NativeError with
+    CQ4P_ERROR_ARGUMENT naming the value otherwise. The runtime checks the
+    rest (Sampler::validate)."""
+    def refuse(name, expected, value):
+        raise NativeError(API["CQ4P_ERROR_ARGUMENT"],
+                          f"sampling: {name}: expected {expected}, found {value!r}")
+
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            refuse(name, "a number", value)
+        if value == value and abs(value) != float("inf") and abs(value) > 3.4028234663852886e38:
+            refuse(name, "a number a float32 holds", value)
+    for name, value, low, high in (("top_k", top_k, 0, (1 << 31) - 1),
+                                   ("seed", seed, 0, (1 << 64) - 1)):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                or not low <= value <= high):
+            refuse(name, f"an integer in [{low}, {high}]", value)
+    return Sampling(temperature, top_k, top_p, seed)
+
+
 class GenerateStats(ctypes.Structure):
     """struct cq4p_generate_stats."""
 
@@ -356,12 +380,12 @@ class NativeModel:
                               f"generate: max new tokens: expected 0 to the context of "
                               f"{context} positions, found {count}")
         out = np.zeros(max(count, 1), dtype=np.int64)
-        sampling = Sampling(temperature, top_k, top_p, seed)
+        options = sampling(temperature, top_k, top_p, seed)
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_generate(
             self._handle, _pointer(prompt, ctypes.c_int64), prompt.size, count,
-            ctypes.byref(sampling), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
+            ctypes.byref(options), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
             ERROR_BUFFER_BYTES)
         _check(code, error)
         values = {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
@@ -569,9 +593,13 @@ class NativeTokenizer:
 
 def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings, add_special,
                   ignore_stop_ids):
+    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
+            or not 0 <= max_new_tokens < 1 << 63):
+        raise NativeError(API["CQ4P_ERROR_ARGUMENT"], f"generate: max new tokens: expected an "
+                          f"integer in [0, 2^63), found {max_new_tokens!r}")
     stops = [s.encode("utf-8") for s in (stop_strings or [])]
     array = (ctypes.c_char_p * max(len(stops), 1))(*stops)
-    options = TextOptions(max_new_tokens, Sampling(temperature, top_k, top_p, seed),
+    options = TextOptions(max_new_tokens, sampling(temperature, top_k, top_p, seed),
                           ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)), len(stops),
                           int(add_special), int(ignore_stop_ids))
     return options, array

@@ -215,7 +215,15 @@ def test_generate_counts_no_context_holds_are_refused(compiled_llama):
         for count in (10 ** 11, -1):
             with pytest.raises(native.NativeError, match="max new tokens"):
                 model.generate([1, 2, 3], count)
-        with pytest.raises(native.NativeError, match=r"temperature: expected a finite"):
+        # Refused before ctypes could make them inf, 1 and 2^64 - 1.
+        with pytest.raises(native.NativeError, match=r"temperature: expected a number a float32"):
             model.generate([1, 2, 3], 4, temperature=1e39)
+        with pytest.raises(native.NativeError, match=r"top_k: expected an integer in"):
+            model.generate([1, 2, 3], 4, top_k=4294967297)
+        with pytest.raises(native.NativeError, match=r"seed: expected an integer in"):
+            model.generate([1, 2, 3], 4, seed=-1)
+        # Past Python: the runtime's own refusal.
+        with pytest.raises(native.NativeError, match=r"temperature: expected a finite number"):
+            model.generate([1, 2, 3], 4, temperature=float("inf"))
         assert model.generate([1, 2, 3], 4, temperature=0.0, top_p=0.0)[0] == \
             model.generate([1, 2, 3], 4)[0]
