@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <alloca.h>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -1171,18 +1172,43 @@ namespace {
 struct StackRun {
   Model *model;
   std::vector<int64_t> ids;
+  /// Stack to leave below the call (0: call with what the thread has).
+  uint64_t leave;
   Status status;
 };
 
+uintptr_t lowestStackAddress() {
+  pthread_attr_t attributes;
+  void *address = nullptr;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+    pthread_attr_getstack(&attributes, &address, &size);
+    pthread_attr_destroy(&attributes);
+  }
+  return reinterpret_cast<uintptr_t>(address);
+}
+
 void *prefillOnThisThread(void *context) {
   auto &run = *static_cast<StackRun *>(context);
+  uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t lowest = lowestStackAddress();
+  if (run.leave != 0 && lowest != 0 && here > lowest + run.leave) {
+    // Use the stack down to `leave` bytes above its end (the sanitizers
+    // round small thread stacks up, so a small stack alone is no test).
+    volatile char *used = static_cast<char *>(alloca(here - lowest - run.leave));
+    used[0] = 0;
+    run.status = run.model->prefill(run.ids.data(), int64_t(run.ids.size()));
+    used[0] = 1;
+    return nullptr;
+  }
   run.status = run.model->prefill(run.ids.data(), int64_t(run.ids.size()));
   return nullptr;
 }
 
-/// Runs a prefill on a new thread with `stackBytes` of stack.
-Status prefillWithStack(Model &model, size_t stackBytes) {
-  StackRun run{&model, tokenIds(5), Status::ok()};
+/// Runs a prefill on a new thread with `stackBytes` of stack, of which all
+/// but about `leave` bytes are in use when it calls.
+Status prefillWithStack(Model &model, size_t stackBytes, uint64_t leave) {
+  StackRun run{&model, tokenIds(5), leave, Status::ok()};
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
   pthread_attr_setstacksize(&attributes, stackBytes);
@@ -1201,13 +1227,17 @@ TEST_F(ModelTest, AThreadWithASmallStackIsRefusedCleanly) {
   // The toy's widest K is 256 and its chunk 4: 128 rows x 256 + 64 KiB.
   std::unique_ptr<Model> model = open(2, 64);
   EXPECT_EQ(model->stackBytes(), 128u * 256u + (64u << 10));
-  EXPECT_REFUSED(prefillWithStack(*model, 64 << 10), CQ4P_ERROR_ARGUMENT,
-                 "prefill: the calling thread has ", " bytes of stack left",
-                 "a step needs 98304");
+  EXPECT_REFUSED(prefillWithStack(*model, 1 << 20, 48 << 10),
+                 CQ4P_ERROR_ARGUMENT, "prefill: the calling thread has ",
+                 " bytes of stack left", "a step needs 98304");
   EXPECT_EQ(model->position(), 0);
-  Status status = prefillWithStack(*model, 2 << 20);
+  Status status = prefillWithStack(*model, 2 << 20, 0);
   EXPECT_TRUE(status) << status.message();
   EXPECT_EQ(model->position(), 5);
+  // The check itself, on this thread: far more than any thread has.
+  EXPECT_REFUSED(checkCallerStack("decode", size_t(1) << 40),
+                 CQ4P_ERROR_ARGUMENT, "decode: the calling thread has ",
+                 "a step needs 1099511627776");
 }
 
 TEST_F(ModelTest, NonFiniteLogitsFailTheStep) {
