@@ -227,3 +227,19 @@ def test_generate_counts_no_context_holds_are_refused(compiled_llama):
             model.generate([1, 2, 3], 4, temperature=float("inf"))
         assert model.generate([1, 2, 3], 4, temperature=0.0, top_p=0.0)[0] == \
             model.generate([1, 2, 3], 4)[0]
+
+
+def test_a_malformed_sha256_is_refused_alike_by_both_readers(synthetic_model, tmp_path):
+    _, bundle, _ = synthetic_model("llama")
+    copy = _copy(bundle, tmp_path)
+    name = bd.read_manifest(str(copy))["tensors"][0]["name"]
+
+    def spoil(content):
+        content["tensors"][0]["sha256"] = "ABC"
+
+    _rewrite_manifest(copy, spoil)
+    expected = f"tensor '{name}': expected \"sha256\" to be 64 lowercase hex digits"
+    with pytest.raises(bd.BundleError, match=expected):
+        bd.read_manifest(str(copy))
+    status, out = _verify(copy)
+    assert status == 2 and expected in out
