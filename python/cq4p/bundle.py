@@ -215,6 +215,13 @@ def _check_manifest(path, content):
             refuse(f"{where}: expected \"shape\" to list 1 to 8 dimensions")
         if not all(_is_integer(dim) and 0 < dim < 1 << 63 for dim in shape):
             refuse(f"{where}: expected positive integer dimensions in \"shape\"")
+        if "sha256" in entry and not _is_sha256(entry["sha256"]):
+            refuse(f"{where}: expected \"sha256\" to be 64 lowercase hex digits")
+
+
+def _is_sha256(text):
+    return (isinstance(text, str) and len(text) == 64
+            and all(c in "0123456789abcdef" for c in text))
 
 
 def _plain_file_name(name):

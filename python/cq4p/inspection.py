@@ -4,7 +4,9 @@ For a file: the header, flags by name, layout, every region (offset, bytes,
 type, shape), norm statistics and the codebook (with its int8 form). For a
 bundle: one line per manifest tensor, each file opened and compared with
 its entry by the runtime's rules. `--deep` checks every content rule of
-FORMAT.md as well. A file that does not validate gets the verdict line
+FORMAT.md as well, and the bundle's integrity: each file's sha256 against
+its entry's and the model_digest recomputed from the manifest (a file
+swapped for another of the same shape, a config edited after conversion). A file that does not validate gets the verdict line
 "INVALID: <message>" and the command exits with status 1.
 """
 
@@ -98,6 +100,13 @@ def _bundle_line(directory, record, deep=False):
                     fl.verify_content(tensor)
                 except fl.FormatError as error:
                     return False, f"{name}: INVALID: tensor '{name}': {error}"
+                recorded = record.get("sha256")
+                if recorded is not None:
+                    found = bd.file_sha256(tensor.path)
+                    if found != recorded:
+                        return False, (f"{name}: INVALID: {directory}: tensor '{name}': sha256 "
+                                       f"{recorded} in manifest.json, but {found} for "
+                                       f"{tensor.path} (the file is not the one converted)")
             shape = "x".join(map(str, tensor.dims))
             kind = tensor.precision_name
             if tensor.layout != fl.DENSE:
@@ -125,9 +134,37 @@ def inspect_bundle(directory, out, deep=False):
         ok, line = _bundle_line(directory, record, deep)
         failures += not ok
         print(line, file=out)
+    digest_ok = True
+    if deep:
+        digest_ok = _digest_line(directory, manifest, out)
     _tokenizer_lines(directory, out)
-    print(f"verdict: {'OK' if not failures else f'INVALID: {failures} tensors'}", file=out)
-    return EXIT_OK if not failures else EXIT_INVALID
+    if failures:
+        verdict = f"INVALID: {failures} tensors"
+    elif not digest_ok:
+        verdict = "INVALID: model_digest"
+    else:
+        verdict = "OK"
+    print(f"verdict: {verdict}", file=out)
+    return EXIT_OK if verdict == "OK" else EXIT_INVALID
+
+
+def _digest_line(directory, manifest, out):
+    """The model_digest recomputed from the manifest's config and tensor
+    list (which holds every file's sha256) against the recorded one, as
+    the runtime's Bundle::verifyIntegrity does; False on a mismatch."""
+    digest = bd.model_digest(manifest.get("config"), manifest["tensors"])
+    recorded = manifest.get("model_digest")
+    if recorded is None:
+        print(f"model_digest: not recorded (the content gives {digest})", file=out)
+        return True
+    if recorded != digest:
+        print(f"model_digest: INVALID: {directory}/manifest.json: model_digest {recorded} "
+              f"recorded, but the config and tensor list give {digest} (the manifest was "
+              f"edited after conversion)", file=out)
+        return False
+    print(f"model_digest: {digest} (matches the config, the tensor list and every sha256)",
+          file=out)
+    return True
 
 
 def _tokenizer_lines(directory, out):

@@ -183,7 +183,7 @@ def check_sampling(temperature, top_k, top_p, seed):
     """The sampling options as the C API takes them (cq4p_sampling)."""
     return (check_float32("temperature", temperature),
             check_integer("top_k", top_k, 0, INT32_MAX),
-            check_float32("top_p", top_p, 0.0, 1.0, low_open=True),
+            check_float32("top_p", top_p, 0.0, 1.0),
             check_integer("seed", seed, 0, UINT64_MAX))
 
 
@@ -342,7 +342,8 @@ MODEL_FUNCTIONS = {
                         ctypes.c_int),
     "cq4p_model_close": ([ctypes.c_void_p], None),
     "cq4p_model_get_info": ([ctypes.c_void_p, ctypes.POINTER(ModelInfo)], None),
-    "cq4p_model_reset": ([ctypes.c_void_p], None),
+    "cq4p_model_reset": ([ctypes.c_void_p], ctypes.c_int),
+    "cq4p_model_verify": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     "cq4p_model_prefill": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
                             ctypes.POINTER(ctypes.c_float), ctypes.c_char_p, ctypes.c_size_t],
                            ctypes.c_int),
@@ -403,7 +404,16 @@ class NativeModel:
         return self.info()["position"]
 
     def reset(self):
-        self._lib.cq4p_model_reset(self._handle)
+        code = self._lib.cq4p_model_reset(self._handle)
+        if code != API["CQ4P_OK"]:
+            raise NativeError(code, "reset: the model is in another call")
+
+    def verify(self):
+        """cq4p_model_verify: every file's content and sha256, the
+        model_digest and the library's recorded digest; NativeError at the
+        first failure."""
+        error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+        _check(self._lib.cq4p_model_verify(self._handle, error, ERROR_BUFFER_BYTES), error)
 
     def prefill(self, ids):
         """Appends `ids`; the logits of the last, float32 [vocab]."""
@@ -442,7 +452,7 @@ class NativeModel:
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_generate(
             self._handle, _pointer(prompt, ctypes.c_int64), prompt.size, count,
-            ctypes.byref(sampling), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
+            ctypes.byref(options), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
             ERROR_BUFFER_BYTES)
         _check(code, error)
         values = {name: getattr(stats, name) for name, _ in GenerateStats._fields_}

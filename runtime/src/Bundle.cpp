@@ -5,7 +5,9 @@
 
 #include "Json.h"
 #include "SafeOpen.h"
+#include "Sha256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -81,6 +83,13 @@ Status readWhole(int fd, const std::string &path, uint64_t size,
   return Status::ok();
 }
 
+bool isSha256Hex(const std::string &text) {
+  return text.size() == 64 &&
+         std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 std::string formatShape(const uint64_t *dims, size_t count) {
   std::string text = "[";
   for (size_t i = 0; i < count; ++i)
@@ -120,11 +129,67 @@ std::string Bundle::resolveWeightFile(const std::string &directory,
   return name.empty() ? "" : directory + "/" + name;
 }
 
-Status Bundle::verify() const {
+Status Bundle::verify(Integrity *integrity) const {
   for (const BundleTensor &tensor : tensors_)
     if (Status status = tensor.file->verify(); !status)
       return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
+  return verifyIntegrity(integrity);
+}
+
+std::string Bundle::computeModelDigest() const {
+  // Open parsed this text already; it parses again the same way.
+  json::Value manifest;
+  if (!json::parse(directory_ + "/manifest.json", manifestText_, manifest))
+    return "";
+  json::Value content;
+  content.kind = json::Value::Kind::Object;
+  const json::Value *config = manifest.get("config");
+  content.object.emplace_back("config", config ? *config : json::Value());
+  content.object.emplace_back("tensors", *manifest.get("tensors"));
+  std::string canonical = json::pythonJson(content);
+  return Sha256::hex(canonical.data(), canonical.size());
+}
+
+Status Bundle::verifyIntegrity(Integrity *integrity) const {
+  Integrity local;
+  Integrity &out = integrity != nullptr ? *integrity : local;
+  out = Integrity();
+  for (const BundleTensor &tensor : tensors_) {
+    if (tensor.sha256.empty()) {
+      ++out.filesUnrecorded;
+      continue;
+    }
+    std::string found;
+    if (Status status = tensor.file->sha256(found); !status)
+      return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
+    if (found != tensor.sha256)
+      return Status(CQ4P_ERROR_FORMAT,
+                    directory_ + ": tensor '" + tensor.name + "': sha256 " +
+                        tensor.sha256 + " in manifest.json, but " + found +
+                        " for " + tensor.resolvedPath +
+                        " (the file is not the one converted)");
+    ++out.filesHashed;
+  }
+  out.digest = computeModelDigest();
+  out.digestRecorded = hasModelDigest_;
+  if (hasModelDigest_ && out.digest != modelDigest_)
+    return Status(CQ4P_ERROR_FORMAT,
+                  directory_ + "/manifest.json: model_digest " + modelDigest_ +
+                      " recorded, but the config and tensor list give " +
+                      out.digest +
+                      " (the manifest was edited after conversion)");
   return Status::ok();
+}
+
+Status Bundle::checkLibraryAgainst(const KernelLibrary &library,
+                                   const std::string &digest) const {
+  const std::string &recorded = library.bundleDigest();
+  if (recorded.empty() || recorded == digest)
+    return Status::ok();
+  return Status(CQ4P_ERROR_UNSUPPORTED,
+                library.path() + ": library built for bundle digest " +
+                    recorded + ", this bundle's content gives " + digest +
+                    " (" + directory_ + ")");
 }
 
 Status Bundle::checkLibrary(const KernelLibrary &library,
@@ -157,6 +222,14 @@ const BundleTensor *Bundle::find(const std::string &name) const {
 
 std::optional<int64_t> Bundle::configInteger(const std::string &key) const {
   for (const auto &[name, value] : configIntegers_)
+    if (name == key)
+      return value;
+  return std::nullopt;
+}
+
+std::optional<int64_t>
+Bundle::textConfigInteger(const std::string &key) const {
+  for (const auto &[name, value] : textConfigIntegers_)
     if (name == key)
       return value;
   return std::nullopt;
@@ -219,6 +292,7 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
 
   std::unique_ptr<Bundle> bundle(new Bundle());
   bundle->directory_ = directory;
+  bundle->manifestText_ = text;
   if (const json::Value *digest = manifest.get("model_digest")) {
     if (digest->kind != json::Value::Kind::String || digest->string.empty())
       return refuse("model_digest: expected a non-empty string");
@@ -231,6 +305,12 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
     for (const auto &[key, value] : config->object)
       if (value.isInteger)
         bundle->configIntegers_.emplace_back(key, value.integer);
+    const json::Value *text = config->get("text_config");
+    if (text == nullptr || text->kind != json::Value::Kind::Object)
+      text = config;
+    for (const auto &[key, value] : text->object)
+      if (value.isInteger)
+        bundle->textConfigIntegers_.emplace_back(key, value.integer);
   }
   for (size_t i = 0; i < entries->array.size(); ++i) {
     const json::Value &entry = entries->array[i];
@@ -266,6 +346,13 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
                               "\"shape\"");
       tensor.shape.push_back(static_cast<uint64_t>(dim.integer));
     }
+    const json::Value *sha256 = entry.get("sha256");
+    if (sha256 && (sha256->kind != json::Value::Kind::String ||
+                   !isSha256Hex(sha256->string)))
+      return refuse(where + ": expected \"sha256\" to be 64 lowercase hex "
+                            "digits");
+    if (sha256)
+      tensor.sha256 = sha256->string;
 
     std::string resolved = resolveIn(directoryFd, tensor.logicalFile);
     if (resolved.empty())

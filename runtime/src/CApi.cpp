@@ -148,6 +148,18 @@ int cq4p_model_open(const char *bundle_dir, const char *library_path,
 
 void cq4p_model_close(cq4p_model *model) { delete model; }
 
+int cq4p_model_verify(const cq4p_model *model, char *error,
+                      size_t error_size) {
+  if (model == nullptr)
+    return nullModel("cq4p_model_verify", error, error_size);
+  Bundle::Integrity integrity;
+  Status status = model->bundle->verify(&integrity);
+  if (status)
+    status = model->bundle->checkLibraryAgainst(*model->library,
+                                                integrity.digest);
+  return status ? CQ4P_OK : fail(status, error, error_size);
+}
+
 void cq4p_model_get_info(const cq4p_model *model, cq4p_model_info *info) {
   if (model == nullptr || info == nullptr)
     return;
@@ -168,9 +180,10 @@ void cq4p_model_get_info(const cq4p_model *model, cq4p_model_info *info) {
   info->architecture[length] = '\0';
 }
 
-void cq4p_model_reset(cq4p_model *model) {
-  if (model != nullptr)
-    model->model->reset();
+int cq4p_model_reset(cq4p_model *model) {
+  if (model == nullptr)
+    return CQ4P_ERROR_ARGUMENT;
+  return model->model->reset().code();
 }
 
 int cq4p_model_prefill(cq4p_model *model, const int64_t *ids, int64_t count,
@@ -198,6 +211,7 @@ int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
                         size_t error_size) {
   if (model == nullptr)
     return nullModel("cq4p_model_generate", error, error_size);
+  // NULL: greedy; so is a zero-filled struct (Sampler::validate).
   SamplingOptions options;
   if (sampling != nullptr) {
     options.temperature = sampling->temperature;

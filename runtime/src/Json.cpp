@@ -2,7 +2,11 @@
 
 #include "Json.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -289,6 +293,7 @@ private:
     std::string literal = text_.substr(start, pos_ - start);
     out.kind = Value::Kind::Number;
     out.number = std::strtod(literal.c_str(), nullptr);
+    out.literal = literal;
     if (integral) {
       errno = 0;
       long long parsed = std::strtoll(literal.c_str(), nullptr, 10);
@@ -341,7 +346,143 @@ size_t firstInvalidUtf8(const std::string &text) {
   return size;
 }
 
+/// Python's repr of a finite double: the shortest digits that read back
+/// as it, fixed notation for a decimal exponent in [-4, 16), else d.ddde+XX.
+std::string pythonFloat(double value) {
+  if (std::isnan(value))
+    return "NaN";
+  if (std::isinf(value))
+    return value < 0 ? "-Infinity" : "Infinity";
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value,
+                              std::chars_format::scientific);
+  std::string text(buffer, result.ptr);
+  std::string sign;
+  if (text[0] == '-') {
+    sign = "-";
+    text.erase(0, 1);
+  }
+  size_t e = text.find('e');
+  std::string mantissa = text.substr(0, e);
+  int exponent = std::atoi(text.c_str() + e + 1);
+  std::string digits;
+  for (char c : mantissa)
+    if (c != '.')
+      digits += c;
+  // value = 0.digits * 10^point
+  int point = exponent + 1;
+  if (point > -4 && point <= 16) {
+    std::string out;
+    if (point <= 0) {
+      out = "0." + std::string(size_t(-point), '0') + digits;
+    } else if (size_t(point) >= digits.size()) {
+      out = digits + std::string(size_t(point) - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, size_t(point)) + "." + digits.substr(size_t(point));
+    }
+    return sign + out;
+  }
+  std::string out = digits.substr(0, 1);
+  if (digits.size() > 1)
+    out += "." + digits.substr(1);
+  char power[16];
+  std::snprintf(power, sizeof(power), "e%c%02d", exponent < 0 ? '-' : '+',
+                exponent < 0 ? -exponent : exponent);
+  return sign + out + power;
+}
+
+void appendEscape(std::string &out, uint32_t unit) {
+  char escape[8];
+  std::snprintf(escape, sizeof(escape), "\\u%04x", unsigned(unit));
+  out += escape;
+}
+
+/// A parsed (so well-formed UTF-8) string, quoted with ensure_ascii.
+void appendPythonString(std::string &out, const std::string &text) {
+  out += '"';
+  for (size_t i = 0; i < text.size();) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    uint32_t code;
+    size_t length = byte < 0x80 ? 1 : byte < 0xE0 ? 2 : byte < 0xF0 ? 3 : 4;
+    code = length == 1 ? byte
+           : length == 2 ? byte & 0x1F
+           : length == 3 ? byte & 0x0F
+                         : byte & 0x07;
+    for (size_t k = 1; k < length && i + k < text.size(); ++k)
+      code = (code << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    i += length;
+    switch (code) {
+    case '"': out += "\\\""; continue;
+    case '\\': out += "\\\\"; continue;
+    case '\n': out += "\\n"; continue;
+    case '\r': out += "\\r"; continue;
+    case '\t': out += "\\t"; continue;
+    case '\b': out += "\\b"; continue;
+    case '\f': out += "\\f"; continue;
+    default: break;
+    }
+    if (code >= 0x20 && code < 0x7F) {
+      out += char(code);
+    } else if (code < 0x10000) {
+      appendEscape(out, code);
+    } else {
+      code -= 0x10000;
+      appendEscape(out, 0xD800 | (code >> 10));
+      appendEscape(out, 0xDC00 | (code & 0x3FF));
+    }
+  }
+  out += '"';
+}
+
+void appendPythonJson(std::string &out, const Value &value) {
+  switch (value.kind) {
+  case Value::Kind::Null: out += "null"; return;
+  case Value::Kind::Bool: out += value.boolean ? "true" : "false"; return;
+  case Value::Kind::Number:
+    if (value.literal.find_first_of(".eE") == std::string::npos)
+      // Python reads an integral literal as an int of any size.
+      out += value.literal == "-0" ? std::string("0") : value.literal;
+    else
+      out += pythonFloat(value.number);
+    return;
+  case Value::Kind::String: appendPythonString(out, value.string); return;
+  case Value::Kind::Array:
+    out += '[';
+    for (size_t i = 0; i < value.array.size(); ++i) {
+      if (i)
+        out += ',';
+      appendPythonJson(out, value.array[i]);
+    }
+    out += ']';
+    return;
+  case Value::Kind::Object: {
+    std::vector<const std::pair<std::string, Value> *> members;
+    for (const auto &member : value.object)
+      members.push_back(&member);
+    std::sort(members.begin(), members.end(), [](const auto *a, const auto *b) {
+      return a->first < b->first;
+    });
+    out += '{';
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i)
+        out += ',';
+      appendPythonString(out, members[i]->first);
+      out += ':';
+      appendPythonJson(out, members[i]->second);
+    }
+    out += '}';
+    return;
+  }
+  }
+}
+
 } // namespace
+
+std::string pythonJson(const Value &value) {
+  std::string out;
+  appendPythonJson(out, value);
+  return out;
+}
 
 Status parse(const std::string &what, const std::string &text, Value &out) {
   out = Value();

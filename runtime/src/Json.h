@@ -26,6 +26,7 @@ struct Value {
   double number = 0;
   bool isInteger = false; // an integral literal that fits int64
   int64_t integer = 0;
+  std::string literal; // a number's text as written (pythonJson spells it)
   std::string string;
   std::vector<Value> array;
   std::vector<std::pair<std::string, Value>> object;
@@ -36,6 +37,16 @@ struct Value {
 
 /// Parses `text`; `what` names the document in messages.
 Status parse(const std::string &what, const std::string &text, Value &out);
+
+/// `value` as Python's `json.dumps(value, sort_keys=True, separators=(",",
+/// ":"), ensure_ascii=True)` writes the value `json.loads` reads from the
+/// same text: members sorted by name (code points: UTF-8 byte order), no
+/// whitespace, every character outside printable ASCII a \u escape
+/// (surrogate pairs past U+FFFF), integers as written (any size), other
+/// numbers in Python's shortest round-trip repr (`1e-05`, `500000.0`,
+/// `Infinity` for a literal past the double range). The manifest's
+/// model_digest is the sha256 of such a text (python/cq4p/bundle.py).
+std::string pythonJson(const Value &value);
 
 } // namespace cq4p::runtime::json
 

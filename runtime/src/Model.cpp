@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <pthread.h>
 #include <sys/mman.h>
 
 namespace cq4p::runtime {
@@ -124,18 +126,29 @@ void Sampler::reserve(size_t vocab) {
 }
 
 Status Sampler::validate(const SamplingOptions &options) {
-  if (std::isnan(options.temperature))
+  if (!std::isfinite(options.temperature))
     return Status(CQ4P_ERROR_ARGUMENT,
-                  "sampling: temperature: expected a number (<= 0: greedy), "
-                  "found nan");
+                  "sampling: temperature: expected a finite number (<= 0: "
+                  "greedy), found " +
+                      std::string(std::isnan(options.temperature) ? "nan"
+                                  : options.temperature > 0   ? "+inf"
+                                                              : "-inf"));
   if (options.topK < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "sampling: top_k: expected >= 0 (0: off), found " +
                       std::to_string(options.topK));
-  if (!(options.topP > 0.0f))
+  if (std::isnan(options.topP) || options.topP < 0.0f)
     return Status(CQ4P_ERROR_ARGUMENT,
-                  "sampling: top_p: expected > 0 (>= 1: off), found " +
+                  "sampling: top_p: expected a number >= 0 (>= 1: off), found " +
                       std::to_string(options.topP));
+  // Greedy reads no top_p, so a zero-filled cq4p_sampling (temperature 0,
+  // top_p 0) is greedy; a nucleus of probability 0 when sampling is not.
+  bool greedy = options.temperature <= 0.0f || options.topK == 1;
+  if (!greedy && options.topP == 0.0f)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "sampling: top_p: expected > 0 when sampling (temperature " +
+                      std::to_string(options.temperature) +
+                      "; >= 1: off), found 0");
   return Status::ok();
 }
 
@@ -290,9 +303,13 @@ Status Model::open(const Bundle &bundle, const KernelLibrary &library,
     return Status(CQ4P_ERROR_ARGUMENT,
                   "KV cache: " + kvShape + " does not fit in 64 bits");
 
+  if (Status status = model->checkConfig(bundle); !status)
+    return status;
   if (Status status = model->bindTensors(bundle); !status)
     return status;
-  if (Status status = ThreadPool::create(options.threads, model->pool_);
+  model->stackBytes_ = stepStackBytes(*desc);
+  if (Status status = ThreadPool::create(options.threads, model->pool_,
+                                         size_t(2 * model->stackBytes_));
       !status)
     return status;
 
@@ -327,6 +344,39 @@ Model::~Model() {
   unmap(kvCache_, kvCacheBytes_);
   unmap(state_, stateBytes_);
   unmap(workspace_, workspaceMapped_);
+}
+
+uint64_t Model::stepStackBytes(const cq4p_model_desc &desc) {
+  uint64_t widestK = 0;
+  for (uint32_t i = 0; i < desc.binding_count; ++i)
+    if (desc.bindings[i].kind == CQ4P_BINDING_CQ4)
+      widestK = std::max<uint64_t>(widestK, desc.bindings[i].k);
+  uint64_t tile = 0;
+  if (__builtin_mul_overflow(std::max<uint64_t>(desc.prefill_chunk, kStackTileRows),
+                             widestK, &tile) ||
+      tile > std::numeric_limits<uint64_t>::max() / 4)
+    return std::numeric_limits<uint64_t>::max() / 4; // no thread has it
+  return tile + kStackBaseBytes;
+}
+
+Status Model::checkConfig(const Bundle &bundle) const {
+  struct Field {
+    const char *key, *what;
+    uint64_t library;
+  } fields[] = {{"vocab_size", "vocab", desc_->vocab},
+                {"num_hidden_layers", "layers", desc_->layers},
+                {"hidden_size", "hidden", desc_->hidden}};
+  for (const Field &field : fields) {
+    std::optional<int64_t> config = bundle.textConfigInteger(field.key);
+    if (config && (*config < 0 || uint64_t(*config) != field.library))
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    library_->path() + ": " + field.what + ": the library's " +
+                        "steps were compiled for " + str(field.library) +
+                        ", the bundle's config says " + field.key + " " +
+                        signedStr(*config) + " (" + bundle.directory() +
+                        "/manifest.json)");
+  }
+  return Status::ok();
 }
 
 Status Model::bindTensors(const Bundle &bundle) {
@@ -513,6 +563,16 @@ Status Model::checkFaults() {
 }
 
 Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
+  // The step's contract (kernel_abi.h), whatever called it: the KV cache
+  // has room for every row it appends.
+  int64_t most = step == desc_->decode ? 1 : prefillChunk();
+  if (rows < 1 || rows > most || position_ < 0 || rows > context_ - position_)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "context overflow: a step of " + tokens(rows) +
+                      " at position " + signedStr(position_) +
+                      " (at most " + signedStr(most) +
+                      " a step) does not fit the context of " +
+                      signedStr(context_) + " positions");
   cq4p_step_args args = {};
   args.bindings = bindings_.data();
   args.kv_cache = kvCache_;
@@ -530,6 +590,20 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
   return checkFaults();
 }
 
+Status Model::checkLogits() const {
+  for (size_t i = 0; i < logits_.size(); ++i)
+    if (!std::isfinite(logits_[i]))
+      return Status(CQ4P_ERROR_FORMAT,
+                    "logits of position " + signedStr(position_ - 1) +
+                        ": logits[" + str(i) + "] is " +
+                        (std::isnan(logits_[i]) ? "nan"
+                         : logits_[i] > 0       ? "+inf"
+                                                : "-inf") +
+                        " (the model computed a non-finite value: check the "
+                        "bundle with cq4p-run --verify)");
+  return Status::ok();
+}
+
 Status Model::prefillChecked(const int64_t *ids, int64_t count) {
   int64_t chunk = prefillChunk();
   for (int64_t done = 0; done < count; done += chunk)
@@ -537,7 +611,7 @@ Status Model::prefillChecked(const int64_t *ids, int64_t count) {
             runStep(desc_->prefill, ids + done, std::min(chunk, count - done));
         !status)
       return status;
-  return Status::ok();
+  return checkLogits();
 }
 
 void Model::copyLogits(float *out) const {
@@ -545,8 +619,104 @@ void Model::copyLogits(float *out) const {
     std::memcpy(out, logits_.data(), logits_.size() * sizeof(float));
 }
 
+//===----------------------------------------------------------------------===//
+// One call at a time
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Its address tells threads apart: unique among the threads alive.
+thread_local char threadTag;
+
+uintptr_t thisThread() { return reinterpret_cast<uintptr_t>(&threadTag); }
+} // namespace
+
+Model::Claim::~Claim() {
+  if (model_ != nullptr) {
+    model_->ownerCall_.store(nullptr, std::memory_order_relaxed);
+    model_->owner_.store(0, std::memory_order_release);
+  }
+}
+
+Status Model::claim(const char *call, Claim &out) {
+  uintptr_t expected = 0;
+  if (owner_.compare_exchange_strong(expected, thisThread(),
+                                     std::memory_order_acquire,
+                                     std::memory_order_relaxed)) {
+    ownerCall_.store(call, std::memory_order_relaxed);
+    out.model_ = this;
+    return Status::ok();
+  }
+  const char *holder = ownerCall_.load(std::memory_order_relaxed);
+  std::string during = holder != nullptr ? std::string(" (") + holder + ")" : "";
+  if (expected == thisThread())
+    return Status(CQ4P_ERROR_BUSY,
+                  std::string(call) + ": the model is in a call on this "
+                                      "thread" + during +
+                      ": a callback may not call into the model whose call "
+                      "delivered it");
+  return Status(CQ4P_ERROR_BUSY,
+                std::string(call) + ": the model is in use by another "
+                                    "thread" + during +
+                    ": one call at a time per model (give each thread a "
+                    "model of its own)");
+}
+
+Status Model::checkClaim(const Claim &claim, const char *call) const {
+  if (claim.model_ != this)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  std::string(call) +
+                      ": expected a claim on this model, found " +
+                      (claim.model_ == nullptr ? "none" : "another model's"));
+  return Status::ok();
+}
+
+Status checkCallerStack(const char *call, size_t bytes) {
+  // The lowest address of this thread's stack, read once per thread
+  // (for the main thread glibc reads /proc/self/maps).
+  thread_local uintptr_t lowest = 0;
+  thread_local bool known = false;
+  if (!known) {
+    pthread_attr_t attributes;
+    if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+      void *address = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attributes, &address, &size) == 0)
+        lowest = reinterpret_cast<uintptr_t>(address);
+      pthread_attr_destroy(&attributes);
+    }
+    known = true;
+  }
+  uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (lowest == 0 || here < lowest)
+    return Status::ok(); // not a stack this thread's attributes describe
+  uint64_t left = here - lowest;
+  if (left >= bytes)
+    return Status::ok();
+  return Status(CQ4P_ERROR_ARGUMENT,
+                std::string(call) + ": the calling thread has " + str(left) +
+                    " bytes of stack left, a step needs " + str(bytes) +
+                    " (kernels keep row tiles on the stack of every thread "
+                    "that runs them; give this thread a larger stack)");
+}
+
+//===----------------------------------------------------------------------===//
+// Calls
+//===----------------------------------------------------------------------===//
+
 Status Model::prefill(const int64_t *ids, int64_t count, float *logits) {
+  Claim held;
+  if (Status status = claim("prefill", held); !status)
+    return status;
+  return prefill(held, ids, count, logits);
+}
+
+Status Model::prefill(const Claim &held, const int64_t *ids, int64_t count,
+                      float *logits) {
+  if (Status status = checkClaim(held, "prefill"); !status)
+    return status;
   if (Status status = checkTokens("prefill", ids, count); !status)
+    return status;
+  if (Status status = checkCallerStack("prefill", stackBytes_); !status)
     return status;
   if (Status status = prefillChecked(ids, count); !status)
     return status;
@@ -555,15 +725,52 @@ Status Model::prefill(const int64_t *ids, int64_t count, float *logits) {
 }
 
 Status Model::decode(int64_t id, float *logits) {
+  Claim held;
+  if (Status status = claim("decode", held); !status)
+    return status;
+  return decode(held, id, logits);
+}
+
+Status Model::decode(const Claim &held, int64_t id, float *logits) {
+  if (Status status = checkClaim(held, "decode"); !status)
+    return status;
   if (Status status = checkTokens("decode", &id, 1); !status)
     return status;
+  if (Status status = checkCallerStack("decode", stackBytes_); !status)
+    return status;
   if (Status status = runStep(desc_->decode, &id, 1); !status)
+    return status;
+  if (Status status = checkLogits(); !status)
     return status;
   copyLogits(logits);
   return Status::ok();
 }
 
+Status Model::reset() {
+  Claim held;
+  if (Status status = claim("reset", held); !status)
+    return status;
+  return reset(held);
+}
+
+Status Model::reset(const Claim &held) {
+  if (Status status = checkClaim(held, "reset"); !status)
+    return status;
+  position_ = 0;
+  return Status::ok();
+}
+
 Status Model::sample(const SamplingOptions &options, Rng &rng, int64_t &id) {
+  Claim held;
+  if (Status status = claim("sample", held); !status)
+    return status;
+  return sample(held, options, rng, id);
+}
+
+Status Model::sample(const Claim &held, const SamplingOptions &options,
+                     Rng &rng, int64_t &id) {
+  if (Status status = checkClaim(held, "sample"); !status)
+    return status;
   return sampler_.sample(logits_.data(), logits_.size(), options, rng, id);
 }
 
@@ -575,6 +782,20 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
                        int64_t maxNewTokens, const SamplingOptions &sampling,
                        TokenCallback callback, void *context,
                        GenerateStats *stats) {
+  if (stats != nullptr)
+    *stats = GenerateStats();
+  Claim held;
+  if (Status status = claim("generate", held); !status)
+    return status;
+  return generateClaimed(prompt, promptCount, maxNewTokens, sampling, callback,
+                         context, stats);
+}
+
+Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
+                              int64_t maxNewTokens,
+                              const SamplingOptions &sampling,
+                              TokenCallback callback, void *context,
+                              GenerateStats *stats) {
   if (maxNewTokens < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "generate: max new tokens: expected >= 0, found " +
@@ -591,9 +812,12 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   if (promptCount > 0 && decodeSteps > context_ - promptCount)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "context overflow: a prompt of " + tokens(promptCount) +
-                      " and " + signedStr(maxNewTokens) +
-                      " new tokens need " +
-                      signedStr(promptCount + decodeSteps) +
+                      " and " + signedStr(maxNewTokens) + " new tokens need " +
+                      // Exact, without a sum that could overflow.
+                      (decodeSteps <= std::numeric_limits<int64_t>::max() -
+                                          promptCount
+                           ? signedStr(promptCount + decodeSteps)
+                           : "more than 2^63 - 1") +
                       " positions > context " + signedStr(context_));
   int64_t savedPosition = position_;
   position_ = 0;
@@ -603,6 +827,8 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
     return status;
   if (status = checkFiles(); !status)
     return status;
+  if (status = checkCallerStack("generate", stackBytes_); !status)
+    return status;
 
   GenerateStats local;
   GenerateStats &out = stats != nullptr ? *stats : local;
@@ -610,7 +836,7 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   out.promptTokens = promptCount;
   Rng rng(sampling.seed);
   auto start = std::chrono::steady_clock::now();
-  reset();
+  position_ = 0;
   if (status = prefillChecked(prompt, promptCount); !status)
     return status;
   auto prefilled = std::chrono::steady_clock::now();
@@ -619,7 +845,8 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
     return Status::ok();
 
   int64_t id = 0;
-  if (status = sample(sampling, rng, id); !status)
+  if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id);
+      !status)
     return status;
   auto first = std::chrono::steady_clock::now();
   out.timeToFirstTokenSeconds = secondsBetween(start, first);
@@ -628,7 +855,10 @@ Status Model::generate(const int64_t *prompt, int64_t promptCount,
   for (int64_t index = 1; more && index < maxNewTokens; ++index) {
     if (status = runStep(desc_->decode, &id, 1); !status)
       break;
-    if (status = sample(sampling, rng, id); !status)
+    if (status = checkLogits(); !status)
+      break;
+    if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id);
+        !status)
       break;
     out.generatedTokens = index + 1;
     more = callback(context, index, id);

@@ -16,6 +16,8 @@
 
 #include "cq4p/runtime/TensorFile.h"
 
+#include "Sha256.h"
+
 #include "MappingGuard.h"
 #include "SafeOpen.h"
 #include "fp16.h"
@@ -642,6 +644,17 @@ static void *mapTensorBytes(int fd, uint64_t size) {
   (void)::madvise(mapping, size, MADV_HUGEPAGE);
 #endif
   return mapping;
+}
+
+Status TensorFile::sha256(std::string &hex) const {
+  Sha256 hash;
+  if (size_ > 0)
+    hash.update(base_, size_t(size_));
+  hex = hash.hexDigest();
+  // A hash over zeros the handler mapped is no digest of the file.
+  if (truncatedWhileMapped())
+    return checkMapping();
+  return Status::ok();
 }
 
 Status TensorFile::open(const std::string &path,

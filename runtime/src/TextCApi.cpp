@@ -245,6 +245,13 @@ int cq4p_model_generate_text(cq4p_model *model, const cq4p_tokenizer *tokenizer,
   if (model == nullptr || prompt == nullptr)
     return nullArgument("cq4p_model_generate_text", "a model and a prompt", error,
                         error_size);
+  // One claim over everything, the bundle's tokenizer opened on first use
+  // included: a callback cannot step the model between the reset and the
+  // generation, nor another thread use it meanwhile.
+  Model::Claim held;
+  if (Status status = model->model->claim("cq4p_model_generate_text", held);
+      !status)
+    return fail(status, error, error_size);
   const Tokenizer *t = tokenizer != nullptr ? tokenizer->tokenizer.get() : nullptr;
   if (t == nullptr)
     if (Status status = modelTokenizer(model, t); !status)
@@ -254,11 +261,12 @@ int cq4p_model_generate_text(cq4p_model *model, const cq4p_tokenizer *tokenizer,
       !status)
     return fail(status, error, error_size);
   TextOptions text = textOptions(options);
-  model->model->reset();
   CallbackBridge bridge{callback, context};
   GenerateStats result;
-  Status status = generateText(*model->model, *t, ids, text, CallbackBridge::call,
-                               &bridge, &result, nullptr);
+  Status status = model->model->reset(held);
+  if (status)
+    status = generateText(*model->model, held, *t, ids, text,
+                          CallbackBridge::call, &bridge, &result, nullptr);
   copyStats(result, stats);
   return status ? CQ4P_OK : fail(status, error, error_size);
 }

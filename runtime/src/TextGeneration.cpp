@@ -27,12 +27,14 @@ size_t heldForStops(const std::string &text,
   return held;
 }
 
-} // namespace
-
-Status generateText(Model &model, const Tokenizer &tokenizer,
-                    const std::vector<int64_t> &prompt,
-                    const TextOptions &options, TextCallback callback,
-                    void *context, GenerateStats *stats, TextResult *result) {
+/// generateText under a claim the caller holds on `model` from the first
+/// step to the last, so the callback cannot step the model in between.
+Status generateClaimed(Model &model, const Model::Claim &claim,
+                       const Tokenizer &tokenizer,
+                       const std::vector<int64_t> &prompt,
+                       const TextOptions &options, TextCallback callback,
+                       void *context, GenerateStats *stats,
+                       TextResult *result) {
   if (options.maxNewTokens < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "generate: max new tokens: expected >= 0, found " +
@@ -66,7 +68,8 @@ Status generateText(Model &model, const Tokenizer &tokenizer,
 
   auto start = std::chrono::steady_clock::now();
   if (!prompt.empty())
-    if (Status status = model.prefill(prompt.data(), int64_t(prompt.size()));
+    if (Status status =
+            model.prefill(claim, prompt.data(), int64_t(prompt.size()));
         !status)
       return status;
   out.prefillSeconds = secondsSince(start);
@@ -81,7 +84,7 @@ Status generateText(Model &model, const Tokenizer &tokenizer,
   Status status;
   for (int64_t index = 0; more && index < options.maxNewTokens; ++index) {
     int64_t id = 0;
-    if (status = model.sample(options.sampling, rng, id); !status)
+    if (status = model.sample(claim, options.sampling, rng, id); !status)
       break;
     if (index == 0) {
       first = std::chrono::steady_clock::now();
@@ -115,7 +118,7 @@ Status generateText(Model &model, const Tokenizer &tokenizer,
     if (callback != nullptr && !callback(context, id, deliver.data(), deliver.size()))
       more = false;
     if (more && index + 1 < options.maxNewTokens)
-      if (status = model.decode(id); !status)
+      if (status = model.decode(claim, id); !status)
         break;
   }
   if (out.generatedTokens > 0)
@@ -129,6 +132,32 @@ Status generateText(Model &model, const Tokenizer &tokenizer,
     }
   }
   return status;
+}
+
+} // namespace
+
+Status generateText(Model &model, const Tokenizer &tokenizer,
+                    const std::vector<int64_t> &prompt,
+                    const TextOptions &options, TextCallback callback,
+                    void *context, GenerateStats *stats, TextResult *result) {
+  if (stats != nullptr)
+    *stats = GenerateStats();
+  if (result != nullptr)
+    *result = TextResult();
+  Model::Claim held;
+  if (Status status = model.claim("generate", held); !status)
+    return status;
+  return generateClaimed(model, held, tokenizer, prompt, options, callback,
+                         context, stats, result);
+}
+
+Status generateText(Model &model, const Model::Claim &held,
+                    const Tokenizer &tokenizer,
+                    const std::vector<int64_t> &prompt,
+                    const TextOptions &options, TextCallback callback,
+                    void *context, GenerateStats *stats, TextResult *result) {
+  return generateClaimed(model, held, tokenizer, prompt, options, callback,
+                         context, stats, result);
 }
 
 Status ChatSession::send(const std::string &user, const TextOptions &options,
@@ -163,9 +192,13 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   }
   if (Status status = tokenizer_.encode(turn, false, prompt); !status)
     return status;
-  if (start)
-    model_.reset();
-  else if (model_.position() != int64_t(history_.size()) - (lastId_ >= 0 ? 1 : 0))
+  Model::Claim held;
+  if (Status status = model_.claim("chat", held); !status)
+    return status;
+  if (start) {
+    if (Status status = model_.reset(held); !status)
+      return status;
+  } else if (model_.position() != int64_t(history_.size()) - (lastId_ >= 0 ? 1 : 0))
     return Status(CQ4P_ERROR_ARGUMENT,
                   "chat: the model's position (" + std::to_string(model_.position()) +
                       ") is not the conversation's; was the model used in between?");
@@ -175,8 +208,8 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   // What the cache will hold: the history without the last sampled id, then
   // the new turn.
   int64_t before = model_.position();
-  Status status = generateText(model_, tokenizer_, prompt, options, callback,
-                               context, stats, &res);
+  Status status = generateClaimed(model_, held, tokenizer_, prompt, options,
+                                  callback, context, stats, &res);
   if (!status && model_.position() == before && res.ids.empty())
     return status; // refused before anything ran: the conversation is as it was
   if (!start && lastId_ >= 0)

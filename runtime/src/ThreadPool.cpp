@@ -100,9 +100,11 @@ struct TaskWithoutThread {
 
 } // namespace
 
-Status ThreadPool::create(int threads, std::unique_ptr<ThreadPool> &out) {
+Status ThreadPool::create(int threads, std::unique_ptr<ThreadPool> &out,
+                          size_t workerStackBytes) {
   out.reset();
   std::unique_ptr<ThreadPool> pool(new ThreadPool());
+  pool->workerStackBytes_ = std::max(workerStackBytes, kWorkerStackBytes);
   if (Status status = pool->setThreadCount(threads); !status)
     return status;
   out = std::move(pool);
@@ -128,7 +130,7 @@ Status ThreadPool::setThreadCount(int threads) {
   // systems, about 1 MiB on Android).
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
-  pthread_attr_setstacksize(&attributes, kWorkerStackBytes);
+  pthread_attr_setstacksize(&attributes, workerStackBytes_);
   for (int i = 0; i + 1 < working; ++i) {
     auto slot = std::make_unique<WorkerSlot>();
     slot->pool = this;

@@ -18,7 +18,9 @@
 // `neon` takes --library. --context is the KV cache's positions (default
 // 2048, or fewer when the bundle's config says the model was trained for
 // fewer); --prefill-chunk states the chunk the library must have been
-// compiled with (a refusal otherwise).
+// compiled with (a refusal otherwise). --measure-stack runs the generation
+// on a thread whose stack is painted first and reports the deepest use
+// (what Model::stepStackBytes is measured by, docs/MODEL.md).
 //
 // From text (the bundle's tokenizer.json, or --tokenizer DIR):
 //
@@ -90,6 +92,9 @@
 #include <string>
 #include <vector>
 
+#include <pthread.h>
+#include <sys/mman.h>
+
 using namespace cq4p::runtime;
 
 namespace {
@@ -119,6 +124,7 @@ struct Options {
   ModelOptions model;
   SamplingOptions sampling;
   std::string logitsOut; ///< --logits-out: every step's logits, fp32
+  bool measureStack = false; ///< --measure-stack
   std::vector<std::string> tensorFlags, modelFlags; ///< given, for conflicts
 };
 
@@ -127,7 +133,7 @@ int usage(const std::string &message) {
                "cq4p-run: %s\nusage: cq4p-run --bundle DIR --library LIB "
                "--prompt-ids \"ID ...\" [-n N] [--threads T] [--context C] "
                "[--prefill-chunk N] [--temperature t] [--top-k k] [--top-p p] "
-               "[--seed s] [--logits-out FILE] [--backend auto|neon|sme2] "
+               "[--seed s] [--logits-out FILE] [--measure-stack] [--backend auto|neon|sme2] "
                "[--sme2-library LIB] [--require-digest]\n"
                "       cq4p-run --bundle DIR --library LIB --prompt TEXT | --chat "
                "[--system TEXT] [--tokenizer DIR] [-n N] [--stop S]... "
@@ -136,7 +142,7 @@ int usage(const std::string &message) {
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
                "[--sme-workers N] [--require-digest]\n"
-               "       cq4p-run --bundle DIR --verify\n",
+               "       cq4p-run --bundle DIR --verify [--library LIB]\n",
                message.c_str());
   return 2;
 }
@@ -288,7 +294,8 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
       return refuse(status.message());
     TextResult result;
     GenerateStats stats;
-    model.reset();
+    if (Status status = model.reset(); !status)
+      return refuse(status.message());
     if (Status status = generateText(model, *tokenizer, ids, text, streamText,
                                      nullptr, &stats, &result);
         !status)
@@ -333,6 +340,48 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
 }
 
 /// Generation: the model library's steps over the bundle.
+/// --measure-stack: the stack the measured thread gets, painted with a
+/// pattern before it starts; its deepest use is the lowest byte changed.
+constexpr uint64_t kMeasuredStackBytes = 16ull << 20;
+
+template <typename Function>
+Status measureStack(Function &function, uint64_t &used) {
+  constexpr unsigned char kPaint = 0xA5;
+  void *stack = ::mmap(nullptr, kMeasuredStackBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stack == MAP_FAILED)
+    return Status(CQ4P_ERROR_IO, "--measure-stack: cannot map " +
+                                     std::to_string(kMeasuredStackBytes) +
+                                     " bytes of stack");
+  std::memset(stack, kPaint, kMeasuredStackBytes);
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstack(&attributes, stack, kMeasuredStackBytes);
+  pthread_t thread;
+  int error = pthread_create(
+      &thread, &attributes,
+      [](void *context) -> void * {
+        (*static_cast<Function *>(context))();
+        return nullptr;
+      },
+      &function);
+  pthread_attr_destroy(&attributes);
+  if (error != 0) {
+    ::munmap(stack, kMeasuredStackBytes);
+    return Status(CQ4P_ERROR_IO, std::string("--measure-stack: cannot start "
+                                             "a thread: ") +
+                                     std::strerror(error));
+  }
+  pthread_join(thread, nullptr);
+  const auto *bytes = static_cast<const unsigned char *>(stack);
+  uint64_t untouched = 0;
+  while (untouched < kMeasuredStackBytes && bytes[untouched] == kPaint)
+    ++untouched;
+  used = kMeasuredStackBytes - untouched;
+  ::munmap(stack, kMeasuredStackBytes);
+  return Status::ok();
+}
+
 int runModel(const Options &options, const Bundle &bundle) {
   CpuFeatures cpu = detectCpuFeatures();
   std::unique_ptr<KernelLibrary> library;
@@ -400,9 +449,25 @@ int runModel(const Options &options, const Bundle &bundle) {
     }
     return !sink->failed;
   };
-  Status generated = model->generate(
-      options.promptIds.data(), int64_t(options.promptIds.size()),
-      options.maxNewTokens, options.sampling, record, &sink, &stats);
+  Status generated;
+  auto run = [&] {
+    generated = model->generate(
+        options.promptIds.data(), int64_t(options.promptIds.size()),
+        options.maxNewTokens, options.sampling, record, &sink, &stats);
+  };
+  if (options.measureStack) {
+    uint64_t used = 0;
+    if (Status status = measureStack(run, used); !status)
+      return refuse(status.message());
+    std::fprintf(stderr,
+                 "cq4p-run: stack: the generating thread used %llu bytes "
+                 "(%.0f KiB) of its %llu; the runtime asks a caller for %llu\n",
+                 (unsigned long long)used, double(used) / 1024.0,
+                 (unsigned long long)kMeasuredStackBytes,
+                 (unsigned long long)model->stackBytes());
+  } else {
+    run();
+  }
   if (sink.file && std::fclose(sink.file) != 0)
     sink.failed = true;
   if (!generated)
@@ -440,7 +505,8 @@ int main(int argc, char **argv) {
         arg == "--prefill-chunk" || arg == "--temperature" ||
         arg == "--top-k" || arg == "--top-p" || arg == "--seed" ||
         arg == "--logits-out" || arg == "--stop" || arg == "--system" ||
-        arg == "--tokenizer" || arg == "--ignore-eos")
+        arg == "--tokenizer" || arg == "--ignore-eos" ||
+        arg == "--measure-stack")
       options.modelFlags.push_back(arg);
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
         arg == "--input" || arg == "--output" || arg == "--sme2-library") {
@@ -512,6 +578,8 @@ int main(int argc, char **argv) {
       if (!text || !parseInt(text, 0, 1 << 30, number))
         return badValue(arg, text, "an integer in [0, 1073741824]");
       options.maxNewTokens = number;
+    } else if (arg == "--measure-stack") {
+      options.measureStack = true;
     } else if (arg == "--logits-out") {
       const char *text = value();
       if (!text || !*text)
@@ -554,18 +622,45 @@ int main(int argc, char **argv) {
     }
   }
   if (options.verify) {
-    // Every content rule of FORMAT.md over every tensor (a full pass, which
-    // running leaves out); nothing else may be asked for at the same time.
-    if (options.bundle.empty() || argc != 4)
-      return usage("--verify takes --bundle DIR and nothing else");
+    // Every content rule of FORMAT.md over every tensor, each file's sha256
+    // and the model_digest recomputed (a full pass, which running leaves
+    // out), and with --library the digest the library records against the
+    // recomputed one; nothing else may be asked for at the same time.
+    if (options.bundle.empty() ||
+        argc != (options.library.empty() ? 4 : 6))
+      return usage("--verify takes --bundle DIR, optionally --library LIB, "
+                   "and nothing else");
     std::unique_ptr<Bundle> bundle;
     Status status = Bundle::open(options.bundle, bundle);
+    Bundle::Integrity integrity;
     if (status)
-      status = bundle->verify();
+      status = bundle->verify(&integrity);
+    std::unique_ptr<KernelLibrary> library;
+    if (status && !options.library.empty()) {
+      status = KernelLibrary::open(options.library, library);
+      if (status)
+        status = bundle->checkLibraryAgainst(*library, integrity.digest);
+    }
     if (!status)
       return refuse(status.message());
-    std::printf("%s: %zu tensors verified\n", options.bundle.c_str(),
-                bundle->tensors().size());
+    std::printf("%s: %zu tensors verified; sha256 of %zu files matches the "
+                "manifest%s; model_digest %s\n",
+                options.bundle.c_str(), bundle->tensors().size(),
+                integrity.filesHashed,
+                integrity.filesUnrecorded
+                    ? (" (" + std::to_string(integrity.filesUnrecorded) +
+                       " entries record none)")
+                          .c_str()
+                    : "",
+                integrity.digestRecorded
+                    ? (integrity.digest + " matches the manifest").c_str()
+                    : "not recorded");
+    if (library)
+      std::printf("%s: %s\n", options.library.c_str(),
+                  library->bundleDigest().empty()
+                      ? "records no bundle digest (serves any bundle of its "
+                        "shapes)"
+                      : "built for this bundle's digest");
     return 0;
   }
   if (options.bundle.empty() || options.library.empty())

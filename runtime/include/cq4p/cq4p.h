@@ -35,7 +35,8 @@ typedef enum cq4p_code {
   CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow FORMAT.md */
   CQ4P_ERROR_ARGUMENT = 3,    /* a caller's argument is invalid */
   CQ4P_ERROR_UNSUPPORTED = 4, /* valid, but not a layout this call handles */
-  CQ4P_ERROR_NOT_FOUND = 5    /* a bundle's tensor or file is missing */
+  CQ4P_ERROR_NOT_FOUND = 5,   /* a bundle's tensor or file is missing */
+  CQ4P_ERROR_BUSY = 6         /* the model is in another call (see below) */
 } cq4p_code;
 
 /* Data layouts of a CQ4 tensor file. */
@@ -109,7 +110,13 @@ CQ4P_API int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
 CQ4P_API int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
                                 size_t error_size);
 /* Opens the bundle in bundle_dir (manifest.json and every tensor, as
- * cq4p_model_open does) and verifies every tensor's content likewise. */
+ * cq4p_model_open does) and verifies every tensor's content likewise, then
+ * its integrity: each file's sha256 against its manifest entry's, and the
+ * model_digest recomputed from the manifest's config and tensor list
+ * against the recorded one (docs/TRUST.md). A file swapped for another,
+ * even of the same shape, or a config edited after conversion fails,
+ * naming the tensor or the digest and both values. A full pass over every
+ * file: opening (cq4p_model_open) checks headers and sizes only. */
 CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
                                 size_t error_size);
 
@@ -175,8 +182,24 @@ CQ4P_API int cq4p_quantize_orthogonal_panels(
     double *norms_out, char *error, size_t error_size);
 
 /* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
- * the steps of a model library compiled from its model.mlir. A model is a
- * sequence's state (its KV cache and position): one call at a time. */
+ * the steps of a model library compiled from its model.mlir.
+ *
+ * One call at a time, enforced: a model is a sequence's state (its KV
+ * cache and position). Each call that uses it (prefill, decode, reset,
+ * generate, generate_text, chat_send) takes the model with an atomic
+ * compare-exchange and gives it back when it returns; a call that finds it
+ * taken returns CQ4P_ERROR_BUSY at once, with a message saying whether the
+ * holder is this thread (a callback calling into the model whose call
+ * delivered it) or another thread. It is a guard, not a lock: nothing
+ * waits, so misuse is reported rather than serialised. Threads that share
+ * work give each thread its own model.
+ *
+ * Stack: the calling thread runs kernels too, which keep row tiles on its
+ * stack. A call that runs steps needs max(prefill_chunk, 128) x the
+ * library's widest K + 64 KiB of stack left on the calling thread (about
+ * 1.1 MiB for K = 8192; docs/MODEL.md, "Stack") and refuses
+ * (CQ4P_ERROR_ARGUMENT, naming both sizes) a thread with less; the model's
+ * own threads get twice that, at least 8 MiB. */
 typedef struct cq4p_model cq4p_model;
 
 typedef struct cq4p_model_options {
@@ -191,6 +214,9 @@ typedef struct cq4p_model_info {
   char architecture[32];     /* NUL-terminated, truncated to 31 bytes */
 } cq4p_model_info;
 
+/* A zero-filled struct is greedy. temperature must be finite; top_p is
+ * read only when sampling (temperature > 0 and top_k != 1), where it must
+ * be > 0; NaN or negative is refused either way. */
 typedef struct cq4p_sampling {
   float temperature; /* <= 0: greedy */
   int32_t top_k;     /* 0: off */
@@ -206,19 +232,31 @@ typedef struct cq4p_generate_stats {
 /* Opens the bundle in bundle_dir and the model library at library_path
  * (checked against this CPU), binds the library's tensors and allocates the
  * KV cache, workspace and threads. options may be NULL (1 thread, the
- * defaults). On success *out owns all of it until cq4p_model_close. The
- * thread that calls into a model runs kernels too, which keep row tiles on
- * the stack: give it 1 MiB of stack (the model's own threads get 8 MiB). */
+ * defaults). On success *out owns all of it until cq4p_model_close.
+ * Before any step runs, the library is refused (naming both values) when
+ * it records another bundle's digest, when a bound tensor's shape, kind,
+ * group size or rotation is not the bundle's, or when its vocab, layers or
+ * hidden size is not the config's. What opening checks is cheap (headers,
+ * sizes); cq4p_model_verify is the full check. */
 CQ4P_API int cq4p_model_open(const char *bundle_dir, const char *library_path,
                              const cq4p_model_options *options,
                              cq4p_model **out, char *error, size_t error_size);
 CQ4P_API void cq4p_model_close(cq4p_model *model);
 CQ4P_API void cq4p_model_get_info(const cq4p_model *model,
                                   cq4p_model_info *info);
-/* Position 0: a new sequence. */
-CQ4P_API void cq4p_model_reset(cq4p_model *model);
+/* cq4p_bundle_verify over the model's bundle, then the library's recorded
+ * bundle digest (if any) against the digest recomputed from the bundle's
+ * content. CQ4P_OK, or the first failure. */
+CQ4P_API int cq4p_model_verify(const cq4p_model *model, char *error,
+                               size_t error_size);
+/* Position 0: a new sequence. CQ4P_OK, CQ4P_ERROR_BUSY while a call uses
+ * the model (e.g. from a generate callback), CQ4P_ERROR_ARGUMENT for NULL. */
+CQ4P_API int cq4p_model_reset(cq4p_model *model);
 /* Appends count tokens at the current position; logits ([vocab]) receives
- * the last one's when not NULL. Refused calls change nothing. */
+ * the last one's when not NULL. Refused calls change nothing. Every step is
+ * checked against the context before it runs. A step whose logits are not
+ * all finite fails (CQ4P_ERROR_FORMAT, naming the position and the id),
+ * never CQ4P_OK with NaN or Inf logits; its tokens stay in the cache. */
 CQ4P_API int cq4p_model_prefill(cq4p_model *model, const int64_t *ids,
                                 int64_t count, float *logits, char *error,
                                 size_t error_size);
@@ -226,7 +264,8 @@ CQ4P_API int cq4p_model_decode(cq4p_model *model, int64_t id, float *logits,
                                char *error, size_t error_size);
 /* Resets, prefills the prompt, then samples and decodes until
  * max_new_tokens ids are in out_ids (the last one is not decoded). sampling
- * NULL is greedy; stats may be NULL. */
+ * NULL is greedy; stats may be NULL. The prompt and max_new_tokens are
+ * checked against the context before anything runs. */
 CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
                                  int64_t prompt_count, int64_t max_new_tokens,
                                  const cq4p_sampling *sampling,

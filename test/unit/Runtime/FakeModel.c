@@ -17,6 +17,8 @@
  * so the logits depend on every token so far, its position and order, and
  * on nothing else: prefill in any chunks and decode token by token give
  * the same logits bit for bit, whatever the ranges parallel_for chose.
+ * A NaN in the last token's embedding row makes every logit NaN (as it
+ * would in a real model); NaN keys count as 0 in acc.
  *
  * Every way a step's arguments or a task's range can break the contract is
  * counted (cq4p_fake_model_violations), as are steps and ranges, so tests
@@ -125,11 +127,11 @@ static void accumulate(const cq4p_step_args *a, int64_t begin, int64_t end) {
         const float *key = cache(a, layer, 0, j);
         const float *value = cache(a, layer, 1, j);
         for (int w = 0; w < KV_WIDTH; ++w)
-          acc += (int64_t)key[w] *
+          acc += (key[w] == key[w] ? (int64_t)key[w] : 0) *
                      head->cb_i8[panelIndex(head->panels, (uint64_t)v,
                                             (uint64_t)w)] *
                      (j + 1) +
-                 (int64_t)value[w];
+                 (value[w] == value[w] ? (int64_t)value[w] : 0);
       }
     sums[v] = acc;
   }
@@ -139,8 +141,13 @@ static void accumulate(const cq4p_step_args *a, int64_t begin, int64_t end) {
 static void writeLogits(const cq4p_step_args *a, int64_t begin, int64_t end) {
   checkRange(begin, end, VOCAB);
   const int64_t *sums = (const int64_t *)a->workspace;
+  const float *lastKey = cache(a, 0, 0, a->position + a->rows - 1);
+  int poisoned = 0;
+  for (int w = 0; w < KV_WIDTH; ++w)
+    poisoned |= lastKey[w] != lastKey[w];
   for (int64_t v = begin; v < end; ++v)
-    a->logits[v] = (float)((sums[v] % 1009 + 1009) % 1009) / 64.0f;
+    a->logits[v] = poisoned ? __builtin_nanf("")
+                            : (float)((sums[v] % 1009 + 1009) % 1009) / 64.0f;
 }
 
 static void step(const cq4p_step_args *a, int decode) {

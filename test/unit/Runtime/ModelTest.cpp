@@ -12,6 +12,8 @@
 #include "TempDir.h"
 #include "TestFiles.h"
 
+#include "CApiHandles.h"
+
 #include "cq4p/cq4p.h"
 #include "cq4p/runtime/Model.h"
 
@@ -20,12 +22,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <alloca.h>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <fstream>
 #include <new>
+#include <pthread.h>
+#include <thread>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -655,9 +660,10 @@ TEST_F(ModelTest, GenerateChecksEverythingFirst) {
   EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, ids.data()),
                  CQ4P_ERROR_ARGUMENT, "top_k: expected >= 0 (0: off), found -2");
   sampling = SamplingOptions();
+  sampling.temperature = 0.5f;
   sampling.topP = 0.0f;
   EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, ids.data()),
-                 CQ4P_ERROR_ARGUMENT, "top_p: expected > 0");
+                 CQ4P_ERROR_ARGUMENT, "top_p: expected > 0 when sampling");
   sampling = SamplingOptions();
   EXPECT_REFUSED(model->generate(prompt.data(), 10, 7, sampling, nullptr),
                  CQ4P_ERROR_ARGUMENT, "expected room for 7 tokens");
@@ -962,4 +968,402 @@ TEST_F(ModelTest, AKernelLibraryForAnotherBundleIsRefused) {
   EXPECT_REFUSED(bundle->checkLibrary(*recorded), CQ4P_ERROR_UNSUPPORTED,
                  "library built for bundle digest toy-digest-1, this bundle has "
                  "none (no model_digest in its manifest.json)");
+}
+
+//===----------------------------------------------------------------------===//
+// The model defends its state (one call at a time, every step checked)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// What a token callback did to the model that called it.
+struct Reentry {
+  Model *model;
+  enum Kind { Prefill, Decode, Reset, Generate, Sample } kind;
+  std::vector<int64_t> ids;
+  std::vector<Status> refusals;
+};
+
+bool reenter(void *context, int64_t, int64_t id) {
+  auto &r = *static_cast<Reentry *>(context);
+  r.ids.push_back(id);
+  int64_t prompt[3] = {1, 2, 3}, out[4];
+  Rng rng(1);
+  int64_t sampled = 0;
+  switch (r.kind) {
+  case Reentry::Prefill:
+    r.refusals.push_back(r.model->prefill(prompt, 3));
+    break;
+  case Reentry::Decode:
+    r.refusals.push_back(r.model->decode(id));
+    break;
+  case Reentry::Reset:
+    r.refusals.push_back(r.model->reset());
+    break;
+  case Reentry::Generate:
+    r.refusals.push_back(
+        r.model->generate(prompt, 3, 4, SamplingOptions(), out));
+    break;
+  case Reentry::Sample:
+    r.refusals.push_back(r.model->sample(SamplingOptions(), rng, sampled));
+    break;
+  }
+  return true;
+}
+
+} // namespace
+
+TEST_F(ModelTest, ACallbackCannotCallIntoItsModel) {
+  // Before: a callback that prefilled made generate decode past the KV
+  // cache; one that reset made it continue silently from position 0.
+  std::vector<int64_t> prompt = tokenIds(6);
+  std::unique_ptr<Model> reference = open(1, 16);
+  std::vector<int64_t> expected(10);
+  ASSERT_TRUE(reference->generate(prompt.data(), 6, 10, SamplingOptions(),
+                                  expected.data()));
+  for (Reentry::Kind kind : {Reentry::Prefill, Reentry::Decode, Reentry::Reset,
+                             Reentry::Generate, Reentry::Sample}) {
+    SCOPED_TRACE("re-entry " + std::to_string(int(kind)));
+    std::unique_ptr<Model> model = open(1, 16);
+    Reentry r{model.get(), kind, {}, {}};
+    ASSERT_TRUE(model->generate(prompt.data(), 6, 10, SamplingOptions(),
+                                &reenter, &r));
+    // Every call from the callback refused; the generation as without it,
+    // and exactly full: 6 + 9 positions of the 16.
+    ASSERT_EQ(r.refusals.size(), 10u);
+    for (const Status &status : r.refusals)
+      EXPECT_REFUSED(status, CQ4P_ERROR_BUSY,
+                     "the model is in a call on this thread (generate)",
+                     "a callback may not call into the model");
+    EXPECT_EQ(r.ids, expected);
+    EXPECT_EQ(model->position(), 6 + 9);
+    // Released when generate returns.
+    EXPECT_TRUE(model->reset());
+    EXPECT_TRUE(model->prefill(prompt.data(), 2));
+  }
+}
+
+TEST_F(ModelTest, TheCApiResetIsRefusedFromACallback) {
+  cq4p_model_options options = {1, 16, 0};
+  cq4p_model *model = nullptr;
+  char error[512] = "";
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &model, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(cq4p_model_reset(model), CQ4P_OK);
+  EXPECT_EQ(cq4p_model_reset(nullptr), CQ4P_ERROR_ARGUMENT);
+  // The handle's model generating, its callback resetting through the C
+  // API (as a C program's text callback would).
+  struct Seen {
+    cq4p_model *handle;
+    std::vector<int> codes;
+  } seen{model, {}};
+  std::vector<int64_t> prompt = tokenIds(4);
+  ASSERT_TRUE(model->model->generate(
+      prompt.data(), 4, 3, SamplingOptions(),
+      [](void *context, int64_t, int64_t) {
+        auto &s = *static_cast<Seen *>(context);
+        s.codes.push_back(cq4p_model_reset(s.handle));
+        return true;
+      },
+      &seen));
+  EXPECT_EQ(seen.codes, std::vector<int>(3, CQ4P_ERROR_BUSY));
+  cq4p_model_info info;
+  cq4p_model_get_info(model, &info);
+  EXPECT_EQ(info.position, 4u + 2u);
+  cq4p_model_close(model);
+}
+
+TEST_F(ModelTest, TwoThreadsOnOneModelAreRefusedNeverWrong) {
+  // Before: NaN failures, and CQ4P_OK with wrong ids for about a quarter
+  // of the calls. Now each call either runs alone (the right ids) or is
+  // refused with CQ4P_ERROR_BUSY.
+  cq4p_model_options options = {2, 32, 0};
+  cq4p_model *model = nullptr;
+  char error[512] = "";
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &model, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  std::vector<int64_t> prompts[2] = {tokenIds(7, 1), tokenIds(9, 5)};
+  std::vector<int64_t> expected[2];
+  for (int t = 0; t < 2; ++t) {
+    expected[t].resize(12);
+    ASSERT_EQ(cq4p_model_generate(model, prompts[t].data(),
+                                  int64_t(prompts[t].size()), 12, nullptr,
+                                  expected[t].data(), nullptr, error,
+                                  sizeof(error)),
+              CQ4P_OK)
+        << error;
+  }
+  ASSERT_NE(expected[0], expected[1]);
+  std::atomic<int> wrong{0}, busy{0}, ran{0}, other{0};
+  auto work = [&](int t) {
+    char message[512];
+    for (int call = 0; call < 200; ++call) {
+      std::vector<int64_t> ids(12, -1);
+      int code = cq4p_model_generate(model, prompts[t].data(),
+                                     int64_t(prompts[t].size()), 12, nullptr,
+                                     ids.data(), nullptr, message,
+                                     sizeof(message));
+      if (code == CQ4P_OK)
+        (ids == expected[t] ? ran : wrong).fetch_add(1);
+      else if (code == CQ4P_ERROR_BUSY &&
+               contains(message, "in use by another thread"))
+        busy.fetch_add(1);
+      else
+        other.fetch_add(1);
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ran.load() + busy.load(), 400);
+  EXPECT_GT(ran.load(), 0);
+  cq4p_model_close(model);
+}
+
+TEST_F(ModelTest, AnotherThreadIsRefusedWhileACallRuns) {
+  // Deterministic: thread A holds the model inside a token callback until
+  // thread B has tried every call.
+  std::unique_ptr<Model> model = open(1, 16);
+  std::atomic<bool> inside{false}, done{false};
+  struct Hold {
+    std::atomic<bool> *inside, *done;
+  } hold{&inside, &done};
+  std::vector<int64_t> prompt = tokenIds(3);
+  std::thread holder([&] {
+    Status status = model->generate(
+        prompt.data(), 3, 2, SamplingOptions(),
+        [](void *context, int64_t index, int64_t) {
+          auto &h = *static_cast<Hold *>(context);
+          if (index == 0) {
+            h.inside->store(true);
+            while (!h.done->load())
+              std::this_thread::yield();
+          }
+          return true;
+        },
+        &hold);
+    EXPECT_TRUE(status) << status.message();
+  });
+  while (!inside.load())
+    std::this_thread::yield();
+  int64_t ids[2];
+  Rng rng(0);
+  int64_t id;
+  EXPECT_REFUSED(model->prefill(prompt.data(), 3), CQ4P_ERROR_BUSY,
+                 "prefill: the model is in use by another thread (generate)");
+  EXPECT_REFUSED(model->decode(1), CQ4P_ERROR_BUSY, "decode: ", "another thread");
+  EXPECT_REFUSED(model->reset(), CQ4P_ERROR_BUSY, "reset: ", "another thread");
+  EXPECT_REFUSED(model->sample(SamplingOptions(), rng, id), CQ4P_ERROR_BUSY,
+                 "sample: ");
+  EXPECT_REFUSED(model->generate(prompt.data(), 3, 2, SamplingOptions(), ids),
+                 CQ4P_ERROR_BUSY, "generate: ", "one call at a time");
+  done.store(true);
+  holder.join();
+  EXPECT_EQ(model->position(), 4);
+}
+
+namespace {
+struct StackRun {
+  Model *model;
+  std::vector<int64_t> ids;
+  /// Stack to leave below the call (0: call with what the thread has).
+  uint64_t leave;
+  Status status;
+};
+
+uintptr_t lowestStackAddress() {
+  pthread_attr_t attributes;
+  void *address = nullptr;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+    pthread_attr_getstack(&attributes, &address, &size);
+    pthread_attr_destroy(&attributes);
+  }
+  return reinterpret_cast<uintptr_t>(address);
+}
+
+void *prefillOnThisThread(void *context) {
+  auto &run = *static_cast<StackRun *>(context);
+  uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t lowest = lowestStackAddress();
+  if (run.leave != 0 && lowest != 0 && here > lowest + run.leave) {
+    // Use the stack down to `leave` bytes above its end (the sanitizers
+    // round small thread stacks up, so a small stack alone is no test).
+    volatile char *used = static_cast<char *>(alloca(here - lowest - run.leave));
+    used[0] = 0;
+    run.status = run.model->prefill(run.ids.data(), int64_t(run.ids.size()));
+    used[0] = 1;
+    return nullptr;
+  }
+  run.status = run.model->prefill(run.ids.data(), int64_t(run.ids.size()));
+  return nullptr;
+}
+
+/// Runs a prefill on a new thread with `stackBytes` of stack, of which all
+/// but about `leave` bytes are in use when it calls.
+Status prefillWithStack(Model &model, size_t stackBytes, uint64_t leave) {
+  StackRun run{&model, tokenIds(5), leave, Status::ok()};
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstacksize(&attributes, stackBytes);
+  pthread_t thread;
+  int error = pthread_create(&thread, &attributes, &prefillOnThisThread, &run);
+  pthread_attr_destroy(&attributes);
+  if (error != 0)
+    return Status(CQ4P_ERROR_IO, "pthread_create failed");
+  pthread_join(thread, nullptr);
+  return run.status;
+}
+} // namespace
+
+TEST_F(ModelTest, AThreadWithASmallStackIsRefusedCleanly) {
+  // Before: kernels overflowed a calling thread's stack under ~384 KiB.
+  // The toy's widest K is 256 and its chunk 4: 128 rows x 256 + 64 KiB.
+  std::unique_ptr<Model> model = open(2, 64);
+  EXPECT_EQ(model->stackBytes(), 128u * 256u + (64u << 10));
+  EXPECT_REFUSED(prefillWithStack(*model, 1 << 20, 48 << 10),
+                 CQ4P_ERROR_ARGUMENT, "prefill: the calling thread has ",
+                 " bytes of stack left", "a step needs 98304");
+  EXPECT_EQ(model->position(), 0);
+  Status status = prefillWithStack(*model, 2 << 20, 0);
+  EXPECT_TRUE(status) << status.message();
+  EXPECT_EQ(model->position(), 5);
+  // The check itself, on this thread: far more than any thread has.
+  EXPECT_REFUSED(checkCallerStack("decode", size_t(1) << 40),
+                 CQ4P_ERROR_ARGUMENT, "decode: the calling thread has ",
+                 "a step needs 1099511627776");
+}
+
+TEST_F(ModelTest, NonFiniteLogitsFailTheStep) {
+  // Before: prefill and decode returned CQ4P_OK with NaN logits. A NaN in
+  // token 9's embedding row makes the toy's logits NaN (FakeModel.c).
+  std::vector<float> embed = embedValues(kVocab * kKvWidth);
+  embed[9 * kKvWidth + 3] = std::nanf("");
+  writeBytes(toy.dir.file("toy.embed.weights"),
+             fp32File({uint64_t(kVocab), uint64_t(kKvWidth)}, embed));
+  ASSERT_TRUE(toy.open(bundle));
+  std::unique_ptr<Model> model = open(1, 32);
+  std::vector<float> logits(kVocab, 1.0f);
+  int64_t poisoned[3] = {1, 2, 9};
+  EXPECT_REFUSED(model->prefill(poisoned, 3, logits.data()),
+                 CQ4P_ERROR_FORMAT, "logits of position 2: logits[0] is nan");
+  EXPECT_EQ(logits, std::vector<float>(kVocab, 1.0f)); // not written
+  EXPECT_REFUSED(model->decode(9, logits.data()), CQ4P_ERROR_FORMAT,
+                 "logits of position 3: logits[0] is nan");
+  EXPECT_TRUE(model->decode(4, logits.data())); // finite again
+  std::vector<int64_t> ids(4);
+  EXPECT_REFUSED(model->generate(poisoned, 3, 4, SamplingOptions(), ids.data()),
+                 CQ4P_ERROR_FORMAT, "logits of position 2");
+
+  // Through the C API.
+  cq4p_model *handle = nullptr;
+  char error[512] = "";
+  cq4p_model_options options = {1, 32, 0};
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &handle, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(cq4p_model_prefill(handle, poisoned, 3, logits.data(), error,
+                               sizeof(error)),
+            CQ4P_ERROR_FORMAT);
+  EXPECT_TRUE(contains(error, "logits[0] is nan")) << error;
+  EXPECT_EQ(cq4p_model_decode(handle, 9, logits.data(), error, sizeof(error)),
+            CQ4P_ERROR_FORMAT);
+  cq4p_model_close(handle);
+}
+
+TEST_F(ModelTest, TheCApiSamplingStructZeroFilledIsGreedy) {
+  cq4p_model_options options = {1, 32, 0};
+  cq4p_model *model = nullptr;
+  char error[512] = "";
+  ASSERT_EQ(cq4p_model_open(toy.dir.path().c_str(), CQ4P_FAKE_MODEL_PATH,
+                            &options, &model, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  std::vector<int64_t> prompt = tokenIds(5), greedy(6), zeroed(6), ids(6);
+  ASSERT_EQ(cq4p_model_generate(model, prompt.data(), 5, 6, nullptr,
+                                greedy.data(), nullptr, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  // Before: refused for its top_p of 0.
+  cq4p_sampling zero = {0};
+  ASSERT_EQ(cq4p_model_generate(model, prompt.data(), 5, 6, &zero,
+                                zeroed.data(), nullptr, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(zeroed, greedy);
+
+  // Before: temperature +inf accepted.
+  struct Case {
+    float temperature, topP;
+    const char *message;
+  } cases[] = {
+      {INFINITY, 1.0f, "temperature: expected a finite number (<= 0: greedy), found +inf"},
+      {-INFINITY, 1.0f, "found -inf"},
+      {std::nanf(""), 1.0f, "found nan"},
+      {0.7f, 0.0f, "top_p: expected > 0 when sampling"},
+      {0.0f, -0.5f, "top_p: expected a number >= 0"},
+      {0.0f, std::nanf(""), "top_p: expected a number >= 0"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.message);
+    cq4p_sampling sampling = {c.temperature, 0, c.topP, 0};
+    EXPECT_EQ(cq4p_model_generate(model, prompt.data(), 5, 6, &sampling,
+                                  ids.data(), nullptr, error, sizeof(error)),
+              CQ4P_ERROR_ARGUMENT);
+    EXPECT_TRUE(contains(error, c.message)) << error;
+  }
+  // A count no context holds: a clear refusal, no overflow.
+  EXPECT_EQ(cq4p_model_generate(model, prompt.data(), 5, INT64_MAX, nullptr,
+                                ids.data(), nullptr, error, sizeof(error)),
+            CQ4P_ERROR_ARGUMENT);
+  EXPECT_TRUE(contains(error, "need more than 2^63 - 1 positions > context 32"))
+      << error;
+  EXPECT_EQ(cq4p_model_generate(model, prompt.data(), 5, -1, nullptr,
+                                ids.data(), nullptr, error, sizeof(error)),
+            CQ4P_ERROR_ARGUMENT);
+  EXPECT_TRUE(contains(error, "expected >= 0, found -1")) << error;
+  cq4p_model_close(model);
+}
+
+TEST_F(ModelTest, ALibraryForAnotherConfigIsRefusedBeforeAnyStep) {
+  struct Case {
+    std::string config;
+    std::vector<const char *> message;
+  } cases[] = {
+      {"\"config\": {\"vocab_size\": 65}, ",
+       {"vocab: the library's steps were compiled for 64",
+        "the bundle's config says vocab_size 65"}},
+      {"\"config\": {\"num_hidden_layers\": 3, \"vocab_size\": 64}, ",
+       {"layers: the library's steps were compiled for 2",
+        "num_hidden_layers 3"}},
+      {"\"config\": {\"hidden_size\": 8}, ",
+       {"hidden: the library's steps were compiled for 16", "hidden_size 8"}},
+      // A multimodal wrapper: the decoder's fields are text_config's.
+      {"\"config\": {\"vocab_size\": 64, \"text_config\": {\"vocab_size\": 70}}, ",
+       {"vocab_size 70"}},
+  };
+  int64_t steps = module.prefillSteps() + module.decodeSteps();
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.config);
+    toy.config = c.config;
+    ASSERT_TRUE(toy.open(bundle));
+    std::unique_ptr<Model> model;
+    Status status = Model::open(*bundle, *library, ModelOptions(), model);
+    EXPECT_EQ(status.code(), CQ4P_ERROR_UNSUPPORTED) << status.message();
+    for (const char *part : c.message)
+      EXPECT_TRUE(contains(status.message(), part)) << status.message();
+    EXPECT_FALSE(model);
+  }
+  EXPECT_EQ(module.prefillSteps() + module.decodeSteps(), steps);
+  toy.config = "\"config\": {\"vocab_size\": 64, \"num_hidden_layers\": 2, "
+               "\"hidden_size\": 16}, ";
+  ASSERT_TRUE(toy.open(bundle));
+  EXPECT_TRUE(open());
 }

@@ -29,6 +29,15 @@
 // `config` (the checkpoint's configuration), of which the integer members
 // are kept.
 //
+// Integrity (docs/TRUST.md): each manifest entry may record the sha256 of
+// its file, and model_digest is the sha256 of the manifest's config and
+// tensor list in Python's canonical JSON (python/cq4p/bundle.py), so it
+// covers every file's sha256 and every config value. Opening checks what
+// is cheap (every header, size and offset; the manifest against each
+// file's header); verifyIntegrity() hashes every file and recomputes
+// model_digest, a full pass over the bundle made on request (verify(),
+// cq4p-run --verify, cq4p_bundle_verify, cq4p_model_verify).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_RUNTIME_BUNDLE_H
@@ -54,6 +63,7 @@ struct BundleTensor {
   std::string resolvedPath; ///< the file actually mapped
   std::vector<uint64_t> shape;
   std::string dtype; ///< "CQ4", "FP16" or "FP32"
+  std::string sha256; ///< as the manifest records it ("" when it does not)
   std::unique_ptr<TensorFile> file;
 };
 
@@ -74,10 +84,36 @@ public:
   static std::string resolveWeightFile(const std::string &directory,
                                        const std::string &logicalFile);
 
+  /// What verifyIntegrity found.
+  struct Integrity {
+    size_t filesHashed = 0;     ///< files whose sha256 matched the manifest
+    size_t filesUnrecorded = 0; ///< entries without a sha256 (not checked)
+    bool digestRecorded = false; ///< the manifest has a model_digest
+    std::string digest;          ///< model_digest recomputed
+  };
+
   /// Every tensor's content against FORMAT.md's rules (TensorFile::verify),
-  /// the first failure named by its tensor. Opening leaves this out: it is
-  /// a full pass over every file.
-  Status verify() const;
+  /// the first failure named by its tensor, then verifyIntegrity(). Opening
+  /// leaves both out: each is a full pass over every file.
+  Status verify(Integrity *integrity = nullptr) const;
+
+  /// Hashes every tensor file and compares it with its entry's sha256, then
+  /// recomputes model_digest from the manifest's config and tensor list and
+  /// compares it with the recorded one: a file swapped for another (even
+  /// one of the same shape) or a config edited after conversion is refused,
+  /// naming the tensor or the digest and both values.
+  Status verifyIntegrity(Integrity *integrity = nullptr) const;
+
+  /// model_digest as the manifest's content defines it (cheap: the
+  /// manifest only), whether or not the manifest records one.
+  std::string computeModelDigest() const;
+
+  /// Refuses a library whose recorded bundle digest is not `digest` (a
+  /// digest verifyIntegrity recomputed): the library was compiled for other
+  /// weights or another config, whatever the manifest says. A library that
+  /// records none passes.
+  Status checkLibraryAgainst(const KernelLibrary &library,
+                             const std::string &digest) const;
 
   const std::string &directory() const { return directory_; }
   const std::vector<BundleTensor> &tensors() const { return tensors_; }
@@ -98,6 +134,9 @@ public:
   /// The integer member `key` of manifest.json's `config` object, if there
   /// is one (e.g. "max_position_embeddings").
   std::optional<int64_t> configInteger(const std::string &key) const;
+  /// The same from the decoder's config: `config.text_config` when the
+  /// config has that object (multimodal wrappers), else `config`.
+  std::optional<int64_t> textConfigInteger(const std::string &key) const;
 
 private:
   Bundle() = default;
@@ -105,7 +144,9 @@ private:
   std::vector<BundleTensor> tensors_;
   std::string modelDigest_;
   bool hasModelDigest_ = false;
+  std::string manifestText_; // for computeModelDigest
   std::vector<std::pair<std::string, int64_t>> configIntegers_;
+  std::vector<std::pair<std::string, int64_t>> textConfigIntegers_;
 };
 
 } // namespace cq4p::runtime

@@ -25,8 +25,32 @@
 // Steady state allocates nothing: after open(), a decode (checks, one
 // step, its parallel loops) and sampling use only the buffers made then.
 //
-// A Model refers to its Bundle and KernelLibrary: both must outlive it. One
-// call at a time (the model is a sequence's state).
+// A Model refers to its Bundle and KernelLibrary: both must outlive it.
+//
+// One call at a time, enforced (docs/TRUST.md, "Threads"): the model is a
+// sequence's state, so every call that reads or changes it (prefill,
+// decode, reset, sample, generate, and the text calls over them) claims
+// the model with one atomic compare-exchange and releases it when it
+// returns. A call that finds the model claimed is refused with
+// CQ4P_ERROR_BUSY, never queued: from the claiming thread, that is a
+// callback calling into the model whose call delivered it (a token
+// callback of generate() cannot reset, prefill or decode under it); from
+// another thread, a second caller that must use its own model. Not a lock:
+// waiting would hide the misuse, and would deadlock a callback.
+//
+// Every step is checked before it runs: rows within the library's chunk,
+// position + rows within the context, so no sequence of calls can make a
+// step write past the KV cache. The logits a step returns are checked:
+// a NaN or infinite logit fails the call, naming the position and the id.
+//
+// Stack. Kernels keep row tiles on the stack of the thread that runs them,
+// the calling thread included (it runs a share of every parallel loop).
+// stackBytes() is what a step may need on one thread (stepStackBytes: the
+// measured tile bound of the library's widest K and chunk); the model's
+// own threads get max(ThreadPool::kWorkerStackBytes, 2 x stackBytes()), and
+// a call that runs steps refuses a calling thread with less than
+// stackBytes() of stack left (pthread_getattr_np, read once per thread),
+// rather than let a kernel overflow it.
 //
 // Files truncated while mapped (docs/TRUST.md): open() and generate()
 // refuse a bound file whose size is no longer the mapped size; a prefill,
@@ -46,6 +70,7 @@
 #include "cq4p/runtime/ThreadPool.h"
 #include "cq4p/runtime/WeightView.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -132,6 +157,30 @@ public:
   /// Range tasks per thread in parallelFor: enough that a slow thread
   /// costs little, few enough that each range amortises its hand-out.
   static constexpr int64_t kRangesPerThread = 4;
+  /// The stack one thread running a step's tasks may use, as measured
+  /// (docs/MODEL.md, "Stack"; `cq4p-run --measure-stack`): a row tile of
+  /// up to max(prefill_chunk, kStackTileRows) rows of the widest K, in
+  /// bytes, plus kStackBaseBytes for the frames around it.
+  static constexpr uint64_t kStackTileRows = 128;
+  static constexpr uint64_t kStackBaseBytes = 64 << 10;
+  /// stepStackBytes() of a library's steps.
+  static uint64_t stepStackBytes(const cq4p_model_desc &desc);
+
+  /// The model claimed for one call (see "One call at a time" above);
+  /// released when destroyed. The methods taking a Claim run under it, so
+  /// that a call made of several steps (generateText, a chat turn) holds
+  /// the model from its first step to its last.
+  class Claim {
+  public:
+    Claim() = default;
+    Claim(const Claim &) = delete;
+    Claim &operator=(const Claim &) = delete;
+    ~Claim();
+
+  private:
+    friend class Model;
+    Model *model_ = nullptr;
+  };
 
   /// Binds `library`'s model steps to `bundle`'s tensors and allocates the
   /// model's memory and threads.
@@ -145,13 +194,23 @@ public:
   /// The context Model::open uses for `bundle` when asked for none.
   static int64_t defaultContext(const Bundle &bundle);
 
+  /// Claims the model for `call` (named in the refusal), or refuses with
+  /// CQ4P_ERROR_BUSY when another call holds it.
+  Status claim(const char *call, Claim &out);
+
   /// Appends `count` tokens at position(); writes the last one's logits to
-  /// `logits` ([vocab]) when it is not null.
+  /// `logits` ([vocab]) when it is not null. A step whose logits are not
+  /// finite fails naming them; the tokens stay in the cache (position()
+  /// counts them).
   Status prefill(const int64_t *ids, int64_t count, float *logits = nullptr);
+  Status prefill(const Claim &claim, const int64_t *ids, int64_t count,
+                 float *logits = nullptr);
   /// Appends one token at position(); writes its logits when asked.
   Status decode(int64_t id, float *logits = nullptr);
-  /// Starts a new sequence at position 0.
-  void reset() { position_ = 0; }
+  Status decode(const Claim &claim, int64_t id, float *logits = nullptr);
+  /// Starts a new sequence at position 0 (refused while a call runs).
+  Status reset();
+  Status reset(const Claim &claim);
 
   /// Called with each generated id in order (index 0 first); returning
   /// false stops the generation there.
@@ -174,6 +233,8 @@ public:
 
   /// Samples from the last step's logits.
   Status sample(const SamplingOptions &options, Rng &rng, int64_t &id);
+  Status sample(const Claim &claim, const SamplingOptions &options, Rng &rng,
+                int64_t &id);
 
   /// The last step's logits, [vocab].
   const float *logits() const { return logits_.data(); }
@@ -186,6 +247,9 @@ public:
   ThreadPool &pool() { return *pool_; }
   uint64_t kvCacheBytes() const { return kvCacheBytes_; }
   uint64_t workspaceBytes() const { return desc_->workspace_bytes; }
+  /// The stack a calling thread must have left for a step (checked by
+  /// every call that runs one); the model's threads get at least this.
+  uint64_t stackBytes() const { return stackBytes_; }
 
   /// The cq4p_parallel_for_fn the steps call: `pool` is a ThreadPool.
   /// Splits [0, count) into parallelRanges(count, threads) ranges of
@@ -203,6 +267,18 @@ private:
   Status bindTensors(const Bundle &bundle);
   Status allocate(uint64_t kvBytes);
   Status checkTokens(const char *what, const int64_t *ids, int64_t count) const;
+  /// The library's shape against the bundle's config (vocab_size,
+  /// num_hidden_layers, hidden_size, where the config has them).
+  Status checkConfig(const Bundle &bundle) const;
+  /// Whether `claim` is this model's; a claim of another model is a bug.
+  Status checkClaim(const Claim &claim, const char *call) const;
+  /// Fails, naming the position and the id, when a logit is NaN or
+  /// infinite.
+  Status checkLogits() const;
+  Status generateClaimed(const int64_t *prompt, int64_t promptCount,
+                         int64_t maxNewTokens, const SamplingOptions &sampling,
+                         TokenCallback callback, void *context,
+                         GenerateStats *stats);
   /// TensorFile::checkMapping over every bound file.
   Status checkFiles() const;
   /// After a step: fails, naming the file, when a bound file was truncated
@@ -229,7 +305,15 @@ private:
   Sampler sampler_;
   int64_t context_ = 0;
   int64_t position_ = 0;
+  uint64_t stackBytes_ = 0;
+  /// The claiming thread's tag (0: free) and the call it makes.
+  std::atomic<uintptr_t> owner_{0};
+  std::atomic<const char *> ownerCall_{nullptr};
 };
+
+/// Refuses, naming both sizes, a calling thread with less than `bytes` of
+/// stack left below this frame (`call` names the refused call).
+Status checkCallerStack(const char *call, size_t bytes);
 
 } // namespace cq4p::runtime
 

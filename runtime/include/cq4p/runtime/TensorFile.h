@@ -80,6 +80,10 @@ public:
   /// verifyTensorContent over the mapped file.
   Status verify() const;
 
+  /// The sha256 of the mapped file's bytes, as 64 lowercase hex digits (a
+  /// full pass; what Bundle::verifyIntegrity compares with the manifest).
+  Status sha256(std::string &hex) const;
+
   /// Whether a read of the mapping has gone past the file's end since it
   /// was opened: the file was truncated under it, and the runtime's SIGBUS
   /// handler (docs/TRUST.md) mapped zero pages where its pages were, so

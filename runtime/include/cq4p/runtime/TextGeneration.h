@@ -52,8 +52,17 @@ struct TextResult {
   std::string text; ///< the text delivered
 };
 
-/// Appends `prompt` at the model's position and generates (see above).
+/// Appends `prompt` at the model's position and generates (see above),
+/// holding the model from the first step to the last: a callback that
+/// calls into the model is refused (CQ4P_ERROR_BUSY, Model.h).
 Status generateText(Model &model, const Tokenizer &tokenizer,
+                    const std::vector<int64_t> &prompt,
+                    const TextOptions &options, TextCallback callback,
+                    void *context, GenerateStats *stats, TextResult *result);
+/// The same under a claim the caller already holds (e.g. with a reset
+/// before it).
+Status generateText(Model &model, const Model::Claim &held,
+                    const Tokenizer &tokenizer,
                     const std::vector<int64_t> &prompt,
                     const TextOptions &options, TextCallback callback,
                     void *context, GenerateStats *stats, TextResult *result);

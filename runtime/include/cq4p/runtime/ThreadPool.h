@@ -61,14 +61,18 @@ public:
   /// More threads than any phone or workstation has cores: a larger
   /// request is a caller's bug.
   static constexpr int kMaxThreads = 1024;
-  /// Each worker's stack. Kernels keep row tiles on the stack, up to about
-  /// 512 KiB (ThreadPool.cpp); the thread that calls parallelFor runs tasks
-  /// too, so it needs 1 MiB of stack as well.
+  /// Each worker's least stack. Kernels keep row tiles on the stack (a
+  /// Model asks for more when its steps need it: Model::stackBytes()); the
+  /// thread that calls parallelFor runs tasks too, and a Model checks that
+  /// it has what a step needs.
   static constexpr size_t kWorkerStackBytes = size_t(8) << 20;
 
   /// A pool of `threads` threads in total (>= 1; 1 runs everything on the
   /// calling thread).
-  static Status create(int threads, std::unique_ptr<ThreadPool> &out);
+  /// `workerStackBytes`: each worker's stack, at least kWorkerStackBytes
+  /// (a Model asks for more when its steps need it).
+  static Status create(int threads, std::unique_ptr<ThreadPool> &out,
+                       size_t workerStackBytes = kWorkerStackBytes);
 
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;
@@ -123,6 +127,7 @@ public:
   void run(int64_t taskCount, ThreadTaskFn fn, void *context);
 
 private:
+  size_t workerStackBytes_ = kWorkerStackBytes;
   struct WorkerSlot {
     ThreadPool *pool;
     int index; // among the workers; the thread index its tasks see is index + 1
