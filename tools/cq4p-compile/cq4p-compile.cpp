@@ -551,7 +551,9 @@ int runLinker(const std::vector<std::string> &args, const std::string &what) {
 /// system (one library on musl), or none where cq4p-compile does not know
 /// them (a library then names no dependency, as before).
 std::optional<std::pair<std::string, std::string>>
-systemLibraries(const llvm::Triple &triple) {
+systemLibraries(const llvm::Triple &given) {
+  // "aarch64-linux-gnu" names its OS second: normalized, it is Linux.
+  llvm::Triple triple(llvm::Triple::normalize(given.str()));
   if (!triple.isOSLinux() || triple.isAndroid())
     return std::nullopt;
   if (triple.isMusl())
