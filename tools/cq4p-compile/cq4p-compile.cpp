@@ -16,6 +16,17 @@
 // libraries need an SDK this machine lacks (Android, Apple), it writes a
 // relocatable object instead (--emit=obj).
 //
+// --target=host on x86-64 without --host-cpu compiles several instruction
+// set levels into one library (kDefaultHostLevels): the target-independent
+// front of the pipeline runs once, then each level is lowered from a copy
+// to the LLVM dialect, optimized and generated into an object of its own.
+// The first level keeps kernel_abi.h's names; the others' symbols get the
+// level as a suffix and are hidden; `cq4p_kernel_variants` lists them all
+// for the runtime, which runs the widest the CPU has. The shared library
+// names the system libraries its code calls (DT_NEEDED libm, libc), linked
+// against stand-ins with their sonames written here, so that no system
+// file, nor a target's sysroot, is needed to link.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Conversion/Passes.h"
