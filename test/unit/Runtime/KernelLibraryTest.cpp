@@ -397,6 +397,41 @@ TEST(KernelLibrary, RunsTheVariantAskedForOrRefusesIt) {
   EXPECT_EQ(library->variantCount(), 0u);
 }
 
+TEST(KernelLibrary, LoadsTheVariantItChoosesFromTheLibrarysTable) {
+#if defined(__aarch64__)
+  uint64_t wide = CQ4P_FEATURE_AARCH64_I8MM;
+  const char *wideName = "i8mm";
+#else
+  uint64_t wide = CQ4P_FEATURE_X86_AVX512VBMI;
+  const char *wideName = "avx512vbmi";
+#endif
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, everything(),
+                                  "", "--test", library));
+  EXPECT_EQ(library->variant(), "wide");
+  EXPECT_EQ(library->variantCount(), 2u);
+  EXPECT_EQ(library->find(CQ4P_KERNEL_MATMUL, 100, 256, 32, false).size(), 2u);
+  // Without the wide variant's feature, the base one (the exported table).
+  CpuFeatures cpu = everything();
+  cpu.features &= ~wide;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, cpu, "",
+                                  "--test", library));
+  EXPECT_EQ(library->variant(), "base");
+  std::string lacking = std::string("--test asks for the wide variant, which "
+                                    "needs ") +
+                        wideName + ": this CPU lacks it";
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, cpu,
+                                     "wide", "--test", library),
+                 CQ4P_ERROR_UNSUPPORTED, lacking.c_str());
+  EXPECT_EQ(library, nullptr);
+  // A variant table of another version is refused before any is chosen.
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_V2_PATH,
+                                     everything(), "", "--test", library),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "cq4p_kernel_variants: version: expected 1 (this runtime's), "
+                 "found 2: a newer cq4p-compile built it");
+}
+
 TEST(KernelLibrary, TheSme2BackendRefusesALibraryOfOtherCode) {
   // The fake library is this machine's code (host, or NEON on AArch64):
   // as --sme2-library it is refused by name, not run as SME2.
