@@ -24,6 +24,12 @@ using namespace mlir::cq4p;
 
 void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                                      const KernelPipelineOptions &options) {
+  buildKernelFrontPipeline(pm, target, options);
+  buildKernelBackPipeline(pm, target, options);
+}
+
+void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target,
+                                          const KernelPipelineOptions &options) {
   // A model graph: its kernels and the planned prefill and decode steps.
   pm.addPass(createCQ4PLowerModel(
       CQ4PLowerModelOptions{options.prefillChunk, options.kvCache,
@@ -37,6 +43,11 @@ void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
   bool neon = target == KernelTarget::AArch64Neon;
   pm.addNestedPass<func::FuncOp>(createCQ4PTileSuperBlocks(
       CQ4PTileSuperBlocksOptions{options.gemmRows, sme2, neon}));
+}
+
+void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
+                                         const KernelPipelineOptions &options) {
+  bool sme2 = target == KernelTarget::AArch64Sme2;
   if (sme2)
     pm.addPass(createConvertCQ4PToArmSME());
   // The target's panel dot; the shared lowering of the rest.

@@ -344,6 +344,8 @@ MODEL_FUNCTIONS = {
     "cq4p_model_get_info": ([ctypes.c_void_p, ctypes.POINTER(ModelInfo)], None),
     "cq4p_model_reset": ([ctypes.c_void_p], ctypes.c_int),
     "cq4p_model_verify": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+    "cq4p_model_kernel_variant": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)],
+                                  ctypes.c_char_p),
     "cq4p_model_prefill": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
                             ctypes.POINTER(ctypes.c_float), ctypes.c_char_p, ctypes.c_size_t],
                            ctypes.c_int),
@@ -394,6 +396,13 @@ class NativeModel:
         values = {name: getattr(info, name) for name, _ in ModelInfo._fields_}
         values["architecture"] = info.architecture.decode("utf-8", "replace")
         return values
+
+    def kernel_variant(self):
+        """(the x86-64 level whose code runs, how many the library holds):
+        ("", 0) for a library that records no variants."""
+        count = ctypes.c_uint32()
+        name = self._lib.cq4p_model_kernel_variant(self._handle, ctypes.byref(count))
+        return name.decode("utf-8"), count.value
 
     @property
     def vocab(self):

@@ -180,6 +180,15 @@ void cq4p_model_get_info(const cq4p_model *model, cq4p_model_info *info) {
   info->architecture[length] = '\0';
 }
 
+const char *cq4p_model_kernel_variant(const cq4p_model *model,
+                                      uint32_t *variant_count) {
+  if (variant_count != nullptr)
+    *variant_count = model != nullptr
+                         ? uint32_t(model->library->variantCount())
+                         : 0;
+  return model != nullptr ? model->library->variant().c_str() : "";
+}
+
 int cq4p_model_reset(cq4p_model *model) {
   if (model == nullptr)
     return CQ4P_ERROR_ARGUMENT;

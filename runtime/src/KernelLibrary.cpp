@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <elf.h>
@@ -831,12 +832,66 @@ Status checkModelRunnable(const std::string &path,
   return Status::ok();
 }
 
+Status chooseVariant(const std::string &path,
+                     const cq4p_kernel_variant *variants, size_t count,
+                     const CpuFeatures &cpu, const std::string &level,
+                     const std::string &origin, size_t &index) {
+  std::string names, lacking;
+  for (size_t i = 0; i < count; ++i) {
+    names += std::string(i ? ", " : "") + variants[i].name;
+    if (uint64_t missing = variants[i].features & ~cpu.features)
+      lacking += std::string(lacking.empty() ? "" : "; ") + variants[i].name +
+                 " needs " + featureList(missing);
+  }
+  if (!level.empty()) {
+    for (size_t i = 0; i < count; ++i) {
+      if (level != variants[i].name)
+        continue;
+      if (uint64_t missing = variants[i].features & ~cpu.features)
+        return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                            origin + " asks for the " + level +
+                                " variant, which needs " +
+                                featureList(missing) +
+                                ": this CPU lacks it (it has: " +
+                                featureList(cpu.features) + ")");
+      index = i;
+      return Status::ok();
+    }
+    return libraryError(CQ4P_ERROR_ARGUMENT, path,
+                        origin + " asks for the " + level +
+                            " variant; the library has " + str(count) + ": " +
+                            names);
+  }
+  for (size_t i = count; i-- > 0;)
+    if ((variants[i].features & ~cpu.features) == 0) {
+      index = i;
+      return Status::ok();
+    }
+  // One variant (a library pinned to a level): worded as a kernel's check.
+  std::string what = count == 1 ? std::string("its ") + variants[0].name +
+                                      " code needs " +
+                                      featureList(variants[0].features &
+                                                  ~cpu.features)
+                                : "none of its " + str(count) +
+                                      " code variants runs here: " + lacking;
+  return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                      what + ", which this CPU lacks (it has: " +
+                          featureList(cpu.features) + ")");
+}
+
 Status KernelLibrary::open(const std::string &path,
                            std::unique_ptr<KernelLibrary> &out) {
   return open(path, detectCpuFeatures(), out);
 }
 
 Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
+                           std::unique_ptr<KernelLibrary> &out) {
+  const char *level = std::getenv(kHostLevelVariable);
+  return open(path, cpu, level ? level : "", kHostLevelVariable, out);
+}
+
+Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
+                           const std::string &level, const std::string &origin,
                            std::unique_ptr<KernelLibrary> &out) {
   out.reset();
   {
@@ -863,19 +918,92 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
   library->path_ = path;
   library->handle_ = handle;
 
-  dlerror();
-  void *symbol = ::dlsym(handle, CQ4P_KERNEL_TABLE_SYMBOL);
-  if (symbol == nullptr) {
-    const char *error = dlerror();
-    return libraryError(CQ4P_ERROR_NOT_FOUND, path,
-                        std::string("no `") + CQ4P_KERNEL_TABLE_SYMBOL +
-                            "` symbol: not a cq4p kernel library (" +
-                            (error ? error : "the symbol is null") + ")");
-  }
   link_map *map = nullptr;
   if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr)
     return libraryError(CQ4P_ERROR_IO, path, "cannot find where it was loaded");
   PointerCheck check(path, loadedSegments(map->l_addr));
+
+  // The table and model steps: the chosen variant's when the library has
+  // several, else kernel_abi.h's symbols.
+  void *symbol = nullptr, *model = nullptr;
+  dlerror();
+  if (void *found = ::dlsym(handle, CQ4P_KERNEL_VARIANTS_SYMBOL)) {
+    const auto *variants = static_cast<const cq4p_kernel_variants *>(found);
+    if (Status status = check.readable(CQ4P_KERNEL_VARIANTS_SYMBOL, found,
+                                       sizeof(cq4p_kernel_variants));
+        !status)
+      return status;
+    if (variants->version != CQ4P_KERNEL_VARIANTS_VERSION)
+      return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
+                          std::string(CQ4P_KERNEL_VARIANTS_SYMBOL) +
+                              ": version: expected " +
+                              str(CQ4P_KERNEL_VARIANTS_VERSION) +
+                              " (this runtime's), found " +
+                              str(variants->version) +
+                              (variants->version < CQ4P_KERNEL_VARIANTS_VERSION
+                                   ? abiAdvice(0)
+                                   : abiAdvice(CQ4P_KERNEL_ABI_VERSION + 1)));
+    if (variants->count == 0 || variants->count > CQ4P_MAX_KERNEL_VARIANTS)
+      return libraryError(CQ4P_ERROR_FORMAT, path,
+                          std::string(CQ4P_KERNEL_VARIANTS_SYMBOL) +
+                              ": count: expected 1.." +
+                              str(CQ4P_MAX_KERNEL_VARIANTS) + ", found " +
+                              str(variants->count));
+    if (Status status = check.readable(
+            std::string(CQ4P_KERNEL_VARIANTS_SYMBOL) + ": variants",
+            variants->variants,
+            uint64_t(variants->count) * sizeof(cq4p_kernel_variant));
+        !status)
+      return status;
+    for (uint32_t i = 0; i < variants->count; ++i) {
+      const cq4p_kernel_variant &variant = variants->variants[i];
+      std::string label =
+          std::string(CQ4P_KERNEL_VARIANTS_SYMBOL) + ": variant " + str(i);
+      if (Status status = check.string(label + ": name", variant.name);
+          !status)
+        return status;
+      label += " (" + std::string(variant.name) + ")";
+      if (Status status = check.readable(label + ": kernels", variant.kernels,
+                                         sizeof(cq4p_kernel_table));
+          !status)
+        return status;
+      if (variant.model != nullptr)
+        if (Status status = check.readable(label + ": model", variant.model,
+                                           sizeof(cq4p_model_desc));
+            !status)
+          return status;
+    }
+    size_t index = 0;
+    if (Status status = chooseVariant(path, variants->variants,
+                                      variants->count, cpu, level, origin,
+                                      index);
+        !status)
+      return status;
+    const cq4p_kernel_variant &chosen = variants->variants[index];
+    symbol = const_cast<cq4p_kernel_table *>(chosen.kernels);
+    model = const_cast<cq4p_model_desc *>(chosen.model);
+    library->variant_ = chosen.name;
+    library->variantCount_ = variants->count;
+  } else {
+    if (!level.empty())
+      return libraryError(CQ4P_ERROR_ARGUMENT, path,
+                          origin + " asks for the " + level +
+                              " variant; the library records no variants "
+                              "(an AArch64 library, or one compiled before "
+                              "cq4p-compile made them)");
+    dlerror();
+    symbol = ::dlsym(handle, CQ4P_KERNEL_TABLE_SYMBOL);
+    if (symbol == nullptr) {
+      const char *error = dlerror();
+      return libraryError(CQ4P_ERROR_NOT_FOUND, path,
+                          std::string("no `") + CQ4P_KERNEL_TABLE_SYMBOL +
+                              "` symbol: not a cq4p kernel library (" +
+                              (error ? error : "the symbol is null") + ")");
+    }
+    // Optional: a library compiled from kernels alone has no model steps.
+    dlerror();
+    model = ::dlsym(handle, CQ4P_MODEL_SYMBOL);
+  }
   if (Status status = check.readable(CQ4P_KERNEL_TABLE_SYMBOL, symbol,
                                      sizeof(cq4p_kernel_table));
       !status)
@@ -894,9 +1022,7 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
       !status)
     return status;
 
-  // Optional: a library compiled from kernels alone has no model steps.
-  dlerror();
-  if (void *model = ::dlsym(handle, CQ4P_MODEL_SYMBOL)) {
+  if (model != nullptr) {
     const auto *desc = static_cast<const cq4p_model_desc *>(model);
     if (Status status = check.readable(CQ4P_MODEL_SYMBOL, model,
                                        sizeof(cq4p_model_desc));
@@ -992,6 +1118,19 @@ std::string KernelLibrary::listKernels(cq4p_kernel_op op, size_t limit) const {
   return list;
 }
 
+namespace {
+/// Whether a loaded library holds SME2 code: its model steps target
+/// aarch64-sme2, or (a kernel-only library) one of its kernels does.
+bool isSme2Library(const KernelLibrary &library) {
+  if (library.model() != nullptr)
+    return library.model()->target == CQ4P_TARGET_AARCH64_SME2;
+  for (size_t i = 0; i < library.kernelCount(); ++i)
+    if (library.kernel(i).target == CQ4P_TARGET_AARCH64_SME2)
+      return true;
+  return false;
+}
+} // namespace
+
 const char *backendName(Backend backend) {
   switch (backend) {
   case Backend::Auto: return "auto";
@@ -1016,6 +1155,20 @@ Status KernelLibrary::openForBackend(Backend backend, const std::string &neonPat
                       "backend sme2: expected an SME2 kernel library, found none");
     } else {
       Status status = open(sme2Path, cpu, out);
+      if (status && !isSme2Library(*out)) {
+        // A library for this machine, but not SME2 code (a host library on
+        // x86-64, a NEON one on AArch64): refused, not run as the backend.
+        uint32_t target = out->model() != nullptr ? out->model()->target
+                          : out->kernelCount() > 0 ? out->kernel(0).target
+                                                   : 0;
+        out.reset();
+        status = libraryError(
+            CQ4P_ERROR_ARGUMENT, sme2Path,
+            "not an SME2 library: its code targets " +
+                kernelTargetName(target) +
+                "; the sme2 backend needs a library compiled with "
+                "cq4p-compile --target=aarch64-sme2");
+      }
       if (status) {
         chosen = Backend::Sme2;
         return status;

@@ -7,7 +7,8 @@
 // level must give the bits of the default library, which KernelTest.cpp
 // holds to the fp64 oracle; here each level is also checked against that
 // oracle directly. A level this CPU cannot run is refused at load, naming
-// what it lacks.
+// what it lacks. The default library, holding the three levels' kernels,
+// runs each level's bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -153,6 +154,58 @@ TEST(HostLevels, EveryLevelRecordsItsFeaturesAndGivesTheDefaultLevelsBits) {
                                got[c].size() * sizeof(float)))
           << "case " << c;
   }
+}
+
+// The default library (no --host-cpu) holds the three levels' kernels:
+// each, forced in turn, gives the bits of its pinned library, and without
+// a level asked for the widest this CPU runs is chosen.
+TEST(HostLevels, TheDefaultLibraryRunsEachLevelBitForBit) {
+  CpuFeatures cpu = detectCpuFeatures();
+  std::unique_ptr<KernelLibrary> reference;
+  ASSERT_TRUE(KernelLibrary::open(kLevels[0].path, cpu, "", "--test", reference));
+  std::vector<std::vector<float>> expected = outputs(*reference);
+  // The widest level, asked of the CPU directly (not through CpuFeatures).
+  __builtin_cpu_init();
+  const char *widest = "x86-64-v3";
+  if (__builtin_cpu_supports("avxvnni"))
+    widest = "x86-64-v3+avxvnni";
+  if (__builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512vnni"))
+    widest = "x86-64-v4+avx512vnni";
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_TEST_EVERY_LEVEL, cpu, "", "--test", library));
+  EXPECT_EQ(library->variant(), widest);
+  EXPECT_EQ(library->variantCount(), 3u);
+  int ran = 0;
+  for (const Level &level : kLevels) {
+    SCOPED_TRACE(level.name);
+    Status status = KernelLibrary::open(CQ4P_TEST_EVERY_LEVEL, cpu, level.name,
+                                        "--test", library);
+    if (level.features & ~cpu.features) {
+      EXPECT_FALSE(status);
+      EXPECT_NE(status.message().find("this CPU lacks it"), std::string::npos)
+          << status.message();
+      continue;
+    }
+    ASSERT_TRUE(status) << status.message();
+    EXPECT_EQ(library->variant(), level.name);
+    for (size_t i = 0; i < library->kernelCount(); ++i)
+      EXPECT_EQ(library->table().kernels[i].features, level.features)
+          << library->table().kernels[i].name;
+    std::vector<std::vector<float>> got = outputs(*library);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t c = 0; c < got.size(); ++c)
+      EXPECT_EQ(0, std::memcmp(got[c].data(), expected[c].data(),
+                               got[c].size() * sizeof(float)))
+          << "case " << c;
+    ++ran;
+  }
+  std::printf("default library: %d of 3 levels run here, chosen: %s\n", ran,
+              widest);
+  // Where the CPU lacks the widest, the next one down is chosen.
+  CpuFeatures v3 = cpu;
+  v3.features = kV3;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_TEST_EVERY_LEVEL, v3, "", "--test", library));
+  EXPECT_EQ(library->variant(), "x86-64-v3");
 }
 
 TEST(HostLevels, ALevelTheCpuLacksIsRefusedNamingTheMissingFeatures) {

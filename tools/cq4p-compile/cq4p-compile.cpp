@@ -16,6 +16,17 @@
 // libraries need an SDK this machine lacks (Android, Apple), it writes a
 // relocatable object instead (--emit=obj).
 //
+// --target=host on x86-64 without --host-cpu compiles several instruction
+// set levels into one library (kDefaultHostLevels): the target-independent
+// front of the pipeline runs once, then each level is lowered from a copy
+// to the LLVM dialect, optimized and generated into an object of its own.
+// The first level keeps kernel_abi.h's names; the others' symbols get the
+// level as a suffix and are hidden; `cq4p_kernel_variants` lists them all
+// for the runtime, which runs the widest the CPU has. The shared library
+// names the system libraries its code calls (DT_NEEDED libm, libc), linked
+// against stand-ins with their sonames written here, so that no system
+// file, nor a target's sysroot, is needed to link.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Conversion/Passes.h"
@@ -47,12 +58,17 @@
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "lld/Common/Driver.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/GlobalVariable.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Object/ObjectFile.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/ErrorHandling.h"
@@ -76,6 +92,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
+#include <optional>
 #include <set>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -138,11 +156,14 @@ static cl::opt<std::string> bundleDirectory(
     cl::value_desc("DIR"), cl::cat(category));
 static cl::opt<std::string> hostCpu(
     "host-cpu",
-    cl::desc("--target=host on x86-64: the instruction set the library may "
-             "use: x86-64, x86-64-v2, x86-64-v3 (the default: AVX2), "
+    cl::desc("--target=host on x86-64: pins the one instruction set the "
+             "library may use: x86-64, x86-64-v2, x86-64-v3 (AVX2), "
              "x86-64-v3+avxvnni, x86-64-v4+avx512vnni, or native (the widest "
-             "of these this machine runs, tuned for its CPU)"),
-    cl::init("x86-64-v3"), cl::cat(category));
+             "of these this machine runs, tuned for its CPU). Without it a "
+             "library holds the kernels of x86-64-v3, x86-64-v3+avxvnni and "
+             "x86-64-v4+avx512vnni, and the runtime runs the widest this CPU "
+             "has (--emit=mlir and llvm: x86-64-v3 alone)"),
+    cl::cat(category));
 
 namespace {
 
@@ -158,6 +179,9 @@ struct TargetChoice {
   uint64_t kernelFeatures = 0;
   cq4p::X86Dot x86Dot = cq4p::X86Dot::generic;
   int64_t vectorBits = 0; ///< the widest vectors the code may use (x86)
+  /// The x86-64 level's name (kernel_abi.h's cq4p_kernel_variant.name);
+  /// empty off x86-64.
+  std::string level;
 };
 
 /// An x86-64 instruction set level of --host-cpu: LLVM's CPU and features
@@ -183,6 +207,11 @@ constexpr HostLevel kHostLevels[] = {
     {"x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni",
      cq4p::X86Dot::avx512vnni, 512, kV4 | CQ4P_FEATURE_X86_AVX512VNNI},
 };
+/// The levels of a library compiled without --host-cpu, narrowest first
+/// (the order kernel_abi.h's variant table keeps): the AVX2 level every
+/// x86-64 CPU of the last decade runs, then each panel dot a wider CPU adds.
+constexpr const char *kDefaultHostLevels[] = {
+    "x86-64-v3", "x86-64-v3+avxvnni", "x86-64-v4+avx512vnni"};
 
 /// The CQ4P_FEATURE_* bits of the x86 levels this machine runs, from
 /// LLVM's view of the host (cpuid and the OS's saved register state).
@@ -212,19 +241,46 @@ uint64_t hostX86Features() {
   return bits;
 }
 
-/// --host-cpu for an x86-64 host.
-LogicalResult chooseX86Level(TargetChoice &choice) {
+const HostLevel *findHostLevel(StringRef name) {
+  for (const HostLevel &candidate : kHostLevels)
+    if (name == candidate.name)
+      return &candidate;
+  return nullptr;
+}
+
+void applyLevel(TargetChoice &choice, const HostLevel &level) {
+  choice.level = level.name;
+  choice.cpu = level.cpu;
+  choice.features = level.extraFeatures;
+  choice.x86Dot = level.dot;
+  choice.vectorBits = level.vectorBits;
+  choice.kernelFeatures = level.features;
+}
+
+/// --host-cpu for an x86-64 host: the one level it pins, or without it the
+/// default levels (only the first when `oneLevel`: text output).
+LogicalResult chooseX86Levels(const TargetChoice &base, bool oneLevel,
+                              std::vector<TargetChoice> &variants) {
+  if (!hostCpu.getNumOccurrences()) {
+    for (const char *name : kDefaultHostLevels) {
+      TargetChoice variant = base;
+      applyLevel(variant, *findHostLevel(name));
+      variants.push_back(variant);
+      if (oneLevel)
+        break;
+    }
+    return success();
+  }
+  TargetChoice variant = base;
   const HostLevel *level = nullptr;
   if (hostCpu == "native") {
     uint64_t host = hostX86Features();
     for (const HostLevel &candidate : kHostLevels)
       if ((candidate.features & ~host) == 0)
         level = &candidate;
-    choice.tuneCpu = llvm::sys::getHostCPUName().str();
+    variant.tuneCpu = llvm::sys::getHostCPUName().str();
   } else {
-    for (const HostLevel &candidate : kHostLevels)
-      if (hostCpu == candidate.name)
-        level = &candidate;
+    level = findHostLevel(hostCpu);
     if (level == nullptr) {
       std::string names;
       for (const HostLevel &candidate : kHostLevels)
@@ -234,11 +290,8 @@ LogicalResult chooseX86Level(TargetChoice &choice) {
       return failure();
     }
   }
-  choice.cpu = level->cpu;
-  choice.features = level->extraFeatures;
-  choice.x86Dot = level->dot;
-  choice.vectorBits = level->vectorBits;
-  choice.kernelFeatures = level->features;
+  applyLevel(variant, *level);
+  variants.push_back(variant);
   return success();
 }
 
@@ -258,7 +311,9 @@ void describeHost(TargetChoice &choice) {
     choice.kernelFeatures |= CQ4P_FEATURE_AARCH64_DOTPROD;
 }
 
-FailureOr<TargetChoice> chooseTarget() {
+/// The target's code variants: one, except for an x86-64 host without
+/// --host-cpu (several levels, narrowest first) unless `oneLevel`.
+FailureOr<std::vector<TargetChoice>> chooseTarget(bool oneLevel) {
   TargetChoice choice;
   if (targetName == "aarch64-neon" || targetName == "aarch64-sme2") {
     bool sme2 = targetName == "aarch64-sme2";
@@ -278,7 +333,7 @@ FailureOr<TargetChoice> chooseTarget() {
                            : "+v8.2a,+neon,+dotprod,-sve,-sve2";
     choice.kernelFeatures = CQ4P_FEATURE_AARCH64_DOTPROD |
                             (sme2 ? CQ4P_FEATURE_AARCH64_SME2 : 0);
-    return choice;
+    return std::vector<TargetChoice>{choice};
   }
   if (targetName == "host") {
     choice.kernelTarget = cq4p::KernelTarget::Host;
@@ -289,13 +344,15 @@ FailureOr<TargetChoice> chooseTarget() {
            "), not for '" + choice.triple.str() + "'");
       return failure();
     }
+    std::vector<TargetChoice> variants;
     if (choice.triple.getArch() == llvm::Triple::x86_64) {
-      if (failed(chooseX86Level(choice)))
+      if (failed(chooseX86Levels(choice, oneLevel, variants)))
         return failure();
     } else {
       describeHost(choice);
+      variants.push_back(choice);
     }
-    return choice;
+    return variants;
   }
   fail("unknown --target '" + targetName +
        "' (expected aarch64-neon, aarch64-sme2 or host)");
@@ -313,8 +370,27 @@ constexpr uint64_t kFixedMemoryMiB = 128;
 /// still there: the handler may not allocate.
 char outOfMemoryMessage[1024];
 size_t outOfMemoryLength = 0;
-/// The temporary object file of --emit=lib while it exists, removed too.
-char temporaryObject[4096];
+/// The temporary files (objects, link stubs) while they exist, removed too.
+constexpr size_t kMaxTemporaryFiles = 8;
+char temporaryFiles[kMaxTemporaryFiles][4096];
+
+/// Remembers `path` for onOutOfMemory (unless the slots are full or it is
+/// too long: it is still removed on every other exit).
+void noteTemporary(const std::string &path) {
+  for (auto &slot : temporaryFiles)
+    if (slot[0] == '\0' && path.size() < sizeof(slot)) {
+      std::memcpy(slot, path.c_str(), path.size() + 1);
+      return;
+    }
+}
+
+/// Removes every temporary file; called on each exit after they are made.
+void removeTemporaries(const std::vector<std::string> &paths) {
+  for (const std::string &path : paths)
+    llvm::sys::fs::remove(path);
+  for (auto &slot : temporaryFiles)
+    slot[0] = '\0';
+}
 
 void sayOnOutOfMemory(const std::string &message) {
   outOfMemoryLength = std::min(message.size(), sizeof(outOfMemoryMessage));
@@ -327,8 +403,9 @@ void sayOnOutOfMemory(const std::string &message) {
 void onOutOfMemory(void *, const char *, bool) {
   ssize_t written = ::write(STDERR_FILENO, outOfMemoryMessage, outOfMemoryLength);
   (void)written;
-  if (temporaryObject[0] != '\0')
-    ::unlink(temporaryObject);
+  for (const auto &slot : temporaryFiles)
+    if (slot[0] != '\0')
+      ::unlink(slot);
   ::_exit(1);
 }
 
@@ -448,20 +525,233 @@ int failWriting(llvm::raw_fd_ostream &os, StringRef path) {
   return fail("cannot write " + path + ": " + error.message());
 }
 
-/// Links `object` into the shared library `output` with lld. Takes copies:
-/// lld resets every command-line option of the process when it is done.
-int linkSharedLibrary(std::string object, std::string output) {
-  std::vector<const char *> args = {"ld.lld",   "-shared", "-o",
-                                    output.c_str(), object.c_str(),
-                                    "-z",       "noexecstack",
-                                    "-z",       "now",
-                                    "--gc-sections"};
+
+/// A variant's symbol suffix: "__" and its level with every character
+/// other than a letter or digit as "_" (x86-64-v4+avx512vnni:
+/// __x86_64_v4_avx512vnni).
+std::string variantSuffix(StringRef level) {
+  std::string suffix = "__";
+  for (char c : level)
+    suffix += llvm::isAlnum(c) ? c : '_';
+  return suffix;
+}
+
+/// Gives every symbol a variant after the first defines its suffix, and
+/// hidden visibility: the variants' kernels share their names, and only
+/// the first (the one an older runtime loads, under kernel_abi.h's names)
+/// is exported; the variant table reaches the others.
+void renameVariantSymbols(llvm::Module &module, StringRef suffix) {
+  for (llvm::GlobalValue &value : module.global_values()) {
+    if (value.isDeclaration() || value.hasLocalLinkage() ||
+        value.hasAppendingLinkage() || value.getName().starts_with("llvm."))
+      continue;
+    value.setName(value.getName() + suffix);
+    value.setVisibility(llvm::GlobalValue::HiddenVisibility);
+    if (auto *object = dyn_cast<llvm::GlobalObject>(&value))
+      if (const llvm::Comdat *comdat = object->getComdat()) {
+        llvm::Comdat *renamed =
+            module.getOrInsertComdat((comdat->getName() + suffix).str());
+        renamed->setSelectionKind(comdat->getSelectionKind());
+        object->setComdat(renamed);
+      }
+  }
+}
+
+/// One compiled variant, as the variant table records it.
+struct VariantEntry {
+  std::string level, suffix; ///< suffix "" for the first (kernel_abi.h names)
+  uint64_t features;
+  bool hasModel; ///< defines cq4p_model_steps
+};
+
+/// kernel_abi.h's `cq4p_kernel_variants`, over `entries` (narrowest first).
+std::unique_ptr<llvm::Module>
+buildVariantTable(llvm::LLVMContext &context,
+                  const std::vector<VariantEntry> &entries) {
+  auto module = std::make_unique<llvm::Module>("cq4p-kernel-variants", context);
+  auto *ptr = llvm::PointerType::getUnqual(context);
+  auto *i32 = llvm::Type::getInt32Ty(context);
+  auto *i64 = llvm::Type::getInt64Ty(context);
+  auto *entryType = llvm::StructType::get(context, {ptr, i64, ptr, ptr});
+  auto declare = [&](const std::string &name, bool hidden) {
+    auto *symbol = new llvm::GlobalVariable(
+        *module, llvm::Type::getInt8Ty(context), /*isConstant=*/true,
+        llvm::GlobalValue::ExternalLinkage, nullptr, name);
+    if (hidden)
+      symbol->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    return symbol;
+  };
+  std::vector<llvm::Constant *> rows;
+  for (const VariantEntry &entry : entries) {
+    auto *text = llvm::ConstantDataArray::getString(context, entry.level);
+    auto *name = new llvm::GlobalVariable(
+        *module, text->getType(), /*isConstant=*/true,
+        llvm::GlobalValue::PrivateLinkage, text, "cq4p.variant.name");
+    bool hidden = !entry.suffix.empty();
+    llvm::Constant *model = llvm::ConstantPointerNull::get(ptr);
+    if (entry.hasModel)
+      model = declare(CQ4P_MODEL_SYMBOL + entry.suffix, hidden);
+    rows.push_back(llvm::ConstantStruct::get(
+        entryType, {name, llvm::ConstantInt::get(i64, entry.features),
+                    declare(CQ4P_KERNEL_TABLE_SYMBOL + entry.suffix, hidden),
+                    model}));
+  }
+  auto *listType = llvm::ArrayType::get(entryType, rows.size());
+  auto *list = new llvm::GlobalVariable(
+      *module, listType, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+      llvm::ConstantArray::get(listType, rows), "cq4p.variant.list");
+  auto *tableType = llvm::StructType::get(context, {i32, i32, ptr});
+  new llvm::GlobalVariable(
+      *module, tableType, /*isConstant=*/true,
+      llvm::GlobalValue::ExternalLinkage,
+      llvm::ConstantStruct::get(
+          tableType, {llvm::ConstantInt::get(i32, CQ4P_KERNEL_VARIANTS_VERSION),
+                      llvm::ConstantInt::get(i32, rows.size()), list}),
+      CQ4P_KERNEL_VARIANTS_SYMBOL);
+  return module;
+}
+
+/// Generates `module`'s code into the object file `path`.
+int emitObject(llvm::TargetMachine &machine, llvm::Module &module,
+               const std::string &path) {
+  std::string errorMessage;
+  auto out = openOutputFile(path, &errorMessage);
+  if (!out)
+    return fail(errorMessage);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, out->os(), nullptr,
+                                  llvm::CodeGenFileType::ObjectFile))
+    return fail("the target cannot emit object files");
+  codegen.run(module);
+  out->os().close();
+  if (out->os().has_error())
+    return failWriting(out->os(), path);
+  out->keep();
+  return 0;
+}
+
+/// Runs lld (in process) with `args` after "ld.lld"; `what` names the
+/// output in the message. lld resets every command-line option of the
+/// process when it is done.
+int runLinker(const std::vector<std::string> &args, const std::string &what) {
+  std::vector<const char *> argv = {"ld.lld"};
+  for (const std::string &arg : args)
+    argv.push_back(arg.c_str());
   std::string diagnostics;
   llvm::raw_string_ostream errors(diagnostics);
   lld::Result result =
-      lld::lldMain(args, llvm::outs(), errors, {{lld::Gnu, &lld::elf::link}});
+      lld::lldMain(argv, llvm::outs(), errors, {{lld::Gnu, &lld::elf::link}});
   if (result.retCode != 0)
-    return fail("linking " + output + " failed:\n" + diagnostics);
+    return fail("linking " + what + " failed:\n" + diagnostics);
+  return 0;
+}
+
+/// The sonames of the C library and of the math library on `triple`'s
+/// system (one library on musl), or none where cq4p-compile does not know
+/// them (a library then names no dependency, as before).
+std::optional<std::pair<std::string, std::string>>
+systemLibraries(const llvm::Triple &given) {
+  // "aarch64-linux-gnu" names its OS second: normalized, it is Linux.
+  llvm::Triple triple(llvm::Triple::normalize(given.str()));
+  if (!triple.isOSLinux() || triple.isAndroid())
+    return std::nullopt;
+  if (triple.isMusl())
+    return std::make_pair(std::string("libc.so"), std::string("libc.so"));
+  if (triple.isGNUEnvironment())
+    return std::make_pair(std::string("libc.so.6"), std::string("libm.so.6"));
+  return std::nullopt;
+}
+
+/// Whether the undefined symbol `name` is the C library's (LLVM's memory
+/// builtins, the stack protector); any other is taken to be libm's, which
+/// is safe either way: libm itself needs libc.
+bool isCLibrarySymbol(StringRef name) {
+  return name.starts_with("mem") || name.starts_with("str") ||
+         name.starts_with("__stack_chk") || name == "abort" || name == "bzero";
+}
+
+/// The symbols `objects` reference and none of them defines.
+FailureOr<std::vector<std::string>>
+undefinedSymbols(const std::vector<std::string> &objects) {
+  std::set<std::string> defined, referenced;
+  for (const std::string &path : objects) {
+    auto file = llvm::object::ObjectFile::createObjectFile(path);
+    if (!file) {
+      fail("reading " + path + ": " + llvm::toString(file.takeError()));
+      return failure();
+    }
+    for (const llvm::object::SymbolRef &symbol : file->getBinary()->symbols()) {
+      llvm::Expected<uint32_t> flags = symbol.getFlags();
+      llvm::Expected<StringRef> name = symbol.getName();
+      if (!flags || !name) {
+        llvm::consumeError(flags.takeError());
+        llvm::consumeError(name.takeError());
+        continue;
+      }
+      if (name->empty() || !(*flags & llvm::object::SymbolRef::SF_Global))
+        continue;
+      if (*flags & llvm::object::SymbolRef::SF_Undefined)
+        referenced.insert(name->str());
+      else
+        defined.insert(name->str());
+    }
+  }
+  std::vector<std::string> undefined;
+  for (const std::string &name : referenced)
+    if (!defined.count(name) && !StringRef(name).starts_with("_GLOBAL_OFFSET_TABLE_"))
+      undefined.push_back(name);
+  return undefined;
+}
+
+/// Writes, into `directory`, a stand-in shared library per system library
+/// the objects call into (libm for sincosf, libc for memcpy and memset),
+/// with that library's soname and a definition of each symbol called:
+/// linking against them records DT_NEEDED, so that the library loads where
+/// libm is not already loaded globally, while no file of this machine's
+/// (nor an SDK's) is needed. The paths go to `stubs`.
+int writeSystemLibraryStubs(const llvm::Triple &triple,
+                            llvm::TargetMachine &machine,
+                            const std::vector<std::string> &objects,
+                            StringRef directory, std::vector<std::string> &stubs,
+                            std::vector<std::string> &temporaries) {
+  std::optional<std::pair<std::string, std::string>> sonames =
+      systemLibraries(triple);
+  if (!sonames)
+    return 0;
+  FailureOr<std::vector<std::string>> undefined = undefinedSymbols(objects);
+  if (failed(undefined))
+    return 1;
+  std::map<std::string, std::vector<std::string>> bySoname;
+  for (const std::string &name : *undefined)
+    bySoname[isCLibrarySymbol(name) ? sonames->first : sonames->second]
+        .push_back(name);
+  for (const auto &[soname, symbols] : bySoname) {
+    llvm::LLVMContext context;
+    llvm::Module module(soname, context);
+    module.setTargetTriple(triple);
+    module.setDataLayout(machine.createDataLayout());
+    auto *type = llvm::FunctionType::get(llvm::Type::getVoidTy(context), false);
+    for (const std::string &name : symbols) {
+      auto *function = llvm::Function::Create(
+          type, llvm::GlobalValue::ExternalLinkage, name, module);
+      llvm::ReturnInst::Create(
+          context, llvm::BasicBlock::Create(context, "", function));
+    }
+    llvm::SmallString<256> object(directory), library(directory);
+    llvm::sys::path::append(object, soname + ".o");
+    llvm::sys::path::append(library, soname);
+    temporaries.push_back(std::string(object));
+    noteTemporary(temporaries.back());
+    if (int status = emitObject(machine, module, std::string(object)))
+      return status;
+    temporaries.push_back(std::string(library));
+    noteTemporary(temporaries.back());
+    if (int status = runLinker({"-shared", "-soname", soname, "-o",
+                                std::string(library), std::string(object)},
+                               std::string(library)))
+      return status;
+    stubs.push_back(std::string(library));
+  }
   return 0;
 }
 
@@ -513,17 +803,27 @@ int compile() {
   if (gemmRows.getNumOccurrences() && (gemmRows < 1 || gemmRows > 8))
     return fail("--gemm-rows must be in [1, 8], got " +
                 llvm::Twine(int64_t(gemmRows)));
-  FailureOr<TargetChoice> choice = chooseTarget();
-  if (failed(choice) || failed(checkTuneCpu(*choice)))
+  bool oneLevel = emitKind == "mlir" || emitKind == "llvm";
+  FailureOr<std::vector<TargetChoice>> chosen = chooseTarget(oneLevel);
+  if (failed(chosen) || failed(checkTuneCpu(chosen->front())))
     return 1;
+  const std::vector<TargetChoice> &variants = *chosen;
+  const TargetChoice &first = variants.front();
   int64_t tileRows = gemmRows.getNumOccurrences()
                          ? int64_t(gemmRows)
-                         : choice->kernelTarget == cq4p::KernelTarget::AArch64Neon
+                         : first.kernelTarget == cq4p::KernelTarget::AArch64Neon
                                ? 8
                                : 4;
-  if (emitKind == "lib" && !choice->triple.isOSBinFormatELF())
-    return fail("a shared library for '" + choice->triple.str() +
+  if (emitKind == "lib" && !first.triple.isOSBinFormatELF())
+    return fail("a shared library for '" + first.triple.str() +
                 "' needs that platform's SDK: use --emit=obj and link it there");
+  if (prefillChunk < 2 || prefillChunk > 65536)
+    return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
+                " is out of range (2 to 65536)");
+  std::optional<cq4p::KvDtype> kvDtype = cq4p::symbolizeKvDtype(kvCache);
+  if (!kvDtype)
+    return fail("--kv-cache=" + kvCache + " is not a KV cache element type "
+                "(f32 or f16)");
 
   DialectRegistry registry;
   registry.insert<cq4p::CQ4PDialect, arith::ArithDialect,
@@ -631,47 +931,6 @@ int compile() {
   }
   sayOnOutOfMemory("cq4p-compile: error: " + outOfMemory + "\n");
 
-  PassManager pm(&context);
-  cq4p::KernelPipelineOptions options;
-  options.gemmRows = tileRows;
-  if (prefillChunk < 2 || prefillChunk > 65536)
-    return fail("--prefill-chunk=" + llvm::Twine(prefillChunk) +
-                " is out of range (2 to 65536)");
-  options.prefillChunk = prefillChunk;
-  std::optional<cq4p::KvDtype> kvDtype = cq4p::symbolizeKvDtype(kvCache);
-  if (!kvDtype)
-    return fail("--kv-cache=" + kvCache + " is not a KV cache element type "
-                "(f32 or f16)");
-  options.kvCache = *kvDtype;
-  options.fuseDenseMlp = fuseDenseMlp;
-  options.x86Dot = choice->x86Dot;
-  options.features = choice->kernelFeatures;
-  cq4p::buildKernelPipeline(pm, choice->kernelTarget, options);
-  if (failed(pm.run(*module)))
-    return fail("lowering " + inputFile + " failed");
-  if (!digest.empty()) {
-    // kernel_abi.h's optional `const char cq4p_bundle_digest[]`.
-    OpBuilder b = OpBuilder::atBlockEnd(module->getBody());
-    std::string text = digest + std::string(1, '\0');
-    LLVM::GlobalOp::create(
-        b, module->getLoc(),
-        LLVM::LLVMArrayType::get(IntegerType::get(&context, 8), text.size()),
-        /*isConstant=*/true, LLVM::Linkage::External, CQ4P_BUNDLE_DIGEST_SYMBOL,
-        b.getStringAttr(text));
-  }
-
-  if (emitKind == "mlir") {
-    auto out = openOutputFile(outputFile, &errorMessage);
-    if (!out)
-      return fail(errorMessage);
-    module->print(out->os());
-    out->os().close();
-    if (out->os().has_error())
-      return failWriting(out->os(), outputFile);
-    out->keep();
-    return 0;
-  }
-
   llvm::InitializeAllTargetInfos();
   llvm::InitializeAllTargets();
   llvm::InitializeAllTargetMCs();
@@ -679,57 +938,17 @@ int compile() {
   llvm::InitializeAllAsmParsers();
   std::string lookupError;
   const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(choice->triple, lookupError);
+      llvm::TargetRegistry::lookupTarget(first.triple, lookupError);
   if (!target)
-    return fail("no LLVM target for '" + choice->triple.str() + "': " + lookupError);
-  llvm::TargetOptions targetOptions;
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      choice->triple, choice->cpu, choice->features, targetOptions,
-      llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
-  if (!machine)
-    return fail("cannot create a target machine for '" + choice->triple.str() + "'");
+    return fail("no LLVM target for '" + first.triple.str() + "': " + lookupError);
+  auto createMachine = [&](const TargetChoice &choice) {
+    llvm::TargetOptions targetOptions;
+    return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+        choice.triple, choice.cpu, choice.features, targetOptions,
+        llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  };
 
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(*module, llvmContext, "cq4p-kernels");
-  if (!llvmModule)
-    return fail("translating the kernels to LLVM IR failed");
-  llvmModule->setTargetTriple(choice->triple);
-  llvmModule->setDataLayout(machine->createDataLayout());
-  if (choice->kernelTarget == cq4p::KernelTarget::AArch64Sme2) {
-    // The SME ABI routines the streaming leaves call (lazy ZA saves), local
-    // to the library. It is only loaded where SME2 runs (the runtime checks
-    // first), so the routines' "SME available" flag is set; SVE outside
-    // streaming mode is not assumed.
-    std::string routines = kSmeAbiAssembly;
-    routines += "\n  .data\n";
-    for (const char *flag : {"cq4p_sme_abi_has_sme", "cq4p_sme_abi_has_sve"})
-      routines += std::string("  .hidden ") + flag + "\n" + flag + ":\n  .byte " +
-                  (std::string(flag) == "cq4p_sme_abi_has_sme" ? "1" : "0") + "\n";
-    for (const char *routine :
-         {"__arm_sme_state", "__arm_tpidr2_save", "__arm_tpidr2_restore",
-          "__arm_za_disable", "__arm_get_current_vg"})
-      routines += std::string("  .hidden ") + routine + "\n";
-    llvmModule->appendModuleInlineAsm(routines);
-  }
-  for (llvm::Function &function : *llvmModule) {
-    if (function.isDeclaration())
-      continue;
-    function.addFnAttr("target-cpu", choice->cpu);
-    function.addFnAttr("target-features", choice->features);
-    if (choice->triple.isAArch64())
-      function.addFnAttr("tune-cpu", tuneCpu);
-    else if (!choice->tuneCpu.empty())
-      function.addFnAttr("tune-cpu", choice->tuneCpu);
-    if (choice->vectorBits > 0) {
-      // Wide vectors stay whole even where the tuning prefers 256 bits.
-      std::string bits = std::to_string(choice->vectorBits);
-      function.addFnAttr("prefer-vector-width", bits);
-      function.addFnAttr("min-legal-vector-width", bits);
-    }
-  }
-
-  if (choice->triple.isAArch64()) {
+  if (first.triple.isAArch64()) {
     // No pre-RA machine scheduling on AArch64: the kernels' loops are
     // emitted in an order that fits the 32 vector registers (the panel GEMV
     // holds 16 accumulators and loads each pair of slices next to its use),
@@ -745,65 +964,221 @@ int compile() {
       return fail("cannot turn off LLVM's pre-RA machine scheduler");
   }
 
-  // The standard O3 optimization pipeline.
+  // Each variant (one, or an x86-64 level each) is lowered from the tiled
+  // module to the LLVM dialect, optimized and generated into an object of
+  // its own, one at a time so that memory peaks at one variant's.
+  std::vector<std::string> objects, temporaries;
+  auto cleanUp = [&](int status) {
+    removeTemporaries(temporaries);
+    return status;
+  };
+  std::vector<VariantEntry> entries;
+  bool directObject = emitKind == "obj" && variants.size() == 1 &&
+                      first.level.empty();
+  cq4p::KernelPipelineOptions options;
+  options.gemmRows = tileRows;
+  options.prefillChunk = prefillChunk;
+  options.kvCache = *kvDtype;
+  options.fuseDenseMlp = fuseDenseMlp;
   {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder builder(machine.get());
-    builder.registerModuleAnalyses(mam);
-    builder.registerCGSCCAnalyses(cgam);
-    builder.registerFunctionAnalyses(fam);
-    builder.registerLoopAnalyses(lam);
-    builder.crossRegisterProxies(lam, fam, cgam, mam);
-    builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
-        .run(*llvmModule, mam);
+    // The model's planning, kernel outlining and tiling, the same for
+    // every variant: run once.
+    PassManager pm(&context);
+    cq4p::buildKernelFrontPipeline(pm, first.kernelTarget, options);
+    if (failed(pm.run(*module)))
+      return fail("lowering " + inputFile + " failed");
   }
+  for (size_t index = 0; index < variants.size(); ++index) {
+    const TargetChoice &choice = variants[index];
+    OwningOpRef<ModuleOp> variant =
+        index + 1 < variants.size() ? OwningOpRef<ModuleOp>(module->clone())
+                                    : std::move(module);
+    PassManager pm(&context);
+    options.x86Dot = choice.x86Dot;
+    options.features = choice.kernelFeatures;
+    cq4p::buildKernelBackPipeline(pm, choice.kernelTarget, options);
+    if (failed(pm.run(*variant)))
+      return cleanUp(fail("lowering " + inputFile +
+                          (choice.level.empty() ? ""
+                                                : " for " + choice.level) +
+                          " failed"));
+    if (index == 0 && !digest.empty()) {
+      // kernel_abi.h's optional `const char cq4p_bundle_digest[]`, once.
+      OpBuilder b = OpBuilder::atBlockEnd(variant->getBody());
+      std::string text = digest + std::string(1, '\0');
+      LLVM::GlobalOp::create(
+          b, variant->getLoc(),
+          LLVM::LLVMArrayType::get(IntegerType::get(&context, 8), text.size()),
+          /*isConstant=*/true, LLVM::Linkage::External,
+          CQ4P_BUNDLE_DIGEST_SYMBOL, b.getStringAttr(text));
+    }
 
-  if (emitKind == "llvm") {
-    auto out = openOutputFile(outputFile, &errorMessage);
-    if (!out)
-      return fail(errorMessage);
-    llvmModule->print(out->os(), nullptr);
-    out->os().close();
-    if (out->os().has_error())
-      return failWriting(out->os(), outputFile);
-    out->keep();
+    if (emitKind == "mlir") {
+      auto out = openOutputFile(outputFile, &errorMessage);
+      if (!out)
+        return fail(errorMessage);
+      variant->print(out->os());
+      out->os().close();
+      if (out->os().has_error())
+        return failWriting(out->os(), outputFile);
+      out->keep();
+      return 0;
+    }
+
+    std::unique_ptr<llvm::TargetMachine> machine = createMachine(choice);
+    if (!machine)
+      return cleanUp(fail("cannot create a target machine for '" +
+                          choice.triple.str() + "'"));
+    llvm::LLVMContext llvmContext;
+    std::unique_ptr<llvm::Module> llvmModule =
+        translateModuleToLLVMIR(*variant, llvmContext, "cq4p-kernels");
+    if (!llvmModule)
+      return cleanUp(fail("translating the kernels to LLVM IR failed"));
+    variant = nullptr;
+    llvmModule->setTargetTriple(choice.triple);
+    llvmModule->setDataLayout(machine->createDataLayout());
+    std::string suffix = index == 0 ? "" : variantSuffix(choice.level);
+    if (!suffix.empty())
+      renameVariantSymbols(*llvmModule, suffix);
+    if (!choice.level.empty())
+      entries.push_back(
+          {choice.level, suffix, choice.kernelFeatures,
+           llvmModule->getNamedGlobal(CQ4P_MODEL_SYMBOL + suffix) != nullptr});
+    if (choice.kernelTarget == cq4p::KernelTarget::AArch64Sme2) {
+      // The SME ABI routines the streaming leaves call (lazy ZA saves), local
+      // to the library. It is only loaded where SME2 runs (the runtime checks
+      // first), so the routines' "SME available" flag is set; SVE outside
+      // streaming mode is not assumed.
+      std::string routines = kSmeAbiAssembly;
+      routines += "\n  .data\n";
+      for (const char *flag : {"cq4p_sme_abi_has_sme", "cq4p_sme_abi_has_sve"})
+        routines += std::string("  .hidden ") + flag + "\n" + flag +
+                    ":\n  .byte " +
+                    (std::string(flag) == "cq4p_sme_abi_has_sme" ? "1" : "0") +
+                    "\n";
+      for (const char *routine :
+           {"__arm_sme_state", "__arm_tpidr2_save", "__arm_tpidr2_restore",
+            "__arm_za_disable", "__arm_get_current_vg"})
+        routines += std::string("  .hidden ") + routine + "\n";
+      llvmModule->appendModuleInlineAsm(routines);
+    }
+    for (llvm::Function &function : *llvmModule) {
+      if (function.isDeclaration())
+        continue;
+      function.addFnAttr("target-cpu", choice.cpu);
+      function.addFnAttr("target-features", choice.features);
+      if (choice.triple.isAArch64())
+        function.addFnAttr("tune-cpu", tuneCpu);
+      else if (!choice.tuneCpu.empty())
+        function.addFnAttr("tune-cpu", choice.tuneCpu);
+      if (choice.vectorBits > 0) {
+        // Wide vectors stay whole even where the tuning prefers 256 bits.
+        std::string bits = std::to_string(choice.vectorBits);
+        function.addFnAttr("prefer-vector-width", bits);
+        function.addFnAttr("min-legal-vector-width", bits);
+      }
+    }
+
+    // The standard O3 optimization pipeline.
+    {
+      llvm::LoopAnalysisManager lam;
+      llvm::FunctionAnalysisManager fam;
+      llvm::CGSCCAnalysisManager cgam;
+      llvm::ModuleAnalysisManager mam;
+      llvm::PassBuilder builder(machine.get());
+      builder.registerModuleAnalyses(mam);
+      builder.registerCGSCCAnalyses(cgam);
+      builder.registerFunctionAnalyses(fam);
+      builder.registerLoopAnalyses(lam);
+      builder.crossRegisterProxies(lam, fam, cgam, mam);
+      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
+          .run(*llvmModule, mam);
+    }
+
+    if (emitKind == "llvm") {
+      auto out = openOutputFile(outputFile, &errorMessage);
+      if (!out)
+        return fail(errorMessage);
+      llvmModule->print(out->os(), nullptr);
+      out->os().close();
+      if (out->os().has_error())
+        return failWriting(out->os(), outputFile);
+      out->keep();
+      return 0;
+    }
+
+    // Code generation, into the object file (--emit=obj of one variant) or
+    // a temporary one.
+    std::string objectPath = outputFile;
+    if (!directObject) {
+      llvm::SmallString<128> temporary;
+      if (std::error_code error = llvm::sys::fs::createTemporaryFile(
+              "cq4p-kernels", "o", temporary))
+        return cleanUp(fail("cannot create a temporary object file: " +
+                            error.message()));
+      objectPath = std::string(temporary);
+      temporaries.push_back(objectPath);
+      noteTemporary(objectPath);
+    }
+    if (int status = emitObject(*machine, *llvmModule, objectPath))
+      return cleanUp(status);
+    objects.push_back(objectPath);
+  }
+  if (directObject)
     return 0;
-  }
 
-  // Code generation, into the object file (kept for --emit=obj, a temporary
-  // for --emit=lib).
-  std::string objectPath = outputFile;
-  llvm::SmallString<128> temporary;
-  if (emitKind == "lib") {
+  std::unique_ptr<llvm::TargetMachine> machine = createMachine(first);
+  if (!machine)
+    return cleanUp(fail("cannot create a target machine for '" +
+                        first.triple.str() + "'"));
+  if (!entries.empty()) {
+    // The variant table, an object of its own (data only).
+    llvm::LLVMContext llvmContext;
+    std::unique_ptr<llvm::Module> table =
+        buildVariantTable(llvmContext, entries);
+    table->setTargetTriple(first.triple);
+    table->setDataLayout(machine->createDataLayout());
+    llvm::SmallString<128> temporary;
     if (std::error_code error = llvm::sys::fs::createTemporaryFile(
-            "cq4p-kernels", "o", temporary))
-      return fail("cannot create a temporary object file: " + error.message());
-    objectPath = std::string(temporary);
-    if (objectPath.size() < sizeof(temporaryObject))
-      std::memcpy(temporaryObject, objectPath.c_str(), objectPath.size() + 1);
+            "cq4p-variants", "o", temporary))
+      return cleanUp(fail("cannot create a temporary object file: " +
+                          error.message()));
+    temporaries.push_back(std::string(temporary));
+    noteTemporary(temporaries.back());
+    if (int status = emitObject(*machine, *table, temporaries.back()))
+      return cleanUp(status);
+    objects.push_back(temporaries.back());
   }
-  {
-    auto out = openOutputFile(objectPath, &errorMessage);
-    if (!out)
-      return fail(errorMessage);
-    llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, out->os(), nullptr,
-                                     llvm::CodeGenFileType::ObjectFile))
-      return fail("the target cannot emit object files");
-    codegen.run(*llvmModule);
-    out->os().close();
-    if (out->os().has_error())
-      return failWriting(out->os(), objectPath);
-    out->keep();
+
+  // lld resets every command-line option of the process when it is done
+  // (outputFile among them): what the links need is copied first.
+  const std::string output = outputFile;
+  if (emitKind == "obj") {
+    std::vector<std::string> args = {"-r", "-o", output};
+    args.insert(args.end(), objects.begin(), objects.end());
+    return cleanUp(runLinker(args, output));
   }
-  if (emitKind == "obj")
-    return 0;
-  int status = linkSharedLibrary(objectPath, std::string(outputFile));
-  llvm::sys::fs::remove(objectPath);
-  temporaryObject[0] = '\0';
+
+  // The shared library, naming the system libraries it calls into.
+  llvm::SmallString<128> stubDirectory;
+  if (std::error_code error =
+          llvm::sys::fs::createUniqueDirectory("cq4p-link", stubDirectory))
+    return cleanUp(fail("cannot create a temporary directory: " +
+                        error.message()));
+  std::vector<std::string> stubs;
+  int status = writeSystemLibraryStubs(first.triple, *machine, objects,
+                                       stubDirectory, stubs, temporaries);
+  if (status == 0) {
+    std::vector<std::string> args = {"-shared",   "-o",     output,
+                                     "-z",        "noexecstack",
+                                     "-z",        "now",    "--gc-sections"};
+    args.insert(args.end(), objects.begin(), objects.end());
+    args.push_back("--as-needed");
+    args.insert(args.end(), stubs.begin(), stubs.end());
+    status = runLinker(args, output);
+  }
+  cleanUp(0);
+  llvm::sys::fs::remove(stubDirectory);
   return status;
 }
 

@@ -59,6 +59,13 @@
 // the CPU cannot run it is a refusal. The backend chosen, and why SME2 was
 // declined, go to stderr before the table.
 //
+// In both modes, of a library holding several x86-64 levels' code
+// (cq4p-compile --target=host without --host-cpu) the widest this CPU runs
+// is used, or the level the environment variable CQ4P_HOST_LEVEL names
+// (x86-64-v3, x86-64-v3+avxvnni, x86-64-v4+avx512vnni: a refusal where the
+// CPU lacks what it needs); stderr says which ("kernels: x86-64-v4+avx512vnni
+// (of 3 variants)").
+//
 // In both modes a library that records the digest of the bundle it was
 // compiled for (kernel_abi.h: a model library, or cq4p-compile --bundle) is
 // refused for a bundle of another digest; with --require-digest, so is a
@@ -339,6 +346,16 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
   return 0;
 }
 
+/// Which code variant of `library` runs (cq4p_kernel_variants), when it
+/// holds several x86-64 levels' code.
+void printVariant(const KernelLibrary &library) {
+  if (library.variantCount() == 0)
+    return;
+  std::fprintf(stderr, "cq4p-run: kernels: %s (of %zu variant%s)\n",
+               library.variant().c_str(), library.variantCount(),
+               library.variantCount() == 1 ? "" : "s");
+}
+
 /// Generation: the model library's steps over the bundle.
 /// --measure-stack: the stack the measured thread gets, painted with a
 /// pattern before it starts; its deepest use is the lowest byte changed.
@@ -402,6 +419,7 @@ int runModel(const Options &options, const Bundle &bundle) {
   else
     std::fprintf(stderr, "cq4p-run: model library %s\n",
                  options.library.c_str());
+  printVariant(*library);
 
   if (Status status = bundle.checkLibrary(*library, options.requireDigest);
       !status)
@@ -734,6 +752,7 @@ int main(int argc, char **argv) {
   else
     std::fprintf(stderr, "cq4p-run: backend neon: SME2 declined: %s\n",
                  declined.c_str());
+  printVariant(*library);
   std::unique_ptr<ThreadPool> pool;
   if (Status status = ThreadPool::create(options.threads, pool); !status)
     return refuse(status.message());

@@ -59,6 +59,16 @@ struct KernelPipelineOptions
 void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
                          const KernelPipelineOptions &options);
 
+/// buildKernelPipeline in two parts, the first independent of the panel dot
+/// and the features (options.x86Dot, options.features), so that one run of
+/// it serves every x86-64 level a library holds:
+///   front: cq4p-lower-model, cq4p-lower-to-kernels, cq4p-tile-super-blocks;
+///   back: the rest.
+void buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target,
+                              const KernelPipelineOptions &options);
+void buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
+                             const KernelPipelineOptions &options);
+
 /// Registers cq4p-neon-pipeline, cq4p-sme2-pipeline and cq4p-host-pipeline.
 void registerPipelines();
 

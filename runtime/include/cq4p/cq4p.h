@@ -230,7 +230,9 @@ typedef struct cq4p_generate_stats {
 } cq4p_generate_stats;
 
 /* Opens the bundle in bundle_dir and the model library at library_path
- * (checked against this CPU), binds the library's tensors and allocates the
+ * (checked against this CPU; of a library holding several x86-64 levels'
+ * code, the widest this CPU runs, or the one the environment variable
+ * CQ4P_HOST_LEVEL names, refused where the CPU lacks what it needs), binds the library's tensors and allocates the
  * KV cache, workspace and threads. options may be NULL (1 thread, the
  * defaults). On success *out owns all of it until cq4p_model_close.
  * Before any step runs, the library is refused (naming both values) when
@@ -244,6 +246,13 @@ CQ4P_API int cq4p_model_open(const char *bundle_dir, const char *library_path,
 CQ4P_API void cq4p_model_close(cq4p_model *model);
 CQ4P_API void cq4p_model_get_info(const cq4p_model *model,
                                   cq4p_model_info *info);
+/* The code variant the model runs: its x86-64 level ("x86-64-v3",
+ * "x86-64-v3+avxvnni", "x86-64-v4+avx512vnni"), or "" for a library that
+ * records none (AArch64, or compiled before libraries held variants).
+ * *variant_count, when not NULL, receives how many the library holds (0:
+ * none recorded). The string lives as long as the model. */
+CQ4P_API const char *cq4p_model_kernel_variant(const cq4p_model *model,
+                                               uint32_t *variant_count);
 /* cq4p_bundle_verify over the model's bundle, then the library's recorded
  * bundle digest (if any) against the digest recomputed from the bundle's
  * content. CQ4P_OK, or the first failure. */

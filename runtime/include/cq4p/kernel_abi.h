@@ -151,6 +151,47 @@ typedef struct cq4p_kernel_table {
 #define CQ4P_MAX_BUNDLE_DIGEST_BYTES 256
 
 /*===----------------------------------------------------------------------===*
+ * Code variants (optional, in a library of ABI version 4).
+ *
+ * An x86-64 host library holds the same kernels and model steps compiled
+ * for one or several instruction set levels ("x86-64-v3",
+ * "x86-64-v3+avxvnni", "x86-64-v4+avx512vnni"; cq4p-compile --target=host
+ * compiles these three unless --host-cpu pins one). It then exports
+ * `cq4p_kernel_variants` (a cq4p_kernel_variants), listing each variant's
+ * level, the CQ4P_FEATURE_* bits it needs, and its kernel table and model
+ * steps, narrowest first. The runtime runs the last variant whose features
+ * the CPU has (or the one the caller names: CQ4P_HOST_LEVEL), and checks
+ * its table and steps exactly as it checks the unvaried symbols.
+ *
+ * The first variant is also exported under the names above
+ * (`cq4p_kernel_table`, `cq4p_model_steps`), so a runtime that knows no
+ * variants loads it; the others' symbols are hidden, reached through the
+ * variant table only. A library without `cq4p_kernel_variants` (older,
+ * AArch64) is one variant, its table and steps those names. The variant
+ * table has a version of its own: a runtime refuses a table of another.
+ *===----------------------------------------------------------------------===*/
+
+#define CQ4P_KERNEL_VARIANTS_SYMBOL "cq4p_kernel_variants"
+#define CQ4P_KERNEL_VARIANTS_VERSION 1u
+/* More variants than any library holds: a count above this is corrupt. */
+#define CQ4P_MAX_KERNEL_VARIANTS 16u
+
+struct cq4p_model_desc;
+
+typedef struct cq4p_kernel_variant {
+  const char *name;   /* the level, as cq4p-compile --host-cpu spells it */
+  uint64_t features;  /* CQ4P_FEATURE_* every kernel and step of it needs */
+  const cq4p_kernel_table *kernels;
+  const struct cq4p_model_desc *model; /* null in a kernel-only library */
+} cq4p_kernel_variant;
+
+typedef struct cq4p_kernel_variants {
+  uint32_t version; /* CQ4P_KERNEL_VARIANTS_VERSION */
+  uint32_t count;   /* 1..CQ4P_MAX_KERNEL_VARIANTS */
+  const cq4p_kernel_variant *variants; /* narrowest first */
+} cq4p_kernel_variants;
+
+/*===----------------------------------------------------------------------===*
  * Model steps (ABI version 4).
  *
  * A library compiled from a bundle's model graph (model.mlir with a

@@ -18,6 +18,10 @@
 //   CQ4P_FAKE_DIGEST           records the bundle digest "toy-digest-1"
 //                              (cq4p_bundle_digest)
 //   CQ4P_FAKE_BAD_DIGEST       records an empty bundle digest
+//   CQ4P_FAKE_VARIANTS=v       lists two code variants (cq4p_kernel_variants
+//                              of version v): "base", the exported table,
+//                              and "wide", a hidden copy that also needs
+//                              avx512vbmi (i8mm on AArch64)
 //
 // Every call is counted (cq4p_fake_calls, by op), as is every call outside
 // the range a kernel declared or outside the tensor (cq4p_fake_violations),
@@ -291,4 +295,25 @@ extern "C" __attribute__((visibility("default"))) const cq4p_kernel_table
 const cq4p_kernel_table cq4pFakeTable = {
     CQ4P_FAKE_ABI_VERSION, uint32_t(sizeof(kKernels) / sizeof(kKernels[0])),
     kKernels};
+#endif
+
+#ifdef CQ4P_FAKE_VARIANTS
+#if defined(__aarch64__)
+constexpr uint64_t kWideFeature = CQ4P_FEATURE_AARCH64_I8MM;
+#else
+constexpr uint64_t kWideFeature = CQ4P_FEATURE_X86_AVX512VBMI;
+#endif
+namespace {
+const cq4p_kernel_table kWideTable = {
+    CQ4P_FAKE_ABI_VERSION, uint32_t(sizeof(kKernels) / sizeof(kKernels[0])),
+    kKernels};
+const cq4p_kernel_variant kVariantList[] = {
+    {"base", kFeatures, &cq4pFakeTable, nullptr},
+    {"wide", kFeatures | kWideFeature, &kWideTable, nullptr},
+};
+} // namespace
+extern "C" __attribute__((visibility("default"))) const cq4p_kernel_variants
+    cq4pFakeVariants __asm__("cq4p_kernel_variants");
+const cq4p_kernel_variants cq4pFakeVariants = {CQ4P_FAKE_VARIANTS, 2,
+                                               kVariantList};
 #endif

@@ -298,6 +298,162 @@ TEST(KernelLibrary, RefusesAKernelNeedingAMissingFeature) {
   EXPECT_EQ(module.totalCalls(), 0);
 }
 
+// The variants of a default x86-64 host library, narrowest first, with the
+// bits cq4p-compile records for them.
+constexpr uint64_t kV3Bits = CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3 |
+                             CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2;
+constexpr uint64_t kV4Bits = kV3Bits | CQ4P_FEATURE_X86_64_V4 |
+                             CQ4P_FEATURE_X86_AVX512BW |
+                             CQ4P_FEATURE_X86_AVX512VNNI;
+const cq4p_kernel_variant kVariants[] = {
+    {"x86-64-v3", kV3Bits, nullptr, nullptr},
+    {"x86-64-v3+avxvnni", kV3Bits | CQ4P_FEATURE_X86_AVXVNNI, nullptr, nullptr},
+    {"x86-64-v4+avx512vnni", kV4Bits, nullptr, nullptr},
+};
+
+CpuFeatures x86(uint64_t features) {
+  CpuFeatures cpu;
+  cpu.arch = CpuArch::X86_64;
+  cpu.features = features;
+  return cpu;
+}
+
+TEST(KernelLibrary, ChoosesTheWidestVariantTheCpuRuns) {
+  struct Case {
+    uint64_t cpu;
+    size_t expected;
+  } cases[] = {
+      {kV3Bits, 0},                                   // Haswell .. Skylake
+      {kV3Bits | CQ4P_FEATURE_X86_AVXVNNI, 1},        // Alder Lake
+      {kV4Bits, 2},                                   // Ice Lake server
+      {kV4Bits | CQ4P_FEATURE_X86_AVXVNNI, 2},        // Sapphire Rapids
+      {kV4Bits | CQ4P_FEATURE_X86_AVX512VBMI, 2},     // Zen 4
+      // AVX-512 without VNNI (Skylake-X): v4's variant needs VNNI, skipped.
+      {kV4Bits & ~CQ4P_FEATURE_X86_AVX512VNNI, 0},
+  };
+  for (const Case &c : cases) {
+    size_t index = 99;
+    Status status = chooseVariant("lib.so", kVariants, 3, x86(c.cpu), "",
+                                  kHostLevelVariable, index);
+    ASSERT_TRUE(status) << status.message();
+    EXPECT_EQ(index, c.expected) << featureList(c.cpu);
+  }
+  // A feature bit this runtime does not know is one no CPU reports: the
+  // variant needing it is skipped, not chosen.
+  const cq4p_kernel_variant future[] = {
+      kVariants[0], {"x86-64-v5", kV4Bits | (uint64_t(1) << 40), nullptr, nullptr}};
+  size_t index = 99;
+  ASSERT_TRUE(chooseVariant("lib.so", future, 2, x86(~uint64_t(0) >> 24), "",
+                            kHostLevelVariable, index));
+  EXPECT_EQ(index, 0u);
+
+  EXPECT_REFUSED(chooseVariant("lib.so", kVariants, 3,
+                               x86(CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3),
+                               "", kHostLevelVariable, index),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "lib.so: none of its 3 code variants runs here: x86-64-v3 "
+                 "needs avx2, x86-64-v3; x86-64-v3+avxvnni needs avx2, "
+                 "x86-64-v3, avxvnni; x86-64-v4+avx512vnni needs avx2, ",
+                 ", which this CPU lacks (it has: ssse3, x86-64-v2)");
+  EXPECT_REFUSED(chooseVariant("lib.so", &kVariants[2], 1, x86(kV3Bits), "",
+                               kHostLevelVariable, index),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "lib.so: its x86-64-v4+avx512vnni code needs avx512bw, "
+                 "avx512vnni, x86-64-v4, which this CPU lacks (it has: ssse3, "
+                 "avx2, x86-64-v2, x86-64-v3)");
+}
+
+TEST(KernelLibrary, RunsTheVariantAskedForOrRefusesIt) {
+  size_t index = 99;
+  // A narrower variant than the widest, on a CPU that runs all three.
+  ASSERT_TRUE(chooseVariant("lib.so", kVariants, 3, x86(kV4Bits | CQ4P_FEATURE_X86_AVXVNNI),
+                            "x86-64-v3", kHostLevelVariable, index));
+  EXPECT_EQ(index, 0u);
+  ASSERT_TRUE(chooseVariant("lib.so", kVariants, 3, x86(kV4Bits | CQ4P_FEATURE_X86_AVXVNNI),
+                            "x86-64-v3+avxvnni", kHostLevelVariable, index));
+  EXPECT_EQ(index, 1u);
+  // One the CPU cannot run: refused, naming what it lacks.
+  EXPECT_REFUSED(chooseVariant("lib.so", kVariants, 3, x86(kV3Bits),
+                               "x86-64-v4+avx512vnni", kHostLevelVariable, index),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "CQ4P_HOST_LEVEL asks for the x86-64-v4+avx512vnni variant, "
+                 "which needs avx512bw, avx512vnni, x86-64-v4: this CPU lacks it");
+  // One the library does not hold.
+  EXPECT_REFUSED(chooseVariant("lib.so", kVariants, 3, x86(kV4Bits), "x86-64-v2",
+                               kHostLevelVariable, index),
+                 CQ4P_ERROR_ARGUMENT,
+                 "asks for the x86-64-v2 variant; the library has 3: x86-64-v3, "
+                 "x86-64-v3+avxvnni, x86-64-v4+avx512vnni");
+  // A library that records no variants refuses any level asked for.
+  std::unique_ptr<KernelLibrary> library;
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, everything(),
+                                     "x86-64-v3", "--test", library),
+                 CQ4P_ERROR_ARGUMENT,
+                 "--test asks for the x86-64-v3 variant; the library records "
+                 "no variants");
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_PATH, everything(), "",
+                                  "--test", library));
+  EXPECT_EQ(library->variant(), "");
+  EXPECT_EQ(library->variantCount(), 0u);
+}
+
+TEST(KernelLibrary, LoadsTheVariantItChoosesFromTheLibrarysTable) {
+#if defined(__aarch64__)
+  uint64_t wide = CQ4P_FEATURE_AARCH64_I8MM;
+  const char *wideName = "i8mm";
+#else
+  uint64_t wide = CQ4P_FEATURE_X86_AVX512VBMI;
+  const char *wideName = "avx512vbmi";
+#endif
+  std::unique_ptr<KernelLibrary> library;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, everything(),
+                                  "", "--test", library));
+  EXPECT_EQ(library->variant(), "wide");
+  EXPECT_EQ(library->variantCount(), 2u);
+  EXPECT_EQ(library->find(CQ4P_KERNEL_MATMUL, 100, 256, 32, false).size(), 2u);
+  // Without the wide variant's feature, the base one (the exported table).
+  CpuFeatures cpu = everything();
+  cpu.features &= ~wide;
+  ASSERT_TRUE(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, cpu, "",
+                                  "--test", library));
+  EXPECT_EQ(library->variant(), "base");
+  std::string lacking = std::string("--test asks for the wide variant, which "
+                                    "needs ") +
+                        wideName + ": this CPU lacks it";
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_PATH, cpu,
+                                     "wide", "--test", library),
+                 CQ4P_ERROR_UNSUPPORTED, lacking.c_str());
+  EXPECT_EQ(library, nullptr);
+  // A variant table of another version is refused before any is chosen.
+  EXPECT_REFUSED(KernelLibrary::open(CQ4P_FAKE_KERNELS_VARIANTS_V2_PATH,
+                                     everything(), "", "--test", library),
+                 CQ4P_ERROR_UNSUPPORTED,
+                 "cq4p_kernel_variants: version: expected 1 (this runtime's), "
+                 "found 2: a newer cq4p-compile built it");
+}
+
+TEST(KernelLibrary, TheSme2BackendRefusesALibraryOfOtherCode) {
+  // The fake library is this machine's code (host, or NEON on AArch64):
+  // as --sme2-library it is refused by name, not run as SME2.
+  std::unique_ptr<KernelLibrary> library;
+  Backend chosen = Backend::Auto;
+  EXPECT_REFUSED(KernelLibrary::openForBackend(
+                     Backend::Sme2, CQ4P_FAKE_KERNELS_PATH,
+                     CQ4P_FAKE_KERNELS_PATH, everything(), library, chosen),
+                 CQ4P_ERROR_ARGUMENT,
+                 CQ4P_FAKE_KERNELS_PATH ": not an SME2 library: its code "
+                 "targets ",
+                 "--target=aarch64-sme2");
+  EXPECT_EQ(library, nullptr);
+  // Auto declines it, saying why, and takes the other library.
+  std::string declined;
+  ASSERT_TRUE(KernelLibrary::openForBackend(Backend::Auto, CQ4P_FAKE_KERNELS_PATH,
+                                            CQ4P_FAKE_KERNELS_PATH, everything(),
+                                            library, chosen, &declined));
+  EXPECT_EQ(chosen, Backend::Neon);
+  EXPECT_TRUE(contains(declined, "not an SME2 library")) << declined;
+}
+
 TEST(KernelLibrary, Sme2LibraryNeedsSme2AndA512BitVectorLength) {
   std::unique_ptr<KernelLibrary> library;
   Status status = KernelLibrary::open(CQ4P_FAKE_KERNELS_SME2_PATH, library);

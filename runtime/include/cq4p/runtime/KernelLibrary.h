@@ -12,7 +12,12 @@
 //      finalisers, so that none of its code runs before the checks below;
 //   2. dlopen (RTLD_NOW | RTLD_LOCAL: every symbol resolved now, none leaked
 //      to other libraries) and the table symbol, whose size must hold a
-//      table;
+//      table. A library of several code variants (`cq4p_kernel_variants`,
+//      kernel_abi.h: an x86-64 host library holding each instruction set
+//      level's kernels) has its variant table checked like the table in 3
+//      and 4, and the variant chosen (chooseVariant: the widest this CPU
+//      runs, or the level CQ4P_HOST_LEVEL names) gives the table and model
+//      steps that 3 to 6 check;
 //   3. every pointer of the table before it is followed: the descriptor
 //      array and names inside the library's readable segments (names
 //      NUL-terminated there), entries inside its executable ones;
@@ -98,6 +103,20 @@ Status validateModelDesc(const std::string &path, const cq4p_model_desc &model);
 Status checkModelRunnable(const std::string &path,
                           const cq4p_model_desc &model, const CpuFeatures &cpu);
 
+/// The environment variable that forces a library's code variant: its value
+/// is a level name (x86-64-v3, ...); unset or empty, the widest runs.
+constexpr const char *kHostLevelVariable = "CQ4P_HOST_LEVEL";
+
+/// Which of `count` variants (narrowest first) runs on `cpu`: the one named
+/// `level` when it is not empty (refused when the library has none of that
+/// name or the CPU lacks a feature it needs; `origin` says in messages who
+/// asked for it), else the last one whose features the CPU has (refused,
+/// naming what each lacks, when there is none). `path` names the library.
+Status chooseVariant(const std::string &path,
+                     const cq4p_kernel_variant *variants, size_t count,
+                     const CpuFeatures &cpu, const std::string &level,
+                     const std::string &origin, size_t &index);
+
 /// "CQ4", "FP16", "FP32" ("kind N" when unknown).
 std::string bindingKindName(uint32_t kind);
 /// "f32", "f16" ("kv dtype N" when unknown).
@@ -126,8 +145,16 @@ public:
   /// Loads `path` and checks it against this CPU (detectCpuFeatures()).
   static Status open(const std::string &path,
                      std::unique_ptr<KernelLibrary> &out);
-  /// Loads `path` and checks it against the given CPU.
+  /// Loads `path` and checks it against the given CPU, with the variant
+  /// that CQ4P_HOST_LEVEL names when it is set.
   static Status open(const std::string &path, const CpuFeatures &cpu,
+                     std::unique_ptr<KernelLibrary> &out);
+  /// Loads `path` and checks it against the given CPU, with the variant
+  /// named `level` (empty: the widest the CPU runs). A level given to a
+  /// library that records no variants is refused. `origin` names who
+  /// asked for the level in messages.
+  static Status open(const std::string &path, const CpuFeatures &cpu,
+                     const std::string &level, const std::string &origin,
                      std::unique_ptr<KernelLibrary> &out);
 
   /// Opens the library of `backend`: `neonPath` for Neon, `sme2Path` for
@@ -158,6 +185,11 @@ public:
   /// (`cq4p_bundle_digest`, or else the model steps' digest), or "" when
   /// it records none.
   const std::string &bundleDigest() const { return bundleDigest_; }
+  /// The level of the code variant in use ("x86-64-v4+avx512vnni"), or ""
+  /// for a library that records no variants.
+  const std::string &variant() const { return variant_; }
+  /// How many variants the library holds (0: it records none).
+  size_t variantCount() const { return variantCount_; }
 
   /// The kernels of `op` for a tensor of the given shape, in table order.
   /// Quantize kernels are matched on K, the group size and the rotation
@@ -179,6 +211,8 @@ private:
   const cq4p_kernel_table *table_ = nullptr;
   const cq4p_model_desc *model_ = nullptr;
   std::string bundleDigest_;
+  std::string variant_;
+  size_t variantCount_ = 0;
 };
 
 } // namespace cq4p::runtime
