@@ -14,6 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ReadProbe.h"
+
 #include "cq4p/runtime/TensorFile.h"
 
 #include <algorithm>
@@ -37,27 +39,12 @@ struct Span {
   size_t bytes;
 };
 
-/// Sums 128-byte blocks with four independent 32-byte accumulators (the
-/// loop bench/host times beside each GEMV).
-__attribute__((target("avx2"))) uint64_t readAll(const Span *spans, size_t count) {
-  typedef long long v4i64 __attribute__((vector_size(32)));
-  v4i64 a = {0, 0, 0, 0}, b = a, c = a, d = a;
-  for (size_t s = 0; s < count; ++s) {
-    const uint8_t *data = spans[s].data;
-    for (size_t i = 0; i + 128 <= spans[s].bytes; i += 128) {
-      v4i64 x0, x1, x2, x3;
-      std::memcpy(&x0, data + i, 32);
-      std::memcpy(&x1, data + i + 32, 32);
-      std::memcpy(&x2, data + i + 64, 32);
-      std::memcpy(&x3, data + i + 96, 32);
-      a += x0;
-      b += x1;
-      c += x2;
-      d += x3;
-    }
-  }
-  v4i64 sum = a + b + c + d;
-  return uint64_t(sum[0] + sum[1] + sum[2] + sum[3]);
+/// readProbe over every span.
+uint64_t readAll(const Span *spans, size_t count) {
+  uint64_t sum = 0;
+  for (size_t s = 0; s < count; ++s)
+    sum += readProbe(spans[s].data, spans[s].bytes);
+  return sum;
 }
 
 /// `spans` cut into `parts` runs of nearly equal bytes.

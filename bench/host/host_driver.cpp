@@ -31,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LayerFiles.h"
+#include "ReadProbe.h"
 #include "ggml_baseline.h"
 
 #include "cq4p/runtime/KernelLibrary.h"
@@ -78,28 +79,6 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-/// Sums 64-byte lines with AVX2 loads, four independent accumulators: the
-/// read bandwidth a streaming kernel can hope for.
-__attribute__((target("avx2"))) uint64_t readProbe(const uint8_t *data,
-                                                   size_t bytes) {
-  typedef long long v4i64 __attribute__((vector_size(32)));
-  v4i64 a = {0, 0, 0, 0}, b = a, c = a, d = a;
-  size_t i = 0;
-  for (; i + 128 <= bytes; i += 128) {
-    v4i64 x0, x1, x2, x3;
-    std::memcpy(&x0, data + i, 32);
-    std::memcpy(&x1, data + i + 32, 32);
-    std::memcpy(&x2, data + i + 64, 32);
-    std::memcpy(&x3, data + i + 96, 32);
-    a += x0;
-    b += x1;
-    c += x2;
-    d += x3;
-  }
-  v4i64 s = a + b + c + d;
-  return uint64_t(s[0] + s[1] + s[2] + s[3]);
 }
 
 /// A layer file written once, then copied so that the copies are distinct
