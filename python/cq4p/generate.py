@@ -190,7 +190,14 @@ def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1
             tolerance = default_tolerance(model.info()["architecture"])
         if not (np.isfinite(tolerance) and tolerance >= 0):
             raise GenerateError(f"tolerance {tolerance}: expected a finite number >= 0")
-        rows = compare(model, oracle, prompt, steps)
+        try:
+            rows = compare(model, oracle, prompt, steps)
+        except native.NativeError as error:
+            # The runtime refuses to return logits that are not finite.
+            what = ("logits are not finite" if "non-finite" in str(error)
+                    else "step failed")
+            print(f"the compiled model's {what}: {error}: FAILED", file=out)
+            return False
     print(f"prompt: {len(prompt)} tokens; {steps} greedy steps (the oracle's tokens fed to "
           f"both)", file=out)
     print(f"{'step':>4} {'max|diff|/std':>13} {'oracle':>7} {'compiled':>8} {'margin':>7}",

@@ -451,7 +451,7 @@ class NativeModel:
         position 0; temperature <= 0 is greedy)."""
         prompt = check_ids("prompt", prompt)
         count = check_integer("new tokens", count, 0, MAX_NEW_TOKENS)
-        sampling = Sampling(*check_sampling(temperature, top_k, top_p, seed))
+        options = Sampling(*check_sampling(temperature, top_k, top_p, seed))
         context = self.info()["context"]
         if count > context + 1:
             raise ArgumentError(f"context overflow: {count} new tokens need more positions "
