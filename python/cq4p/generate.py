@@ -193,10 +193,12 @@ def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1
         try:
             rows = compare(model, oracle, prompt, steps)
         except native.NativeError as error:
-            # The runtime refuses to return logits that are not finite.
-            what = ("logits are not finite" if "non-finite" in str(error)
-                    else "step failed")
-            print(f"the compiled model's {what}: {error}: FAILED", file=out)
+            # The runtime refuses to return logits that are not finite: a
+            # failed check. Any other refusal (an id past the vocabulary)
+            # is the caller's error and goes up as it is.
+            if "non-finite" not in str(error):
+                raise
+            print(f"the compiled model's logits are not finite: {error}: FAILED", file=out)
             return False
     print(f"prompt: {len(prompt)} tokens; {steps} greedy steps (the oracle's tokens fed to "
           f"both)", file=out)

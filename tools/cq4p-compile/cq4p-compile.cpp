@@ -1154,9 +1154,34 @@ int compile() {
   // (outputFile among them): what the links need is copied first.
   const std::string output = outputFile;
   if (emitKind == "obj") {
-    std::vector<std::string> args = {"-r", "-o", output};
+    // The variants' objects as one relocatable object. lld cannot report a
+    // failed write (a device such as /dev/full ends in "LLVM ERROR"), so
+    // it links into a temporary, copied to -o here.
+    llvm::SmallString<128> linked;
+    if (std::error_code error = llvm::sys::fs::createTemporaryFile(
+            "cq4p-kernels-linked", "o", linked))
+      return cleanUp(fail("cannot create a temporary object file: " +
+                          error.message()));
+    temporaries.push_back(std::string(linked));
+    noteTemporary(temporaries.back());
+    std::vector<std::string> args = {"-r", "-o", temporaries.back()};
     args.insert(args.end(), objects.begin(), objects.end());
-    return cleanUp(runLinker(args, output));
+    if (int status = runLinker(args, output))
+      return cleanUp(status);
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> bytes =
+        llvm::MemoryBuffer::getFile(linked);
+    if (!bytes)
+      return cleanUp(fail("cannot read the linked object " + linked + ": " +
+                          bytes.getError().message()));
+    std::error_code error;
+    llvm::raw_fd_ostream out(output, error);
+    if (error)
+      return cleanUp(fail("cannot write " + output + ": " + error.message()));
+    out << (*bytes)->getBuffer();
+    out.close();
+    if (out.has_error())
+      return cleanUp(failWriting(out, output));
+    return cleanUp(0);
   }
 
   // The shared library, naming the system libraries it calls into.
