@@ -158,6 +158,11 @@ def parse_config(path, raw):
         raise ConvertError(f"{path}: invalid JSON: nesting deeper than {MAX_CONFIG_LEVELS} "
                            f"levels")
     _check_json_values(path, config)
+    architectures = config.get("architectures")
+    if architectures is not None and not (
+            isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        raise ConvertError(f"{path}: architectures: expected a list of class names, found "
+                           f"{json.dumps(architectures)[:80]}")
     return config
 
 

@@ -383,3 +383,15 @@ def test_force_replaces_only_a_bundle_or_an_empty_directory(tmp_path):
     cv.convert(str(model), str(empty), force=True, progress=io.StringIO())
     cv.convert(str(model), str(empty), force=True, progress=io.StringIO())  # a bundle now
     assert (empty / "manifest.json").exists()
+
+
+def test_config_architectures_must_be_a_list_of_names(tmp_path):
+    # Found by the config.json fuzzer: an `architectures` that is not a
+    # list of names passed the reader and broke the manifest writer.
+    from cq4p import convert as cv
+    for value in ("512", "\"LlamaForCausalLM\"", "[1, 2]", "{\"a\": 1}"):
+        raw = ("{\"model_type\": \"llama\", \"architectures\": %s}" % value).encode()
+        with pytest.raises(cv.ConvertError, match="architectures: expected a list of class names"):
+            cv.parse_config(str(tmp_path / "config.json"), raw)
+    assert cv.parse_config("c", b"{\"architectures\": [\"LlamaForCausalLM\"]}")["architectures"] \
+        == ["LlamaForCausalLM"]
