@@ -218,7 +218,29 @@ def _check(code, error, path=None):
         raise NativeError(code, error.value.decode("utf-8", "replace"), path)
 
 
-class NativeTensor:
+class _Handle:
+    """An object of the C API owned from Python: closed (by the C function
+    named `_CLOSE`) once, by close(), the with-block's end or collection."""
+
+    _CLOSE = None
+    _handle = None
+
+    def close(self):
+        if self._handle:
+            getattr(self._lib, self._CLOSE)(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class NativeTensor(_Handle):
     """A tensor file opened by the C++ reader (cq4p_tensor_open)."""
 
     def __init__(self, path):
@@ -244,19 +266,7 @@ class NativeTensor:
                                                ctypes.byref(size))
         return ctypes.string_at(address, size.value) if address else b""
 
-    def close(self):
-        if self._handle:
-            self._lib.cq4p_tensor_close(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
+    _CLOSE = "cq4p_tensor_close"
 
 
 def open_tensor(path):
@@ -371,7 +381,7 @@ def model_library():
     return lib
 
 
-class NativeModel:
+class NativeModel(_Handle):
     """A bundle bound to a model library compiled from its model.mlir
     (cq4p_model_open): a sequence with its KV cache, threads and position.
     Every refused call raises NativeError with the runtime's message."""
@@ -467,19 +477,7 @@ class NativeModel:
         values = {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
         return [int(t) for t in out[:stats.generated_tokens]], values
 
-    def close(self):
-        if self._handle:
-            self._lib.cq4p_model_close(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
+    _CLOSE = "cq4p_model_close"
 
 
 class TokenizerInfo(ctypes.Structure):
@@ -552,7 +550,7 @@ def _optional_path(path):
     return None if path is None else os.fsencode(str(path))
 
 
-class NativeTokenizer:
+class NativeTokenizer(_Handle):
     """The runtime's tokenizer (cq4p_tokenizer_*): a tokenizer.json with its
     configs, opened from a directory (a bundle) or from files."""
 
@@ -653,18 +651,10 @@ class NativeTokenizer:
             return text.raw[:length.value].decode("utf-8")
 
     def close(self):
+        # A model's tokenizer is the model's to close.
         if self._handle and self._owner is None:
             self._lib.cq4p_tokenizer_close(self._handle)
         self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings, add_special,
@@ -725,7 +715,7 @@ def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0
     return ids, "".join(pieces), _stats_dict(stats)
 
 
-class NativeChat:
+class NativeChat(_Handle):
     """A conversation through the C API (cq4p_chat_*): each send() prefills
     only the new turn after the previous one's KV cache."""
 
@@ -761,16 +751,4 @@ class NativeChat:
         self._lib.cq4p_chat_history(self._handle, _pointer(ids, ctypes.c_int64), count)
         return [int(i) for i in ids[:count]]
 
-    def close(self):
-        if self._handle:
-            self._lib.cq4p_chat_close(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
+    _CLOSE = "cq4p_chat_close"
