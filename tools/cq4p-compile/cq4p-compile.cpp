@@ -1168,19 +1168,8 @@ int compile() {
     args.insert(args.end(), objects.begin(), objects.end());
     if (int status = runLinker(args, output))
       return cleanUp(status);
-    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> bytes =
-        llvm::MemoryBuffer::getFile(linked);
-    if (!bytes)
-      return cleanUp(fail("cannot read the linked object " + linked + ": " +
-                          bytes.getError().message()));
-    std::error_code error;
-    llvm::raw_fd_ostream out(output, error);
-    if (error)
+    if (std::error_code error = llvm::sys::fs::copy_file(linked, output))
       return cleanUp(fail("cannot write " + output + ": " + error.message()));
-    out << (*bytes)->getBuffer();
-    out.close();
-    if (out.has_error())
-      return cleanUp(failWriting(out, output));
     return cleanUp(0);
   }
 
