@@ -2,6 +2,7 @@
 
 #include "cq4p/runtime/Model.h"
 
+#include "LargePages.h"
 #include "MappingGuard.h"
 
 #include <algorithm>
@@ -26,10 +27,14 @@ std::string tokens(int64_t count) {
 
 /// Zero-filled, page-aligned (so 64-byte aligned) memory the kernel
 /// provides lazily: a KV cache of gigabytes costs nothing until written.
+/// Mappings of 2 MiB and more are placed for large pages (LargePages.h): at a
+/// long context a decode step reads every layer's cached keys and values,
+/// row by row at the cache's row stride, and with 4 KiB pages nearly every
+/// row is a TLB miss. The memory still comes lazily, 2 MiB at a time.
 void *mapZeroed(uint64_t bytes) {
-  void *memory = ::mmap(nullptr, std::max<uint64_t>(bytes, 1),
-                        PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                        -1, 0);
+  void *memory = mapForLargePages(std::max<uint64_t>(bytes, 1),
+                                  PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1);
   return memory == MAP_FAILED ? nullptr : memory;
 }
 

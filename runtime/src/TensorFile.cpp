@@ -18,6 +18,7 @@
 
 #include "Sha256.h"
 
+#include "LargePages.h"
 #include "MappingGuard.h"
 #include "SafeOpen.h"
 #include "fp16.h"
@@ -590,60 +591,18 @@ Status TensorFile::verify() const {
   return status;
 }
 
-/// 2 MiB: the page size of a PMD mapping on x86-64 and of AArch64 with 4 KiB
-/// base pages.
-static constexpr uint64_t kLargePage = uint64_t(2) << 20;
-
-/// Whether tensor files are mapped for large pages (CQ4P_LARGE_PAGES=0 turns
-/// it off, to measure the difference).
-static bool largePagesWanted() {
-  static const bool wanted = [] {
-    const char *value = std::getenv("CQ4P_LARGE_PAGES");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return wanted;
-}
-
 /// Maps `size` bytes of `fd` read-only. A file of at least 2 MiB is placed at
 /// a 2 MiB-aligned address (file offset 0 then meets the PMD boundary the
-/// kernel needs) and advised MADV_HUGEPAGE, still the page cache's own pages,
-/// never a copy: where the file system keeps large folios (ext4 and xfs on
-/// Linux 6.16 and later, tmpfs with huge=) the panels are then read through
-/// 2 MiB TLB entries instead of 512 4 KiB ones, which a decode step, reading
-/// every weight once, feels in full. Pages already cached as small folios
-/// (a file written in small pieces) stay small until the cache drops them;
-/// a file read cold from disk under the advice comes in as large folios.
+/// kernel needs) and advised MADV_HUGEPAGE (LargePages.h), still the page
+/// cache's own pages, never a copy: where the file system keeps large folios
+/// (ext4 and xfs on Linux 6.16 and later, tmpfs with huge=) the panels are
+/// then read through 2 MiB TLB entries instead of 512 4 KiB ones, which a
+/// decode step, reading every weight once, feels in full. Pages already
+/// cached as small folios (a file written in small pieces) stay small until
+/// the cache drops them; a file read cold from disk under the advice comes in
+/// as large folios.
 static void *mapTensorBytes(int fd, uint64_t size) {
-  if (!largePagesWanted() || size < kLargePage)
-    return ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  uint64_t span = size + kLargePage;
-  void *reserved = ::mmap(nullptr, span, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (reserved == MAP_FAILED)
-    return ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  uintptr_t start = reinterpret_cast<uintptr_t>(reserved);
-  uintptr_t aligned = (start + kLargePage - 1) & ~uintptr_t(kLargePage - 1);
-  void *mapping = ::mmap(reinterpret_cast<void *>(aligned), size, PROT_READ,
-                         MAP_PRIVATE | MAP_FIXED, fd, 0);
-  if (mapping == MAP_FAILED) {
-    int error = errno;
-    ::munmap(reserved, span);
-    errno = error;
-    return MAP_FAILED;
-  }
-  // The reservation's head and tail around the file's pages go back.
-  if (aligned > start)
-    ::munmap(reserved, aligned - start);
-  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-  uintptr_t end = aligned + (size + page - 1) / page * page;
-  if (start + span > end)
-    ::munmap(reinterpret_cast<void *>(end), start + span - end);
-#ifdef MADV_HUGEPAGE
-  // Advice only: a kernel without transparent huge pages for files says
-  // EINVAL and the mapping stays as it is.
-  (void)::madvise(mapping, size, MADV_HUGEPAGE);
-#endif
-  return mapping;
+  return mapForLargePages(size, PROT_READ, MAP_PRIVATE, fd);
 }
 
 Status TensorFile::sha256(std::string &hex) const {
