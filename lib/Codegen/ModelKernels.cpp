@@ -774,6 +774,52 @@ FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
   });
 }
 
+FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
+                                                         WeightType w,
+                                                         bool single) {
+  MLIRContext *ctx = kernels.getContext();
+  int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
+  int64_t rows = single ? 1 : kDynamic;
+  KernelSpec spec;
+  spec.name = std::string(single ? "cq4p_gemv_residual_" : "cq4p_gemm_residual_") +
+              std::to_string(n) + "x" + std::to_string(k) + "_gs" +
+              std::to_string(w.getGroupSize());
+  spec.op = "matmul_residual";
+  spec.describeWeight(w);
+  Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
+  Type index = IndexType::get(ctx);
+  spec.params = {
+      {"weight.panels", panelsType(w)},
+      {"weight.norm_panels",
+       MemRefType::get({w.getNumSuperBlocks(), ng, CQ4P_PANEL_CHANNELS}, f32)},
+      {"weight.cb_i8", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8)},
+      {"act", MemRefType::get({rows, k}, i8)},
+      {"act_scales", MemRefType::get({rows, ng}, f32)},
+      {"residual", MemRefType::get({rows, n}, f32)},
+      {"y", MemRefType::get({rows, n}, f32)},
+      {"rows", index},
+      {"sb_begin", index},
+      {"sb_end", index}};
+  // The matmul over the range's super-blocks, then the residual added to
+  // just those channels while they are in cache: the separate add's pass
+  // over both rows and its dispatch are gone. The sum is the add kernel's
+  // (one fp32 addition, commutative), so the logits keep their bits.
+  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
+                                       ValueRange args) {
+    Value residual = args[5], y = args[6], rowCount = args[7],
+          sbBegin = args[8], sbEnd = args[9];
+    PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
+                          y, sbBegin, sbEnd);
+    Emitter e{b, loc};
+    forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
+                     [&](Emitter &e2, Value r, Value c) {
+                       e2.store(e2.add(e2.load(residual, {r, c}),
+                                       e2.load(y, {r, c})),
+                                y, {r, c});
+                     });
+  });
+}
+
 FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
                                                   int64_t width,
                                                   Type outElement) {

@@ -10,7 +10,7 @@
 // CHECK-LABEL: llvm.func internal @__cq4p_task_decode_0(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK: llvm.call @cq4p_embedding_256x128(
 // CHECK-LABEL: llvm.func internal @cq4p_step_decode(%{{.*}}: !llvm.ptr)
-// CHECK-COUNT-23: llvm.call %{{.*}} : !llvm.ptr, (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+// CHECK-COUNT-21: llvm.call %{{.*}} : !llvm.ptr, (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
 // CHECK-NOT: llvm.call
 // CHECK: llvm.return
 // CHECK-LABEL: llvm.func internal @cq4p_step_prefill(%{{.*}}: !llvm.ptr)

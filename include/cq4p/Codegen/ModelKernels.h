@@ -44,6 +44,12 @@ FlatSymbolRefAttr createShortConvKernel(KernelBuilder &kernels, int64_t h,
 /// sb_end). GEMV (one row) or GEMM.
 FlatSymbolRefAttr createBiasedMatmulKernel(KernelBuilder &kernels, WeightType w,
                                            Type biasElement, bool single);
+/// A linear's matmul with a residual added in the epilogue, over a range of
+/// super-blocks: (weight view, act, act_scales, residual, y, rows, sb_begin,
+/// sb_end); y = residual + x W^T, y not aliasing the residual. GEMV (one
+/// row) or GEMM.
+FlatSymbolRefAttr createResidualMatmulKernel(KernelBuilder &kernels,
+                                             WeightType w, bool single);
 /// (x, out, rows): fp32 rows stored as `outElement` (rounded to nearest).
 FlatSymbolRefAttr createConvertKernel(KernelBuilder &kernels, int64_t width,
                                       Type outElement);

@@ -9,7 +9,7 @@
 // With fuse-dense-mlp, the gate and up projections and their gating are one
 // dispatch over the super-blocks, after the one shared activation transform.
 // FUSED-LABEL: cq4p.step @decode
-// FUSED: cq4p.dispatch @cq4p_add_128
+// FUSED: cq4p.dispatch @cq4p_gemv_residual_128x128_gs128
 // FUSED-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // FUSED-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard {{.*}} pointers [#cq4p.place<binding, index = 7>, {{.*}}, #cq4p.place<workspace, offset = [[A:[0-9]+]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S:[0-9]+]], row_bytes = 4>]
 // FUSED-NEXT: cq4p.dispatch @cq4p_mlp_gemv_256x128_gs128_silu <range> work [0, 4] pointers [#cq4p.place<binding, index = 7>, #cq4p.place<binding, index = 8>, #cq4p.place<workspace, offset = [[A]], row_bytes = 128>, #cq4p.place<workspace, offset = [[S]], row_bytes = 4>, {{.*}}] scalars [rows, begin, end]
@@ -30,7 +30,8 @@
 // One llama-style layer. The decode step runs GEMVs, the prefill step
 // GEMMs and hands a single row to @decode; q, k and v (and gate, up) share
 // one activation transform; keys and values go straight into the KV cache;
-// the last row feeds the final norm and the lm_head, which writes the
+// the residual adds run in the o and down projections' epilogues; the last
+// row feeds the final norm and the lm_head, which writes the
 // logits; the graph function is gone.
 
 // The descriptor's facts: bindings in argument order, the workspace.
@@ -48,17 +49,15 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}} {{.*}} pointers [#cq4p.place<workspace, offset = [[K]], row_bytes = 256>, #cq4p.place<keys, row_bytes = 256, at_position>]
 // CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} <range> work [0, 2] pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position, context, begin, end]
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x128_gs128
-// CHECK-NEXT: cq4p.dispatch @cq4p_add_128
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_glu_silu_256
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_128x256_gs128
-// CHECK-NEXT: cq4p.dispatch @cq4p_add_128
-// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<workspace, row_bytes = 512, last_row>, #cq4p.place<binding, index = 10>, {{.*}}] scalars [rows] {single_row}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x256_gs128
+// CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<workspace, offset = {{[0-9]+}}, row_bytes = 512, last_row>, #cq4p.place<binding, index = 10>, {{.*}}] scalars [rows] {single_row}
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_orthogonal
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 11>, {{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
 // CHECK-NEXT: {{^  \}$}}

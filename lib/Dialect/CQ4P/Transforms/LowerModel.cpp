@@ -25,7 +25,15 @@
 // their producers straight into the layer's KV cache at the step's
 // position; the graph's result is the logits. Linears that read the same
 // value with the same activation transform (`cq4p.transform`) share one
-// quantization. The order of dispatches is the graph's order.
+// quantization. A linear whose only use is a residual add (`arith.addf`
+// with a value already in the workspace) adds it in the matmul's epilogue,
+// while the channels its range wrote are in cache:
+//
+//   %o = cq4p.linear %a, %wo : ...
+//   %h2 = arith.addf %h, %o : tensor<?x512xf32>
+//
+// is one `cq4p_gemm_residual_512x512_gs128` dispatch instead of a matmul
+// and a `cq4p_add_512` pass. The order of dispatches is the graph's order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -155,6 +163,10 @@ private:
   /// gate = linear(x), up = linear(x), glu(gate, up) as one dispatch, when
   /// `gate` is the gate of such a pattern.
   bool planDenseMlp(LinearOp gate, int64_t index);
+  /// The residual `linear`'s result is added to, when that add can run in
+  /// the matmul's epilogue (the result's only use, the residual already
+  /// computed in the workspace); null otherwise.
+  Value residualOf(LinearOp linear);
 
   /// The bound tensor an operand is (a @forward argument after ids and pos).
   FailureOr<int64_t> bindingOf(Operation *op, Value value, StringRef what) {
@@ -492,6 +504,29 @@ StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
   return q;
 }
 
+Value StepPlanner::residualOf(LinearOp linear) {
+  Value y = linear.getResult();
+  auto add = y.hasOneUse() ? dyn_cast<arith::AddFOp>(*y.getUsers().begin())
+                           : arith::AddFOp();
+  if (!add || add.getLhs() == add.getRhs() ||
+      add->getBlock() != linear->getBlock())
+    return Value();
+  auto type = dyn_cast<RankedTensorType>(add.getType());
+  if (!type || type.getRank() != 2 || !type.getElementType().isF32() ||
+      type.getDimSize(1) % 16 != 0 ||
+      type.getDimSize(1) != linear.getWeight().getType().getN())
+    return Value();
+  Value residual = add.getLhs() == y ? add.getRhs() : add.getLhs();
+  // Computed before the matmul, and somewhere the epilogue can read it.
+  Operation *producer = residual.getDefiningOp();
+  auto place = places.find(residual);
+  if ((producer && !producer->isBeforeInBlock(linear)) ||
+      place == places.end() || place->second.base != PlaceBase::workspace ||
+      singleRow(residual) != singleRow(y))
+    return Value();
+  return residual;
+}
+
 bool StepPlanner::planDenseMlp(LinearOp gate, int64_t index) {
   Value g = gate.getResult();
   auto glu = g.hasOneUse() ? dyn_cast<GluOp>(*g.getUsers().begin()) : GluOp();
@@ -546,6 +581,16 @@ LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
   Place weight = Place::binding(*binding);
 
   Quantized &q = quantize(linear, weight, refs[0], index);
+  if (Value residual = bias ? Value() : residualOf(linear)) {
+    auto add = cast<arith::AddFOp>(*linear.getResult().getUsers().begin());
+    Place y = placeResult(add.getResult(), index, {});
+    dispatch(createResidualMatmulKernel(kernels, w, single),
+             DispatchSplit::range, {0, w.getNumSuperBlocks()},
+             {weight, q.act, q.scales, places[residual], y},
+             {kRows, kBegin, kEnd}, singleRow(x));
+    fused.insert(add);
+    return success();
+  }
   Place y = placeResult(linear.getResult(), index, {});
   if (!bias) {
     dispatch(single ? refs[1] : refs[2], DispatchSplit::range, {0, w.getNumSuperBlocks()},
