@@ -354,10 +354,6 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
 
 
 QUANTIZERS = ("auto", "native", "numpy")
-# Orthogonal tensors at least this wide have their rotation made on a thread
-# (numpy's QR: ~20 s at K = 2048) and are converted after the others; smaller
-# ones (a fraction of a second) in checkpoint order.
-ROTATION_PREFETCH_MIN_K = 512
 
 
 def _use_native(quantizer, layout):
@@ -447,24 +443,6 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
         line += f" (K padded from {shape[1]})"
     return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
             "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
-
-
-def _prefetch_rotations(entries, seed, legacy, quantizer):
-    """With the native quantizer, starts making the orthogonal tensors'
-    rotations on threads (numpy's QR, without the GIL); the numbers of the
-    entries to convert last, once the others are done."""
-    if quantizer == "numpy" or legacy is not None:
-        return set()
-    from cq4p import native_quantize as nq
-    if not nq.available():
-        return set()
-    later = set()
-    for number, entry in enumerate(entries, 1):
-        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
-                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
-            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
-            later.add(number)
-    return later
 
 
 def _rate(parameters, seconds):
@@ -656,7 +634,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     skipped = [entry.name for entry in entries if entry.name not in wanted]
     entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
-    deferred_rotations = set()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     remove_stale_temporaries(out, progress)
@@ -671,11 +648,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
         started, total = time.perf_counter(), 0
         records = [None] * len(entries)
-        deferred = deferred_rotations = _prefetch_rotations(entries, seed, legacy, quantizer)
-
-        def one(number):
-            nonlocal total
-            entry = entries[number - 1]
+        for number, entry in enumerate(entries, 1):
             begin = time.perf_counter()
             try:
                 record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
@@ -688,23 +661,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             total += count
             print(f"[{number}/{len(entries)}] {entry.name}: {line}; "
                   f"{_rate(count, time.perf_counter() - begin)}", file=progress, flush=True)
-
-        # The orthogonal tensors go last, while their rotations are made; an
-        # error is still the first failing tensor's, in checkpoint order.
-        waiting = []
-        for number in range(1, len(entries) + 1):
-            if number in deferred:
-                waiting.append(number)
-                continue
-            try:
-                one(number)
-            except BaseException:
-                for earlier in waiting:
-                    if earlier < number:
-                        one(earlier)
-                raise
-        for number in waiting:
-            one(number)
         tensors = records
         print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
               f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
@@ -736,7 +692,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             signal.signal(signal.SIGTERM, previous_handler)
         global _NATIVE_BUFFERS
         _NATIVE_BUFFERS = None  # the memory goes with the conversion
-        if deferred_rotations:
-            from cq4p import native_quantize as nq
-            nq.forget_rotations()
+        if "cq4p.native_quantize" in sys.modules:
+            sys.modules["cq4p.native_quantize"].forget_rotations()
     return out
