@@ -24,6 +24,21 @@ writes the panel files when the library is built, else numpy's
 line ends with the tensor's parameters per second, and a last line gives
 the whole conversion's.
 
+The orthogonal tensors' K x K rotation: the format stores R (fp16) and
+asks only that it be orthogonal, so how it is made is this converter's
+choice, and the choice is a definition by operations, the same bits on any
+machine: Stewart's construction of a Haar matrix (R = H_0 H_1 ... H_{K-2} D,
+Householder reflections of Gaussian vectors of decreasing length), the
+Gaussians Irwin-Hall sums of 12 SplitMix64 uniforms keyed by the seed and
+K, every product, sum and quotient rounded on its own in a fixed order
+(`quantize.orthogonal_rotation` spells it out). The runtime makes it on
+every core (`cq4p_orthogonal_rotation`, runtime/src/OrthogonalRotation.cpp:
+0.2 s at K = 2048) and numpy makes the same float64 bits with elementwise
+operations only, no BLAS. Converters before this one took numpy's QR of a
+seeded Gaussian through the machine's LAPACK (17.6 s at K = 2048, and
+another BLAS could give other bits); their bundles stay valid, as every
+bundle carries its R.
+
 Everything written is checked by the readers that will read it: the
 config (copied into the manifest) as the runtime's JSON reader takes it
 (`parse_config`: no NaN or Infinity, no lone surrogate, no duplicate name,
@@ -329,14 +344,14 @@ def _dense_entry(directory, name, values, original_shape, reason=None):
     precision = fl.FP32 if overflow else fl.FP16
     stored = values if overflow else fp16
     stem = bd.logical_file(name)
-    fl.write_dense_file(os.path.join(directory, stem), stored.reshape(original_shape or (1,)),
-                        precision)
+    sha256 = fl.write_dense_file(os.path.join(directory, stem),
+                                 stored.reshape(original_shape or (1,)), precision)
     dtype = fl.PRECISION_NAMES[precision]
     shape = list(original_shape or (1,))
     note = reason or ("values outside the fp16 range" if overflow else None)
     line = f"{dtype} {'x'.join(map(str, shape))}" + (f" ({note})" if note else "")
     return {"name": name, "file": stem, "shape": shape, "original_shape": list(original_shape),
-            "dtype": dtype}, line
+            "dtype": dtype, "sha256": sha256}, line
 
 
 def _quantized(name, values, rotation, seed, input_scale, layout):
@@ -400,7 +415,8 @@ def _quantized_native(name, entry, rotation, seed, input_scale):
 
 
 def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto"):
-    """Writes one tensor's file; returns (manifest entry, progress text)."""
+    """Writes one tensor's file; returns (manifest entry with the sha256 of
+    the bytes written, progress text)."""
     name, shape = entry.name, entry.shape
     stem = bd.logical_file(name)
     if 0 in shape:
@@ -434,7 +450,7 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
                                f"model graph needs it as CQ4 panels") from None
         return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
                             f"not CQ4: {why}")
-    fl.WRITERS[layout](path, weight)
+    sha256 = fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
     stored = [weight.n, weight.k]
@@ -442,7 +458,8 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     if weight.k != shape[1]:
         line += f" (K padded from {shape[1]})"
     return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
-            "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
+            "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs,
+            "sha256": sha256}, line
 
 
 def _rate(parameters, seconds):
@@ -655,7 +672,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
                                               quantizer)
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
-            record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
             records[number - 1] = record
             count = int(np.prod(entry.shape))
             total += count
