@@ -33,7 +33,7 @@ Gaussians Irwin-Hall sums of 12 SplitMix64 uniforms keyed by the seed and
 K, every product, sum and quotient rounded on its own in a fixed order
 (`quantize.orthogonal_rotation` spells it out). The runtime makes it on
 every core (`cq4p_orthogonal_rotation`, runtime/src/OrthogonalRotation.cpp:
-0.2 s at K = 2048) and numpy makes the same float64 bits with elementwise
+1.5 to 2 s at K = 2048 on one loaded core) and numpy makes the same float64 bits with elementwise
 operations only, no BLAS. Converters before this one took numpy's QR of a
 seeded Gaussian through the machine's LAPACK (17.6 s at K = 2048, and
 another BLAS could give other bits); their bundles stay valid, as every
