@@ -24,6 +24,21 @@ writes the panel files when the library is built, else numpy's
 line ends with the tensor's parameters per second, and a last line gives
 the whole conversion's.
 
+The orthogonal tensors' K x K rotation: the format stores R (fp16) and
+asks only that it be orthogonal, so how it is made is this converter's
+choice, and the choice is a definition by operations, the same bits on any
+machine: Stewart's construction of a Haar matrix (R = H_0 H_1 ... H_{K-2} D,
+Householder reflections of Gaussian vectors of decreasing length), the
+Gaussians Irwin-Hall sums of 12 SplitMix64 uniforms keyed by the seed and
+K, every product, sum and quotient rounded on its own in a fixed order
+(`quantize.orthogonal_rotation` spells it out). The runtime makes it on
+every core (`cq4p_orthogonal_rotation`, runtime/src/OrthogonalRotation.cpp:
+1.5 to 2 s at K = 2048 on one loaded core) and numpy makes the same float64 bits with elementwise
+operations only, no BLAS. Converters before this one took numpy's QR of a
+seeded Gaussian through the machine's LAPACK (17.6 s at K = 2048, and
+another BLAS could give other bits); their bundles stay valid, as every
+bundle carries its R.
+
 Everything written is checked by the readers that will read it: the
 config (copied into the manifest) as the runtime's JSON reader takes it
 (`parse_config`: no NaN or Infinity, no lone surrogate, no duplicate name,
@@ -329,14 +344,14 @@ def _dense_entry(directory, name, values, original_shape, reason=None):
     precision = fl.FP32 if overflow else fl.FP16
     stored = values if overflow else fp16
     stem = bd.logical_file(name)
-    fl.write_dense_file(os.path.join(directory, stem), stored.reshape(original_shape or (1,)),
-                        precision)
+    sha256 = fl.write_dense_file(os.path.join(directory, stem),
+                                 stored.reshape(original_shape or (1,)), precision)
     dtype = fl.PRECISION_NAMES[precision]
     shape = list(original_shape or (1,))
     note = reason or ("values outside the fp16 range" if overflow else None)
     line = f"{dtype} {'x'.join(map(str, shape))}" + (f" ({note})" if note else "")
     return {"name": name, "file": stem, "shape": shape, "original_shape": list(original_shape),
-            "dtype": dtype}, line
+            "dtype": dtype, "sha256": sha256}, line
 
 
 def _quantized(name, values, rotation, seed, input_scale, layout):
@@ -354,10 +369,6 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
 
 
 QUANTIZERS = ("auto", "native", "numpy")
-# Orthogonal tensors at least this wide have their rotation made on a thread
-# (numpy's QR: ~20 s at K = 2048) and are converted after the others; smaller
-# ones (a fraction of a second) in checkpoint order.
-ROTATION_PREFETCH_MIN_K = 512
 
 
 def _use_native(quantizer, layout):
@@ -404,7 +415,8 @@ def _quantized_native(name, entry, rotation, seed, input_scale):
 
 
 def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto"):
-    """Writes one tensor's file; returns (manifest entry, progress text)."""
+    """Writes one tensor's file; returns (manifest entry with the sha256 of
+    the bytes written, progress text)."""
     name, shape = entry.name, entry.shape
     stem = bd.logical_file(name)
     if 0 in shape:
@@ -438,7 +450,7 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
                                f"model graph needs it as CQ4 panels") from None
         return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
                             f"not CQ4: {why}")
-    fl.WRITERS[layout](path, weight)
+    sha256 = fl.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
           else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
     stored = [weight.n, weight.k]
@@ -446,25 +458,8 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     if weight.k != shape[1]:
         line += f" (K padded from {shape[1]})"
     return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
-            "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs}, line
-
-
-def _prefetch_rotations(entries, seed, legacy, quantizer):
-    """With the native quantizer, starts making the orthogonal tensors'
-    rotations on threads (numpy's QR, without the GIL); the numbers of the
-    entries to convert last, once the others are done."""
-    if quantizer == "numpy" or legacy is not None:
-        return set()
-    from cq4p import native_quantize as nq
-    if not nq.available():
-        return set()
-    later = set()
-    for number, entry in enumerate(entries, 1):
-        if (len(entry.shape) == 2 and is_orthogonal_tensor(entry.name) and 0 not in entry.shape
-                and entry.shape[1] >= ROTATION_PREFETCH_MIN_K):
-            nq.prefetch_rotation(arch.padded(entry.shape[1]), seed)
-            later.add(number)
-    return later
+            "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs,
+            "sha256": sha256}, line
 
 
 def _rate(parameters, seconds):
@@ -656,7 +651,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     skipped = [entry.name for entry in entries if entry.name not in wanted]
     entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
-    deferred_rotations = set()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     remove_stale_temporaries(out, progress)
@@ -671,40 +665,18 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             print(f"{name}: skipped ({_skip_reason(spec, name)})", file=progress)
         started, total = time.perf_counter(), 0
         records = [None] * len(entries)
-        deferred = deferred_rotations = _prefetch_rotations(entries, seed, legacy, quantizer)
-
-        def one(number):
-            nonlocal total
-            entry = entries[number - 1]
+        for number, entry in enumerate(entries, 1):
             begin = time.perf_counter()
             try:
                 record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
                                               quantizer)
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
-            record["sha256"] = bd.file_sha256(fl.resolve(temporary, record["file"]))
             records[number - 1] = record
             count = int(np.prod(entry.shape))
             total += count
             print(f"[{number}/{len(entries)}] {entry.name}: {line}; "
                   f"{_rate(count, time.perf_counter() - begin)}", file=progress, flush=True)
-
-        # The orthogonal tensors go last, while their rotations are made; an
-        # error is still the first failing tensor's, in checkpoint order.
-        waiting = []
-        for number in range(1, len(entries) + 1):
-            if number in deferred:
-                waiting.append(number)
-                continue
-            try:
-                one(number)
-            except BaseException:
-                for earlier in waiting:
-                    if earlier < number:
-                        one(earlier)
-                raise
-        for number in waiting:
-            one(number)
         tensors = records
         print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
               f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
@@ -736,7 +708,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             signal.signal(signal.SIGTERM, previous_handler)
         global _NATIVE_BUFFERS
         _NATIVE_BUFFERS = None  # the memory goes with the conversion
-        if deferred_rotations:
-            from cq4p import native_quantize as nq
-            nq.forget_rotations()
+        if "cq4p.native_quantize" in sys.modules:
+            sys.modules["cq4p.native_quantize"].forget_rotations()
     return out

@@ -258,23 +258,30 @@ def _header(flags, dims, precision, data_bytes, scales_bytes, gs, ng, original_n
 
 def _write(path, header, regions, arrays, data_region, data):
     """Header, zero padding, scales regions, zero padding, data: exactly
-    data_offset + data_bytes bytes."""
+    data_offset + data_bytes bytes. Returns the sha256 (hex) of the bytes
+    written, hashed as they go out (the file is not read back)."""
     scales_offset = align_up(len(header), fmt.CQ4P_WRITER_ALIGNMENT)
     scales_bytes = regions[-1].offset + regions[-1].nbytes if regions else 0
     data_offset = align_up(scales_offset + scales_bytes, fmt.CQ4P_WRITER_ALIGNMENT)
+    digest = hashlib.sha256()
     with open(path, "wb") as out:
-        out.write(header)
+        def put(chunk):
+            out.write(chunk)
+            digest.update(chunk)
+
+        put(header)
         for region in regions:
             array = np.ascontiguousarray(arrays[region.name], dtype=region.dtype)
             if array.shape != region.shape:
                 raise ValueError(f"{region.name} has shape {array.shape}, expected {region.shape}")
-            out.write(bytes(scales_offset + region.offset - out.tell()))
-            out.write(array.tobytes())
-        out.write(bytes(data_offset - out.tell()))
+            put(bytes(scales_offset + region.offset - out.tell()))
+            put(memoryview(array).cast("B"))
+        put(bytes(data_offset - out.tell()))
         block = np.ascontiguousarray(data, dtype=data_region.dtype)
         if block.size * block.itemsize != data_region.nbytes:
             raise ValueError(f"data has {block.nbytes} bytes, expected {data_region.nbytes}")
-        out.write(memoryview(block).cast("B"))
+        put(memoryview(block).cast("B"))
+    return digest.hexdigest()
 
 
 def _cq_header_and_write(path, layout, qw, gs, ng, regions_arrays, data):
@@ -288,7 +295,7 @@ def _cq_header_and_write(path, layout, qw, gs, ng, regions_arrays, data):
     regions, scales_bytes = scales_layout(layout, orthogonal, n, k, gs, ng)
     data_region = data_layout(layout, n, k, gs, ng)
     header = _header(flags, (n, k), CQ4, data_region.nbytes, scales_bytes, gs, ng, n)
-    _write(path, header, regions, regions_arrays, data_region, data)
+    return _write(path, header, regions, regions_arrays, data_region, data)
 
 
 def _common_arrays(qw):
@@ -327,7 +334,8 @@ def interleaved_refusal(qw_rotation, n, k, gs):
 
 
 def write_panel_file(path, qw):
-    """A packed-panel file (flag PACKED_PANELS) of the stored values `qw`."""
+    """A packed-panel file (flag PACKED_PANELS) of the stored values `qw`;
+    returns its sha256 (hex), as every writer here does."""
     refusal = panel_refusal(qw.rotation, qw.k, qw.group_size)
     if refusal:
         raise ValueError(f"{path}: cannot write panels: {refusal}")
@@ -341,7 +349,7 @@ def write_panel_file(path, qw):
                                                       qw.group_size, gs)
     arrays = _common_arrays(qw)
     arrays.update(norms=norms, norm_panels=norm_panels)
-    _cq_header_and_write(path, PANELS, qw, gs, qw.k // gs, arrays, panels)
+    return _cq_header_and_write(path, PANELS, qw, gs, qw.k // gs, arrays, panels)
 
 
 def row_major_refusal(qw_rotation, k, gs):
@@ -362,7 +370,7 @@ def write_row_major_file(path, qw):
         raise ValueError(f"{path}: cannot write a row-major file: {refusal}")
     arrays = _common_arrays(qw)
     arrays["norms"] = qw.norms
-    _cq_header_and_write(path, ROW_MAJOR, qw, qw.group_size, qw.num_groups, arrays,
+    return _cq_header_and_write(path, ROW_MAJOR, qw, qw.group_size, qw.num_groups, arrays,
                          pack_row_major(qw.indices))
 
 
@@ -373,7 +381,7 @@ def write_interleaved_file(path, qw):
         raise ValueError(f"{path}: cannot write an interleaved file: {refusal}")
     arrays = _common_arrays(qw)
     arrays["norms"] = interleave_norms(np.asarray(qw.norms))
-    _cq_header_and_write(path, INTERLEAVED, qw, qw.group_size, qw.num_groups, arrays,
+    return _cq_header_and_write(path, INTERLEAVED, qw, qw.group_size, qw.num_groups, arrays,
                          pack_interleaved(qw.indices, qw.group_size))
 
 
@@ -389,7 +397,7 @@ def write_dense_file(path, array, precision):
         raise ValueError(f"{path}: cannot store shape {array.shape}")
     region = data_layout(DENSE, 0, 0, 0, 0, dims, precision)
     header = _header(0, dims, precision, region.nbytes, 0, 0, 0, dims[0])
-    _write(path, header, [], {}, region, array.reshape(dims))
+    return _write(path, header, [], {}, region, array.reshape(dims))
 
 
 # --- reader ------------------------------------------------------------------

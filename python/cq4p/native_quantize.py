@@ -7,15 +7,14 @@ implementation's (`cq4p.quantize`) floating-point operations in its order,
 so the files are byte for byte the ones `cq4p.files.write_panel_file` writes
 from `quantize_hadamard` / `quantize_orthogonal`. numpy still makes what is
 cheap and shared: the codebook, the Hadamard signs and permutation, the input
-scales, the fp16 norms and the orthogonal K x K rotation (numpy's seeded
-Gaussian and LAPACK's QR, kept in numpy so that it stays the same matrix).
+scales and the fp16 norms. The orthogonal K x K rotation is the runtime's
+`cq4p_orthogonal_rotation` (runtime/src/OrthogonalRotation.cpp), the bits
+of `quantize.orthogonal_rotation` made natively on every core.
 """
 
-import concurrent.futures
 import ctypes
 import functools
 import os
-import threading
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from cq4p import quantize as qz
 from cq4p import safetensors as st
 
 THREADS_VARIABLE = "CQ4P_CONVERT_THREADS"
+MAX_ROTATION_K = 1 << 16  # the runtime's bound (K x K float64)
 
 
 class NativeQuantizeError(ValueError):
@@ -50,6 +50,15 @@ def _functions():
     return hadamard, orthogonal
 
 
+@functools.lru_cache(maxsize=None)
+def _rotation_function():
+    rotation = native.library().cq4p_orthogonal_rotation
+    rotation.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int,
+                         ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_size_t]
+    rotation.restype = ctypes.c_int
+    return rotation
+
+
 def available():
     """True when the runtime library is built and has the quantizer."""
     try:
@@ -66,41 +75,36 @@ def default_threads():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-# (K, seed) -> a Future of numpy's K x K rotation, made on a thread while the
-# Hadamard tensors are quantized (LAPACK's QR runs without the GIL).
-_ROTATIONS = {}
-_ROTATIONS_LOCK = threading.Lock()
+def orthogonal_rotation(k, seed, threads=None):
+    """`quantize.orthogonal_rotation(k, seed)`, made by the runtime (float64 [k, k])."""
+    if not 1 <= int(k) <= MAX_ROTATION_K:
+        raise NativeQuantizeError(f"orthogonal rotation: K = {k}, expected 1 to "
+                                  f"{MAX_ROTATION_K}")
+    rotation = np.empty((int(k), int(k)), dtype=np.float64)
+    _call(_rotation_function(), int(k), int(seed) % (1 << 64), threads or default_threads(),
+          _ptr(rotation, ctypes.c_double))
+    return rotation
 
 
-def prefetch_rotation(k, seed):
-    """Starts making orthogonal_rotation(k, seed) on a thread; returns its Future."""
+# (K, seed) -> (fp16 R as stored, the same as float32): the embedding and
+# the lm_head of a model share one.
+_STORED_ROTATIONS = {}
+
+
+def _stored_rotation(k, seed, threads):
     key = (int(k), int(seed))
-    with _ROTATIONS_LOCK:
-        if key not in _ROTATIONS:
-            future = concurrent.futures.Future()
-
-            def make():
-                try:
-                    future.set_result(qz.orthogonal_rotation(*key))
-                except BaseException as error:  # handed to whoever waits
-                    future.set_exception(error)
-
-            threading.Thread(target=make, name=f"cq4p-rotation-{k}", daemon=True).start()
-            _ROTATIONS[key] = future
-        return _ROTATIONS[key]
+    if key not in _STORED_ROTATIONS:
+        rotation16 = orthogonal_rotation(k, seed, threads).astype(np.float16)
+        rotation32 = rotation16.astype(np.float32)
+        rotation16.flags.writeable = rotation32.flags.writeable = False
+        _STORED_ROTATIONS.clear()
+        _STORED_ROTATIONS[key] = rotation16, rotation32
+    return _STORED_ROTATIONS[key]
 
 
 def forget_rotations():
-    """Drops the prefetched rotations (a conversion's end)."""
-    with _ROTATIONS_LOCK:
-        _ROTATIONS.clear()
-
-
-def _rotation(k, seed):
-    future = _ROTATIONS.get((int(k), int(seed)))
-    if future is not None:
-        return future.result()
-    return qz.orthogonal_rotation(k, seed)
+    """Drops the kept rotation (a conversion's end)."""
+    _STORED_ROTATIONS.clear()
 
 
 # The checkpoint dtypes the runtime reads (enum cq4p_source_dtype).
@@ -223,7 +227,7 @@ def quantize_hadamard_panels(w, gs=128, seed=0, input_scale=None, prescale=True,
 def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threads=None,
                                source_dtype=None, buffers=None):
     """`quantize.quantize_orthogonal`, its panels (virtual 128-wide groups)
-    encoded (`weight.packed`), natively; the rotation is numpy's. w as for
+    encoded (`weight.packed`), natively, the rotation too. w as for
     `quantize_hadamard_panels`."""
     w, dtype = _source(w, source_dtype)
     n, k_true = w.shape
@@ -233,8 +237,7 @@ def quantize_orthogonal_panels(w, seed=0, input_scale=None, k_padded=None, threa
     s16, isr = qz.stored_input_scales(k, qz._pad_scale(input_scale, k_true, k))
     scale = np.ascontiguousarray(s16.astype(np.float64))
     levels = qz.lloyd_max_codebook(k)
-    rotation16 = _rotation(k, seed).astype(np.float16)
-    rot32 = np.ascontiguousarray(rotation16.astype(np.float32))
+    rotation16, rot32 = _stored_rotation(k, seed, threads or default_threads())
     codebook, _ = qz._store_codebook_and_norms(levels, np.ones((1, 1)), False, "orthogonal")
     bounds, canonical, cb_scale = _index_tables(levels, codebook)
     panel_gs = fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP

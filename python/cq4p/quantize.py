@@ -139,7 +139,7 @@ def nearest_level(values, levels):
 # --- rotations ---------------------------------------------------------------
 
 def rotation_rng(seed, dim):
-    """The generator of the rotation for dimension `dim` (gs or K)."""
+    """The generator of the Hadamard components of group size `dim`."""
     return np.random.default_rng(seed + 17 * dim)
 
 
@@ -171,20 +171,102 @@ def hadamard_rotation(left, right, permutation, dtype=np.float64):
     return scaled[:, permutation.astype(np.intp)] * dtype(1.0 / math.sqrt(gs))
 
 
+# The orthogonal rotation is defined by its operations, so that every
+# machine makes the same bits (the format stores R; how it is made is the
+# converter's choice). runtime/src/OrthogonalRotation.cpp spells out the
+# definition and makes it natively; this is the same definition in numpy's
+# elementwise operations, each rounded on its own (no BLAS, whose summation
+# order depends on the library), and sums written as `np.add.accumulate`,
+# which is sequential by definition.
+_SPLITMIX_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_SPLITMIX_MULTIPLIERS = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+_UNIFORMS_PER_GAUSSIAN = 12
+# Columns rotated at a time (any width gives the same bits; this one keeps
+# the working set in cache).
+_ROTATION_PANEL = 64
+
+
+def _splitmix_mix(z):
+    """The SplitMix64 finalizer of a uint64 array (wrapping arithmetic)."""
+    z = z ^ (z >> np.uint64(30))
+    z = z * _SPLITMIX_MULTIPLIERS[0]
+    z = z ^ (z >> np.uint64(27))
+    z = z * _SPLITMIX_MULTIPLIERS[1]
+    return z ^ (z >> np.uint64(31))
+
+
+def rotation_key(seed, k):
+    """The generator key of the rotation of width k: mix(mix(seed) ^ k)."""
+    seed = np.array([int(seed) % (1 << 64)], dtype=np.uint64)
+    return _splitmix_mix(_splitmix_mix(seed) ^ np.uint64(k))[0]
+
+
+def rotation_gaussians(key, first, count):
+    """Gaussians first..first+count-1 of a key: each the sum, left to right,
+    of 12 uniforms (bits >> 11) * 2^-53 of SplitMix64 outputs
+    mix(key + (n + 1) * gamma), n = 12 t + l, minus 6 (Irwin-Hall: mean 0,
+    variance 1)."""
+    t = np.uint64(first) + np.arange(count, dtype=np.uint64)
+    n = (t * np.uint64(_UNIFORMS_PER_GAUSSIAN))[:, None] + \
+        np.arange(_UNIFORMS_PER_GAUSSIAN, dtype=np.uint64)[None, :]
+    bits = _splitmix_mix(key + (n + np.uint64(1)) * _SPLITMIX_GAMMA)
+    uniforms = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    total = uniforms[:, 0].copy()
+    for column in range(1, _UNIFORMS_PER_GAUSSIAN):
+        total = total + uniforms[:, column]
+    return total - 6.0
+
+
+def _reflection(key, k, j):
+    """(u_j, beta_j, d_j): Householder vector j (acting on coordinates
+    j..k-1) made from Gaussian vector x_j, and the column sign d_j."""
+    x = rotation_gaussians(key, j * k - j * (j - 1) // 2, k - j)
+    norm = np.sqrt(np.add.accumulate(x * x)[-1])
+    s = 1.0 if x[0] >= 0 else -1.0
+    u = x.copy()
+    u[0] = x[0] + s * norm
+    beta = norm * (norm + abs(x[0]))
+    return u, beta, -s
+
+
 @functools.lru_cache(maxsize=4)
 def _orthogonal_rotation(k, seed):
-    gaussian = rotation_rng(seed, k).standard_normal((k, k))
-    q, r = np.linalg.qr(gaussian)
-    signs = np.where(np.diag(r) < 0, -1.0, 1.0)
-    q = q * signs[None, :]
-    q.flags.writeable = False
-    return q
+    key = rotation_key(seed, k)
+    reflections = [_reflection(key, k, j) for j in range(k)]
+    rotation = np.empty((k, k))
+    for c0 in range(0, k, _ROTATION_PANEL):
+        c1 = min(k, c0 + _ROTATION_PANEL)
+        y = np.zeros((k, c1 - c0))
+        y[np.arange(c0, c1), np.arange(c1 - c0)] = 1.0
+        for j in range(min(c1 - 1, k - 2), -1, -1):
+            u, beta, _ = reflections[j]
+            if beta == 0:
+                continue
+            block = y[j:, max(j - c0, 0):]  # the panel's columns c >= j
+            products = block * u[:, None]
+            w = np.add.accumulate(products, axis=0, out=products)[-1] / beta
+            block -= u[:, None] * w[None, :]
+        rotation[:, c0:c1] = y
+    rotation *= np.array([d for _, _, d in reflections])[None, :]
+    rotation.flags.writeable = False
+    return rotation
 
 
 def orthogonal_rotation(k, seed):
-    """A random K x K orthogonal matrix (float64): Q of the QR decomposition
-    of a Gaussian matrix, with the signs fixed so that R's diagonal is
-    positive (which makes Q Haar-distributed)."""
+    """The converter's K x K orthogonal rotation (float64), R[i][c]: Haar
+    distributed in exact arithmetic, and the same bits on every machine.
+
+    Stewart's construction: R = H_0 H_1 ... H_{K-2} D, H_j = I - u_j u_j^T /
+    beta_j on coordinates j..K-1, from Gaussian vectors x_j of length K - j
+    (u_j = x_j with x_0 + s |x_j| first, s = sign(x_0), beta_j = |x_j|
+    (|x_j| + |x_0|), D = diag(-s_j)); that is the Q of the QR decomposition
+    of a Gaussian matrix with R's diagonal positive. The Gaussians are
+    Irwin-Hall sums of SplitMix64 uniforms keyed by the seed and K
+    (`rotation_gaussians`). Column c is d_c H_0 ... H_min(c, K-2) e_c, each
+    reflection's dot product summed row by row from +0, then
+    y - (dot / beta) * u: every operation rounded on its own. The runtime's
+    cq4p_orthogonal_rotation (runtime/src/OrthogonalRotation.cpp) makes the
+    same bits natively."""
     return np.array(_orthogonal_rotation(int(k), int(seed)))
 
 

@@ -67,11 +67,87 @@ def test_rotations_are_seeded():
     assert all(np.array_equal(x, y) for x, y in zip(a, qz.hadamard_components(128, 1)))
     assert not np.array_equal(a[2], qz.hadamard_components(128, 2)[2])
     r = qz.orthogonal_rotation(64, 1)
-    assert np.allclose(r @ r.T, np.eye(64), atol=1e-12)
-    assert np.array_equal(r, qz.orthogonal_rotation(64, 1))
-    # The sign fix: Q's columns are oriented so that R's diagonal is positive.
-    gaussian = np.random.default_rng(1 + 17 * 64).standard_normal((64, 64))
-    assert np.all(np.diag(r.T @ gaussian) > 0)
+    assert np.array_equal(r.view(np.uint64), qz.orthogonal_rotation(64, 1).view(np.uint64))
+    assert not np.array_equal(r, qz.orthogonal_rotation(64, 2))
+    assert not np.array_equal(r[:10, :10], qz.orthogonal_rotation(65, 1)[:10, :10])
+
+
+def _splitmix64(state, count):
+    """The SplitMix64 reference generator, on Python integers."""
+    mask, out = (1 << 64) - 1, []
+    for _ in range(count):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def test_the_rotation_generator_is_splitmix64():
+    # The reference generator's published first outputs for the state 1234567.
+    published = [6457827717110365317, 3203168211198807973, 9817491932198370423,
+                 4593380528125082431, 16408922859458223821]
+    assert _splitmix64(1234567, 5) == published
+    counters = np.arange(1, 6, dtype=np.uint64)
+    assert qz._splitmix_mix(np.uint64(1234567) + counters * qz._SPLITMIX_GAMMA).tolist() == \
+        published
+    # The key, then Gaussian t = the sum of uniforms 12t..12t+11 (left to right) - 6.
+    def mix(z):  # the generator's output for the state z - gamma
+        return _splitmix64((z - 0x9E3779B97F4A7C15) % (1 << 64), 1)[0]
+
+    key = int(qz.rotation_key(5, 96))
+    assert key == mix(mix(5) ^ 96)
+    bits = _splitmix64(key, 12 * 7)
+    expected = []
+    for t in range(7):
+        total = 0.0
+        for n, value in enumerate(bits[12 * t:12 * t + 12]):
+            uniform = (value >> 11) * 2.0 ** -53
+            total = uniform if n == 0 else total + uniform
+        expected.append(total - 6.0)
+    assert qz.rotation_gaussians(np.uint64(key), 0, 7).tolist() == expected
+    assert qz.rotation_gaussians(np.uint64(key), 3, 4).tolist() == expected[3:]
+
+
+def test_orthogonal_rotation_is_its_product_of_reflections():
+    # R = H_0 H_1 ... H_{K-2} D, multiplied out densely here (BLAS, any order).
+    k = 70
+    key = qz.rotation_key(4, k)
+    product = np.eye(k)
+    signs = []
+    for j in range(k):
+        u, beta, sign = qz._reflection(key, k, j)
+        signs.append(sign)
+        if j <= k - 2:
+            h = np.eye(k)
+            h[j:, j:] -= np.outer(u, u) / beta
+            product = product @ h
+        # the reflection maps x_j to -s |x_j| e_0 (x_j is u_j with x_0 back)
+        x = qz.rotation_gaussians(key, j * k - j * (j - 1) // 2, k - j)
+        assert np.isclose(u[0] - x[0], -sign * np.linalg.norm(x), rtol=1e-14)
+    r = qz.orthogonal_rotation(k, 4)
+    assert np.allclose(r, product * np.array(signs)[None, :], rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 64, 200])
+def test_orthogonal_rotation_is_orthogonal_before_and_after_fp16(k):
+    r = qz.orthogonal_rotation(k, 9)
+    assert np.abs(r.T @ r - np.eye(k)).max() < 1e-14 * max(k, 8)
+    stored = r.astype(np.float16).astype(np.float64)
+    # fp16 rounding moves each entry by at most 2^-11 of its size
+    assert np.abs(stored.T @ stored - np.eye(k)).max() < 2.0 ** -9
+
+
+def test_orthogonal_rotation_looks_haar_distributed():
+    # sqrt(K) R[i][c] of a Haar matrix is nearly N(0, 1): moments of 262144 entries.
+    k = 512
+    z = qz.orthogonal_rotation(k, 0).ravel() * math.sqrt(k)
+    assert abs(np.mean(z)) < 0.01
+    assert abs(np.mean(z * z) - 1) < 1e-12  # exactly, up to rounding: unit columns
+    assert abs(np.mean(z ** 4) - 3 * k / (k + 2)) < 0.05
+    assert abs(np.mean(z ** 3)) < 0.03
+    assert np.count_nonzero(z) == z.size
 
 
 def test_input_scale_from_statistics():

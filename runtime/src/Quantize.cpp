@@ -28,6 +28,7 @@
 
 #include "cq4p/cq4p.h"
 
+#include "QuantizeIsa.h"
 #include "fp16.h"
 
 #include <algorithm>
@@ -299,19 +300,7 @@ void rotateStripGeneric(const float *u, size_t rows, size_t k, const float *stri
 }
 
 #ifdef CQ4P_QUANTIZE_X86
-// $CQ4P_QUANTIZE_ISA = generic | avx2 caps the kernels used (tests run every
-// path on one machine; all give the same bits).
-int isaCap() {
-  static const int cap = [] {
-    const char *value = std::getenv("CQ4P_QUANTIZE_ISA");
-    if (value && std::strcmp(value, "generic") == 0)
-      return 0;
-    if (value && std::strcmp(value, "avx2") == 0)
-      return 1;
-    return 2;
-  }();
-  return cap;
-}
+using cq4p::quantize::isaCap;
 
 bool hasAvx2Fma() {
   static const bool yes =

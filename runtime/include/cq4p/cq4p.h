@@ -180,6 +180,13 @@ CQ4P_API int cq4p_quantize_orthogonal_panels(
     const double *scale, const float *rotation, const double *bounds,
     const uint8_t *canonical, int threads, uint8_t *panels_out,
     double *norms_out, char *error, size_t error_size);
+/* The converter's K x K orthogonal rotation for a seed (runtime/src/
+ * OrthogonalRotation.cpp defines it by its operations: the same bits on any
+ * machine and thread count): rotation_out [k][k] float64, R[i][c]; K from 1
+ * to 65536. threads <= 0: one per CPU. */
+CQ4P_API int cq4p_orthogonal_rotation(uint64_t k, uint64_t seed, int threads,
+                                      double *rotation_out, char *error,
+                                      size_t error_size);
 
 /* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
  * the steps of a model library compiled from its model.mlir.
