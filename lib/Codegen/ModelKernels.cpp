@@ -5,7 +5,9 @@
 // and lowered by the same upstream passes for every target (so NEON and
 // SME2 libraries run the same instructions here and agree bit for bit).
 // Rows are independent, so the steps split them across threads; the
-// attention splits its heads.
+// attention splits its heads. The attention kernel is one cq4p.attention
+// over the KV cache, which each target lowers (SME2 prefill as FMOPA
+// tiles); its vector lowering, emitVectorAttention, lives here.
 //
 // Vectors are 16 fp32 lanes (one zmm, four q registers). Sums are kept in
 // 16 lanes and folded by halves (16 -> 8 -> 4 -> 2 -> 1), an order that
@@ -348,6 +350,110 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
       [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
 }
 
+void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
+                                      Value keys, Value values, Value out,
+                                      Value position, Value headBegin,
+                                      Value headEnd, int64_t heads,
+                                      int64_t kvHeads, int64_t d,
+                                      int64_t window, float scale) {
+  int64_t chunks = d / kLanes;
+  int64_t group = heads / kvHeads;
+  // Keys are visited in tiles of kLanes: their scores fill one vector, so
+  // the softmax's exponentials and its running max and sum are vector ops
+  // and the online rescale happens once per tile (a flash-attention decode).
+  Value rows = memref::DimOp::create(b, loc, q, 0);
+  Emitter e{b, loc};
+  if (!position)
+    position = e.index(0);
+  auto laneType = VectorType::get({kLanes}, b.getI32Type());
+  SmallVector<int32_t> laneNumbers;
+  for (int32_t i = 0; i < kLanes; ++i)
+    laneNumbers.push_back(i);
+  Value lanes = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(laneType, ArrayRef<int32_t>(laneNumbers)));
+  float lowest = -std::numeric_limits<float>::infinity();
+  e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    Emitter e1{b1, l1};
+    Value p = e1.addi(position, r);
+    Value end = e1.addi(p, e1.index(1));
+    Value first = e1.index(0);
+    if (window > 0) {
+      // Keys j > p - window: from max(0, p + 1 - window).
+      Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
+      first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
+    }
+    e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
+      Emitter e2{b2, l2};
+      Value qBase = e2.muli(h, e2.index(d));
+      Value kvBase = e2.muli(arith::DivUIOp::create(b2, l2, h, e2.index(group)),
+                             e2.index(d));
+      SmallVector<Value> qv;
+      for (int64_t c = 0; c < chunks; ++c)
+        qv.push_back(e2.load(q, {r, e2.addi(qBase, e2.index(c * kLanes))}));
+      SmallVector<Value> init = {e2.f32c(lowest), e2.f32c(0.0f)};
+      for (int64_t c = 0; c < chunks; ++c)
+        init.push_back(e2.splatc(0.0f));
+      auto tiles = scf::ForOp::create(
+          b2, l2, first, end, e2.index(kLanes), init,
+          [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
+            Emitter e3{b3, l3};
+            // Lanes past the last key are masked: their key row is
+            // clamped to the tile's first (in bounds), their weight is 0.
+            Value remaining = arith::IndexCastOp::create(
+                b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
+            Value valid = arith::CmpIOp::create(
+                b3, l3, arith::CmpIPredicate::slt, lanes,
+                vector::BroadcastOp::create(b3, l3, laneType, remaining));
+            SmallVector<Value> keyRows;
+            Value scores = e3.splatc(lowest);
+            for (int64_t i = 0; i < kLanes; ++i) {
+              Value j = e3.addi(t, e3.index(i));
+              Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
+              j = arith::SelectOp::create(b3, l3, inside, j, t);
+              keyRows.push_back(j);
+              Value dot = e3.splatc(0.0f);
+              for (int64_t c = 0; c < chunks; ++c)
+                dot = e3.add(dot, e3.mul(qv[c], e3.load(keys, {j, e3.addi(kvBase, e3.index(c * kLanes))})));
+              scores = vector::InsertOp::create(b3, l3, e3.mul(e3.sum(dot), e3.f32c(scale)),
+                                                scores, ArrayRef<int64_t>{i});
+            }
+            scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
+            Value maxOld = state[0];
+            Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
+            // exp(-inf) is taken as 0 explicitly: the polynomial exp is
+            // only meant for finite arguments.
+            Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ,
+                                                  maxOld, e3.f32c(lowest));
+            Value correction = arith::SelectOp::create(
+                b3, l3, isFirst, e3.f32c(0.0f),
+                math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
+            Value weights = arith::SelectOp::create(
+                b3, l3, valid,
+                math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew))),
+                e3.splatc(0.0f));
+            SmallVector<Value> next = {
+                maxNew, e3.add(e3.mul(state[1], correction), e3.sum(weights))};
+            Value corrV = e3.splat(correction);
+            SmallVector<Value> acc;
+            for (int64_t c = 0; c < chunks; ++c)
+              acc.push_back(e3.mul(state[2 + c], corrV));
+            for (int64_t i = 0; i < kLanes; ++i) {
+              Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights,
+                                                           ArrayRef<int64_t>{i}));
+              for (int64_t c = 0; c < chunks; ++c)
+                acc[c] = e3.add(acc[c], e3.mul(w, e3.load(values, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))})));
+            }
+            next.append(acc);
+            scf::YieldOp::create(b3, l3, next);
+          });
+      Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(1)));
+      for (int64_t c = 0; c < chunks; ++c)
+        e2.store(e2.mul(tiles.getResult(2 + c), inv), out,
+                 {r, e2.addi(qBase, e2.index(c * kLanes))});
+    });
+  });
+}
+
 FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
     KernelBuilder &kernels, int64_t heads, int64_t kvHeads, int64_t d,
     int64_t window, float scale, Type cacheElement) {
@@ -373,104 +479,14 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
                  {"context", index},
                  {"head_begin", index},
                  {"head_end", index}};
-  int64_t chunks = d / kLanes;
-  int64_t group = heads / kvHeads;
-  // Keys are visited in tiles of kLanes: their scores fill one vector, so
-  // the softmax's exponentials and its running max and sum are vector ops
-  // and the online rescale happens once per tile (a flash-attention decode).
+  // The one attention op (q's and out's dim 0 are `rows`); each target
+  // lowers it its own way.
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
-    Value q = args[0], keys = args[1], values = args[2], out = args[3];
-    Value rows = args[4], position = args[5];
-    Value headBegin = args[7], headEnd = args[8];
-    Emitter e{b, loc};
-    auto laneType = VectorType::get({kLanes}, b.getI32Type());
-    SmallVector<int32_t> laneNumbers;
-    for (int32_t i = 0; i < kLanes; ++i)
-      laneNumbers.push_back(i);
-    Value lanes = arith::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(laneType, ArrayRef<int32_t>(laneNumbers)));
-    float lowest = -std::numeric_limits<float>::infinity();
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      Value p = e1.addi(position, r);
-      Value end = e1.addi(p, e1.index(1));
-      Value first = e1.index(0);
-      if (window > 0) {
-        // Keys j > p - window: from max(0, p + 1 - window).
-        Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
-        first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
-      }
-      e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
-        Emitter e2{b2, l2};
-        Value qBase = e2.muli(h, e2.index(d));
-        Value kvBase = e2.muli(arith::DivUIOp::create(b2, l2, h, e2.index(group)),
-                               e2.index(d));
-        SmallVector<Value> qv;
-        for (int64_t c = 0; c < chunks; ++c)
-          qv.push_back(e2.load(q, {r, e2.addi(qBase, e2.index(c * kLanes))}));
-        SmallVector<Value> init = {e2.f32c(lowest), e2.f32c(0.0f)};
-        for (int64_t c = 0; c < chunks; ++c)
-          init.push_back(e2.splatc(0.0f));
-        auto tiles = scf::ForOp::create(
-            b2, l2, first, end, e2.index(kLanes), init,
-            [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
-              Emitter e3{b3, l3};
-              // Lanes past the last key are masked: their key row is
-              // clamped to the tile's first (in bounds), their weight is 0.
-              Value remaining = arith::IndexCastOp::create(
-                  b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
-              Value valid = arith::CmpIOp::create(
-                  b3, l3, arith::CmpIPredicate::slt, lanes,
-                  vector::BroadcastOp::create(b3, l3, laneType, remaining));
-              SmallVector<Value> keyRows;
-              Value scores = e3.splatc(lowest);
-              for (int64_t i = 0; i < kLanes; ++i) {
-                Value j = e3.addi(t, e3.index(i));
-                Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
-                j = arith::SelectOp::create(b3, l3, inside, j, t);
-                keyRows.push_back(j);
-                Value dot = e3.splatc(0.0f);
-                for (int64_t c = 0; c < chunks; ++c)
-                  dot = e3.add(dot, e3.mul(qv[c], e3.load(keys, {j, e3.addi(kvBase, e3.index(c * kLanes))})));
-                scores = vector::InsertOp::create(b3, l3, e3.mul(e3.sum(dot), e3.f32c(scale)),
-                                                  scores, ArrayRef<int64_t>{i});
-              }
-              scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
-              Value maxOld = state[0];
-              Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
-              // exp(-inf) is taken as 0 explicitly: the polynomial exp is
-              // only meant for finite arguments.
-              Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ,
-                                                    maxOld, e3.f32c(lowest));
-              Value correction = arith::SelectOp::create(
-                  b3, l3, isFirst, e3.f32c(0.0f),
-                  math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
-              Value weights = arith::SelectOp::create(
-                  b3, l3, valid,
-                  math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew))),
-                  e3.splatc(0.0f));
-              SmallVector<Value> next = {
-                  maxNew, e3.add(e3.mul(state[1], correction), e3.sum(weights))};
-              Value corrV = e3.splat(correction);
-              SmallVector<Value> acc;
-              for (int64_t c = 0; c < chunks; ++c)
-                acc.push_back(e3.mul(state[2 + c], corrV));
-              for (int64_t i = 0; i < kLanes; ++i) {
-                Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights,
-                                                             ArrayRef<int64_t>{i}));
-                for (int64_t c = 0; c < chunks; ++c)
-                  acc[c] = e3.add(acc[c], e3.mul(w, e3.load(values, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))})));
-              }
-              next.append(acc);
-              scf::YieldOp::create(b3, l3, next);
-            });
-        Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(1)));
-        for (int64_t c = 0; c < chunks; ++c)
-          e2.store(e2.mul(tiles.getResult(2 + c), inv), out,
-                   {r, e2.addi(qBase, e2.index(c * kLanes))});
-      });
-    });
+    AttentionOp::create(b, loc, args[0], args[1], args[2], args[3], args[7],
+                        args[8], args[5], b.getI64IntegerAttr(heads),
+                        b.getI64IntegerAttr(kvHeads), b.getI64IntegerAttr(d),
+                        b.getI64IntegerAttr(window), b.getF32FloatAttr(scale));
   });
 }
 
