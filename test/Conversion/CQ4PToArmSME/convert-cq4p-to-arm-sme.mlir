@@ -470,7 +470,8 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 
 // -----
 
-// Attention (head dim 64), one query row or many: the keys transposed (once per KV head)
+// Attention (head dim 64): one query row keeps the shared lowering's
+// cq4p.attention; more rows transpose the keys (once per KV head)
 // and the queries into tiles of 16 (LD1W rows into ZA0.S, MOVA x4 columns
 // out), then per query tile: Q K^T as FMOPAs of four-vector loads into
 // ZA0.S per tile of 16 keys (its rows keys, its lanes the 16 query rows),
@@ -480,6 +481,11 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // tile t stored from ZA array vector 4r + t; each output row divided by
 // its sum.
 // CHECK-LABEL: func.func @cq4p_attention
+// CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
+// CHECK: %[[ONE:.*]] = arith.cmpi ult, %[[ROWS]], %c2
+// CHECK: scf.if %[[ONE]] {
+// CHECK-NEXT: cq4p.attention
+// CHECK-NEXT: } else {
 // CHECK-NOT: cq4p.attention
 // CHECK: scf.for %[[HEAD:.*]] =
 // CHECK: scf.if
@@ -550,7 +556,9 @@ func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memre
 // masked by the window as well as by causality.
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
-// CHECK-NOT: cq4p.attention
+// CHECK: scf.if
+// CHECK-NEXT: cq4p.attention {{.*}} at %[[POS]]
+// CHECK: } else {
 // CHECK: %[[KEYS:.*]] = arith.addi %[[POS]], %{{.*}} : index
 // CHECK: scf.for
 // CHECK: call @cached_attention_sme_transpose_keys(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[KEYS]])
