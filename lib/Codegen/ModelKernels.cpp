@@ -5,7 +5,9 @@
 // and lowered by the same upstream passes for every target (so NEON and
 // SME2 libraries run the same instructions here and agree bit for bit).
 // Rows are independent, so the steps split them across threads; the
-// attention splits its heads.
+// attention splits its heads. The attention kernel is one cq4p.attention
+// over the KV cache, which each target lowers (SME2 prefill as FMOPA
+// tiles); its vector lowering, emitVectorAttention, lives here.
 //
 // Vectors are 16 fp32 lanes (one zmm, four q registers). Sums are kept in
 // 16 lanes and folded by halves (16 -> 8 -> 4 -> 2 -> 1), an order that
@@ -348,6 +350,207 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
       [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
 }
 
+void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
+                                      Value keys, Value values, Value out,
+                                      Value position, Value headBegin,
+                                      Value headEnd, int64_t heads,
+                                      int64_t kvHeads, int64_t d,
+                                      int64_t window, float scale) {
+  int64_t chunks = d / kLanes;
+  int64_t group = heads / kvHeads;
+  // Keys are visited in tiles of kLanes: their scores fill one vector, so
+  // the softmax's exponentials and its running max and sum are vector ops
+  // and the online rescale happens once per tile (a flash-attention decode).
+  //
+  // The query heads that share a KV head (GQA) walk the cache together, one
+  // tile at a time: the tile's key and value rows come from memory once and
+  // from L1 for the group's other heads (each head's own accumulators stay
+  // in registers, so the loop body is one head's at a time). A range of
+  // heads that cuts a group takes its partial groups one head at a time.
+  //
+  // A tile's 16 scores are 16 dot products of a query head with key rows,
+  // each a 16-lane vector of partial sums (fused multiply-adds over the head
+  // dim, as the values' weighted sum is: every target fuses them, so every
+  // target gets the same bits). They are folded by a transpose-and-add tree
+  // (16 vectors -> 8 -> 4 -> 2 -> 1) whose every lane adds the same two
+  // partials as the per-row fold by halves: lane i of the result is row i's
+  // sum in the fold's order, for 15 two-vector shuffles and adds instead of
+  // 16 four-step folds.
+  float lowest = -std::numeric_limits<float>::infinity();
+  Value rows = memref::DimOp::create(b, loc, q, 0);
+  Emitter e{b, loc};
+  if (!position)
+    position = e.index(0);
+  auto laneType = VectorType::get({kLanes}, b.getI32Type());
+  SmallVector<int32_t> laneNumbers;
+  for (int32_t i = 0; i < kLanes; ++i)
+    laneNumbers.push_back(i);
+  Value lanes = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(laneType, ArrayRef<int32_t>(laneNumbers)));
+
+  // Lane (k, p) of fold(x, y): partial p of key k, x's keys first, from
+  // input vectors of `keysIn` keys with 16 / keysIn partials each.
+  auto foldPair = [&](Emitter &en, Value x, Value y, int64_t keysIn) {
+    int64_t partsIn = kLanes / keysIn, partsOut = partsIn / 2;
+    SmallVector<int64_t> low, high;
+    for (int64_t source = 0; source < 2; ++source)
+      for (int64_t k = 0; k < keysIn; ++k)
+        for (int64_t part = 0; part < partsOut; ++part) {
+          low.push_back(source * kLanes + k * partsIn + part);
+          high.push_back(source * kLanes + k * partsIn + partsOut + part);
+        }
+    return en.add(vector::ShuffleOp::create(en.b, en.loc, x, y, low),
+                  vector::ShuffleOp::create(en.b, en.loc, x, y, high));
+  };
+
+  // The heads [h0, h0 + count) of KV head `kv` over keys [first, end) of
+  // row r: count is `group` (a whole group) or 1.
+  auto emitHeads = [&](OpBuilder &b2, Location l2, Value r, Value first,
+                       Value end, Value kv, Value h0, int64_t count) {
+    Emitter e2{b2, l2};
+    Value kvBase = e2.muli(kv, e2.index(d));
+    SmallVector<Value> qBase;
+    SmallVector<SmallVector<Value>> qv(count);
+    for (int64_t g = 0; g < count; ++g) {
+      qBase.push_back(e2.muli(e2.addi(h0, e2.index(g)), e2.index(d)));
+      for (int64_t c = 0; c < chunks; ++c)
+        qv[g].push_back(e2.load(q, {r, e2.addi(qBase[g], e2.index(c * kLanes))}));
+    }
+    // Per head: running max, running sum, then its chunks accumulators.
+    int64_t stride = 2 + chunks;
+    SmallVector<Value> init;
+    for (int64_t g = 0; g < count; ++g) {
+      init.append({e2.f32c(lowest), e2.f32c(0.0f)});
+      for (int64_t c = 0; c < chunks; ++c)
+        init.push_back(e2.splatc(0.0f));
+    }
+    auto tiles = scf::ForOp::create(
+        b2, l2, first, end, e2.index(kLanes), init,
+        [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
+          Emitter e3{b3, l3};
+          // Lanes past the last key are masked: their key row is
+          // clamped to the tile's first (in bounds), their weight is 0.
+          Value remaining = arith::IndexCastOp::create(
+              b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
+          Value valid = arith::CmpIOp::create(
+              b3, l3, arith::CmpIPredicate::slt, lanes,
+              vector::BroadcastOp::create(b3, l3, laneType, remaining));
+          SmallVector<Value> keyRows;
+          for (int64_t i = 0; i < kLanes; ++i) {
+            Value j = e3.addi(t, e3.index(i));
+            Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
+            keyRows.push_back(arith::SelectOp::create(b3, l3, inside, j, t));
+          }
+          SmallVector<Value> next;
+          for (int64_t g = 0; g < count; ++g) {
+            ValueRange head = state.slice(g * stride, stride);
+            // Each key's dot product folds into the tree as soon as it
+            // has a partner of the same size (a binary counter), so at
+            // most log2(16) + 1 of them are live at once.
+            SmallVector<std::pair<Value, int64_t>> pending;
+            for (int64_t i = 0; i < kLanes; ++i) {
+              auto keyChunk = [&](int64_t c) {
+                return e3.load(keys, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))});
+              };
+              Value dot = e3.mul(qv[g][0], keyChunk(0));
+              for (int64_t c = 1; c < chunks; ++c)
+                dot = math::FmaOp::create(b3, l3, qv[g][c], keyChunk(c), dot);
+              int64_t keysIn = 1;
+              while (!pending.empty() && pending.back().second == keysIn) {
+                dot = foldPair(e3, pending.back().first, dot, keysIn);
+                pending.pop_back();
+                keysIn *= 2;
+              }
+              pending.push_back({dot, keysIn});
+            }
+            Value scores = e3.mul(pending.front().first, e3.splatc(scale));
+            scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
+            Value maxOld = head[0];
+            Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
+            // exp(-inf) is taken as 0 explicitly: the polynomial exp is
+            // only meant for finite arguments.
+            Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ,
+                                                  maxOld, e3.f32c(lowest));
+            Value correction = arith::SelectOp::create(
+                b3, l3, isFirst, e3.f32c(0.0f),
+                math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
+            Value weights = arith::SelectOp::create(
+                b3, l3, valid,
+                math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew))),
+                e3.splatc(0.0f));
+            next.append({maxNew, e3.add(e3.mul(head[1], correction), e3.sum(weights))});
+            Value corrV = e3.splat(correction);
+            SmallVector<Value> acc;
+            for (int64_t c = 0; c < chunks; ++c)
+              acc.push_back(e3.mul(head[2 + c], corrV));
+            for (int64_t i = 0; i < kLanes; ++i) {
+              Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights,
+                                                           ArrayRef<int64_t>{i}));
+              for (int64_t c = 0; c < chunks; ++c)
+                acc[c] = math::FmaOp::create(
+                    b3, l3, w,
+                    e3.load(values, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))}),
+                    acc[c]);
+            }
+            next.append(acc);
+          }
+          scf::YieldOp::create(b3, l3, next);
+        });
+    for (int64_t g = 0; g < count; ++g) {
+      Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(g * stride + 1)));
+      for (int64_t c = 0; c < chunks; ++c)
+        e2.store(e2.mul(tiles.getResult(g * stride + 2 + c), inv), out,
+                 {r, e2.addi(qBase[g], e2.index(c * kLanes))});
+    }
+  };
+
+  e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    Emitter e1{b1, l1};
+    Value p = e1.addi(position, r);
+    Value end = e1.addi(p, e1.index(1));
+    Value first = e1.index(0);
+    if (window > 0) {
+      // Keys j > p - window: from max(0, p + 1 - window).
+      Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
+      first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
+    }
+    Value groupSize = e1.index(group);
+    auto oneByOne = [&](OpBuilder &b2, Location l2, Value kv, Value from,
+                        Value to) {
+      Emitter{b2, l2}.loop(from, to, 1, [&](OpBuilder &b3, Location l3, Value h) {
+        emitHeads(b3, l3, r, first, end, kv, h, 1);
+      });
+    };
+    if (group == 1) {
+      Emitter{b1, l1}.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
+        emitHeads(b2, l2, r, first, end, h, h, 1);
+      });
+      return;
+    }
+    // KV heads [headBegin / group, ceil(headEnd / group)); each visits
+    // the heads of its group inside [headBegin, headEnd).
+    Value kvFirst = arith::DivUIOp::create(b1, l1, headBegin, groupSize);
+    Value kvEnd = arith::CeilDivUIOp::create(b1, l1, headEnd, groupSize);
+    e1.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b2, Location l2, Value kv) {
+      Emitter e2{b2, l2};
+      Value groupFirst = e2.muli(kv, groupSize);
+      Value from = arith::MaxSIOp::create(b2, l2, headBegin, groupFirst);
+      Value to = arith::MinSIOp::create(b2, l2, headEnd, e2.addi(groupFirst, groupSize));
+      Value whole = arith::CmpIOp::create(
+          b2, l2, arith::CmpIPredicate::eq,
+          arith::SubIOp::create(b2, l2, to, from), groupSize);
+      auto branch = scf::IfOp::create(b2, l2, whole, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard guard(b2);
+        b2.setInsertionPoint(branch.thenBlock()->getTerminator());
+        emitHeads(b2, l2, r, first, end, kv, from, group);
+        b2.setInsertionPoint(branch.elseBlock()->getTerminator());
+        oneByOne(b2, l2, kv, from, to);
+      }
+    });
+  });
+}
+
 FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
     KernelBuilder &kernels, int64_t heads, int64_t kvHeads, int64_t d,
     int64_t window, float scale, Type cacheElement) {
@@ -373,201 +576,14 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
                  {"context", index},
                  {"head_begin", index},
                  {"head_end", index}};
-  int64_t chunks = d / kLanes;
-  int64_t group = heads / kvHeads;
-  // Keys are visited in tiles of kLanes: their scores fill one vector, so
-  // the softmax's exponentials and its running max and sum are vector ops
-  // and the online rescale happens once per tile (a flash-attention decode).
-  //
-  // The query heads that share a KV head (GQA) walk the cache together, one
-  // tile at a time: the tile's key and value rows come from memory once and
-  // from L1 for the group's other heads (each head's own accumulators stay
-  // in registers, so the loop body is one head's at a time). A range of
-  // heads that cuts a group takes its partial groups one head at a time.
-  //
-  // A tile's 16 scores are 16 dot products of a query head with key rows,
-  // each a 16-lane vector of partial sums (fused multiply-adds over the head
-  // dim, as the values' weighted sum is: every target fuses them, so every
-  // target gets the same bits). They are folded by a transpose-and-add tree
-  // (16 vectors -> 8 -> 4 -> 2 -> 1) whose every lane adds the same two
-  // partials as the per-row fold by halves: lane i of the result is row i's
-  // sum in the fold's order, for 15 two-vector shuffles and adds instead of
-  // 16 four-step folds.
-  float lowest = -std::numeric_limits<float>::infinity();
+  // The one attention op (q's and out's dim 0 are `rows`); each target
+  // lowers it its own way.
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
-    Value q = args[0], keys = args[1], values = args[2], out = args[3];
-    Value rows = args[4], position = args[5];
-    Value headBegin = args[7], headEnd = args[8];
-    Emitter e{b, loc};
-    auto laneType = VectorType::get({kLanes}, b.getI32Type());
-    SmallVector<int32_t> laneNumbers;
-    for (int32_t i = 0; i < kLanes; ++i)
-      laneNumbers.push_back(i);
-    Value lanes = arith::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(laneType, ArrayRef<int32_t>(laneNumbers)));
-
-    // Lane (k, p) of fold(x, y): partial p of key k, x's keys first, from
-    // input vectors of `keysIn` keys with 16 / keysIn partials each.
-    auto foldPair = [&](Emitter &en, Value x, Value y, int64_t keysIn) {
-      int64_t partsIn = kLanes / keysIn, partsOut = partsIn / 2;
-      SmallVector<int64_t> low, high;
-      for (int64_t source = 0; source < 2; ++source)
-        for (int64_t k = 0; k < keysIn; ++k)
-          for (int64_t part = 0; part < partsOut; ++part) {
-            low.push_back(source * kLanes + k * partsIn + part);
-            high.push_back(source * kLanes + k * partsIn + partsOut + part);
-          }
-      return en.add(vector::ShuffleOp::create(en.b, en.loc, x, y, low),
-                    vector::ShuffleOp::create(en.b, en.loc, x, y, high));
-    };
-
-    // The heads [h0, h0 + count) of KV head `kv` over keys [first, end) of
-    // row r: count is `group` (a whole group) or 1.
-    auto emitHeads = [&](OpBuilder &b2, Location l2, Value r, Value first,
-                         Value end, Value kv, Value h0, int64_t count) {
-      Emitter e2{b2, l2};
-      Value kvBase = e2.muli(kv, e2.index(d));
-      SmallVector<Value> qBase;
-      SmallVector<SmallVector<Value>> qv(count);
-      for (int64_t g = 0; g < count; ++g) {
-        qBase.push_back(e2.muli(e2.addi(h0, e2.index(g)), e2.index(d)));
-        for (int64_t c = 0; c < chunks; ++c)
-          qv[g].push_back(e2.load(q, {r, e2.addi(qBase[g], e2.index(c * kLanes))}));
-      }
-      // Per head: running max, running sum, then its chunks accumulators.
-      int64_t stride = 2 + chunks;
-      SmallVector<Value> init;
-      for (int64_t g = 0; g < count; ++g) {
-        init.append({e2.f32c(lowest), e2.f32c(0.0f)});
-        for (int64_t c = 0; c < chunks; ++c)
-          init.push_back(e2.splatc(0.0f));
-      }
-      auto tiles = scf::ForOp::create(
-          b2, l2, first, end, e2.index(kLanes), init,
-          [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
-            Emitter e3{b3, l3};
-            // Lanes past the last key are masked: their key row is
-            // clamped to the tile's first (in bounds), their weight is 0.
-            Value remaining = arith::IndexCastOp::create(
-                b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
-            Value valid = arith::CmpIOp::create(
-                b3, l3, arith::CmpIPredicate::slt, lanes,
-                vector::BroadcastOp::create(b3, l3, laneType, remaining));
-            SmallVector<Value> keyRows;
-            for (int64_t i = 0; i < kLanes; ++i) {
-              Value j = e3.addi(t, e3.index(i));
-              Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
-              keyRows.push_back(arith::SelectOp::create(b3, l3, inside, j, t));
-            }
-            SmallVector<Value> next;
-            for (int64_t g = 0; g < count; ++g) {
-              ValueRange head = state.slice(g * stride, stride);
-              // Each key's dot product folds into the tree as soon as it
-              // has a partner of the same size (a binary counter), so at
-              // most log2(16) + 1 of them are live at once.
-              SmallVector<std::pair<Value, int64_t>> pending;
-              for (int64_t i = 0; i < kLanes; ++i) {
-                auto keyChunk = [&](int64_t c) {
-                  return e3.load(keys, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))});
-                };
-                Value dot = e3.mul(qv[g][0], keyChunk(0));
-                for (int64_t c = 1; c < chunks; ++c)
-                  dot = math::FmaOp::create(b3, l3, qv[g][c], keyChunk(c), dot);
-                int64_t keysIn = 1;
-                while (!pending.empty() && pending.back().second == keysIn) {
-                  dot = foldPair(e3, pending.back().first, dot, keysIn);
-                  pending.pop_back();
-                  keysIn *= 2;
-                }
-                pending.push_back({dot, keysIn});
-              }
-              Value scores = e3.mul(pending.front().first, e3.splatc(scale));
-              scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
-              Value maxOld = head[0];
-              Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
-              // exp(-inf) is taken as 0 explicitly: the polynomial exp is
-              // only meant for finite arguments.
-              Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ,
-                                                    maxOld, e3.f32c(lowest));
-              Value correction = arith::SelectOp::create(
-                  b3, l3, isFirst, e3.f32c(0.0f),
-                  math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
-              Value weights = arith::SelectOp::create(
-                  b3, l3, valid,
-                  math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew))),
-                  e3.splatc(0.0f));
-              next.append({maxNew, e3.add(e3.mul(head[1], correction), e3.sum(weights))});
-              Value corrV = e3.splat(correction);
-              SmallVector<Value> acc;
-              for (int64_t c = 0; c < chunks; ++c)
-                acc.push_back(e3.mul(head[2 + c], corrV));
-              for (int64_t i = 0; i < kLanes; ++i) {
-                Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights,
-                                                             ArrayRef<int64_t>{i}));
-                for (int64_t c = 0; c < chunks; ++c)
-                  acc[c] = math::FmaOp::create(
-                      b3, l3, w,
-                      e3.load(values, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))}),
-                      acc[c]);
-              }
-              next.append(acc);
-            }
-            scf::YieldOp::create(b3, l3, next);
-          });
-      for (int64_t g = 0; g < count; ++g) {
-        Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(g * stride + 1)));
-        for (int64_t c = 0; c < chunks; ++c)
-          e2.store(e2.mul(tiles.getResult(g * stride + 2 + c), inv), out,
-                   {r, e2.addi(qBase[g], e2.index(c * kLanes))});
-      }
-    };
-
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
-      Emitter e1{b1, l1};
-      Value p = e1.addi(position, r);
-      Value end = e1.addi(p, e1.index(1));
-      Value first = e1.index(0);
-      if (window > 0) {
-        // Keys j > p - window: from max(0, p + 1 - window).
-        Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
-        first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
-      }
-      Value groupSize = e1.index(group);
-      auto oneByOne = [&](OpBuilder &b2, Location l2, Value kv, Value from,
-                          Value to) {
-        Emitter{b2, l2}.loop(from, to, 1, [&](OpBuilder &b3, Location l3, Value h) {
-          emitHeads(b3, l3, r, first, end, kv, h, 1);
-        });
-      };
-      if (group == 1) {
-        Emitter{b1, l1}.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
-          emitHeads(b2, l2, r, first, end, h, h, 1);
-        });
-        return;
-      }
-      // KV heads [headBegin / group, ceil(headEnd / group)); each visits
-      // the heads of its group inside [headBegin, headEnd).
-      Value kvFirst = arith::DivUIOp::create(b1, l1, headBegin, groupSize);
-      Value kvEnd = arith::CeilDivUIOp::create(b1, l1, headEnd, groupSize);
-      e1.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b2, Location l2, Value kv) {
-        Emitter e2{b2, l2};
-        Value groupFirst = e2.muli(kv, groupSize);
-        Value from = arith::MaxSIOp::create(b2, l2, headBegin, groupFirst);
-        Value to = arith::MinSIOp::create(b2, l2, headEnd, e2.addi(groupFirst, groupSize));
-        Value whole = arith::CmpIOp::create(
-            b2, l2, arith::CmpIPredicate::eq,
-            arith::SubIOp::create(b2, l2, to, from), groupSize);
-        auto branch = scf::IfOp::create(b2, l2, whole, /*withElseRegion=*/true);
-        {
-          OpBuilder::InsertionGuard guard(b2);
-          b2.setInsertionPoint(branch.thenBlock()->getTerminator());
-          emitHeads(b2, l2, r, first, end, kv, from, group);
-          b2.setInsertionPoint(branch.elseBlock()->getTerminator());
-          oneByOne(b2, l2, kv, from, to);
-        }
-      });
-    });
+    AttentionOp::create(b, loc, args[0], args[1], args[2], args[3], args[7],
+                        args[8], args[5], b.getI64IntegerAttr(heads),
+                        b.getI64IntegerAttr(kvHeads), b.getI64IntegerAttr(d),
+                        b.getI64IntegerAttr(window), b.getF32FloatAttr(scale));
   });
 }
 

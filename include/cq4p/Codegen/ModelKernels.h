@@ -64,11 +64,21 @@ FlatSymbolRefAttr createScaleKernel(KernelBuilder &kernels, int64_t width,
 /// (q, keys, values, out, rows, position, context, head_begin, head_end):
 /// row r (position + r) of heads [head_begin, head_end) over the cached
 /// keys and values (of `cacheElement`) of positions
-/// [max(0, p + 1 - window), p].
+/// [max(0, p + 1 - window), p]: one cq4p.attention at `position`.
 FlatSymbolRefAttr createCachedAttentionKernel(KernelBuilder &kernels,
                                               int64_t heads, int64_t kvHeads,
                                               int64_t d, int64_t window,
                                               float scale, Type cacheElement);
+/// cq4p.attention as 16-lane vector code: per query row (at position + r,
+/// r < rows(q)) and head of [headBegin, headEnd), the visible keys in tiles
+/// of 16 with the softmax's rescale once per tile (a flash-attention
+/// decode). `position` may be null (0). The lowering of cq4p.attention on
+/// every target but SME2's prefill; `d` a multiple of 16.
+void emitVectorAttention(OpBuilder &b, Location loc, Value q, Value keys,
+                         Value values, Value out, Value position,
+                         Value headBegin, Value headEnd, int64_t heads,
+                         int64_t kvHeads, int64_t d, int64_t window,
+                         float scale);
 
 /// The dense MLP's gate and up matmuls and its gating, over a range of
 /// super-blocks: (gate, up views; act, act_scales, g, u, out, rows,

@@ -653,72 +653,126 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 }
 
 //===----------------------------------------------------------------------===//
-// Prefill attention with fp32 outer products.
+// Prefill attention with fp32 outer products: cq4p.attention with fp32 keys
+// and values, a head dim of whole 64-wide chunks, and more than one query
+// row (one row, a decode step's, runs the shared vector code).
 //
-// Per query head and tile of 16 query rows (padded with zeros):
-//   Qt[d][r] = q[i0 + r, h*D + d]                        NEON
-//   scores = Q K^T: per tile of 16 keys, D FMOPAs of Qt[d] (x) Kt[d]
-//            into ZA0.S, stored row by row               streaming leaf
-//   softmax per row over the keys it may see; Pt[j][r] = p  NEON
-//   out = P V: per 64 dimensions, per key j, 4 FMOPAs of Pt[j] (x)
-//            v[j, 16 dims] into the four 32-bit tiles    streaming leaf
-// K is transposed once per head (Kt[d][j], padded to whole tiles) into a
-// heap buffer, since its size grows with the sequence.
+// Per call (query rows at position p .. p + rows - 1, keys [0, p + rows)):
+//   per KV head of the call's query heads, once:
+//     Kt[t][d][c] = k[16t + c, kv*D + d], the key tiles a query sees
+//                                  streaming leaf: LD1W rows into ZA0.S,
+//                                  MOVA x4 columns out, ST1W x4
+//   per query head: Qt[t][d][r] = q[16t + r, h*D + d]     the same leaf
+//   per query tile t (rows at p0 = p + 16t):
+//     St[j][r] = sum_d Kt[j/16][d][j%16] Qt[t][d][r], per key tile D
+//       FMOPAs into ZA0.S (its rows are keys, its lanes the tile's query
+//       rows), stored row by row                     streaming leaf
+//     the softmax down St's columns (NEON, 16 lanes = 16 query rows): the
+//       causal and window masks, the max, exp and the sum are lane-wise
+//       vector ops, no reductions; St becomes P^T in place
+//     outTile[r][d] = sum_j P^T[j][r] v[j, kv*D + d]: per 64 dims, per key,
+//       one LD1W x4 of its values and 4 FMOPAs     streaming leaf
+//     out[16t + r, h*D + d] = outTile[r][d] / sum[r]
+// Each row of P^T is the values' outer-product operand as it is, and each
+// key row of the cache is read once per query tile by each leaf.
 //===----------------------------------------------------------------------===//
 
-/// scores[r][16 jt + c] = sum_d Qt[d][r] * Kt[d][16 jt + c], jt < tiles.
-void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
-                         ValueRange args) {
-  Value qt = args[0], kt = args[1], scores = args[2], tiles = args[3];
+/// dst[t][d][c] = src[16t + c, colBase + d] for t in [firstTile, endTile),
+/// zeros for the rows of src at or past `validRows`: per 16 columns, the 16
+/// rows loaded as horizontal slices of ZA0.S (rows past the end through an
+/// empty predicate, which reads nothing) and stored from its vertical
+/// slices, four at a time.
+void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim,
+                            ValueRange args) {
+  Value src = args[0], dst = args[1], colBase = args[2], firstTile = args[3],
+        endTile = args[4], validRows = args[5];
   LeafBuilder leaf(b, loc);
-  Value c0 = leaf.index(0), c1 = leaf.index(1);
-  auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
-  Value lanes = leaf.allTrue(4);
-  Value padded = memref::DimOp::create(b, loc, kt, 1);
-  Value qtBase = leaf.base(qt), ktBase = leaf.base(kt), scoresBase = leaf.base(scores);
-  Value four = leaf.index(4);
-  auto tileLoop = scf::ForOp::create(b, loc, c0, tiles, c1);
+  int64_t width = cast<MemRefType>(src.getType()).getDimSize(1);
+  Value c0 = leaf.index(0), c16 = leaf.index(kSmeTileRows);
+  Value srcBase = leaf.base(src), dstBase = leaf.base(dst);
+  leaf.allWords(); // the stores' counter, outside the loop
+  auto tileLoop = scf::ForOp::create(b, loc, firstTile, endTile, leaf.index(1));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(tileLoop.getBody());
-  Value firstKey = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(),
-                                         leaf.index(kSmeTileRows));
-  leaf.zeroZa();
-  {
-    auto dimLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim), c1);
-    OpBuilder::InsertionGuard dimGuard(b);
-    b.setInsertionPointToStart(dimLoop.getBody());
-    Value d = dimLoop.getInductionVar();
-    Value zn = LLVM::LoadOp::create(
-        b, loc, nxv4f32,
-        leaf.offset(qtBase, arith::MulIOp::create(b, loc, d, leaf.index(kSmeTileRows * 4))));
-    Value keyOffset = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, d, padded), firstKey);
-    Value zm = LLVM::LoadOp::create(
-        b, loc, nxv4f32,
-        leaf.offset(ktBase, arith::MulIOp::create(b, loc, keyOffset, four)));
-    leaf.floatOuterProduct(0, lanes, zn, zm);
-  }
-  // Row r of ZA0.S is ZA array vector 4r.
+  Value t = tileLoop.getInductionVar();
+  Value firstRow = arith::MulIOp::create(b, loc, t, c16);
+  Value present = arith::MinSIOp::create(
+      b, loc,
+      arith::MaxSIOp::create(b, loc, arith::SubIOp::create(b, loc, validRows, firstRow), c0),
+      c16);
+  SmallVector<Value> masks;
   for (int64_t r = 0; r < kSmeTileRows; ++r) {
-    Value offset = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, leaf.index(r), padded), firstKey);
-    leaf.storeZaVector(leaf.i32(4 * r),
-                       leaf.offset(scoresBase, arith::MulIOp::create(b, loc, offset, four)),
-                       0);
+    Value exists =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, leaf.index(r), present);
+    masks.push_back(vector::CreateMaskOp::create(
+        b, loc, VectorType::get({4}, b.getI1Type(), {true}),
+        ValueRange{arith::SelectOp::create(b, loc, exists, c16, c0)}));
+  }
+  // Element (firstRow, colBase) of src, and tile t of dst.
+  Value rowStart = leaf.offset(
+      srcBase,
+      arith::MulIOp::create(
+          b, loc,
+          arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, firstRow, leaf.index(width)),
+                                colBase),
+          leaf.index(4)));
+  Value tileStart = leaf.offset(
+      dstBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
+  for (int64_t block = 0; block < dim / 16; ++block) {
+    for (int64_t r = 0; r < kSmeTileRows; ++r)
+      leaf.loadTileRow(0, r, masks[r],
+                       leaf.offset(rowStart, leaf.index((r * width + 16 * block) * 4)));
+    for (int64_t q = 0; q < 4; ++q)
+      leaf.storeQuadWords(leaf.readTileColumns4(0, 4 * q),
+                          leaf.vectorOffset(tileStart, 16 * block + 4 * q));
   }
 }
 
-/// outTile[r][d] = sum_{j < keys} Pt[j][r] * v[j, kvBase + d].
+/// st[16t + c][r] = sum_d kt[t][d][c] * qt[qTile][d][r] for the key tiles
+/// t in [firstTile, endTile): D FMOPAs per tile, Kt and Qt read four
+/// vectors per load.
+void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
+                         ValueRange args) {
+  Value qt = args[0], qTile = args[1], kt = args[2], st = args[3],
+        firstTile = args[4], endTile = args[5];
+  LeafBuilder leaf(b, loc);
+  Value lanes = leaf.allTrue(4);
+  Value qtBase = leaf.offset(
+      leaf.base(qt), arith::MulIOp::create(b, loc, qTile, leaf.index(dim * kStreamingBytes)));
+  Value ktBase = leaf.base(kt), stBase = leaf.base(st);
+  leaf.allWords(); // the loads' counter, outside the loop
+  auto tileLoop = scf::ForOp::create(b, loc, firstTile, endTile, leaf.index(1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(tileLoop.getBody());
+  Value t = tileLoop.getInductionVar();
+  Value keyTile = leaf.offset(
+      ktBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
+  leaf.zeroZa();
+  for (int64_t d = 0; d < dim; d += 4) {
+    SmallVector<Value> queries = leaf.loadQuadF32(leaf.vectorOffset(qtBase, d));
+    SmallVector<Value> keys = leaf.loadQuadF32(leaf.vectorOffset(keyTile, d));
+    for (int64_t i = 0; i < 4; ++i)
+      leaf.floatOuterProduct(0, lanes, keys[i], queries[i]);
+  }
+  // Row c of ZA0.S is ZA array vector 4c: key 16t + c.
+  Value scoreTile = leaf.offset(
+      stBase, arith::MulIOp::create(b, loc, t, leaf.index(kSmeTileRows * kStreamingBytes)));
+  for (int64_t c = 0; c < kSmeTileRows; ++c)
+    leaf.storeZaVector(leaf.i32(4 * c), leaf.vectorOffset(scoreTile, c), 0);
+}
+
+/// outTile[r][d] = sum_{j in [keyBegin, keyEnd)} pt[j][r] * v[j, kvBase + d].
 void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
                          ValueRange args) {
-  Value pt = args[0], v = args[1], kvBase = args[2], keys = args[3];
-  Value outTile = args[4];
+  Value pt = args[0], v = args[1], kvBase = args[2], keyBegin = args[3],
+        keyEnd = args[4], outTile = args[5];
   LeafBuilder leaf(b, loc);
   Value c0 = leaf.index(0), c1 = leaf.index(1), four = leaf.index(4);
   auto nxv4f32 = VectorType::get({4}, b.getF32Type(), {true});
   Value lanes = leaf.allTrue(4);
   int64_t width = cast<MemRefType>(v.getType()).getDimSize(1);
   Value ptBase = leaf.base(pt), vBase = leaf.base(v), outBase = leaf.base(outTile);
+  leaf.allWords(); // the loads' counter, outside the loops
   auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim / 64), c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(chunkLoop.getBody());
@@ -726,7 +780,7 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
       arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(), leaf.index(64));
   leaf.zeroZa();
   {
-    auto keyLoop = scf::ForOp::create(b, loc, c0, keys, c1);
+    auto keyLoop = scf::ForOp::create(b, loc, keyBegin, keyEnd, c1);
     OpBuilder::InsertionGuard keyGuard(b);
     b.setInsertionPointToStart(keyLoop.getBody());
     Value j = keyLoop.getInductionVar();
@@ -738,13 +792,10 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, j, leaf.index(width)),
                               kvBase),
         chunkFirst);
-    for (int64_t t = 0; t < 4; ++t) {
-      Value element = arith::AddIOp::create(b, loc, rowFirst, leaf.index(16 * t));
-      Value zm = LLVM::LoadOp::create(
-          b, loc, nxv4f32,
-          leaf.offset(vBase, arith::MulIOp::create(b, loc, element, four)));
-      leaf.floatOuterProduct(t, lanes, zn, zm);
-    }
+    SmallVector<Value> values = leaf.loadQuadF32(
+        leaf.offset(vBase, arith::MulIOp::create(b, loc, rowFirst, four)));
+    for (int64_t t = 0; t < 4; ++t)
+      leaf.floatOuterProduct(t, lanes, zn, values[t]);
   }
   // ZA array vector 4r + t: row r, dimensions chunk + 16t ..
   for (int64_t r = 0; r < kSmeTileRows; ++r)
@@ -866,32 +917,69 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   auto f32 = b.getF32Type();
   auto idx = [&](int64_t v) -> Value { return arith::ConstantIndexOp::create(b, loc, v); };
   Value c0 = idx(0), c1 = idx(1), c16 = idx(kSmeTileRows), cDim = idx(dim);
-  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-  Value scale = arith::ConstantOp::create(b, loc, op.getScaleAttr());
-  Value seq = memref::DimOp::create(b, loc, op.getQ(), 0);
-  Value tiles = arith::CeilDivUIOp::create(b, loc, seq, c16);
-  Value padded = arith::MulIOp::create(b, loc, tiles, c16);
+  Value rows = memref::DimOp::create(b, loc, op.getQ(), 0);
+  // One query row (a decode step) runs the shared vector code: the outer
+  // products need the visible keys transposed into a buffer of the
+  // context's size, allocated per call, and a decode step allocates
+  // nothing (bench/attention counts both forms; docs/MODEL.md).
+  auto single = scf::IfOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, rows, idx(2)),
+      /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(single.thenBlock());
+    b.clone(*op.getOperation());
+  }
+  OpBuilder::InsertionGuard elseGuard(b);
+  b.setInsertionPointToStart(single.elseBlock());
+  Value position = op.getPosition() ? op.getPosition() : c0;
+  Value keyCount = arith::AddIOp::create(b, loc, position, rows);
+  Value keyTiles = arith::CeilDivUIOp::create(b, loc, keyCount, c16);
+  Value queryTiles = arith::CeilDivUIOp::create(b, loc, rows, c16);
+  auto windowStart = [&](Value p) -> Value {
+    // max(0, p + 1 - window), without going below zero in unsigned math.
+    Value next = arith::AddIOp::create(b, loc, p, c1);
+    return arith::SubIOp::create(
+        b, loc, arith::MaxUIOp::create(b, loc, next, idx(window)), idx(window));
+  };
+  // The first key tile any of the call's queries sees.
+  Value firstKeyTile =
+      window > 0 ? arith::DivUIOp::create(b, loc, windowStart(position), c16) : c0;
   int64_t dyn = ShapedType::kDynamic;
-  Value kt = memref::AllocOp::create(b, loc, MemRefType::get({dim, dyn}, f32),
-                                     ValueRange{padded});
-  Value scores = memref::AllocOp::create(
-      b, loc, MemRefType::get({kSmeTileRows, dyn}, f32), ValueRange{padded});
-  Value pt = memref::AllocOp::create(
-      b, loc, MemRefType::get({dyn, kSmeTileRows}, f32), ValueRange{padded});
-  Value qt = memref::AllocaOp::create(b, loc, MemRefType::get({dim, kSmeTileRows}, f32));
+  auto tilesType = MemRefType::get({dyn, dim, kSmeTileRows}, f32);
+  Value kt = memref::AllocOp::create(b, loc, tilesType, ValueRange{keyTiles});
+  Value qt = memref::AllocOp::create(b, loc, tilesType, ValueRange{queryTiles});
+  Value st = memref::AllocOp::create(
+      b, loc, MemRefType::get({dyn, kSmeTileRows}, f32),
+      ValueRange{arith::MulIOp::create(b, loc, keyTiles, c16)});
   Value outTile =
       memref::AllocaOp::create(b, loc, MemRefType::get({kSmeTileRows, dim}, f32));
+  auto vec = VectorType::get({kSmeTileRows}, f32);
+  auto ivec = VectorType::get({kSmeTileRows}, b.getI32Type());
+  Value inverses = memref::AllocaOp::create(b, loc, MemRefType::get({kSmeTileRows}, f32));
 
   std::string prefix = (op->getParentOfType<func::FuncOp>().getSymName()).str();
+  auto transposeLeaf = [&](Value src, StringRef name) {
+    return getOrCreateLeaf(
+        module, symbols, (prefix + name).str(),
+        TypeRange{src.getType(), tilesType, b.getIndexType(), b.getIndexType(),
+                  b.getIndexType(), b.getIndexType()},
+        loc, [&](OpBuilder &leafBuilder, ValueRange args) {
+          buildTransposeLeafBody(leafBuilder, loc, dim, args);
+        });
+  };
+  func::FuncOp keysLeaf = transposeLeaf(op.getK(), "_sme_transpose_keys");
+  func::FuncOp queriesLeaf = transposeLeaf(op.getQ(), "_sme_transpose_queries");
   func::FuncOp scoresLeaf = getOrCreateLeaf(
       module, symbols, prefix + "_sme_scores",
-      TypeRange{qt.getType(), kt.getType(), scores.getType(), b.getIndexType()}, loc,
-      [&](OpBuilder &leafBuilder, ValueRange args) {
+      TypeRange{tilesType, b.getIndexType(), tilesType, st.getType(), b.getIndexType(),
+                b.getIndexType()},
+      loc, [&](OpBuilder &leafBuilder, ValueRange args) {
         buildScoresLeafBody(leafBuilder, loc, dim, args);
       });
   func::FuncOp valuesLeaf = getOrCreateLeaf(
       module, symbols, prefix + "_sme_values",
-      TypeRange{pt.getType(), op.getV().getType(), b.getIndexType(),
+      TypeRange{st.getType(), op.getV().getType(), b.getIndexType(), b.getIndexType(),
                 b.getIndexType(), outTile.getType()},
       loc, [&](OpBuilder &leafBuilder, ValueRange args) {
         buildValuesLeafBody(leafBuilder, loc, dim, args);
@@ -903,141 +991,125 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
     b.setInsertionPointToStart(forOp.getBody());
     body(forOp.getInductionVar());
   };
-  auto ifElse = [&](Value condition, auto thenBody, auto elseBody) {
-    auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      thenBody();
-    }
+  // for j in [begin, end): state = body(j, state)
+  auto fold = [&](Value begin, Value end, Value init, auto body) {
+    auto forOp = scf::ForOp::create(b, loc, begin, end, c1, ValueRange{init});
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(ifOp.elseBlock());
-    elseBody();
+    b.setInsertionPointToStart(forOp.getBody());
+    scf::YieldOp::create(
+        b, loc, ValueRange{body(forOp.getInductionVar(), forOp.getRegionIterArgs()[0])});
+    return forOp.getResult(0);
   };
-  auto less = [&](Value a, Value c) {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, a, c);
+  auto toI32 = [&](Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getI32Type(), v);
   };
+  auto splat = [&](Type type, Value scalar) -> Value {
+    return vector::BroadcastOp::create(b, loc, type, scalar);
+  };
+  float lowest = -std::numeric_limits<float>::infinity();
+  Value minusInf = splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(lowest)));
+  Value zeros = splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f)));
+  Value scales = splat(vec, arith::ConstantOp::create(b, loc, op.getScaleAttr()));
+  SmallVector<int32_t> laneNumbers;
+  for (int32_t i = 0; i < kSmeTileRows; ++i)
+    laneNumbers.push_back(i);
+  Value laneIds = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(ivec, ArrayRef<int32_t>(laneNumbers)));
 
   loop(op.getHeadBegin(), op.getHeadEnd(), [&](Value h) {
-    Value kvBase = arith::MulIOp::create(
-        b, loc, arith::DivUIOp::create(b, loc, h, idx(group)), cDim);
+    Value kvHead = arith::DivUIOp::create(b, loc, h, idx(group));
+    Value kvBase = arith::MulIOp::create(b, loc, kvHead, cDim);
     Value qBase = arith::MulIOp::create(b, loc, h, cDim);
-    // Kt[d][j] = k[j, kvBase + d], zeros past the sequence.
-    loop(c0, padded, [&](Value j) {
-      ifElse(less(j, seq),
-             [&] {
-               loop(c0, cDim, [&](Value d) {
-                 Value x = memref::LoadOp::create(
-                     b, loc, op.getK(),
-                     ValueRange{j, arith::AddIOp::create(b, loc, kvBase, d)});
-                 memref::StoreOp::create(b, loc, x, kt, ValueRange{d, j});
-               });
-             },
-             [&] {
-               loop(c0, cDim, [&](Value d) {
-                 memref::StoreOp::create(b, loc, zero, kt, ValueRange{d, j});
-               });
-             });
-    });
-    loop(c0, tiles, [&](Value t) {
+    // The keys once per KV head: at the call's first head and at the first
+    // head of each group.
+    Value newKv = arith::OrIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, h, op.getHeadBegin()),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                              arith::RemUIOp::create(b, loc, h, idx(group)), c0));
+    {
+      auto ifOp = scf::IfOp::create(b, loc, newKv, /*withElseRegion=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      func::CallOp::create(b, loc, keysLeaf,
+                           ValueRange{op.getK(), kt, kvBase, firstKeyTile, keyTiles, keyCount});
+    }
+    func::CallOp::create(b, loc, queriesLeaf,
+                         ValueRange{op.getQ(), qt, qBase, c0, queryTiles, rows});
+    loop(c0, queryTiles, [&](Value t) {
       Value i0 = arith::MulIOp::create(b, loc, t, c16);
-      loop(c0, c16, [&](Value r) {
-        Value i = arith::AddIOp::create(b, loc, i0, r);
-        ifElse(less(i, seq),
-               [&] {
-                 loop(c0, cDim, [&](Value d) {
-                   Value x = memref::LoadOp::create(
-                       b, loc, op.getQ(),
-                       ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
-                   memref::StoreOp::create(b, loc, x, qt, ValueRange{d, r});
-                 });
-               },
-               [&] {
-                 loop(c0, cDim, [&](Value d) {
-                   memref::StoreOp::create(b, loc, zero, qt, ValueRange{d, r});
-                 });
-               });
+      Value p0 = arith::AddIOp::create(b, loc, position, i0);
+      // Keys [keyBegin, keyEnd): from the window's start for the tile's
+      // first row (down to a whole tile) to its last row's, or the cache's
+      // end.
+      Value keyEnd = arith::MinUIOp::create(b, loc, keyCount,
+                                            arith::AddIOp::create(b, loc, p0, c16));
+      Value keyBegin =
+          window > 0 ? arith::MulIOp::create(
+                           b, loc, arith::DivUIOp::create(b, loc, windowStart(p0), c16), c16)
+                     : c0;
+      func::CallOp::create(
+          b, loc, scoresLeaf,
+          ValueRange{qt, t, kt, st, arith::DivUIOp::create(b, loc, keyBegin, c16),
+                     arith::CeilDivUIOp::create(b, loc, keyEnd, c16)});
+      // Lane r is query row i0 + r at p0 + r: it sees key j when
+      // j <= p0 + r and, with a window, j > p0 + r - window.
+      Value positions = arith::AddIOp::create(b, loc, splat(ivec, toI32(p0)), laneIds);
+      Value windowEnds;
+      if (window > 0)
+        windowEnds = arith::SubIOp::create(
+            b, loc, positions,
+            splat(ivec, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(window))));
+      Value maximum = fold(keyBegin, keyEnd, minusInf, [&](Value j, Value m) -> Value {
+        Value s = arith::MulFOp::create(
+            b, loc, vector::LoadOp::create(b, loc, vec, st, ValueRange{j, c0}), scales);
+        Value key = splat(ivec, toI32(j));
+        Value visible =
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, key, positions);
+        if (window > 0)
+          visible = arith::AndIOp::create(
+              b, loc, visible,
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, key, windowEnds));
+        s = arith::SelectOp::create(b, loc, visible, s, minusInf);
+        vector::StoreOp::create(b, loc, s, st, ValueRange{j, c0});
+        return arith::MaximumFOp::create(b, loc, m, s);
       });
-      // Causal: the key tiles up to the query tile's own.
-      Value keyTiles = arith::AddIOp::create(b, loc, t, c1);
-      Value keySpan = arith::MulIOp::create(b, loc, keyTiles, c16);
-      func::CallOp::create(b, loc, scoresLeaf, ValueRange{qt, kt, scores, keyTiles});
-      // Softmax of each row over the keys it sees; P transposed for P V.
-      loop(c0, c16, [&](Value r) {
-        Value i = arith::AddIOp::create(b, loc, i0, r);
-        Value last = arith::AddIOp::create(b, loc, i, c1);
-        Value first = c0;
-        if (window > 0) {
-          Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
-                                               last, idx(window));
-          first = arith::SelectOp::create(
-              b, loc, inside, arith::SubIOp::create(b, loc, last, idx(window)), c0);
-        }
-        auto visible = [&](Value j) {
-          return arith::AndIOp::create(
-              b, loc,
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, j, first),
-              arith::AndIOp::create(b, loc, less(j, last), less(i, seq)));
-        };
-        Value minusInf = arith::ConstantOp::create(
-            b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
-        auto maxLoop = scf::ForOp::create(b, loc, c0, keySpan, c1, ValueRange{minusInf});
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(maxLoop.getBody());
-          Value j = maxLoop.getInductionVar();
-          Value s = arith::MulFOp::create(
-              b, loc, memref::LoadOp::create(b, loc, scores, ValueRange{r, j}), scale);
-          Value candidate = arith::SelectOp::create(b, loc, visible(j), s, minusInf);
-          scf::YieldOp::create(b, loc, ValueRange{arith::MaximumFOp::create(
-                                          b, loc, maxLoop.getRegionIterArgs()[0], candidate)});
-        }
-        Value maximum = maxLoop.getResult(0);
-        auto sumLoop = scf::ForOp::create(b, loc, c0, keySpan, c1, ValueRange{zero});
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPointToStart(sumLoop.getBody());
-          Value j = sumLoop.getInductionVar();
-          Value s = arith::MulFOp::create(
-              b, loc, memref::LoadOp::create(b, loc, scores, ValueRange{r, j}), scale);
-          Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, s, maximum));
-          e = arith::SelectOp::create(b, loc, visible(j), e, zero);
-          memref::StoreOp::create(b, loc, e, pt, ValueRange{j, r});
-          scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(
-                                          b, loc, sumLoop.getRegionIterArgs()[0], e)});
-        }
-        // Rows past the sequence have no visible key: all zeros, no division.
-        Value sum = sumLoop.getResult(0);
-        Value safe = arith::SelectOp::create(
-            b, loc, arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, sum, zero),
-            sum, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)));
-        Value inverse = arith::DivFOp::create(
-            b, loc, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f)), safe);
-        loop(c0, keySpan, [&](Value j) {
-          Value p = memref::LoadOp::create(b, loc, pt, ValueRange{j, r});
-          memref::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, p, inverse), pt,
-                                  ValueRange{j, r});
-        });
+      Value sum = fold(keyBegin, keyEnd, zeros, [&](Value j, Value l) -> Value {
+        Value s = vector::LoadOp::create(b, loc, vec, st, ValueRange{j, c0});
+        // exp(-inf) is taken as 0 explicitly: the polynomial exp is only
+        // meant for finite arguments.
+        Value hidden = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, s, minusInf);
+        Value p = arith::SelectOp::create(
+            b, loc, hidden, zeros,
+            math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, s, maximum)));
+        vector::StoreOp::create(b, loc, p, st, ValueRange{j, c0});
+        return arith::AddFOp::create(b, loc, l, p);
       });
-      // P V over the keys that exist.
-      Value keys = arith::MinSIOp::create(b, loc, keySpan, seq);
-      func::CallOp::create(b, loc, valuesLeaf, ValueRange{pt, op.getV(), kvBase, keys, outTile});
-      loop(c0, c16, [&](Value r) {
+      vector::StoreOp::create(
+          b, loc,
+          arith::DivFOp::create(
+              b, loc, splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f))),
+              sum),
+          inverses, ValueRange{c0});
+      func::CallOp::create(b, loc, valuesLeaf,
+                           ValueRange{st, op.getV(), kvBase, keyBegin, keyEnd, outTile});
+      // The tile's rows that exist, each divided by its sum.
+      Value present = arith::MinUIOp::create(b, loc, c16,
+                                             arith::SubIOp::create(b, loc, rows, i0));
+      loop(c0, present, [&](Value r) {
+        Value inverse = splat(vec, memref::LoadOp::create(b, loc, inverses, ValueRange{r}));
         Value i = arith::AddIOp::create(b, loc, i0, r);
-        auto ifOp = scf::IfOp::create(b, loc, less(i, seq), /*withElseRegion=*/false);
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        loop(c0, cDim, [&](Value d) {
-          Value x = memref::LoadOp::create(b, loc, outTile, ValueRange{r, d});
-          memref::StoreOp::create(b, loc, x, op.getOut(),
-                                  ValueRange{i, arith::AddIOp::create(b, loc, qBase, d)});
-        });
+        for (int64_t d = 0; d < dim; d += kSmeTileRows) {
+          Value x = vector::LoadOp::create(b, loc, vec, outTile, ValueRange{r, idx(d)});
+          vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, inverse),
+                                  op.getOut(),
+                                  ValueRange{i, arith::AddIOp::create(b, loc, qBase, idx(d))});
+        }
       });
     });
   });
   memref::DeallocOp::create(b, loc, kt);
-  memref::DeallocOp::create(b, loc, scores);
-  memref::DeallocOp::create(b, loc, pt);
+  memref::DeallocOp::create(b, loc, qt);
+  memref::DeallocOp::create(b, loc, st);
   op.erase();
 }
 
@@ -1077,10 +1149,14 @@ public:
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
     // Attention with outer products where the head dim fills whole 64-wide
-    // chunks of the four fp32 tiles; the shared lowering otherwise.
+    // chunks of the four fp32 tiles and the keys and values are fp32; the
+    // shared lowering otherwise.
     SmallVector<AttentionOp> attentions;
     module.walk([&](AttentionOp op) {
-      if (op.getHeadDim() % 64 == 0)
+      auto isF32 = [](Value v) {
+        return cast<MemRefType>(v.getType()).getElementType().isF32();
+      };
+      if (op.getHeadDim() % 64 == 0 && isF32(op.getK()) && isF32(op.getV()))
         attentions.push_back(op);
     });
     for (AttentionOp op : attentions)

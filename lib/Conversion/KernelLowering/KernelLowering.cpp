@@ -37,11 +37,13 @@
 #include "CQ4PToVector/HostKernels.h"
 #include "LoweringHelpers.h"
 
+#include "cq4p/Codegen/ModelKernels.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
 
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -1006,9 +1008,11 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   RotationBlocking blocking;
 };
 
-/// Causal grouped-query attention, per query head and token: fp32 scores
-/// (4-wide dot products), a max-subtracted softmax, then the values
-/// weighted by it; the runtime's threads split the heads.
+/// cq4p.attention on every target but SME2's prefill: the 16-lane vector
+/// code models run (ModelKernels.cpp), for head dims that fill whole
+/// vectors; for other head dims (single tensors only), per query head and
+/// token, fp32 scores (4-wide dot products), a max-subtracted softmax, then
+/// the values weighted by it. The runtime's threads split the heads.
 struct AttentionLowering : public OpRewritePattern<AttentionOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -1018,6 +1022,20 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
     OpBuilder &b = rewriter;
     int64_t dim = op.getHeadDim(), window = op.getWindow();
     int64_t group = op.getNumHeads() / op.getNumKvHeads();
+    if (dim % 16 == 0) {
+      emitVectorAttention(b, loc, op.getQ(), op.getK(), op.getV(), op.getOut(),
+                          op.getPosition(), op.getHeadBegin(), op.getHeadEnd(),
+                          op.getNumHeads(), op.getNumKvHeads(), dim, window,
+                          op.getScale().convertToFloat());
+      rewriter.eraseOp(op);
+      return success();
+    }
+    if (op.getPosition() ||
+        !cast<MemRefType>(op.getK().getType()).getElementType().isF32() ||
+        !cast<MemRefType>(op.getV().getType()).getElementType().isF32())
+      return rewriter.notifyMatchFailure(
+          op, "a head dim that is not a multiple of 16 needs fp32 keys and values "
+              "of the queries' own rows");
     if (dim % 4 != 0)
       return rewriter.notifyMatchFailure(op, "head dim must be a multiple of 4");
     auto f32x4 = VectorType::get({4}, b.getF32Type());
@@ -1149,6 +1167,10 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
       ctx, rotationBlocking(target));
   populateActivationTransformPatterns(patterns, target);
   patterns.add<RescaleLowering, AttentionLowering>(ctx);
+  // The attention's exp as a polynomial: vector code instead of a libm
+  // call per lane, and the same bits on every target.
+  populateMathPolynomialApproximationPatterns(
+      patterns, [](StringRef name) { return name == "exp" || name == "math.exp"; });
 }
 
 LogicalResult mlir::cq4p::lowerCQ4PKernels(func::FuncOp func, DotTarget target) {

@@ -470,23 +470,51 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 
 // -----
 
-// Prefill attention (head dim 64): Q K^T as one FMOPA per dimension into
-// ZA0.S per tile of 16 keys, its 16 rows stored with `str za` from ZA array
-// vectors 4r; P V as four FMOPA per key, one per 32-bit tile (16 dimensions
-// each), row r of tile t stored from ZA array vector 4r + t.
+// Attention (head dim 64): one query row keeps the shared lowering's
+// cq4p.attention; more rows transpose the keys (once per KV head)
+// and the queries into tiles of 16 (LD1W rows into ZA0.S, MOVA x4 columns
+// out), then per query tile: Q K^T as FMOPAs of four-vector loads into
+// ZA0.S per tile of 16 keys (its rows keys, its lanes the 16 query rows),
+// stored with `str za` from ZA array vectors 4c; the softmax down the
+// columns as 16-lane vector ops; P V as one LD1W x4 of a key's values and
+// four FMOPA per key, one per 32-bit tile (16 dimensions each), row r of
+// tile t stored from ZA array vector 4r + t; each output row divided by
+// its sum.
 // CHECK-LABEL: func.func @cq4p_attention
+// CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
+// CHECK: %[[ONE:.*]] = arith.cmpi ult, %[[ROWS]], %c2
+// CHECK: scf.if %[[ONE]] {
+// CHECK-NEXT: cq4p.attention
+// CHECK-NEXT: } else {
+// CHECK-NOT: cq4p.attention
+// CHECK: scf.for %[[HEAD:.*]] =
+// CHECK: scf.if
+// CHECK-NEXT: call @cq4p_attention_sme_transpose_keys
+// CHECK: call @cq4p_attention_sme_transpose_queries
+// CHECK: scf.for
 // CHECK: call @cq4p_attention_sme_scores
+// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<16xi32>
+// CHECK: arith.maximumf %{{.*}} : vector<16xf32>
+// CHECK: math.exp %{{.*}} : vector<16xf32>
 // CHECK: call @cq4p_attention_sme_values
 // CHECK-NOT: cq4p.attention
+// CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_keys
+// CHECK: scf.for
+// CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
+// CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
 // CHECK-LABEL: func.func private @cq4p_attention_sme_scores
 // CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
-// CHECK: scf.for
-// CHECK: %[[Q:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK: %[[K:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[Q]], %[[K]]) <{tile_id = 0 : i32}> : (vector<[4]xi1>, vector<[4]xi1>, vector<[4]xf32>, vector<[4]xf32>) -> ()
-// CHECK-NEXT: }
+// CHECK: %[[Q:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[Q0:.*]] = llvm.extractvalue %[[Q]][0]
+// CHECK: %[[K:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[K0:.*]] = llvm.extractvalue %[[K]][0]
+// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[K0]], %[[Q0]]) <{tile_id = 0 : i32}> : (vector<[4]xi1>, vector<[4]xi1>, vector<[4]xf32>, vector<[4]xf32>) -> ()
+// CHECK-COUNT-63: "arm_sme.intr.mopa"
+// CHECK-NOT: "arm_sme.intr.mopa"
 // CHECK: %[[ROW0:.*]] = arith.constant 0 : i32
 // CHECK: "arm_sme.intr.str"(%[[ROW0]],
 // CHECK: %[[ROW1:.*]] = arith.constant 4 : i32
@@ -499,10 +527,10 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for
 // CHECK: %[[P:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK: %[[V0:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
-// CHECK: %[[V1:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK-NEXT: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V1]]) <{tile_id = 1 : i32}>
+// CHECK: %[[V:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[V0:.*]] = llvm.extractvalue %[[V]][0]
+// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 1 : i32}>
 // CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 2 : i32}>
 // CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 3 : i32}>
 // CHECK-NEXT: }
@@ -517,5 +545,47 @@ func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memre
   cq4p.attention %q, %k, %v, %out, %h0, %h1 {num_heads = 2 : i64, num_kv_heads = 1 : i64,
       head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
       : memref<?x128xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x128xf32>
+  return
+}
+
+// -----
+
+// A model's attention over its KV cache (grouped heads, a sliding window):
+// the query rows sit at %pos, the keys are the cache's first %pos + rows;
+// the keys are transposed from the window's first tile on, and each key is
+// masked by the window as well as by causality.
+// CHECK-LABEL: func.func @cached_attention
+// CHECK-SAME: %[[POS:[^:]*]]: index)
+// CHECK: scf.if
+// CHECK-NEXT: cq4p.attention {{.*}} at %[[POS]]
+// CHECK: } else {
+// CHECK: %[[KEYS:.*]] = arith.addi %[[POS]], %{{.*}} : index
+// CHECK: scf.for
+// CHECK: call @cached_attention_sme_transpose_keys(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[KEYS]])
+// CHECK: call @cached_attention_sme_scores
+// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<16xi32>
+// CHECK-NEXT: arith.cmpi sgt, %{{.*}}, %{{.*}} : vector<16xi32>
+// CHECK-NEXT: arith.andi
+// CHECK: call @cached_attention_sme_values
+func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf32>, %v: memref<?x128xf32>,
+                            %out: memref<?x256xf32>, %h0: index, %h1: index, %pos: index) {
+  cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 4 : i64, num_kv_heads = 2 : i64,
+      head_dim = 64 : i64, window = 32 : i64, scale = 0.125 : f32}
+      : memref<?x256xf32>, memref<?x128xf32>, memref<?x128xf32>, memref<?x256xf32>
+  return
+}
+
+// -----
+
+// An fp16 KV cache is left to the shared lowering (the outer products read
+// fp32 rows).
+// CHECK-LABEL: func.func @negative_f16_cache
+// CHECK-NEXT: cq4p.attention
+// CHECK-NOT: call
+func.func @negative_f16_cache(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: memref<?x128xf16>,
+                              %out: memref<?x256xf32>, %h0: index, %h1: index, %pos: index) {
+  cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 4 : i64, num_kv_heads = 2 : i64,
+      head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
+      : memref<?x256xf32>, memref<?x128xf16>, memref<?x128xf16>, memref<?x256xf32>
   return
 }

@@ -186,3 +186,21 @@ func.func @attention_scale_inf(%q: memref<?x256xf32>, %k: memref<?x64xf32>, %v: 
   cq4p.attention %q, %k, %v, %o, %h0, %h1 {num_heads = 4 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0xFF800000 : f32} : memref<?x256xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x256xf32>
   return
 }
+
+// -----
+
+// Without `at`, the keys are the queries' own rows.
+func.func @attention_keys_length(%q: memref<16x256xf32>, %k: memref<32x64xf32>, %v: memref<32x64xf32>, %o: memref<16x256xf32>, %h0: index, %h1: index) {
+  // expected-error @+1 {{'cq4p.attention' op expected k to have q's sequence length (16), got 32}}
+  cq4p.attention %q, %k, %v, %o, %h0, %h1 {num_heads = 4 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : memref<16x256xf32>, memref<32x64xf32>, memref<32x64xf32>, memref<16x256xf32>
+  return
+}
+
+// -----
+
+// Over a cache, the output still has q's rows.
+func.func @attention_cached_out_length(%q: memref<16x256xf32>, %k: memref<32x64xf32>, %v: memref<32x64xf32>, %o: memref<8x256xf32>, %h0: index, %h1: index, %p: index) {
+  // expected-error @+1 {{'cq4p.attention' op expected the output to have q's sequence length (16), got 8}}
+  cq4p.attention %q, %k, %v, %o, %h0, %h1 at %p {num_heads = 4 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : memref<16x256xf32>, memref<32x64xf32>, memref<32x64xf32>, memref<8x256xf32>
+  return
+}

@@ -61,3 +61,19 @@ func.func @panel_group_sizes(%a: !cq4p.weight<64x256, gs = 32, hadamard, panels>
                              %b: !cq4p.weight<64x256, gs = 256, hadamard, panels>) {
   return
 }
+
+// -----
+
+// The attention op over a KV cache: `at %pos`, the cache's own length and
+// element type (fp16 here) for the keys and values.
+// CHECK-LABEL: func.func @attention_over_a_cache
+// CHECK: cq4p.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} at %{{.*}} {head_dim = 64 : i64
+// CHECK-SAME: memref<?x256xf32>, memref<128x128xf16>, memref<128x128xf16>, memref<?x256xf32>
+func.func @attention_over_a_cache(%q: memref<?x256xf32>, %k: memref<128x128xf16>,
+                                  %v: memref<128x128xf16>, %o: memref<?x256xf32>,
+                                  %h0: index, %h1: index, %pos: index) {
+  cq4p.attention %q, %k, %v, %o, %h0, %h1 at %pos {num_heads = 4 : i64, num_kv_heads = 2 : i64,
+      head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
+      : memref<?x256xf32>, memref<128x128xf16>, memref<128x128xf16>, memref<?x256xf32>
+  return
+}

@@ -386,7 +386,7 @@ static LogicalResult verifyAttentionShapes(Operation *op, ShapedType q,
                                            ShapedType k, ShapedType v,
                                            ShapedType out, int64_t heads,
                                            int64_t kvHeads, int64_t headDim,
-                                           int64_t window) {
+                                           int64_t window, bool cached = false) {
   if (heads <= 0 || kvHeads <= 0 || headDim <= 0 || window < 0)
     return op->emitOpError() << "expected positive heads (" << heads
                              << "), kv heads (" << kvHeads << ") and head dim ("
@@ -399,10 +399,11 @@ static LogicalResult verifyAttentionShapes(Operation *op, ShapedType q,
     const char *name;
     ShapedType type;
     int64_t width;
-  } operands[] = {{"q", q, heads * headDim},
-                  {"k", k, kvHeads * headDim},
-                  {"v", v, kvHeads * headDim},
-                  {"the output", out, heads * headDim}};
+    bool cacheLength;
+  } operands[] = {{"q", q, heads * headDim, false},
+                  {"k", k, kvHeads * headDim, true},
+                  {"v", v, kvHeads * headDim, true},
+                  {"the output", out, heads * headDim, false}};
   for (const Operand &operand : operands) {
     if (operand.type.getRank() != 2)
       return op->emitOpError() << "expected " << operand.name
@@ -412,6 +413,9 @@ static LogicalResult verifyAttentionShapes(Operation *op, ShapedType q,
       return op->emitOpError() << "expected " << operand.name << "'s width ("
                                << formatDim(operand.type.getDimSize(1))
                                << ") to be " << operand.width;
+    // Keys and values over a cache have the cache's own length.
+    if (cached && operand.cacheLength)
+      continue;
     if (operand.type.getDimSize(0) != q.getDimSize(0))
       return op->emitOpError() << "expected " << operand.name
                                << " to have q's sequence length ("
@@ -444,7 +448,8 @@ LogicalResult AttentionOp::verify() {
   return verifyAttentionShapes(
       *this, cast<ShapedType>(getQ().getType()), cast<ShapedType>(getK().getType()),
       cast<ShapedType>(getV().getType()), cast<ShapedType>(getOut().getType()),
-      getNumHeads(), getNumKvHeads(), getHeadDim(), getWindow());
+      getNumHeads(), getNumKvHeads(), getHeadDim(), getWindow(),
+      static_cast<bool>(getPosition()));
 }
 
 //===----------------------------------------------------------------------===//

@@ -134,7 +134,7 @@ private:
     FlatSymbolRefAttr ref = kernels.getOrCreate(
         spec, [&](OpBuilder &b, Location loc, ValueRange args) {
           AttentionOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
-                              args[5], attention.getNumHeadsAttr(),
+                              args[5], /*position=*/Value(), attention.getNumHeadsAttr(),
                               attention.getNumKvHeadsAttr(),
                               attention.getHeadDimAttr(), attention.getWindowAttr(),
                               attention.getScaleAttr());

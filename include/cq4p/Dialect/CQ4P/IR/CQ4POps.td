@@ -738,9 +738,15 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
 def CQ4P_AttentionOp : CQ4P_Op<"attention"> {
   let summary = "causal grouped-query attention of query heads [head_begin, head_end)";
   let description = [{
-    The kernel of `cq4p.prefill_attention` on buffers, for the query heads
-    `[head_begin, head_end)` (the unit the runtime's threads share): scores
-    in fp32, a max-subtracted softmax, then the weighted sum of the values.
+    The one attention kernel of models and single tensors, on buffers, for
+    the query heads `[head_begin, head_end)` (the unit the runtime's threads
+    share): scores in fp32, a max-subtracted softmax, then the weighted sum
+    of the values. Query row `i` sits at position `position + i` (0 without
+    `at`: the keys are the queries' own) and sees the keys `j` with
+    `j <= position + i` and, for a window W > 0, `j > position + i - W`;
+    the keys and values have at least `position + rows(q)` rows (a layer's
+    KV cache, fp32 or fp16, in a model). Each target lowers it its own way:
+    SME2 prefill as FMOPA tiles, the rest as 16-lane vector code.
 
     Example:
 
@@ -749,17 +755,24 @@ def CQ4P_AttentionOp : CQ4P_Op<"attention"> {
         num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64,
         scale = 0.125 : f32}
         : memref<?x512xf32>, memref<?x256xf32>, memref<?x256xf32>, memref<?x512xf32>
+    // Over a KV cache: the new rows at %pos.
+    cq4p.attention %q, %kc, %vc, %out, %h0, %h1 at %pos {num_heads = 8 : i64,
+        num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64,
+        scale = 0.125 : f32}
+        : memref<?x512xf32>, memref<?x256xf16>, memref<?x256xf16>, memref<?x512xf32>
     ```
   }];
   let arguments = (ins
-    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$q, Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$k,
-    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$v, Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out,
-    Index:$head_begin, Index:$head_end,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$q,
+    Arg<MemRefRankOf<[F32, F16], [2]>, "", [MemRead]>:$k,
+    Arg<MemRefRankOf<[F32, F16], [2]>, "", [MemRead]>:$v,
+    Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out,
+    Index:$head_begin, Index:$head_end, Optional<Index>:$position,
     I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
     I64Attr:$window, F32Attr:$scale);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `,` $out `,` $head_begin `,` $head_end attr-dict `:`
-    type($q) `,` type($k) `,` type($v) `,` type($out)
+    $q `,` $k `,` $v `,` $out `,` $head_begin `,` $head_end (`at` $position^)?
+    attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($out)
   }];
   let hasVerifier = 1;
 }
