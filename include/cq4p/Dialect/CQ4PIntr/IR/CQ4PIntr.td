@@ -25,8 +25,9 @@
 // (signed x signed), not the VPDPBUSD used here.
 //
 // Memory effects: operations that only compute are Pure; loads and stores
-// name their pointer's effect; ZA and ZT0 operations (SME) keep the
-// unknown effects of a call, as upstream's `arm_sme.intr.*` do.
+// name their pointer's effect; ZA and ZT0 operations (SME, LDR ZT0
+// included) keep the unknown effects of a call, as upstream's
+// `arm_sme.intr.*` do.
 //
 // `cq4p_intr.opaque` is the one operation here that is no intrinsic: see its
 // description.
@@ -345,10 +346,12 @@ def CQ4PIntr_SmeLdrZtOp
     : CQ4PIntr_Op<"aarch64.sme.ldr.zt", [], 0, [], [],
                   /*immArgPositions=*/[0], /*immArgAttrNames=*/["zt"]>,
       Arguments<(ins ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<0>]>:$zt,
-                 Arg<LLVM_AnyPointer, "address", [MemRead]>:$address)> {
+                 LLVM_AnyPointer:$address)> {
   let summary = "ZT0 <- the 64 bytes at an address (LDR ZT0)";
   let description = [{
-    `zt` names the lookup-table register: SME2 has one, ZT0.
+    `zt` names the lookup-table register: SME2 has one, ZT0. The op keeps
+    unknown memory effects: it writes ZT0, which no MLIR resource models,
+    and an op with only a read effect and no result would be erased as dead.
 
     Example:
 
