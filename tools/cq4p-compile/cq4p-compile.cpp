@@ -33,6 +33,7 @@
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
 #include "cq4p/Pipelines/Pipelines.h"
+#include "cq4p/Target/LLVMIR/CQ4PIntrToLLVMIRTranslation.h"
 #include "cq4p/Tools/InputNesting.h"
 #include "cq4p/Tools/LargeStack.h"
 #include "cq4p/kernel_abi.h"
@@ -86,6 +87,7 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include "SafeInput.h"
+#include "PreRaScheduling.h"
 #include "SmeAbiSource.h"
 
 #include <algorithm>
@@ -622,7 +624,12 @@ int emitObject(llvm::TargetMachine &machine, llvm::Module &module,
   if (machine.addPassesToEmitFile(codegen, out->os(), nullptr,
                                   llvm::CodeGenFileType::ObjectFile))
     return fail("the target cannot emit object files");
+  // The pre-RA scheduler, per function (PreRaScheduling.h).
+  cq4p::PreRaSchedulingGate gate(module);
+  llvm::OptPassGate &previousGate = module.getContext().getOptPassGate();
+  module.getContext().setOptPassGate(gate);
   codegen.run(module);
+  module.getContext().setOptPassGate(previousGate);
   out->os().close();
   if (out->os().has_error())
     return failWriting(out->os(), path);
@@ -836,6 +843,7 @@ int compile() {
   registerLLVMDialectTranslation(registry);
   registerArmNeonDialectTranslation(registry);
   registerArmSMEDialectTranslation(registry);
+  cq4p_intr::registerCQ4PIntrDialectTranslation(registry);
   MLIRContext context(registry);
 
   sayOnOutOfMemory("cq4p-compile: error: out of memory reading " + inputFile +
@@ -948,22 +956,6 @@ int compile() {
         llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
   };
 
-  if (first.triple.isAArch64()) {
-    // No pre-RA machine scheduling on AArch64: the kernels' loops are
-    // emitted in an order that fits the 32 vector registers (the panel GEMV
-    // holds 16 accumulators and loads each pair of slices next to its use),
-    // and the pre-RA scheduler of several cores' models (cortex-a76/a78,
-    // a710/a715/a720, a510/a520, neoverse-n2, generic) hoists the loads of
-    // a whole iteration ahead of their uses and spills, up to 1.45x the
-    // GEMV loop's instructions. The post-RA scheduler still orders
-    // instructions for the tuned core's latencies, within the allocation.
-    auto &options = llvm::cl::getRegisteredOptions();
-    auto found = options.find("enable-misched");
-    if (found != options.end() &&
-        found->second->addOccurrence(0, "enable-misched", "false"))
-      return fail("cannot turn off LLVM's pre-RA machine scheduler");
-  }
-
   // Each variant (one, or an x86-64 level each) is lowered from the tiled
   // module to the LLVM dialect, optimized and generated into an object of
   // its own, one at a time so that memory peaks at one variant's.
@@ -1067,8 +1059,12 @@ int compile() {
         continue;
       function.addFnAttr("target-cpu", choice.cpu);
       function.addFnAttr("target-features", choice.features);
-      if (choice.triple.isAArch64())
+      if (choice.triple.isAArch64()) {
         function.addFnAttr("tune-cpu", tuneCpu);
+        // The kernels keep their emitted, register-budgeted order
+        // (PreRaScheduling.h says why).
+        function.addFnAttr(cq4p::kNoPreRaScheduling);
+      }
       else if (!choice.tuneCpu.empty())
         function.addFnAttr("tune-cpu", choice.tuneCpu);
       if (choice.vectorBits > 0) {

@@ -79,7 +79,8 @@ int run(llvm::StringRef inputFilename, llvm::StringRef outputFilename,
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   mlir::DialectRegistry registry;
-  registry.insert<mlir::cq4p::CQ4PDialect, mlir::arith::ArithDialect,
+  registry.insert<mlir::cq4p::CQ4PDialect, mlir::cq4p_intr::CQ4PIntrDialect,
+                  mlir::arith::ArithDialect,
                   mlir::arm_neon::ArmNeonDialect, mlir::arm_sme::ArmSMEDialect,
                   mlir::arm_sve::ArmSVEDialect, mlir::func::FuncDialect,
                   mlir::LLVM::LLVMDialect, mlir::math::MathDialect,

@@ -12,6 +12,7 @@
 #include "cq4p/Conversion/CQ4PToNeon/CQ4PToNeon.h"
 #include "cq4p/Conversion/CQ4PToVector/CQ4PToVector.h"
 #include "cq4p/Conversion/KernelLowering/KernelLowering.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"

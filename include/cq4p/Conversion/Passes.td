@@ -19,7 +19,7 @@ def ConvertCQ4PToNeon : Pass<"convert-cq4p-to-neon", "mlir::func::FuncOp"> {
     scalar code shared with the host path.
   }];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_neon::ArmNeonDialect",
-                           "mlir::LLVM::LLVMDialect", "mlir::math::MathDialect",
+                           "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect", "mlir::math::MathDialect",
                            "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
                            "mlir::vector::VectorDialect"];
 }
@@ -50,7 +50,7 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
                clEnumValN(mlir::cq4p::X86Dot::avx512vnni, "avx512vnni",
                           "512-bit pshufb and AVX-512 VNNI vpdpbusd"))}]>,
   ];
-  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::LLVM::LLVMDialect",
+  let dependentDialects = ["mlir::arith::ArithDialect", "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
 }
@@ -83,7 +83,7 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     32-bit tiles (64 dimensions at a time).
   }];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_sme::ArmSMEDialect",
-                           "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect",
+                           "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
 }

@@ -52,13 +52,14 @@
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
 // with predicates-as-counters, LD1RQ and the multi-vector SCVTF have no
-// operation in the ArmSME or ArmSVE dialects: each is an
-// `llvm.call_intrinsic` in one LeafBuilder helper.
+// operation in the ArmSME or ArmSVE dialects: each is a typed cq4p_intr
+// operation (CQ4PIntr.td) in one LeafBuilder helper.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 #include "cq4p/format.h"
 
 #include "mlir/Dialect/ArmSME/IR/ArmSME.h"
@@ -84,8 +85,8 @@ constexpr int64_t kSmeTileRows = 16;     // rows of a 32-bit ZA tile
 constexpr int64_t kMaxLeafRows = 8;      // unpacked rows: slice offsets 0-7
 
 /// Builds a leaf's operations: ArmSME dialect operations where it has them,
-/// an `llvm.call_intrinsic` in one helper each where neither it nor the
-/// ArmSVE dialect does (as of MLIR 22).
+/// a cq4p_intr operation in one helper each where neither it nor the ArmSVE
+/// dialect does (as of MLIR 22).
 class LeafBuilder {
 public:
   LeafBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {
@@ -172,21 +173,20 @@ public:
   }
 
   //===--------------------------------------------------------------------===//
-  // What the ArmSME and ArmSVE dialects lack: LLVM intrinsics, one helper
-  // each.
+  // What the ArmSME and ArmSVE dialects lack: cq4p_intr operations, one
+  // helper each.
   //===--------------------------------------------------------------------===//
 
   /// ZT0 <- the 64 bytes at `table` (LDR ZT0; the dialects have no ZT0).
   void loadZt0(Value table) {
-    intrinsic(Type(), "llvm.aarch64.sme.ldr.zt", {i32(0), table});
+    cq4p_intr::SmeLdrZtOp::create(b, loc, /*zt=*/0, table);
   }
 
   /// `packed`'s 128 nibbles looked up in ZT0, nibble j to byte j of the
   /// pair (LUTI4 to two vectors; the dialects have no ZT0 lookups).
   std::pair<Value, Value> lookupPairInZt0(Value packed) {
-    return unpackPair(intrinsic(pairType(nxv16i8),
-                                "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8",
-                                {i32(0), packed, i32(0)}));
+    return unpackPair(cq4p_intr::SmeLuti4LaneZtX2Op::create(
+        b, loc, pairType(nxv16i8), /*zt=*/0, packed, /*segment=*/0));
   }
 
   /// ZA array vectors slice + 16i, i < 4, += 4-way dot products of
@@ -195,65 +195,71 @@ public:
   /// multi-vector ZA operations).
   void dotZaVectors4(Value slice, ArrayRef<Value> vectors, Value activations,
                      int64_t lane) {
-    intrinsic(Type(), "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8",
-              {slice, vectors[0], vectors[1], vectors[2], vectors[3], activations,
-               i32(lane)});
+    cq4p_intr::SmeSdotLaneZa32Vg1x4Op::create(b, loc, slice, vectors[0], vectors[1],
+                                              vectors[2], vectors[3], activations,
+                                              uint32_t(lane));
   }
 
   /// ZA array vectors slice + 16i, i < 4, as int32 vectors (multi-vector
   /// MOVA; the ArmSME dialect has no multi-vector ZA operations).
   SmallVector<Value> readZaVectors4(Value slice) {
-    return unpack(intrinsic(quadType(nxv4i32()),
-                            "llvm.aarch64.sme.read.vg1x4.nxv4i32", {slice}));
+    return unpack(
+        cq4p_intr::SmeReadVg1x4Op::create(b, loc, quadType(nxv4i32()), slice));
   }
 
   /// The 16 bytes at `address` in every 128-bit segment (LD1RQB; the ArmSVE
   /// dialect has no loads).
   Value loadReplicatedQuadword(Value predicate, Value address) {
-    return intrinsic(nxv16i8, "llvm.aarch64.sve.ld1rq.nxv16i8", {predicate, address});
+    return cq4p_intr::SveLd1rqOp::create(b, loc, nxv16i8, predicate, address);
   }
 
   /// The two consecutive streaming vectors (128 bytes) at `address`, with
   /// one SME2 multi-vector load (LD1B with a predicate-as-counter, which
   /// the ArmSVE dialect lacks, as it does every load and store below).
   std::pair<Value, Value> loadPair(Value address) {
-    return unpackPair(intrinsic(pairType(nxv16i8), "llvm.aarch64.sve.ld1.pn.x2.nxv16i8",
-                                {allBytes(), address}));
+    Value counter = allBytes();
+    return unpackPair(
+        cq4p_intr::SveLd1PnX2Op::create(b, loc, pairType(nxv16i8), counter, address));
   }
 
   /// The four consecutive streaming vectors (256 bytes) at `address`.
   SmallVector<Value> loadQuad(Value address) {
-    return unpack(intrinsic(quadType(nxv16i8), "llvm.aarch64.sve.ld1.pn.x4.nxv16i8",
-                            {allBytes(), address}));
+    Value counter = allBytes();
+    return unpack(
+        cq4p_intr::SveLd1PnX4Op::create(b, loc, quadType(nxv16i8), counter, address));
   }
 
   /// The four consecutive fp32 streaming vectors (256 bytes) at `address`.
   SmallVector<Value> loadQuadF32(Value address) {
-    return unpack(intrinsic(quadType(nxv4f32()), "llvm.aarch64.sve.ld1.pn.x4.nxv4f32",
-                            {allWords(), address}));
+    Value counter = allWords();
+    return unpack(
+        cq4p_intr::SveLd1PnX4Op::create(b, loc, quadType(nxv4f32()), counter, address));
   }
   void storeQuadF32(ArrayRef<Value> vectors, Value address) {
-    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4f32",
-              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
+    Value counter = allWords();
+    cq4p_intr::SveSt1PnX4Op::create(b, loc, vectors[0], vectors[1], vectors[2],
+                                    vectors[3], counter, address);
   }
   void storeQuadWords(ArrayRef<Value> vectors, Value address) {
-    intrinsic(Type(), "llvm.aarch64.sve.st1.pn.x4.nxv4i32",
-              {vectors[0], vectors[1], vectors[2], vectors[3], allWords(), address});
+    Value counter = allWords();
+    cq4p_intr::SveSt1PnX4Op::create(b, loc, vectors[0], vectors[1], vectors[2],
+                                    vectors[3], counter, address);
   }
 
   /// Vertical slices slice..slice+3 of the 32-bit tile za<tile>.s: word
   /// `slice + i` of each of its 16 rows (multi-vector MOVA; the ArmSME
   /// dialect has no multi-vector ZA operations).
   SmallVector<Value> readTileColumns4(int64_t tile, int64_t slice) {
-    return unpack(intrinsic(quadType(nxv4i32()), "llvm.aarch64.sme.read.ver.vg4.nxv4i32",
-                            {i32(tile), i32(slice)}));
+    Value sliceIndex = i32(slice);
+    return unpack(cq4p_intr::SmeReadVerVg4Op::create(b, loc, quadType(nxv4i32()),
+                                                     uint32_t(tile), sliceIndex));
   }
 
   /// Four int32 vectors converted to fp32 (multi-vector SCVTF, which the
   /// ArmSVE dialect lacks).
   SmallVector<Value> convertQuadToF32(ArrayRef<Value> ints) {
-    return unpack(intrinsic(quadType(nxv4f32()),
-                            "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32", ints));
+    return unpack(cq4p_intr::SveScvtfX4Op::create(b, loc, quadType(nxv4f32()), ints[0],
+                                                  ints[1], ints[2], ints[3]));
   }
 
   OpBuilder &b;
@@ -267,26 +273,16 @@ public:
   /// and a later one outside calls these first, where both can see them.
   Value allBytes() {
     if (!allBytesCounter)
-      allBytesCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c8", {});
+      allBytesCounter = cq4p_intr::SvePtrueC8Op::create(b, loc, svcountType());
     return allBytesCounter;
   }
   Value allWords() {
     if (!allWordsCounter)
-      allWordsCounter = intrinsic(svcountType(), "llvm.aarch64.sve.ptrue.c32", {});
+      allWordsCounter = cq4p_intr::SvePtrueC32Op::create(b, loc, svcountType());
     return allWordsCounter;
   }
 
 private:
-  Value intrinsic(Type result, StringRef name, ValueRange args) {
-    if (!result) {
-      LLVM::CallIntrinsicOp::create(b, loc, b.getStringAttr(name), args);
-      return Value();
-    }
-    return LLVM::CallIntrinsicOp::create(b, loc, result, b.getStringAttr(name),
-                                         args)
-        .getResult(0);
-  }
-
   Type svcountType() {
     return LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {});
   }

@@ -38,6 +38,7 @@
 #include "KernelLowering/LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 #include "cq4p/format.h"
 
 #include "mlir/IR/Builders.h"
@@ -46,13 +47,6 @@ using namespace mlir;
 using namespace mlir::cq4p;
 
 namespace {
-
-Value intrinsic(OpBuilder &b, Location loc, Type result, StringRef name,
-                ValueRange operands) {
-  return LLVM::CallIntrinsicOp::create(b, loc, result, b.getStringAttr(name),
-                                       operands)
-      .getResult(0);
-}
 
 /// How far ahead of the GEMV's loads its panels are prefetched (a page),
 /// into every cache level (a non-temporal hint measured at half the
@@ -96,10 +90,20 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
   auto i8x16 = VectorType::get({16}, b.getI8Type());
   auto i32x4 = VectorType::get({4}, b.getI32Type());
   auto i32x16 = VectorType::get({16}, b.getI32Type());
-  std::string bits = std::to_string(width * 8);
-  StringRef pshufb = width == 64 ? "llvm.x86.avx512.pshuf.b.512"
-                                 : "llvm.x86.avx2.pshuf.b";
-  std::string vpdpbusd = "llvm.x86.avx512.vpdpbusd." + bits;
+  // Per 128-bit lane byte lookup (VPSHUFB) and the VNNI dot (VPDPBUSD) at
+  // the register width.
+  auto pshufb = [&](Value table, Value index) -> Value {
+    if (width == 64)
+      return cq4p_intr::X86Avx512PshufB512Op::create(b, loc, i8v, table, index);
+    return cq4p_intr::X86Avx2PshufBOp::create(b, loc, i8v, table, index);
+  };
+  auto vpdpbusd = [&](Value acc, Value unsignedBytes, Value signedBytes) -> Value {
+    if (width == 64)
+      return cq4p_intr::X86Avx512Vpdpbusd512Op::create(b, loc, i32v, acc,
+                                                         unsignedBytes, signedBytes);
+    return cq4p_intr::X86Avx512Vpdpbusd256Op::create(b, loc, i32v, acc,
+                                                       unsignedBytes, signedBytes);
+  };
 
   Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
   Value sb = op.getSuperBlock(), g = op.getGroup(), row = op.getRow();
@@ -268,14 +272,13 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
         auto dot = [&](Value acc, Value weights, int64_t r, bool high) -> Value {
           Value act = high ? odd[r] : even[r];
           if (vnni)
-            return intrinsic(b, loc, i32v, vpdpbusd, ValueRange{acc, weights, act});
+            return vpdpbusd(acc, weights, act);
           Value signedWeights =
-              intrinsic(b, loc, i8v, "llvm.x86.avx2.psign.b", ValueRange{weights, act});
-          Value pairs = intrinsic(b, loc, i16v, "llvm.x86.avx2.pmadd.ub.sw",
-                                  ValueRange{high ? absOdd[r] : absEven[r],
-                                             signedWeights});
-          Value quads = intrinsic(b, loc, i32v, "llvm.x86.avx2.pmadd.wd",
-                                  ValueRange{pairs, ones16});
+              cq4p_intr::X86Avx2PsignBOp::create(b, loc, i8v, weights, act);
+          Value pairs = cq4p_intr::X86Avx2PmaddUbSwOp::create(
+              b, loc, i16v, high ? absOdd[r] : absEven[r], signedWeights);
+          Value quads =
+              cq4p_intr::X86Avx2PmaddWdOp::create(b, loc, i32v, pairs, ones16);
           return arith::AddIOp::create(b, loc, acc, quads);
         };
         Value kgA = arith::AddIOp::create(b, loc, kgBase, cIndex(b, loc, 2 * p));
@@ -300,8 +303,8 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
                                           half ? unpackHigh : unpackLow));
             Value low = arith::AndIOp::create(b, loc, zipped, lowMask);
             Value high = arith::ShRUIOp::create(b, loc, zipped, four);
-            Value wLow = intrinsic(b, loc, i8v, pshufb, ValueRange{table, low});
-            Value wHigh = intrinsic(b, loc, i8v, pshufb, ValueRange{table, high});
+            Value wLow = pshufb(table, low);
+            Value wHigh = pshufb(table, high);
             for (int64_t r = 0; r < rows; ++r) {
               Value &acc = accs[r * accsPerRow + 2 * cc + half];
               acc = dot(acc, wLow, r, false);

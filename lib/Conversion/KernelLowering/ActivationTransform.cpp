@@ -36,6 +36,7 @@
 #include "LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
@@ -203,11 +204,6 @@ public:
       Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kChunk));
       vector::StoreOp::create(b, loc, bytes, act, ValueRange{row, k});
     };
-    auto intrinsic = [&](StringRef name, ValueRange operands) {
-      return LLVM::CallIntrinsicOp::create(b, loc, i8x16,
-                                           b.getStringAttr(name), operands)
-          .getResult(0);
-    };
     switch (target) {
     case DotTarget::Neon: {
       int64_t tables = std::max<int64_t>(1, gs / 64);
@@ -216,19 +212,17 @@ public:
         for (int64_t t = 0; t < tables; ++t) {
           Value idx = indices[o * tables + t];
           if (gs == 32) {
-            out = intrinsic("llvm.aarch64.neon.tbl2.v16i8",
-                            {natural[0], natural[1], idx});
+            out = cq4p_intr::NeonTbl2Op::create(b, loc, i8x16, natural[0],
+                                                natural[1], idx);
             continue;
           }
           ArrayRef<Value> table = natural.slice(4 * t, 4);
-          SmallVector<Value> operands;
-          if (out)
-            operands.push_back(out);
-          llvm::append_range(operands, table);
-          operands.push_back(idx);
-          out = intrinsic(out ? "llvm.aarch64.neon.tbx4.v16i8"
-                              : "llvm.aarch64.neon.tbl4.v16i8",
-                          operands);
+          out = out ? Value(cq4p_intr::NeonTbx4Op::create(b, loc, i8x16, out,
+                                                          table[0], table[1],
+                                                          table[2], table[3], idx))
+                    : Value(cq4p_intr::NeonTbl4Op::create(b, loc, i8x16, table[0],
+                                                          table[1], table[2],
+                                                          table[3], idx));
         }
         storeChunk(out, o);
       }
@@ -249,10 +243,8 @@ public:
         for (int64_t o = 0; o < chunks; o += 2) {
           Value out;
           for (int64_t t = 0; t < chunks; ++t) {
-            Value part = LLVM::CallIntrinsicOp::create(
-                             b, loc, i8x32, b.getStringAttr("llvm.x86.avx2.pshuf.b"),
-                             ValueRange{tables[t], wideIndices[(o / 2) * chunks + t]})
-                             .getResult(0);
+            Value part = cq4p_intr::X86Avx2PshufBOp::create(
+                b, loc, i8x32, tables[t], wideIndices[(o / 2) * chunks + t]);
             out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
           }
           Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kChunk));
@@ -263,8 +255,8 @@ public:
       for (int64_t o = 0; o < chunks; ++o) {
         Value out;
         for (int64_t t = 0; t < chunks; ++t) {
-          Value part = intrinsic("llvm.x86.ssse3.pshuf.b.128",
-                                 {natural[t], indices[o * chunks + t]});
+          Value part = cq4p_intr::X86Ssse3PshufB128Op::create(
+              b, loc, i8x16, natural[t], indices[o * chunks + t]);
           out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
         }
         storeChunk(out, o);
@@ -443,20 +435,15 @@ struct QuantizeActivationsVectorLowering
     if (target == DotTarget::Neon) {
       // FCVTNS rounds half to even, SQXTN saturates: one instruction per
       // piece and three narrowing instructions per 16 bytes.
-      auto intrinsic = [&](StringRef name, Type type, Value operand) {
-        return LLVM::CallIntrinsicOp::create(b, loc, type, b.getStringAttr(name),
-                                             ValueRange{operand})
-            .getResult(0);
+      auto narrow = [&](Type type, Value operand) -> Value {
+        return cq4p_intr::NeonSqxtnOp::create(b, loc, type, operand);
       };
       SmallVector<Value> halves;
       for (Value piece : q)
-        halves.push_back(intrinsic("llvm.aarch64.neon.sqxtn.v4i16", vec(4, i16),
-                                   intrinsic("llvm.aarch64.neon.fcvtns.v4i32.v4f32",
-                                             vec(4, i32), piece)));
-      Value lo = intrinsic("llvm.aarch64.neon.sqxtn.v8i8", vec(8, i8),
-                           concat(halves[0], halves[1]));
-      Value hi = intrinsic("llvm.aarch64.neon.sqxtn.v8i8", vec(8, i8),
-                           concat(halves[2], halves[3]));
+        halves.push_back(narrow(
+            vec(4, i16), cq4p_intr::NeonFcvtnsOp::create(b, loc, vec(4, i32), piece)));
+      Value lo = narrow(vec(8, i8), concat(halves[0], halves[1]));
+      Value hi = narrow(vec(8, i8), concat(halves[2], halves[3]));
       return concat(lo, hi);
     }
     Value lowest = splat(b, loc, vec(4, i32), b.getI32IntegerAttr(-128));
@@ -696,16 +683,15 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
     // residual NaN where the division gives 0, and a NaN scale makes every
     // quotient NaN either way: such a group divides.
     auto toInts = [&](Value quotient) {
-      if (target == DotTarget::X86Avx512Vnni)
-        return Value(
-            LLVM::CallIntrinsicOp::create(
-                b, loc, i32v, b.getStringAttr("llvm.x86.avx512.mask.cvtps2dq.512"),
-                ValueRange{quotient, splat(b, loc, i32v, b.getI32IntegerAttr(0)),
-                           LLVM::ConstantOp::create(b, loc, b.getI16Type(),
-                                                    b.getI16IntegerAttr(-1)),
-                           LLVM::ConstantOp::create(b, loc, i32,
-                                                    b.getI32IntegerAttr(8))})
-                .getResult(0));
+      if (target == DotTarget::X86Avx512Vnni) {
+        // Every lane (mask all ones) to nearest even, exceptions
+        // suppressed (VCVTPS2DQ's rounding control {rn-sae}: 8).
+        Value zeros = splat(b, loc, i32v, b.getI32IntegerAttr(0));
+        Value allLanes =
+            LLVM::ConstantOp::create(b, loc, b.getI16Type(), b.getI16IntegerAttr(-1));
+        return Value(cq4p_intr::X86Avx512MaskCvtps2dq512Op::create(
+            b, loc, i32v, quotient, zeros, allLanes, /*rounding=*/8));
+      }
       return Value(arith::FPToSIOp::create(
           b, loc, i32v, math::RoundEvenOp::create(b, loc, quotient)));
     };
@@ -749,17 +735,12 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
       ArrayRef<Value> parts = ArrayRef<Value>(ints).slice(o * perBlock, perBlock);
       Value bytes;
       if (packed) {
-        auto call = [&](StringRef name, Type type, ValueRange operands) {
-          return LLVM::CallIntrinsicOp::create(b, loc, type,
-                                               b.getStringAttr(name), operands)
-              .getResult(0);
-        };
         auto words = vec(32, i16);
-        bytes = call("llvm.x86.avx512.packsswb.512", vec(64, i8),
-                     {call("llvm.x86.avx512.packssdw.512", words,
-                           {parts[0], parts[1]}),
-                      call("llvm.x86.avx512.packssdw.512", words,
-                           {parts[2], parts[3]})});
+        Value low =
+            cq4p_intr::X86Avx512Packssdw512Op::create(b, loc, words, parts[0], parts[1]);
+        Value high =
+            cq4p_intr::X86Avx512Packssdw512Op::create(b, loc, words, parts[2], parts[3]);
+        bytes = cq4p_intr::X86Avx512Packsswb512Op::create(b, loc, vec(64, i8), low, high);
       } else {
         Value block = concatVectors(b, loc, parts);
         block = arith::MinSIOp::create(
@@ -810,27 +791,34 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
     int64_t bytes = cast<VectorType>(natural.front().getType()).getNumElements();
     auto wordsType = VectorType::get({bytes / 2}, b.getI16Type());
     auto bytesType = VectorType::get({bytes}, b.getI8Type());
-    std::string bits = std::to_string(bytes * 8);
     SmallVector<Value> tables;
     for (Value block : natural)
       tables.push_back(vector::BitCastOp::create(b, loc, wordsType, block));
-    auto call = [&](StringRef name, Type type, ValueRange operands) {
-      return LLVM::CallIntrinsicOp::create(b, loc, type, b.getStringAttr(name),
-                                           operands)
-          .getResult(0);
-    };
+    // Word permutation (VPERMW, or VPERMI2W across two tables) and per
+    // 128-bit lane byte lookup (PSHUFB) at the register width.
     auto permute = [&](Value index) {
-      Value words =
-          tables.size() == 2
-              ? call("llvm.x86.avx512.vpermi2var.hi.512", wordsType,
-                     {tables[0], index, tables[1]})
-              : call("llvm.x86.avx512.permvar.hi." + bits, wordsType,
-                     {tables[0], index});
+      Value words;
+      if (tables.size() == 2)
+        words = cq4p_intr::X86Avx512Vpermi2varHi512Op::create(
+            b, loc, wordsType, tables[0], index, tables[1]);
+      else if (bytes == 64)
+        words = cq4p_intr::X86Avx512PermvarHi512Op::create(b, loc, wordsType,
+                                                           tables[0], index);
+      else if (bytes == 32)
+        words = cq4p_intr::X86Avx512PermvarHi256Op::create(b, loc, wordsType,
+                                                           tables[0], index);
+      else
+        words = cq4p_intr::X86Avx512PermvarHi128Op::create(b, loc, wordsType,
+                                                           tables[0], index);
       return Value(vector::BitCastOp::create(b, loc, bytesType, words));
     };
-    std::string pshufb = bytes == 64   ? "llvm.x86.avx512.pshuf.b.512"
-                         : bytes == 32 ? "llvm.x86.avx2.pshuf.b"
-                                       : "llvm.x86.ssse3.pshuf.b.128";
+    auto pshufb = [&](Value table, Value index) -> Value {
+      if (bytes == 64)
+        return cq4p_intr::X86Avx512PshufB512Op::create(b, loc, bytesType, table, index);
+      if (bytes == 32)
+        return cq4p_intr::X86Avx2PshufBOp::create(b, loc, bytesType, table, index);
+      return cq4p_intr::X86Ssse3PshufB128Op::create(b, loc, bytesType, table, index);
+    };
     SmallVector<bool> odd;
     for (int64_t j = 0; j < bytes; ++j)
       odd.push_back(j % 2);
@@ -838,8 +826,8 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
     Value oddMask = arith::ConstantOp::create(
         b, loc, maskType, DenseElementsAttr::get(maskType, ArrayRef<bool>(odd)));
     for (size_t o = 0; o < natural.size(); ++o) {
-      Value even = call(pshufb, bytesType, {permute(evenWords[o]), picks[o]});
-      Value oddBytes = call(pshufb, bytesType, {permute(oddWords[o]), picks[o]});
+      Value even = pshufb(permute(evenWords[o]), picks[o]);
+      Value oddBytes = pshufb(permute(oddWords[o]), picks[o]);
       Value out = arith::SelectOp::create(b, loc, oddMask, oddBytes, even);
       vector::StoreOp::create(
           b, loc, out, act,

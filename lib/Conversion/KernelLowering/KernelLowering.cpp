@@ -40,6 +40,7 @@
 #include "cq4p/Codegen/ModelKernels.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 #include "cq4p/format.h"
 
 #include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
@@ -51,6 +52,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -80,33 +82,23 @@ Value bytePointer(OpBuilder &b, Location loc, Value memref, ValueRange indices) 
                                   address);
 }
 
-/// `value` itself, through an empty inline asm that ties its output register
-/// to its input: no instruction, but LLVM can no longer see what the value
-/// is. See emitNeonGemvLoop for why the GEMV's address chain needs that.
+/// `value` itself, which LLVM can no longer see through (cq4p_intr.opaque:
+/// no instruction). See emitNeonGemvLoop for why the GEMV's address chain
+/// needs that.
 Value opaqueValue(OpBuilder &b, Location loc, Value value) {
-  return LLVM::InlineAsmOp::create(b, loc, value.getType(), ValueRange{value},
-                                   /*asm_string=*/"", /*constraints=*/"=r,0",
-                                   /*has_side_effects=*/false,
-                                   /*is_align_stack=*/false,
-                                   LLVM::tailcallkind::TailCallKind::None,
-                                   LLVM::AsmDialectAttr{}, ArrayAttr{})
-      .getResult(0);
+  return cq4p_intr::OpaqueOp::create(b, loc, value.getType(), value);
 }
 
-/// The `count` vectors of an AArch64 NEON structure load at `pointer`
-/// (`llvm.aarch64.neon.<name>.v16i8.p0`: ld1x4 reads 64 bytes into four
-/// registers, ld2 32 bytes de-interleaved into even and odd bytes).
-SmallVector<Value> neonStructLoad(OpBuilder &b, Location loc, StringRef name,
-                                  int64_t count, Value pointer) {
+/// The vectors of an AArch64 NEON structure load at `pointer`, LD1x4 (64
+/// bytes into four registers) or LD2 (32 bytes de-interleaved into even and
+/// odd bytes).
+template <typename LoadOp>
+SmallVector<Value> neonStructLoad(OpBuilder &b, Location loc, Value pointer) {
+  constexpr int64_t count = std::is_same_v<LoadOp, cq4p_intr::NeonLd1x4Op> ? 4 : 2;
   auto i8x16 = VectorType::get({16}, b.getI8Type());
   auto structType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(count, i8x16));
-  Value loaded =
-      LLVM::CallIntrinsicOp::create(
-          b, loc, structType,
-          b.getStringAttr(("llvm.aarch64.neon." + name + ".v16i8.p0").str()),
-          ValueRange{pointer})
-          .getResult(0);
+  Value loaded = LoadOp::create(b, loc, structType, pointer);
   SmallVector<Value> vectors;
   for (int64_t i = 0; i < count; ++i)
     vectors.push_back(LLVM::ExtractValueOp::create(b, loc, loaded, i));
@@ -127,16 +119,9 @@ public:
   Value lookup(Value table, Value index) {
     switch (target) {
     case DotTarget::Neon:
-      return LLVM::CallIntrinsicOp::create(
-                 b, loc, i8x16,
-                 b.getStringAttr("llvm.aarch64.neon.tbl1.v16i8"),
-                 ValueRange{table, index})
-          .getResult(0);
+      return cq4p_intr::NeonTbl1Op::create(b, loc, i8x16, table, index);
     case DotTarget::X86Ssse3:
-      return LLVM::CallIntrinsicOp::create(
-                 b, loc, i8x16, b.getStringAttr("llvm.x86.ssse3.pshuf.b.128"),
-                 ValueRange{table, index})
-          .getResult(0);
+      return cq4p_intr::X86Ssse3PshufB128Op::create(b, loc, i8x16, table, index);
     case DotTarget::X86Avx2:
     case DotTarget::X86AvxVnni:
     case DotTarget::X86Avx512Vnni:
@@ -379,9 +364,9 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
   /// steps instruction selection folds them into offsets from one base
   /// (then each load needs an add), and loop strength reduction rebuilds
   /// any pointer recurrence it can analyze the same way. So the steps are
-  /// opaque registers and the loop-carried pointers pass through an empty
-  /// inline asm (opaqueValue): the selector then turns each add into its
-  /// load's post-index.
+  /// opaque registers and the loop-carried pointers pass through
+  /// cq4p_intr.opaque (opaqueValue): the selector then turns each add into
+  /// its load's post-index.
   void emitNeonGemvLoop(OpBuilder &b, Location loc, PanelDotOp op,
                         DotEmitter &emit, Value table, Value lowMask,
                         Value four, Value zeroAcc, Value groupBase,
@@ -415,7 +400,7 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
       SmallVector<Value> accs(carried.begin(), carried.begin() + kAccs);
       Value pointers[2] = {carried[kAccs], carried[kAccs + 1]};
       Value act = carried[kAccs + 2];
-      SmallVector<Value> split = neonStructLoad(b, loc, "ld2", 2, act);
+      SmallVector<Value> split = neonStructLoad<cq4p_intr::NeonLd2Op>(b, loc, act);
       auto i32x4 = VectorType::get({4}, b.getI32Type());
       Value evens = bitcast(b, loc, split[0], i32x4);
       Value odds = bitcast(b, loc, split[1], i32x4);
@@ -429,7 +414,7 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
           // Slices 4 quarter .. 4 quarter + 3 of kg-blocks 2p and 2p + 1.
           SmallVector<Value> slices[2];
           for (int64_t t = 0; t < 2; ++t) {
-            slices[t] = neonStructLoad(b, loc, "ld1x4", 4, pointers[t]);
+            slices[t] = neonStructLoad<cq4p_intr::NeonLd1x4Op>(b, loc, pointers[t]);
             pointers[t] = LLVM::GEPOp::create(b, loc, ptrType, i8, pointers[t],
                                               ValueRange{quarter == 0 ? halfStep : pairStep});
           }

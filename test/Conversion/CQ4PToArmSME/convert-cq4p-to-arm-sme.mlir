@@ -1,27 +1,25 @@
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme | FileCheck %s
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme \
-// RUN:   | grep -o 'llvm.call_intrinsic "[^"]*"' | sort -u \
+// RUN:   | grep -o 'cq4p_intr\.[a-z0-9_.]*' | sort -u \
 // RUN:   | FileCheck %s --check-prefix=INTRINSICS
 
 // ZA is zeroed, written by outer products and read by `str za` and MOVA
-// through the ArmSME dialect's typed operations; llvm.call_intrinsic is left
-// only for what the ArmSME and ArmSVE dialects lack: ZT0 (LDR, LUTI4), the
+// through the ArmSME dialect's typed operations; cq4p_intr operations do
+// only what the ArmSME and ArmSVE dialects lack: ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), the predicate-as-counter loads
 // and stores with their PTRUE, LD1RQ and multi-vector SCVTF. The whole set:
-// INTRINSICS: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ptrue.c32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ptrue.c8"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
-// INTRINSICS-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
+// INTRINSICS: cq4p_intr.aarch64.sme.ldr.zt
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.ver.vg4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.vg1x4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1.pn.x2
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1.pn.x4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1rq
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ptrue.c32
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ptrue.c8
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.scvtf.x4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.st1.pn.x4
 // INTRINSICS-NOT: {{.}}
 
 // GEMV: the partials of every group of a super-block in one streaming leaf:
@@ -35,7 +33,7 @@
 // CHECK-SAME: attributes {cq4p.sme_leaf}
 // CHECK: memref.alloca() : memref<16xi32>
 // CHECK: arith.extui %{{.*}} : vector<[4]xi8> to vector<[4]xi32>
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: cq4p_intr.aarch64.sme.ldr.zt
 // CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
@@ -43,15 +41,13 @@
 // CHECK: %[[SLICE_INDEX:.*]] = arith.subi %[[J]], %[[FIRST]] : index
 // CHECK: %[[SLICE:.*]] = arith.index_cast %[[SLICE_INDEX]] : index to i32
 // CHECK: scf.for
-// CHECK: %[[ACT:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]],
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: %[[LANE0:.*]] = arith.constant 0 : i32
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]], %[[LANE0]])
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: %[[LANE1:.*]] = arith.constant 1 : i32
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]], %[[LANE1]])
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: %[[ACT:.*]] = cq4p_intr.aarch64.sve.ld1rq %[[ALL]],
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x2
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// CHECK: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]] {lane = 0 : i32}
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// CHECK: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[SLICE]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACT]] {lane = 1 : i32}
+// CHECK-COUNT-4: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
 // CHECK: scf.for %[[K:.*]] = %[[FIRST]] to
 // CHECK: %[[STORE_SLICE_INDEX:.*]] = arith.subi %[[K]], %[[FIRST]] : index
 // CHECK: %[[STORE_SLICE:.*]] = arith.index_cast %[[STORE_SLICE_INDEX]] : index to i32
@@ -81,28 +77,28 @@ func.func @cq4p_gemv_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // group's [16 rows][64 channels] partials are ZA's 64 array vectors in
 // order, stored with `str za`.
 // CHECK-LABEL: func.func private @cq4p_gemm_100x256_gs128_sme_tile_partials
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: cq4p_intr.aarch64.sme.ldr.zt
 // CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
-// CHECK: %[[ACTS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
+// CHECK: %[[ACTS:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[ACT0:.*]] = llvm.extractvalue %[[ACTS]][0]
 // CHECK: %[[ACT1:.*]] = llvm.extractvalue %[[ACTS]][1]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
-// CHECK: %[[LOW:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: %[[LOW:.*]] = cq4p_intr.aarch64.sme.luti4.lane.zt.x2
 // CHECK: %[[W0:.*]] = llvm.extractvalue %[[LOW]][0]
 // CHECK: %[[W1:.*]] = llvm.extractvalue %[[LOW]][1]
-// CHECK: %[[HIGH:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK: %[[HIGH:.*]] = cq4p_intr.aarch64.sme.luti4.lane.zt.x2
 // CHECK: %[[W2:.*]] = llvm.extractvalue %[[HIGH]][0]
 // CHECK: %[[W3:.*]] = llvm.extractvalue %[[HIGH]][1]
 // CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W0]]) <{tile_id = 0 : i32}> : (vector<[16]xi1>, vector<[16]xi1>, vector<[16]xi8>, vector<[16]xi8>) -> ()
 // CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W1]]) <{tile_id = 1 : i32}>
 // CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W2]]) <{tile_id = 2 : i32}>
 // CHECK-NEXT: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT0]], %[[W3]]) <{tile_id = 3 : i32}>
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
 // CHECK-COUNT-4: "arm_sme.intr.smopa.wide"(%[[ALL]], %[[ALL]], %[[ACT1]]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv16i8"
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK-COUNT-8: "arm_sme.intr.smopa.wide"
 // CHECK-NOT: "arm_sme.intr.smopa.wide"
 // CHECK: %[[ROWS0:.*]] = llvm.getelementptr %{{.*}}[0] : (!llvm.ptr) -> !llvm.ptr, vector<[16]xi8>
@@ -141,23 +137,23 @@ func.func @cq4p_gemm_100x256_gs128(%panels: memref<2x2x32x128xi8>, %cb: memref<1
 // CHECK: call @cq4p_gemv_fused_sme_row_matmul(%{{.*}}) : (memref<2x2x32x128xi8>, memref<16xi8>, memref<1x256xi8>, memref<?x2xf32>, memref<2x2x64xf32>, memref<1x64xf32>, index, index, index) -> ()
 // CHECK-NOT: cq4p.rescale
 // CHECK-LABEL: func.func private @cq4p_gemv_fused_sme_row_matmul
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4
 // CHECK: scf.for
 // CHECK: %[[SLICE:.*]] = arith.index_cast %{{.*}} : index to i32
-// CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[NORMS:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[N0:.*]] = llvm.extractvalue %[[NORMS]][0]
-// CHECK: %[[READ:.*]] = llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[SLICE]])
+// CHECK: %[[READ:.*]] = cq4p_intr.aarch64.sme.read.vg1x4 %[[SLICE]]
 // CHECK: %[[I0:.*]] = llvm.extractvalue %[[READ]][0]
 // CHECK: %[[SCALE:.*]] = vector.broadcast %{{.*}} : f32 to vector<[4]xf32>
-// CHECK: %[[FLOATS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[I0]],
+// CHECK: %[[FLOATS:.*]] = cq4p_intr.aarch64.sve.scvtf.x4 %[[I0]],
 // CHECK: %[[F0:.*]] = llvm.extractvalue %[[FLOATS]][0]
-// CHECK: %[[ACC:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[ACC:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[A0:.*]] = llvm.extractvalue %[[ACC]][0]
 // CHECK: %[[S0:.*]] = arith.mulf %[[F0]], %[[SCALE]] : vector<[4]xf32>
 // CHECK: %[[T0:.*]] = arith.mulf %[[S0]], %[[N0]] : vector<[4]xf32>
 // CHECK: arith.addf %[[A0]], %[[T0]] : vector<[4]xf32>
 // CHECK-COUNT-3: arith.addf
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-NOT: "arm_sme.intr.str"
 // CHECK: return
 func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
@@ -195,7 +191,7 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK-NOT: cq4p.rescale
 // CHECK-LABEL: func.func private @cq4p_gemm_rows_sme_rows3_matmul
 // CHECK-SAME: attributes {cq4p.sme_leaf}
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.ldr.zt"
+// CHECK: cq4p_intr.aarch64.sme.ldr.zt
 // CHECK: %[[ALL:.*]] = arith.constant dense<true> : vector<[16]xi1>
 // CHECK: scf.for %[[CHUNK:[^ ]*]] =
 // CHECK-NEXT: %[[FILL:.*]] = arith.constant 2 : index
@@ -211,27 +207,25 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK-NEXT: %[[TWO:.*]] = arith.constant 2 : i32
 // CHECK-NEXT: %[[S2:.*]] = arith.addi %[[S0]], %[[TWO]] : i32
 // CHECK: scf.for
-// CHECK: %[[A0:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P0:.*]]) :
+// CHECK: %[[A0:.*]] = cq4p_intr.aarch64.sve.ld1rq %[[ALL]], %[[P0:.*]] :
 // CHECK-NEXT: %[[K1:.*]] = arith.constant 256 : index
 // CHECK-NEXT: %[[K1_64:.*]] = arith.index_cast %[[K1]] : index to i64
 // CHECK-NEXT: %[[P1:.*]] = llvm.getelementptr %[[P0]][%[[K1_64]]]
-// CHECK-NEXT: %[[A1:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P1]])
+// CHECK-NEXT: %[[A1:.*]] = cq4p_intr.aarch64.sve.ld1rq %[[ALL]], %[[P1]]
 // CHECK-NEXT: %[[K2:.*]] = arith.constant 512 : index
 // CHECK-NEXT: %[[K2_64:.*]] = arith.index_cast %[[K2]] : index to i64
 // CHECK-NEXT: %[[P2:.*]] = llvm.getelementptr %[[P0]][%[[K2_64]]]
-// CHECK-NEXT: %[[A2:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1rq.nxv16i8"(%[[ALL]], %[[P2]])
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S0]], %[[W0:[^,]*]], %[[W1:[^,]*]], %[[W2:[^,]*]], %[[W3:[^,]*]], %[[A0]], %{{.*}})
-// CHECK-NEXT: arith.constant 0 : i32
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S1]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A1]], %{{.*}})
-// CHECK-NEXT: arith.constant 0 : i32
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S2]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A2]], %{{.*}})
+// CHECK-NEXT: %[[A2:.*]] = cq4p_intr.aarch64.sve.ld1rq %[[ALL]], %[[P2]]
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x2
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// CHECK: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[S0]], %[[W0:[^,]*]], %[[W1:[^,]*]], %[[W2:[^,]*]], %[[W3:[^,]*]], %[[A0]] {lane = 0 : i32}
+// CHECK-NEXT: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[S1]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A1]] {lane = 0 : i32}
+// CHECK-NEXT: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[S2]], %[[W0]], %[[W1]], %[[W2]], %[[W3]], %[[A2]] {lane = 0 : i32}
 // CHECK-NEXT: llvm.getelementptr
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x2.nxv16i8"
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.luti4.lane.zt.x2.nxv16i8"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"(%[[S0]], %{{.*}}, %[[A0]], %{{.*}})
-// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK-NEXT: cq4p_intr.aarch64.sve.ld1.pn.x2
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// CHECK: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %[[S0]], %{{.*}}, %[[A0]]
+// CHECK-COUNT-8: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 {{.*}} -> ()
 // CHECK-NEXT: }
 // CHECK-NEXT: }
 // CHECK-NEXT: scf.for %[[J2:[^ ]*]] = %[[FIRST]] to
@@ -240,25 +234,25 @@ func.func @cq4p_gemv_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK-NEXT: %[[T1:.*]] = arith.addi %[[T0]], %[[ONE2]] : i32
 // CHECK-NEXT: %[[TWO2:.*]] = arith.constant 2 : i32
 // CHECK-NEXT: %[[T2:.*]] = arith.addi %[[T0]], %[[TWO2]] : i32
-// CHECK: %[[NORMS:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[NORMS:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[ACCUM0:.*]] = llvm.inttoptr
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T0]])
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"(%{{.*}}, %[[ACCUM0]])
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM0]])
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T1]])
+// CHECK-NEXT: cq4p_intr.aarch64.sme.read.vg1x4 %[[T0]]
+// CHECK: cq4p_intr.aarch64.sve.scvtf.x4
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4 %{{.*}}, %[[ACCUM0]]
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4 %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM0]]
+// CHECK-NEXT: cq4p_intr.aarch64.sme.read.vg1x4 %[[T1]]
 // CHECK: %[[ROW1:.*]] = arith.constant 256 : index
 // CHECK-NEXT: %[[ROW1_64:.*]] = arith.index_cast %[[ROW1]] : index to i64
 // CHECK-NEXT: %[[ACCUM1:.*]] = llvm.getelementptr %[[ACCUM0]][%[[ROW1_64]]]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"(%{{.*}}, %[[ACCUM1]])
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM1]])
-// CHECK-NEXT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"(%[[T2]])
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4 %{{.*}}, %[[ACCUM1]]
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4 %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM1]]
+// CHECK-NEXT: cq4p_intr.aarch64.sme.read.vg1x4 %[[T2]]
 // CHECK: %[[ROW2:.*]] = arith.constant 512 : index
 // CHECK-NEXT: %[[ROW2_64:.*]] = arith.index_cast %[[ROW2]] : index to i64
 // CHECK-NEXT: %[[ACCUM2:.*]] = llvm.getelementptr %[[ACCUM0]][%[[ROW2_64]]]
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM2]])
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.read.vg1x4.nxv4i32"
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4 %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[ACCUM2]]
+// CHECK-NOT: cq4p_intr.aarch64.sme.read.vg1x4
+// CHECK-NOT: cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK-NOT: "arm_sme.intr.str"
 // CHECK: return
 func.func @cq4p_gemm_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
@@ -286,8 +280,8 @@ func.func @cq4p_gemm_rows(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // Two unpacked rows, partials stored: partials[j, r, 16i..] (byte 512 j +
 // 256 r + 64 i) from ZA array vector s_r + 16i, s_1 = s_0 + 1.
 // CHECK-LABEL: func.func private @cq4p_gemm_rows2_sme_rows2_partials
-// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8"
+// CHECK-COUNT-8: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 {{.*}} -> ()
+// CHECK-NOT: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4
 // CHECK: scf.for %[[J:[^ ]*]] =
 // CHECK: %[[S0:.*]] = arith.index_cast %{{.*}} : index to i32
 // CHECK-NEXT: %[[ONE:.*]] = arith.constant 1 : i32
@@ -334,8 +328,8 @@ func.func @cq4p_gemm_rows2(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK: %{{.*}}, %[[OFFSET:.*]], %{{.*}}:2, %[[STRIDES:.*]]:2 = memref.extract_strided_metadata %[[ACCUM]]
 // CHECK: %[[FIRST:.*]] = arith.muli %[[OFFSET]], %c4
 // CHECK: %[[ROW_BYTES:.*]] = arith.muli %[[STRIDES]]#0, %c4
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK-NOT: cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
 // CHECK: %[[UNDEFINED:.*]] = llvm.mlir.poison : vector<[4]xi32>
 // CHECK: %[[ROW0:.*]] = arith.constant 0 : i32
@@ -345,9 +339,9 @@ func.func @cq4p_gemm_rows2(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK: %[[T3:.*]] = "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %{{.*}}) <{tile_id = 3 : i32}>
 // CHECK: vector.broadcast
 // CHECK: arith.muli %[[ROW_BYTES]], %c0{{(_[0-9]+)?}} : index
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.scvtf.x4.nxv4f32.nxv4i32"(%[[T0]], %[[T1]], %[[T2]], %[[T3]])
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4f32"
+// CHECK: cq4p_intr.aarch64.sve.scvtf.x4 %[[T0]], %[[T1]], %[[T2]], %[[T3]]
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK: %[[ROW1:.*]] = arith.constant 1 : i32
 // CHECK-NEXT: "arm_sme.intr.read.horiz"(%[[UNDEFINED]], %[[LANES]], %[[ROW1]]) <{tile_id = 0 : i32}>
 // CHECK-COUNT-59: "arm_sme.intr.read.horiz"
@@ -399,9 +393,9 @@ func.func @cq4p_gemm_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c5{{(_[0-9]+)?}} step %c1
 // CHECK: "arm_sme.intr.ld1w.horiz"(%[[MASK0]], %{{.*}}, %{{.*}}) <{tile_id = 0 : i32}>
 // CHECK-COUNT-15: "arm_sme.intr.ld1w.horiz"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
-// CHECK-COUNT-3: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// CHECK-COUNT-3: cq4p_intr.aarch64.sme.read.ver.vg4
 // CHECK: }
 // CHECK-NOT: "arm_sme.intr.ld1w.horiz"
 // CHECK: %[[PRESENT:.*]] = arith.muli %[[VALID]], %c5
@@ -424,13 +418,13 @@ func.func @cq4p_gemm_pack(%act: memref<?x320xi8>, %scales: memref<?x5xf32>,
 // CHECK-LABEL: func.func private @cq4p_gemm_pack_tail_sme_pack_tile
 // CHECK: scf.for
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
-// CHECK-COUNT-4: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK-COUNT-4: cq4p_intr.aarch64.sme.read.ver.vg4
 // CHECK: }
 // CHECK: %[[EIGHT:.*]] = arith.select %{{.*}}, %c8{{(_[0-9]+)?}}, %c0
 // CHECK: vector.create_mask %[[EIGHT]] : vector<[4]xi1>
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
-// CHECK-COUNT-2: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
-// CHECK-NOT: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.read.ver.vg4
+// CHECK-NOT: cq4p_intr.aarch64.sme.read.ver.vg4
 func.func @cq4p_gemm_pack_tail(%act: memref<?x96xi8>, %scales: memref<?x3xf32>,
                                %packed: memref<3x8x16x4xi8>, %packed_scales: memref<16x3xf32>,
                                %row: index) {

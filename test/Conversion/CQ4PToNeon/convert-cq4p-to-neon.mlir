@@ -8,14 +8,14 @@
 // 16 accumulators. The loop carries the accumulators and three pointers.
 // CHECK-LABEL: func.func @panel_dot_gemv
 // CHECK-DAG: %[[TABLE:.*]] = vector.load %{{.*}}[%{{.*}}] : memref<16xi8>, vector<16xi8>
-// CHECK-DAG: %[[STEP64:.*]] = llvm.inline_asm "", "=r,0" %{{.*}} : (i64) -> i64
-// CHECK-DAG: %[[STEP192:.*]] = llvm.inline_asm "", "=r,0" %{{.*}} : (i64) -> i64
+// CHECK-DAG: %[[STEP64:.*]] = cq4p_intr.opaque %{{.*}} : i64
+// CHECK-DAG: %[[STEP192:.*]] = cq4p_intr.opaque %{{.*}} : i64
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, !llvm.ptr, !llvm.ptr, !llvm.ptr)
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.ld2.v16i8.p0"
-// CHECK: %[[A:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.ld1x4.v16i8.p0"(%[[PA:.*]]) :
+// CHECK: cq4p_intr.aarch64.neon.ld2
+// CHECK: %[[A:.*]] = cq4p_intr.aarch64.neon.ld1x4 %[[PA:.*]] :
 // CHECK: %[[A0:.*]] = llvm.extractvalue %[[A]][0]
 // CHECK: llvm.getelementptr %[[PA]][%[[STEP64]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
-// CHECK: %[[B:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.ld1x4.v16i8.p0"(%[[PB:.*]]) :
+// CHECK: %[[B:.*]] = cq4p_intr.aarch64.neon.ld1x4 %[[PB:.*]] :
 // CHECK: %[[B0:.*]] = llvm.extractvalue %[[B]][0]
 // CHECK: llvm.getelementptr %[[PB]][%[[STEP64]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
 // CHECK: %[[A16:.*]] = vector.bitcast %[[A0]] : vector<16xi8> to vector<8xi16>
@@ -24,12 +24,12 @@
 // CHECK: vector.shuffle %[[A16]], %[[B16]] [4, 12, 5, 13, 6, 14, 7, 15]
 // CHECK: arith.andi
 // CHECK: arith.shrui
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"(%[[TABLE]], %{{.*}})
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"(%[[TABLE]], %{{.*}})
+// CHECK: cq4p_intr.aarch64.neon.tbl1 %[[TABLE]], %{{.*}}
+// CHECK: cq4p_intr.aarch64.neon.tbl1 %[[TABLE]], %{{.*}}
 // CHECK: arm_neon.intr.sdot
 // CHECK: arm_neon.intr.sdot
 // CHECK: llvm.getelementptr %{{.*}}[%[[STEP192]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
-// CHECK-COUNT-3: llvm.inline_asm "", "=r,0" %{{.*}} : (!llvm.ptr) -> !llvm.ptr
+// CHECK-COUNT-3: cq4p_intr.opaque %{{.*}} : !llvm.ptr
 // CHECK: scf.yield
 // CHECK-COUNT-16: vector.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<1x64xi32>, vector<4xi32>
 // CHECK-NOT: cq4p.panel_dot
@@ -67,8 +67,8 @@ func.func @panel_dot_gemv_strided(%panels: memref<2x2x32x128xi8>, %cb: memref<16
 // CHECK-LABEL: func.func @panel_dot_gemm
 // CHECK: scf.for
 // CHECK: scf.for {{.*}} -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
-// CHECK: %[[W:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
-// CHECK: %[[W2:.*]] = llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
+// CHECK: %[[W:.*]] = cq4p_intr.aarch64.neon.tbl1
+// CHECK: %[[W2:.*]] = cq4p_intr.aarch64.neon.tbl1
 // CHECK: arm_neon.intr.sdot %{{.*}}, %[[W]], %{{.*}}
 // CHECK: arm_neon.intr.sdot %{{.*}}, %[[W2]], %{{.*}}
 // CHECK: arm_neon.intr.sdot %{{.*}}, %[[W]], %{{.*}}
@@ -90,7 +90,7 @@ func.func @panel_dot_gemm(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8>,
 // CHECK-LABEL: func.func @panel_dot_paired
 // CHECK: scf.for
 // CHECK: scf.for {{.*}} -> (vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>, vector<4xi32>)
-// CHECK-COUNT-8: llvm.call_intrinsic "llvm.aarch64.neon.tbl1.v16i8"
+// CHECK-COUNT-8: cq4p_intr.aarch64.neon.tbl1
 // CHECK: %[[ROW0:.*]] = vector.load %{{.*}}[%c0, %{{.*}}] : memref<8x256xi8>, vector<16xi8>
 // CHECK: %[[LANES:.*]] = vector.bitcast %[[ROW0]] : vector<16xi8> to vector<4xi32>
 // CHECK: vector.shuffle %[[LANES]], %[[LANES]] [0, 0, 0, 0]
@@ -155,11 +155,11 @@ func.func @rescale(%partials: memref<1x64xi32>, %scales: memref<?x2xf32>,
 // CHECK: arith.maximumf %{{.*}} : f32
 // CHECK: memref.store %{{.*}}, %{{.*}}[%[[ROW]], %[[G]]] : memref<?x2xf32>
 // CHECK: arith.divf %{{.*}} : vector<4xf32>
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.fcvtns.v4i32.v4f32"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.sqxtn.v4i16"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.sqxtn.v8i8"
+// CHECK: cq4p_intr.aarch64.neon.fcvtns
+// CHECK: cq4p_intr.aarch64.neon.sqxtn
+// CHECK: cq4p_intr.aarch64.neon.sqxtn
 // CHECK: arith.muli %{{.*}} : vector<16xi8>
-// CHECK: llvm.call_intrinsic "llvm.aarch64.neon.tbl2.v16i8"
+// CHECK: cq4p_intr.aarch64.neon.tbl2
 // CHECK: vector.store %{{.*}}, %{{.*}}[%[[ROW]], %{{.*}}] : memref<?x64xi8>, vector<16xi8>
 // CHECK-NOT: memref.alloca
 func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32xi8>,

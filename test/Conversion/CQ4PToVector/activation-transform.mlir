@@ -32,8 +32,8 @@
 // SSSE3: arith.select
 // SSSE3: scf.for %[[G:.*]] = %{{.*}} to %{{.*}} step
 // SSSE3: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step
-// SSSE3: llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
-// SSSE3: llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
+// SSSE3: cq4p_intr.x86.ssse3.pshuf.b.128
+// SSSE3: cq4p_intr.x86.ssse3.pshuf.b.128
 // SSSE3: arith.ori %{{.*}} : vector<16xi8>
 // SSSE3: vector.store %{{.*}}, %{{.*}}[%[[ROW]], %{{.*}}] : memref<?x64xi8>, vector<16xi8>
 // SSSE3-NOT: memref.alloca
@@ -67,7 +67,7 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
 // AVX2: math.roundeven %{{.*}} : vector<8xf32>
 // AVX2: arith.trunci %{{.*}} : vector<16xi32> to vector<16xi8>
 // AVX2: arith.select %{{.*}} : vector<16xi1>, vector<16xi8>
-// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVX2: cq4p_intr.x86.avx2.pshuf.b
 // AVX2: vector.store %{{.*}} : memref<?x64xi8>, vector<32xi8>
 // AVX2-NOT: arith.muli %{{.*}} : vector<16xi8>
 
@@ -84,22 +84,22 @@ func.func @quantize(%x: memref<?x64xf32>, %isr: memref<64xf16>, %left: memref<32
 // AVX512: %[[Q:.*]] = arith.mulf %{{.*}}, %{{.*}} : vector<16xf32>
 // AVX512: %[[R:.*]] = math.fma %{{.*}}, %[[Q]], %{{.*}} : vector<16xf32>
 // AVX512: %[[Q2:.*]] = math.fma %[[R]], %{{.*}}, %[[Q]] : vector<16xf32>
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"(%[[Q2]]
+// AVX512: cq4p_intr.x86.avx512.mask.cvtps2dq.512 %[[Q2]]
 // AVX512: } else {
 // AVX512: arith.divf %{{.*}} : vector<16xf32>
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"
+// AVX512: cq4p_intr.x86.avx512.mask.cvtps2dq.512
 // AVX512: arith.trunci %{{.*}} : vector<32xi32> to vector<32xi8>
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.permvar.hi.256"
-// AVX512: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
+// AVX512: cq4p_intr.x86.avx512.permvar.hi.256
+// AVX512: cq4p_intr.x86.avx2.pshuf.b
 // AVX512: vector.store %{{.*}} : memref<?x64xi8>, vector<32xi8>
 
 // AVX512-LABEL: func.func @quantize128
 // AVX512: scf.for
 // AVX512: scf.for
-// AVX512-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.packsswb.512"
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.vpermi2var.hi.512"
-// AVX512: llvm.call_intrinsic "llvm.x86.avx512.pshuf.b.512"
+// AVX512-COUNT-2: cq4p_intr.x86.avx512.packssdw.512
+// AVX512: cq4p_intr.x86.avx512.packsswb.512
+// AVX512: cq4p_intr.x86.avx512.vpermi2var.hi.512
+// AVX512: cq4p_intr.x86.avx512.pshuf.b.512
 // AVX512: vector.store %{{.*}} : memref<?x256xi8>, vector<64xi8>
 func.func @quantize128(%x: memref<?x256xf32>, %isr: memref<256xf16>, %left: memref<128xi8>,
                        %right: memref<128xi8>, %perm: memref<128xi32>, %act: memref<?x256xi8>,

@@ -9,13 +9,13 @@
 // x86 with SSSE3 and a select per level otherwise; the 4-way dot is
 // generic (sign extension, multiply, lane sums).
 // SSSE3-LABEL: func.func @panel_dot
-// SSSE3: llvm.call_intrinsic "llvm.x86.ssse3.pshuf.b.128"
+// SSSE3: cq4p_intr.x86.ssse3.pshuf.b.128
 // SSSE3: arith.extsi %{{.*}} : vector<16xi8> to vector<16xi32>
 // SSSE3: arith.muli %{{.*}} : vector<16xi32>
 // SSSE3: vector.shuffle %{{.*}} [0, 4, 8, 12]
 // SSSE3-NOT: arm_neon
 // GENERIC-LABEL: func.func @panel_dot
-// GENERIC-NOT: llvm.call_intrinsic
+// GENERIC-NOT: cq4p_intr
 // GENERIC: arith.cmpi eq
 // GENERIC: arith.select
 
@@ -26,10 +26,10 @@
 // AVX2-DAG: %[[PREP:.*]] = memref.alloca() : memref<1x8xi32>
 // AVX2-DAG: %[[ABS:.*]] = memref.alloca() : memref<1x8xi32>
 // AVX2: math.absi %{{.*}} : vector<16xi8>
-// AVX2: %[[W:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
-// AVX2: %[[S:.*]] = llvm.call_intrinsic "llvm.x86.avx2.psign.b"(%[[W]], %{{.*}})
-// AVX2: %[[P:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"(%{{.*}}, %[[S]])
-// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[P]], %{{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// AVX2: %[[W:.*]] = cq4p_intr.x86.avx2.pshuf.b
+// AVX2: %[[S:.*]] = cq4p_intr.x86.avx2.psign.b %[[W]], %{{.*}}
+// AVX2: %[[P:.*]] = cq4p_intr.x86.avx2.pmadd.ub.sw %{{.*}}, %[[S]]
+// AVX2: cq4p_intr.x86.avx2.pmadd.wd %[[P]], %{{.*}} : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
 // AVX2-NOT: vpdpbusd
 
 // VNNI: the codebook biased by 128 (weights unsigned, activations signed),
@@ -39,13 +39,13 @@
 // AVXVNNI: arith.xori %{{.*}} : vector<16xi8>
 // AVXVNNI: vector.reduction <add>
 // AVXVNNI: arith.muli %{{.*}}, %c-128_i32 : i32
-// AVXVNNI: llvm.call_intrinsic "llvm.x86.avx2.pshuf.b"
-// AVXVNNI: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
+// AVXVNNI: cq4p_intr.x86.avx2.pshuf.b
+// AVXVNNI: cq4p_intr.x86.avx512.vpdpbusd.256 {{.*}} : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
 // AVXVNNI-NOT: arith.subi
 // VNNI512-LABEL: func.func @panel_dot
-// VNNI512: llvm.call_intrinsic "llvm.x86.avx512.pshuf.b.512"
-// VNNI512-COUNT-32: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
-// VNNI512-NOT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd
+// VNNI512: cq4p_intr.x86.avx512.pshuf.b.512
+// VNNI512-COUNT-32: cq4p_intr.x86.avx512.vpdpbusd.512 {{.*}} : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
+// VNNI512-NOT: cq4p_intr.x86.avx512.vpdpbusd
 // VNNI512: vector.store %{{.*}} : memref<1x64xi32>, vector<16xi32>
 // BAD: for the --x86-dot option: Cannot find option named 'sse9'!
 func.func @panel_dot(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
@@ -60,8 +60,8 @@ func.func @panel_dot(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
 // accumulators.
 // VNNI512-LABEL: func.func @panel_dot_tile
 // VNNI512-NOT: scf.for {{.*}} to %c2
-// VNNI512-COUNT-128: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
-// VNNI512-NOT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd
+// VNNI512-COUNT-128: cq4p_intr.x86.avx512.vpdpbusd.512
+// VNNI512-NOT: cq4p_intr.x86.avx512.vpdpbusd
 func.func @panel_dot_tile(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
                           %act: memref<?x32xi8>, %partials: memref<4x64xi32>,
                           %sb: index, %g: index, %row: index) {
