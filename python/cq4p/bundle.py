@@ -18,6 +18,8 @@ import json
 import os
 import tempfile
 
+from cq4p import format as fmt
+
 MANIFEST = "manifest.json"
 FORMAT_NAME = "cq4p-bundle"
 VERSION = 1
@@ -90,10 +92,10 @@ def write_manifest(directory, content):
         raise
 
 
-# The runtime's limits (runtime/include/cq4p/runtime/Bundle.h, Json.cpp).
-MAX_MANIFEST_BYTES = 16 << 20
-MAX_JSON_DEPTH = 64
-MAX_SHAPE_DIMS = 8
+# Every reader's bounds on a manifest (format.h).
+MAX_MANIFEST_BYTES = fmt.CQ4P_MAX_MANIFEST_BYTES
+MAX_JSON_DEPTH = fmt.CQ4P_MAX_MANIFEST_NESTING
+MAX_SHAPE_DIMS = fmt.CQ4P_MAX_SHAPE_DIMS
 DTYPES = ("CQ4", "FP16", "FP32")
 
 
@@ -108,6 +110,16 @@ def refuse_duplicates(pairs):
 
 def refuse_constant(name):
     raise _JsonRefusal(f"{name} is not JSON")
+
+
+def finite_number(text):
+    """A JSON number as json.loads reads it, refusing (as the runtime's
+    reader does) one past the double range, which Python would read as inf
+    or as an int no other reader holds."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _JsonRefusal(f"number overflow parsing '{text}'")
+    return value if any(c in text for c in ".eE") else int(text)
 
 
 class _JsonRefusal(ValueError):
@@ -146,16 +158,35 @@ def _read_manifest_text(path):
         return handle.read(MAX_MANIFEST_BYTES + 1)
 
 
-def read_manifest(directory):
-    """manifest.json, checked as the runtime's Bundle::open checks it (the
-    same rules in the same order, the same wording), before any tensor
-    file is touched. Raises BundleError."""
+def _runtime_checks_manifest(directory):
+    """Whether the runtime's validator (cq4p_manifest_check) passed the
+    manifest: False when the runtime library is not built; BundleError with
+    its message when it refuses."""
+    from cq4p import native  # native imports nothing of bundles
+    try:
+        native.check_manifest(directory)
+    except (native.LibraryNotFoundError, AttributeError):
+        return False
+    except native.NativeError as error:
+        raise BundleError(error.message) from None
+    return True
+
+
+def read_manifest(directory, runtime=True):
+    """manifest.json, checked before any tensor file is touched. Raises
+    BundleError. The runtime's validator decides when the runtime library is
+    built (one set of rules for every reader); without it (or with
+    `runtime=False`) the Python reader below checks the same rules in the
+    same order, with the same wording."""
     path = os.path.join(directory, MANIFEST)
+    if runtime and _runtime_checks_manifest(directory):
+        return json.loads(_read_manifest_text(path))
     raw = _read_manifest_text(path)
     try:
         text = raw.decode("utf-8")
         content = json.loads(text, object_pairs_hook=refuse_duplicates,
-                             parse_constant=refuse_constant)
+                             parse_constant=refuse_constant, parse_float=finite_number,
+                             parse_int=finite_number)
     except UnicodeDecodeError as error:
         raise BundleError(f"{path}: invalid JSON: not UTF-8 at byte {error.start}") from None
     except _JsonRefusal as error:
@@ -212,7 +243,7 @@ def _check_manifest(path, content):
             refuse(f"{where}: expected \"dtype\" CQ4, FP16 or FP32")
         shape = entry.get("shape")
         if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_SHAPE_DIMS:
-            refuse(f"{where}: expected \"shape\" to list 1 to 8 dimensions")
+            refuse(f"{where}: expected \"shape\" to list 1 to {MAX_SHAPE_DIMS} dimensions")
         if not all(_is_integer(dim) and 0 < dim < 1 << 63 for dim in shape):
             refuse(f"{where}: expected positive integer dimensions in \"shape\"")
         if "sha256" in entry and not _is_sha256(entry["sha256"]):

@@ -130,6 +130,19 @@ def verify_bundle(directory):
            error)
 
 
+def check_manifest(directory):
+    """The runtime's check of a bundle's manifest.json (cq4p_manifest_check:
+    what Bundle::open checks before it opens a tensor); NativeError with its
+    message when it refuses, AttributeError from a runtime built before the
+    call existed."""
+    lib = library()
+    lib.cq4p_manifest_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.cq4p_manifest_check.restype = ctypes.c_int
+    error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+    _check(lib.cq4p_manifest_check(os.fsencode(str(directory)), error, ERROR_BUFFER_BYTES),
+           error)
+
+
 def _pointer(array, ctype):
     return array.ctypes.data_as(ctypes.POINTER(ctype))
 

@@ -78,13 +78,21 @@ def _write_manifest(bundle, entries=None, text=None):
 
 
 def _python_tools(bundle, capsys):
-    """[(command, exit status, output)] of inspect, upgrade and check."""
+    """[(command, exit status, output)] of inspect, upgrade and check, each
+    with the manifest checked by the runtime's validator (when the runtime
+    is built) and by the Python reader alone (as where it is not)."""
     outcomes = []
-    for command in (["inspect", str(bundle)], ["upgrade", str(bundle)],
-                    ["check", "--bundle", str(bundle), "--library", str(bundle / "none.so")]):
-        status = cli.main(command)
-        captured = capsys.readouterr()
-        outcomes.append((command[0], status, captured.out + captured.err))
+    for reader in ("runtime", "python"):
+        with pytest.MonkeyPatch.context() as patch:
+            if reader == "python":
+                patch.setattr(bd, "_runtime_checks_manifest", lambda directory: False)
+            for command in (["inspect", str(bundle)], ["upgrade", str(bundle)],
+                            ["check", "--bundle", str(bundle), "--library",
+                             str(bundle / "none.so")]):
+                status = cli.main(command)
+                captured = capsys.readouterr()
+                outcomes.append((f"{command[0]} ({reader} manifest reader)", status,
+                                 captured.out + captured.err))
     return outcomes
 
 
@@ -206,11 +214,35 @@ def test_manifest_and_file_disagreeing_are_refused(place, capsys, change, needle
     (b'[' * 100 + b']' * 100, "nesting deeper than 64"),
     (b'{"format": "cq4p-bundle", "version": 1, "tensors": [], "x": "\xff"}', "invalid JSON"),
     (b'{"format": "cq4p-bundle", "version": 1, "tensors": [], "x": NaN}', "invalid JSON"),
+    (b'{"format": "cq4p-bundle", "version": 1, "tensors": [], "x": 1E400}',
+     "invalid JSON: number overflow parsing '1E400'"),
+    (b'{"format": "cq4p-bundle", "version": 1, "tensors": [], "x": ' + b'9' * 400 + b'}',
+     "invalid JSON: number overflow parsing '999"),
 ])
 def test_malformed_manifests_are_errors_not_tracebacks(place, capsys, text, needle):
     bundle, sentinel = place
     _write_manifest(bundle, text=text)
     _expect_refused(bundle, sentinel, capsys, needle)
+
+
+def test_the_runtime_validator_decides_when_it_is_built(place):
+    from cq4p import native
+    try:
+        native.library()
+    except native.LibraryNotFoundError:
+        pytest.skip("the runtime library is not built")
+    bundle, _ = place
+    _write_manifest(bundle, text=b'{"format": "cq4p-bundle",\n "version": 1,,}')
+    # Each reader's own words for the same place: the runtime's (nlohmann-json)
+    # by default, Python's json module's where the runtime is not used.
+    with pytest.raises(bd.BundleError, match=r"manifest.json:2:15: invalid JSON: syntax error "
+                                             r"while parsing object key"):
+        bd.read_manifest(str(bundle))
+    with pytest.raises(bd.BundleError, match=r"manifest.json:2:15: invalid JSON: Expecting "
+                                             r"property name"):
+        bd.read_manifest(str(bundle), runtime=False)
+    _write_manifest(bundle)
+    assert bd.read_manifest(str(bundle)) == bd.read_manifest(str(bundle), runtime=False)
 
 
 def test_upgrade_keeps_a_hadamard_embedding_row_major(place, capsys):

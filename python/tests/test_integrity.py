@@ -240,7 +240,8 @@ def test_a_malformed_sha256_is_refused_alike_by_both_readers(synthetic_model, tm
 
     _rewrite_manifest(copy, spoil)
     expected = f"tensor '{name}': expected \"sha256\" to be 64 lowercase hex digits"
-    with pytest.raises(bd.BundleError, match=expected):
-        bd.read_manifest(str(copy))
+    for runtime in (True, False):  # the runtime's validator, then Python's own
+        with pytest.raises(bd.BundleError, match=expected):
+            bd.read_manifest(str(copy), runtime=runtime)
     status, out = _verify(copy)
     assert status == 2 and expected in out

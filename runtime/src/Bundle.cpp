@@ -235,7 +235,8 @@ Bundle::textConfigInteger(const std::string &key) const {
   return std::nullopt;
 }
 
-Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) {
+Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out,
+                    Reading reading) {
   out.reset();
   std::string manifestPath = directory + "/manifest.json";
   // Every file is opened relative to this descriptor, so a directory
@@ -333,8 +334,9 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
          dtype->string != "FP32"))
       return refuse(where + ": expected \"dtype\" CQ4, FP16 or FP32");
     if (!shape || shape->kind != json::Value::Kind::Array ||
-        shape->array.empty() || shape->array.size() > 8)
-      return refuse(where + ": expected \"shape\" to list 1 to 8 dimensions");
+        shape->array.empty() || shape->array.size() > CQ4P_MAX_SHAPE_DIMS)
+      return refuse(where + ": expected \"shape\" to list 1 to " +
+                    std::to_string(CQ4P_MAX_SHAPE_DIMS) + " dimensions");
 
     BundleTensor tensor;
     tensor.name = name->string;
@@ -353,6 +355,10 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out) 
                             "digits");
     if (sha256)
       tensor.sha256 = sha256->string;
+    if (reading == Reading::ManifestOnly) {
+      bundle->tensors_.push_back(std::move(tensor));
+      continue;
+    }
 
     std::string resolved = resolveIn(directoryFd, tensor.logicalFile);
     if (resolved.empty())

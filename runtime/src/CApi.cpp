@@ -102,6 +102,20 @@ int cq4p_bundle_verify(const char *bundle_dir, char *error, size_t error_size) {
   return status.code();
 }
 
+int cq4p_manifest_check(const char *bundle_dir, char *error, size_t error_size) {
+  if (bundle_dir == nullptr) {
+    copyMessage(Status(CQ4P_ERROR_ARGUMENT,
+                       "cq4p_manifest_check: expected a bundle directory, found null"),
+                error, error_size);
+    return CQ4P_ERROR_ARGUMENT;
+  }
+  std::unique_ptr<Bundle> bundle;
+  Status status = Bundle::open(bundle_dir, bundle, Bundle::Reading::ManifestOnly);
+  if (!status)
+    copyMessage(status, error, error_size);
+  return status.code();
+}
+
 void cq4p_tensor_get_info(const cq4p_tensor *tensor, cq4p_tensor_info *info) {
   if (tensor != nullptr && info != nullptr)
     *info = tensor->file->info();

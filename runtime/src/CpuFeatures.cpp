@@ -66,24 +66,11 @@ CpuFeatures detectCpuFeatures() {
   cpu.arch = hostArch();
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("ssse3"))
-    cpu.features |= CQ4P_FEATURE_X86_SSSE3;
-  if (__builtin_cpu_supports("avx2"))
-    cpu.features |= CQ4P_FEATURE_X86_AVX2;
-  if (__builtin_cpu_supports("avx512bw"))
-    cpu.features |= CQ4P_FEATURE_X86_AVX512BW;
-  if (__builtin_cpu_supports("avx512vnni"))
-    cpu.features |= CQ4P_FEATURE_X86_AVX512VNNI;
-  if (__builtin_cpu_supports("avx512vbmi"))
-    cpu.features |= CQ4P_FEATURE_X86_AVX512VBMI;
-  if (__builtin_cpu_supports("x86-64-v2"))
-    cpu.features |= CQ4P_FEATURE_X86_64_V2;
-  if (__builtin_cpu_supports("x86-64-v3"))
-    cpu.features |= CQ4P_FEATURE_X86_64_V3;
-  if (__builtin_cpu_supports("x86-64-v4"))
-    cpu.features |= CQ4P_FEATURE_X86_64_V4;
-  if (__builtin_cpu_supports("avxvnni"))
-    cpu.features |= CQ4P_FEATURE_X86_AVXVNNI;
+#define CQ4P_DETECT(bit, name)                                                 \
+  if (__builtin_cpu_supports(name))                                            \
+    cpu.features |= bit;
+  CQ4P_X86_FEATURES(CQ4P_DETECT)
+#undef CQ4P_DETECT
 #elif defined(__aarch64__) && defined(__linux__)
   unsigned long hwcap = getauxval(AT_HWCAP);
   unsigned long hwcap2 = getauxval(AT_HWCAP2);
@@ -112,40 +99,18 @@ const char *archName(CpuArch arch) {
 }
 
 uint64_t knownFeatureBits() {
-  return CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_I8MM |
-         CQ4P_FEATURE_AARCH64_SME2 | CQ4P_FEATURE_X86_SSSE3 |
-         CQ4P_FEATURE_X86_AVX2 | CQ4P_FEATURE_X86_AVX512BW |
-         CQ4P_FEATURE_X86_AVX512VNNI | CQ4P_FEATURE_X86_AVX512VBMI |
-         CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_64_V3 |
-         CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVXVNNI;
+#define CQ4P_BIT(bit, name) | (bit)
+  return 0 CQ4P_FEATURES(CQ4P_BIT);
+#undef CQ4P_BIT
 }
 
 std::string featureName(uint64_t bit) {
   switch (bit) {
-  case CQ4P_FEATURE_AARCH64_DOTPROD:
-    return "dotprod";
-  case CQ4P_FEATURE_AARCH64_I8MM:
-    return "i8mm";
-  case CQ4P_FEATURE_AARCH64_SME2:
-    return "sme2";
-  case CQ4P_FEATURE_X86_SSSE3:
-    return "ssse3";
-  case CQ4P_FEATURE_X86_AVX2:
-    return "avx2";
-  case CQ4P_FEATURE_X86_AVX512BW:
-    return "avx512bw";
-  case CQ4P_FEATURE_X86_AVX512VNNI:
-    return "avx512vnni";
-  case CQ4P_FEATURE_X86_AVX512VBMI:
-    return "avx512vbmi";
-  case CQ4P_FEATURE_X86_64_V2:
-    return "x86-64-v2";
-  case CQ4P_FEATURE_X86_64_V3:
-    return "x86-64-v3";
-  case CQ4P_FEATURE_X86_64_V4:
-    return "x86-64-v4";
-  case CQ4P_FEATURE_X86_AVXVNNI:
-    return "avxvnni";
+#define CQ4P_NAME(bit, name)                                                   \
+  case bit:                                                                    \
+    return name;
+    CQ4P_FEATURES(CQ4P_NAME)
+#undef CQ4P_NAME
   default:
     break;
   }

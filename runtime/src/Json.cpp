@@ -1,13 +1,27 @@
-//===- Json.cpp - a small strict JSON reader ------------------------------===//
+//===- Json.cpp - manifest.json through nlohmann-json, strictly -----------===//
+//
+// nlohmann-json reads the document (RFC 8259 syntax, strings checked as
+// UTF-8, no comments, numbers outside the double range refused); a SAX
+// handler builds the Value tree and adds the rules a bundle needs on top:
+// the nesting limit, no duplicate member names, no byte order mark, and the
+// whole text well-formed UTF-8 before anything is parsed. Every refusal
+// names the line and column.
+//
+//===----------------------------------------------------------------------===//
 
 #include "Json.h"
 
+#include "cq4p/format.h"
+
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 
 namespace cq4p::runtime::json {
@@ -23,291 +37,206 @@ const Value *Value::get(const std::string &key) const {
 
 namespace {
 
-constexpr int kMaxDepth = 64;
+/// Line and column (1-based) of byte `offset` of `text`.
+std::string lineColumn(const std::string &text, size_t offset) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(column);
+}
 
-class Parser {
+/// A forward iterator over the text that records, in `*read`, how far
+/// nlohmann-json's lexer has read: the handler below reports where a
+/// refusal is from it (the library's SAX interface gives no position).
+class TrackingIterator {
 public:
-  Parser(const std::string &what, const std::string &text)
-      : what_(what), text_(text) {}
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char *;
+  using reference = const char &;
 
-  Status document(Value &out) {
-    if (Status status = value(out, 0); !status)
-      return status;
-    skipSpace();
-    if (pos_ != text_.size())
-      return error("unexpected text after the document");
-    return Status::ok();
+  TrackingIterator(const char *at, const char **read) : at_(at), read_(read) {}
+  reference operator*() const { return *at_; }
+  TrackingIterator &operator++() {
+    *read_ = ++at_;
+    return *this;
+  }
+  TrackingIterator operator++(int) {
+    TrackingIterator before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const TrackingIterator &other) const {
+    return at_ == other.at_;
+  }
+  bool operator!=(const TrackingIterator &other) const {
+    return at_ != other.at_;
   }
 
 private:
-  Status error(const std::string &message) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    return Status(CQ4P_ERROR_FORMAT, what_ + ":" + std::to_string(line) + ":" +
-                                         std::to_string(column) +
-                                         ": invalid JSON: " + message);
-  }
+  const char *at_;
+  const char **read_;
+};
 
-  void skipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
-  }
+/// Builds a Value from nlohmann-json's SAX events, adding what the library
+/// does not check: the nesting limit and unique member names. A refusal is
+/// kept in `status`, placed at the byte the lexer had read last.
+class TreeBuilder {
+public:
+  using Json = nlohmann::json;
 
-  bool consume(const char *literal) {
-    size_t length = std::char_traits<char>::length(literal);
-    if (text_.compare(pos_, length, literal) != 0)
-      return false;
-    pos_ += length;
+  TreeBuilder(const std::string &what, const std::string &text, Value &root)
+      : what_(what), text_(text), root_(root), read_(text.data()) {}
+
+  const char **readPointer() { return &read_; }
+  Status status = Status::ok();
+
+  bool null() { return leaf(Value()); }
+  bool boolean(bool value) {
+    Value leafValue;
+    leafValue.kind = Value::Kind::Bool;
+    leafValue.boolean = value;
+    return leaf(std::move(leafValue));
+  }
+  bool number_integer(Json::number_integer_t value) {
+    return leaf(integer(value, std::to_string(value)));
+  }
+  bool number_unsigned(Json::number_unsigned_t value) {
+    if (value <= uint64_t(INT64_MAX))
+      return leaf(integer(int64_t(value), std::to_string(value)));
+    // Exact as written (pythonJson), but not an int64.
+    Value number;
+    number.kind = Value::Kind::Number;
+    number.number = double(value);
+    number.literal = std::to_string(value);
+    return leaf(std::move(number));
+  }
+  bool number_float(Json::number_float_t value, const std::string &literal) {
+    Value number;
+    number.kind = Value::Kind::Number;
+    number.number = value;
+    number.literal = literal;
+    return leaf(std::move(number));
+  }
+  bool string(std::string &value) {
+    Value text;
+    text.kind = Value::Kind::String;
+    text.string = std::move(value);
+    return leaf(std::move(text));
+  }
+  bool binary(Json::binary_t &) { return refuse("binary value"); }
+  bool start_object(std::size_t) { return open(Value::Kind::Object); }
+  bool key(std::string &name) {
+    // Readers that took the first or the last of two equal names would act
+    // on different files; RFC 8259 leaves it open, so it is refused.
+    if (!names_.back().insert(name).second)
+      return refuse("duplicate member name \"" + name + "\"",
+                    openingQuoteBefore(read_));
+    open_.back()->object.emplace_back(std::move(name), Value());
     return true;
   }
-
-  Status value(Value &out, int depth) {
-    if (depth > kMaxDepth)
-      return error("nesting deeper than " + std::to_string(kMaxDepth));
-    skipSpace();
-    if (pos_ >= text_.size())
-      return error("unexpected end of input");
-    char c = text_[pos_];
-    if (c == '{')
-      return objectValue(out, depth);
-    if (c == '[')
-      return arrayValue(out, depth);
-    if (c == '"') {
-      out.kind = Value::Kind::String;
-      return stringValue(out.string);
-    }
-    if (consume("true")) {
-      out.kind = Value::Kind::Bool;
-      out.boolean = true;
-      return Status::ok();
-    }
-    if (consume("false")) {
-      out.kind = Value::Kind::Bool;
-      return Status::ok();
-    }
-    if (consume("null")) {
-      out.kind = Value::Kind::Null;
-      return Status::ok();
-    }
-    if (c == '-' || (c >= '0' && c <= '9'))
-      return numberValue(out);
-    return error(std::string("unexpected character '") + c + "'");
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(Value::Kind::Array); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string &,
+                   const nlohmann::detail::exception &error) {
+    // "[json.exception.parse_error.101] parse error at line 2, column 16:
+    // syntax error ..." -> "syntax error ...": the place is said once.
+    std::string message = error.what();
+    if (size_t tag = message.find("] "); tag != std::string::npos)
+      message.erase(0, tag + 2);
+    if (message.rfind("parse error", 0) == 0)
+      if (size_t colon = message.find(": "); colon != std::string::npos)
+        message.erase(0, colon + 2);
+    if (status)
+      refuse(message);
+    return false;
   }
 
-  Status objectValue(Value &out, int depth) {
-    out.kind = Value::Kind::Object;
-    std::set<std::string> names;
-    ++pos_;
-    skipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return Status::ok();
-    }
-    while (true) {
-      skipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != '"')
-        return error("expected a member name");
-      std::string key;
-      size_t keyStart = pos_;
-      if (Status status = stringValue(key); !status)
-        return status;
-      // Readers that took the first or the last of two equal names would
-      // act on different files; RFC 8259 leaves it open, so it is refused.
-      if (!names.insert(key).second) {
-        pos_ = keyStart;
-        return error("duplicate member name \"" + key + "\"");
-      }
-      skipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != ':')
-        return error("expected ':'");
-      ++pos_;
-      Value member;
-      if (Status status = value(member, depth + 1); !status)
-        return status;
-      out.object.emplace_back(std::move(key), std::move(member));
-      skipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        return Status::ok();
-      }
-      return error("expected ',' or '}'");
-    }
+private:
+  /// Where the next value goes: the root, the last member or a new element.
+  Value *slot() {
+    if (open_.empty())
+      return &root_;
+    Value *parent = open_.back();
+    if (parent->kind == Value::Kind::Object)
+      return &parent->object.back().second;
+    parent->array.emplace_back();
+    return &parent->array.back();
   }
-
-  Status arrayValue(Value &out, int depth) {
-    out.kind = Value::Kind::Array;
-    ++pos_;
-    skipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return Status::ok();
-    }
-    while (true) {
-      Value element;
-      if (Status status = value(element, depth + 1); !status)
-        return status;
-      out.array.push_back(std::move(element));
-      skipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        return Status::ok();
-      }
-      return error("expected ',' or ']'");
-    }
-  }
-
-  static void appendUtf8(std::string &out, uint32_t code) {
-    if (code < 0x80) {
-      out += char(code);
-    } else if (code < 0x800) {
-      out += char(0xC0 | (code >> 6));
-      out += char(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += char(0xE0 | (code >> 12));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    } else {
-      out += char(0xF0 | (code >> 18));
-      out += char(0x80 | ((code >> 12) & 0x3F));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    }
-  }
-
-  bool hex4(uint32_t &code) {
-    if (pos_ + 4 > text_.size())
+  bool deeperThanAllowed() {
+    if (open_.size() <= size_t(CQ4P_MAX_MANIFEST_NESTING))
       return false;
-    code = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = text_[pos_++];
-      code <<= 4;
-      if (h >= '0' && h <= '9')
-        code |= uint32_t(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        code |= uint32_t(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        code |= uint32_t(h - 'A' + 10);
-      else
-        return false;
-    }
+    refuse("nesting deeper than " + std::to_string(CQ4P_MAX_MANIFEST_NESTING));
     return true;
   }
-
-  Status stringValue(std::string &out) {
-    ++pos_; // opening quote
-    while (pos_ < text_.size()) {
-      unsigned char c = static_cast<unsigned char>(text_[pos_++]);
-      if (c == '"')
-        return Status::ok();
-      if (c < 0x20)
-        return error("control character in a string");
-      if (c != '\\') {
-        out += char(c);
-        continue;
-      }
-      if (pos_ >= text_.size())
-        break;
-      char escape = text_[pos_++];
-      switch (escape) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': {
-        uint32_t code;
-        if (!hex4(code))
-          return error("bad \\u escape");
-        if (code >= 0xD800 && code < 0xDC00) {
-          uint32_t low;
-          if (!consume("\\u") || !hex4(low) || low < 0xDC00 || low >= 0xE000)
-            return error("unpaired surrogate in \\u escape");
-          code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-        } else if (code >= 0xDC00 && code < 0xE000) {
-          return error("unpaired surrogate in \\u escape");
-        }
-        appendUtf8(out, code);
-        break;
-      }
-      default:
-        return error(std::string("bad escape '\\") + escape + "'");
-      }
-    }
-    return error("unterminated string");
+  bool leaf(Value value) {
+    if (deeperThanAllowed())
+      return false;
+    *slot() = std::move(value);
+    return true;
   }
-
-  Status numberValue(Value &out) {
-    size_t start = pos_;
-    bool integral = true;
-    if (text_[pos_] == '-')
-      ++pos_;
-    if (pos_ >= text_.size())
-      return error("bad number");
-    if (text_[pos_] == '0') {
-      ++pos_;
-    } else if (text_[pos_] >= '1' && text_[pos_] <= '9') {
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
-        ++pos_;
-    } else {
-      return error("bad number");
+  bool open(Value::Kind kind) {
+    if (deeperThanAllowed())
+      return false;
+    Value *container = slot();
+    container->kind = kind;
+    open_.push_back(container);
+    names_.emplace_back();
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    names_.pop_back();
+    return true;
+  }
+  /// The opening quote of the string token that ends just before `end`.
+  const char *openingQuoteBefore(const char *end) const {
+    const char *begin = text_.data();
+    for (const char *at = end - 2; at >= begin; --at) {
+      if (*at != '"')
+        continue;
+      size_t backslashes = 0;
+      while (at - backslashes > begin && at[-1 - std::ptrdiff_t(backslashes)] == '\\')
+        ++backslashes;
+      if (backslashes % 2 == 0)
+        return at;
     }
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      integral = false;
-      ++pos_;
-      size_t digits = pos_;
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
-        ++pos_;
-      if (pos_ == digits)
-        return error("bad number");
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      integral = false;
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-'))
-        ++pos_;
-      size_t digits = pos_;
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9')
-        ++pos_;
-      if (pos_ == digits)
-        return error("bad number");
-    }
-    std::string literal = text_.substr(start, pos_ - start);
-    out.kind = Value::Kind::Number;
-    out.number = std::strtod(literal.c_str(), nullptr);
-    out.literal = literal;
-    if (integral) {
-      errno = 0;
-      long long parsed = std::strtoll(literal.c_str(), nullptr, 10);
-      if (errno == 0) {
-        out.isInteger = true;
-        out.integer = parsed;
-      }
-    }
-    return Status::ok();
+    return begin;
+  }
+  bool refuse(const std::string &message) {
+    // The last byte read is the one that made the document invalid.
+    return refuse(message, read_ > text_.data() ? read_ - 1 : read_);
+  }
+  bool refuse(const std::string &message, const char *at) {
+    status = Status(CQ4P_ERROR_FORMAT,
+                    what_ + ":" + lineColumn(text_, size_t(at - text_.data())) +
+                        ": invalid JSON: " + message);
+    return false;
+  }
+  static Value integer(int64_t value, std::string literal) {
+    Value number;
+    number.kind = Value::Kind::Number;
+    number.number = double(value);
+    number.isInteger = true;
+    number.integer = value;
+    number.literal = std::move(literal);
+    return number;
   }
 
   const std::string &what_;
   const std::string &text_;
-  size_t pos_ = 0;
+  Value &root_;
+  const char *read_;
+  std::vector<Value *> open_;
+  std::vector<std::set<std::string>> names_;
 };
 
 /// The offset of the first byte that is not part of well-formed UTF-8
@@ -491,7 +420,21 @@ Status parse(const std::string &what, const std::string &text, Value &out) {
   if (size_t bad = firstInvalidUtf8(text); bad != text.size())
     return Status(CQ4P_ERROR_FORMAT, what + ": invalid JSON: not UTF-8 at byte " +
                                          std::to_string(bad));
-  return Parser(what, text).document(out);
+  // nlohmann-json skips a byte order mark; RFC 8259 forbids one, and
+  // Python's json.loads refuses it.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0)
+    return Status(CQ4P_ERROR_FORMAT,
+                  what + ":1:1: invalid JSON: a UTF-8 byte order mark");
+  TreeBuilder builder(what, text, out);
+  const char *begin = text.data(), *end = begin + text.size();
+  bool parsed = nlohmann::json::sax_parse(
+      TrackingIterator(begin, builder.readPointer()),
+      TrackingIterator(end, builder.readPointer()), &builder);
+  if (!builder.status)
+    return builder.status;
+  if (!parsed)
+    return Status(CQ4P_ERROR_FORMAT, what + ": invalid JSON");
+  return Status::ok();
 }
 
 } // namespace cq4p::runtime::json

@@ -1,7 +1,9 @@
-//===- Json.h - a small strict JSON reader for manifest.json ----*- C++ -*-===//
+//===- Json.h - manifest.json as a tree, strictly ---------------*- C++ -*-===//
 //
-// Enough JSON for a bundle manifest, strictly: RFC 8259 syntax, a nesting
-// limit, no duplicate member names, integers kept exact up to 2^63. Errors
+// A bundle manifest read by nlohmann-json into a small tree, strictly:
+// RFC 8259 syntax, well-formed UTF-8, a nesting limit (format.h's
+// CQ4P_MAX_MANIFEST_NESTING), no duplicate member names, integers kept exact
+// up to 2^63 and every number's text as written (for pythonJson). Errors
 // are Status values naming the line and column.
 //
 //===----------------------------------------------------------------------===//

@@ -9,7 +9,7 @@
 // CHECK-LABEL: llvm.func @cq4p_quantize_256_gs128_hadamard(
 // CHECK-SAME: %[[W:[a-z0-9]+]]: !llvm.ptr, %[[X:[a-z0-9]+]]: !llvm.ptr, %[[A:[a-z0-9]+]]: !llvm.ptr, %[[S:[a-z0-9]+]]: !llvm.ptr, %[[ROWS:[a-z0-9]+]]: i64, %[[G0:[a-z0-9]+]]: i64, %[[G1:[a-z0-9]+]]: i64)
 // The input scale reciprocal is field 4 of cq4p_weight_view.
-// CHECK: %[[F4:.*]] = llvm.getelementptr %[[W]][4] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
+// CHECK: %[[F4:.*]] = llvm.getelementptr %[[W]][0, 4] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<"cq4p_weight_view", (ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)>
 // CHECK: %[[ISR:.*]] = llvm.load %[[F4]] : !llvm.ptr -> !llvm.ptr
 // CHECK: llvm.call @cq4p_quantize_256_gs128_hadamard_impl(%[[X]], %[[X]], %{{.*}}, %[[ROWS]], %{{.*}}, %{{.*}}, %{{.*}}, %[[ISR]], %[[ISR]],
 // CHECK-LABEL: llvm.func internal @cq4p_quantize_256_gs128_hadamard_impl
@@ -17,7 +17,7 @@
 // CHECK-LABEL: llvm.func internal @cq4p_gemv_100x256_gs128_impl
 // CHECK-COUNT-128: arm_neon.intr.sdot
 // CHECK: llvm.mlir.global private constant @__cq4p_kernel_name_1("cq4p_gemv_100x256_gs128\00")
-// CHECK: llvm.mlir.global external constant @cq4p_kernel_table() {{.*}} : !llvm.struct<(i32, i32, ptr)>
+// CHECK: llvm.mlir.global external constant @cq4p_kernel_table() {{.*}} : !llvm.struct<"cq4p_kernel_table", (i32, i32, ptr)>
 // ABI version 4, 3 kernels.
 // CHECK: llvm.mlir.constant(4 : i32) : i32
 // CHECK-NEXT: llvm.mlir.constant(3 : i32) : i32

@@ -17,7 +17,7 @@
 // relocatable object instead (--emit=obj).
 //
 // --target=host on x86-64 without --host-cpu compiles several instruction
-// set levels into one library (kDefaultHostLevels): the target-independent
+// set levels into one library (HostLevel::byDefault): the target-independent
 // front of the pipeline runs once, then each level is lowered from a copy
 // to the LLVM dialect, optimized and generated into an object of its own.
 // The first level keeps kernel_abi.h's names; the others' symbols get the
@@ -36,6 +36,7 @@
 #include "cq4p/Target/LLVMIR/CQ4PIntrToLLVMIRTranslation.h"
 #include "cq4p/Tools/InputNesting.h"
 #include "cq4p/Tools/LargeStack.h"
+#include "cq4p/Codegen/KernelAbi.h"
 #include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -186,34 +187,43 @@ struct TargetChoice {
   std::string level;
 };
 
-/// An x86-64 instruction set level of --host-cpu: LLVM's CPU and features
-/// (nothing else is enabled, so the recorded bits cover all the code may
-/// use), the panel dot, and the CQ4P_FEATURE_* bits the runtime checks.
+/// An x86-64 instruction set level of --host-cpu (kernel_abi.h's
+/// CQ4P_X86_LEVELS: its name, LLVM's CPU and features, nothing else enabled
+/// so that the CQ4P_FEATURE_* bits the runtime checks cover all the code may
+/// use), and what the code generator makes of those bits: the panel dot and
+/// the widest vectors.
 struct HostLevel {
   const char *name, *cpu, *extraFeatures;
-  cq4p::X86Dot dot;
-  int64_t vectorBits;
   uint64_t features;
+  /// In a library compiled without --host-cpu: the AVX2 level every x86-64
+  /// CPU of the last decade runs, then each panel dot a wider CPU adds.
+  bool byDefault;
+
+  constexpr cq4p::X86Dot dot() const {
+    if (features & CQ4P_FEATURE_X86_AVX512VNNI)
+      return cq4p::X86Dot::avx512vnni;
+    if (features & CQ4P_FEATURE_X86_AVXVNNI)
+      return cq4p::X86Dot::avxvnni;
+    if (features & CQ4P_FEATURE_X86_AVX2)
+      return cq4p::X86Dot::avx2;
+    if (features & CQ4P_FEATURE_X86_SSSE3)
+      return cq4p::X86Dot::ssse3;
+    return cq4p::X86Dot::generic;
+  }
+  constexpr int64_t vectorBits() const {
+    return (features & CQ4P_FEATURE_X86_64_V4)   ? 512
+           : (features & CQ4P_FEATURE_X86_64_V3) ? 256
+                                                 : 128;
+  }
 };
 
-constexpr uint64_t kV2 = CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3;
-constexpr uint64_t kV3 = kV2 | CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2;
-constexpr uint64_t kV4 =
-    kV3 | CQ4P_FEATURE_X86_64_V4 | CQ4P_FEATURE_X86_AVX512BW;
+/// Narrowest first, the order kernel_abi.h's variant table keeps.
 constexpr HostLevel kHostLevels[] = {
-    {"x86-64", "x86-64", "", cq4p::X86Dot::generic, 128, 0},
-    {"x86-64-v2", "x86-64-v2", "", cq4p::X86Dot::ssse3, 128, kV2},
-    {"x86-64-v3", "x86-64-v3", "", cq4p::X86Dot::avx2, 256, kV3},
-    {"x86-64-v3+avxvnni", "x86-64-v3", "+avxvnni", cq4p::X86Dot::avxvnni, 256,
-     kV3 | CQ4P_FEATURE_X86_AVXVNNI},
-    {"x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni",
-     cq4p::X86Dot::avx512vnni, 512, kV4 | CQ4P_FEATURE_X86_AVX512VNNI},
+#define CQ4P_HOST_LEVEL(name, cpu, extra, features, byDefault)                 \
+  {name, cpu, extra, features, byDefault},
+    CQ4P_X86_LEVELS(CQ4P_HOST_LEVEL)
+#undef CQ4P_HOST_LEVEL
 };
-/// The levels of a library compiled without --host-cpu, narrowest first
-/// (the order kernel_abi.h's variant table keeps): the AVX2 level every
-/// x86-64 CPU of the last decade runs, then each panel dot a wider CPU adds.
-constexpr const char *kDefaultHostLevels[] = {
-    "x86-64-v3", "x86-64-v3+avxvnni", "x86-64-v4+avx512vnni"};
 
 /// The CQ4P_FEATURE_* bits of the x86 levels this machine runs, from
 /// LLVM's view of the host (cpuid and the OS's saved register state).
@@ -229,16 +239,16 @@ uint64_t hostX86Features() {
   };
   uint64_t bits = 0;
   if (hasAll({"ssse3", "sse4.2", "popcnt", "cx16"}))
-    bits |= kV2;
-  if ((bits & kV2) && hasAll({"avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt",
+    bits |= CQ4P_X86_64_V2_FEATURES;
+  if ((bits & CQ4P_FEATURE_X86_64_V2) && hasAll({"avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt",
                               "movbe"}))
-    bits |= kV3;
-  if ((bits & kV3) &&
+    bits |= CQ4P_X86_64_V3_FEATURES;
+  if ((bits & CQ4P_FEATURE_X86_64_V3) &&
       hasAll({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}))
-    bits |= kV4;
-  if ((bits & kV3) && hasAll({"avxvnni"}))
+    bits |= CQ4P_X86_64_V4_FEATURES;
+  if ((bits & CQ4P_FEATURE_X86_64_V3) && hasAll({"avxvnni"}))
     bits |= CQ4P_FEATURE_X86_AVXVNNI;
-  if ((bits & kV4) && hasAll({"avx512vnni"}))
+  if ((bits & CQ4P_FEATURE_X86_64_V4) && hasAll({"avx512vnni"}))
     bits |= CQ4P_FEATURE_X86_AVX512VNNI;
   return bits;
 }
@@ -254,8 +264,8 @@ void applyLevel(TargetChoice &choice, const HostLevel &level) {
   choice.level = level.name;
   choice.cpu = level.cpu;
   choice.features = level.extraFeatures;
-  choice.x86Dot = level.dot;
-  choice.vectorBits = level.vectorBits;
+  choice.x86Dot = level.dot();
+  choice.vectorBits = level.vectorBits();
   choice.kernelFeatures = level.features;
 }
 
@@ -264,9 +274,11 @@ void applyLevel(TargetChoice &choice, const HostLevel &level) {
 LogicalResult chooseX86Levels(const TargetChoice &base, bool oneLevel,
                               std::vector<TargetChoice> &variants) {
   if (!hostCpu.getNumOccurrences()) {
-    for (const char *name : kDefaultHostLevels) {
+    for (const HostLevel &level : kHostLevels) {
+      if (!level.byDefault)
+        continue;
       TargetChoice variant = base;
-      applyLevel(variant, *findHostLevel(name));
+      applyLevel(variant, level);
       variants.push_back(variant);
       if (oneLevel)
         break;
@@ -421,8 +433,6 @@ FailureOr<std::string> readBundleDigest(StringRef directory,
                                         struct stat &identity) {
   std::string path = (directory + "/manifest.json").str();
   std::string where = "--bundle " + directory.str() + ": " + path;
-  // The runtime's bound on a manifest (Bundle::kMaxManifestBytes).
-  constexpr uint64_t kMaxManifestBytes = 16u << 20;
   int directoryFd =
       ::open(directory.str().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (directoryFd < 0) {
@@ -432,7 +442,7 @@ FailureOr<std::string> readBundleDigest(StringRef directory,
   }
   std::string text, error;
   bool read = cq4p::readRegularFile(directoryFd, "manifest.json", path,
-                                    /*noFollow=*/true, kMaxManifestBytes, text,
+                                    /*noFollow=*/true, CQ4P_MAX_MANIFEST_BYTES, text,
                                     identity, error);
   ::close(directoryFd);
   if (!read) {
@@ -571,10 +581,14 @@ std::unique_ptr<llvm::Module>
 buildVariantTable(llvm::LLVMContext &context,
                   const std::vector<VariantEntry> &entries) {
   auto module = std::make_unique<llvm::Module>("cq4p-kernel-variants", context);
+  using Variant = cq4p::abi::Fields<cq4p_kernel_variant>;
+  using Variants = cq4p::abi::Fields<cq4p_kernel_variants>;
   auto *ptr = llvm::PointerType::getUnqual(context);
-  auto *i32 = llvm::Type::getInt32Ty(context);
-  auto *i64 = llvm::Type::getInt64Ty(context);
-  auto *entryType = llvm::StructType::get(context, {ptr, i64, ptr, ptr});
+  auto *entryType = cq4p::abi::llvmStructType<cq4p_kernel_variant>(context);
+  auto *tableType = cq4p::abi::llvmStructType<cq4p_kernel_variants>(context);
+  auto intField = [](llvm::StructType *type, unsigned field, uint64_t value) {
+    return llvm::ConstantInt::get(type->getElementType(field), value);
+  };
   auto declare = [&](const std::string &name, bool hidden) {
     auto *symbol = new llvm::GlobalVariable(
         *module, llvm::Type::getInt8Ty(context), /*isConstant=*/true,
@@ -593,23 +607,28 @@ buildVariantTable(llvm::LLVMContext &context,
     llvm::Constant *model = llvm::ConstantPointerNull::get(ptr);
     if (entry.hasModel)
       model = declare(CQ4P_MODEL_SYMBOL + entry.suffix, hidden);
-    rows.push_back(llvm::ConstantStruct::get(
-        entryType, {name, llvm::ConstantInt::get(i64, entry.features),
-                    declare(CQ4P_KERNEL_TABLE_SYMBOL + entry.suffix, hidden),
-                    model}));
+    std::vector<llvm::Constant *> fields(entryType->getNumElements());
+    fields[Variant::name] = name;
+    fields[Variant::features] =
+        intField(entryType, Variant::features, entry.features);
+    fields[Variant::kernels] =
+        declare(CQ4P_KERNEL_TABLE_SYMBOL + entry.suffix, hidden);
+    fields[Variant::model] = model;
+    rows.push_back(llvm::ConstantStruct::get(entryType, fields));
   }
   auto *listType = llvm::ArrayType::get(entryType, rows.size());
   auto *list = new llvm::GlobalVariable(
       *module, listType, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
       llvm::ConstantArray::get(listType, rows), "cq4p.variant.list");
-  auto *tableType = llvm::StructType::get(context, {i32, i32, ptr});
-  new llvm::GlobalVariable(
-      *module, tableType, /*isConstant=*/true,
-      llvm::GlobalValue::ExternalLinkage,
-      llvm::ConstantStruct::get(
-          tableType, {llvm::ConstantInt::get(i32, CQ4P_KERNEL_VARIANTS_VERSION),
-                      llvm::ConstantInt::get(i32, rows.size()), list}),
-      CQ4P_KERNEL_VARIANTS_SYMBOL);
+  std::vector<llvm::Constant *> fields(tableType->getNumElements());
+  fields[Variants::version] =
+      intField(tableType, Variants::version, CQ4P_KERNEL_VARIANTS_VERSION);
+  fields[Variants::count] = intField(tableType, Variants::count, rows.size());
+  fields[Variants::variants] = list;
+  new llvm::GlobalVariable(*module, tableType, /*isConstant=*/true,
+                           llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantStruct::get(tableType, fields),
+                           CQ4P_KERNEL_VARIANTS_SYMBOL);
   return module;
 }
 

@@ -23,6 +23,8 @@
 #ifndef CQ4P_TOOLS_INPUTNESTING_H
 #define CQ4P_TOOLS_INPUTNESTING_H
 
+#include "cq4p/format.h"
+
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/ADT/Twine.h"
@@ -36,8 +38,8 @@ namespace mlir::cq4p {
 
 /// The deepest nesting of brackets the tools parse in textual IR.
 constexpr unsigned kMaxIrNesting = 256;
-/// The deepest nesting of a manifest.json (the runtime's json::kMaxDepth).
-constexpr unsigned kMaxJsonNesting = 64;
+/// The deepest nesting of a manifest.json (format.h).
+constexpr unsigned kMaxJsonNesting = CQ4P_MAX_MANIFEST_NESTING;
 
 /// The offset of the first opening bracket of `text` that lies deeper than
 /// `bound` levels, or nullopt when none does. `json` selects JSON's brackets

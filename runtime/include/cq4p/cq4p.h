@@ -119,6 +119,12 @@ CQ4P_API int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
  * file: opening (cq4p_model_open) checks headers and sizes only. */
 CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
                                 size_t error_size);
+/* Reads bundle_dir/manifest.json and checks it as cq4p_model_open does (its
+ * size, JSON, format, version and every entry's fields), opening no tensor
+ * file: the one manifest validator, which the Python package calls when the
+ * runtime is built. */
+CQ4P_API int cq4p_manifest_check(const char *bundle_dir, char *error,
+                                 size_t error_size);
 
 /* The reference panel encoder (FORMAT.md section 3).
  *

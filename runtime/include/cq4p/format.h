@@ -65,6 +65,12 @@ enum cq4p_precision {
 #define CQ4P_PANEL_GROUP_MULTIPLE 32
 #define CQ4P_PANEL_MAX_GROUP_SIZE 256
 
+/* A bundle's manifest.json (FORMAT.md, bundles): what every reader (the
+ * runtime, cq4p-compile --bundle, python/cq4p) refuses past. */
+#define CQ4P_MAX_MANIFEST_BYTES 16777216u /* 16 MiB */
+#define CQ4P_MAX_MANIFEST_NESTING 64      /* levels of [] and {} */
+#define CQ4P_MAX_SHAPE_DIMS 8             /* a tensor entry's "shape" */
+
 /* Size of a packed-panel data region: ceil64(N) * K / 2 bytes. The caller
  * guarantees that the product fits (the readers check it first). */
 static inline uint64_t cq4p_panel_data_bytes(uint64_t n, uint64_t k) {

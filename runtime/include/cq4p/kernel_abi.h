@@ -65,21 +65,76 @@ typedef enum cq4p_target {
 #define CQ4P_FEATURE_X86_64_V4 (1ull << 15)
 #define CQ4P_FEATURE_X86_AVXVNNI (1ull << 16)
 
+/* Every feature bit with the name messages, cq4p-compile and the runtime
+ * give it: X(bit, name). The x86 names are also those the compilers' CPU
+ * checks (__builtin_cpu_supports) take. */
+#define CQ4P_AARCH64_FEATURES(X)                                              \
+  X(CQ4P_FEATURE_AARCH64_DOTPROD, "dotprod")                                  \
+  X(CQ4P_FEATURE_AARCH64_I8MM, "i8mm")                                        \
+  X(CQ4P_FEATURE_AARCH64_SME2, "sme2")
+#define CQ4P_X86_FEATURES(X)                                                  \
+  X(CQ4P_FEATURE_X86_SSSE3, "ssse3")                                          \
+  X(CQ4P_FEATURE_X86_AVX2, "avx2")                                            \
+  X(CQ4P_FEATURE_X86_AVX512BW, "avx512bw")                                    \
+  X(CQ4P_FEATURE_X86_AVX512VNNI, "avx512vnni")                                \
+  X(CQ4P_FEATURE_X86_AVX512VBMI, "avx512vbmi")                                \
+  X(CQ4P_FEATURE_X86_64_V2, "x86-64-v2")                                      \
+  X(CQ4P_FEATURE_X86_64_V3, "x86-64-v3")                                      \
+  X(CQ4P_FEATURE_X86_64_V4, "x86-64-v4")                                      \
+  X(CQ4P_FEATURE_X86_AVXVNNI, "avxvnni")
+#define CQ4P_FEATURES(X) CQ4P_AARCH64_FEATURES(X) CQ4P_X86_FEATURES(X)
+
+/* The bits each x86-64 level implies (a level includes the ones below). */
+#define CQ4P_X86_64_V2_FEATURES                                               \
+  (CQ4P_FEATURE_X86_64_V2 | CQ4P_FEATURE_X86_SSSE3)
+#define CQ4P_X86_64_V3_FEATURES                                               \
+  (CQ4P_X86_64_V2_FEATURES | CQ4P_FEATURE_X86_64_V3 | CQ4P_FEATURE_X86_AVX2)
+#define CQ4P_X86_64_V4_FEATURES                                               \
+  (CQ4P_X86_64_V3_FEATURES | CQ4P_FEATURE_X86_64_V4 |                         \
+   CQ4P_FEATURE_X86_AVX512BW)
+
+/* The x86-64 instruction set levels a host library's code variants are
+ * compiled for (cq4p-compile --host-cpu, cq4p_kernel_variant.name,
+ * CQ4P_HOST_LEVEL), narrowest first: X(name, LLVM CPU, LLVM features added
+ * to the CPU's, CQ4P_FEATURE_* bits the code needs, in the default set of
+ * levels of a library compiled without --host-cpu). */
+#define CQ4P_X86_LEVELS(X)                                                    \
+  X("x86-64", "x86-64", "", 0, 0)                                             \
+  X("x86-64-v2", "x86-64-v2", "", CQ4P_X86_64_V2_FEATURES, 0)                 \
+  X("x86-64-v3", "x86-64-v3", "", CQ4P_X86_64_V3_FEATURES, 1)                 \
+  X("x86-64-v3+avxvnni", "x86-64-v3", "+avxvnni",                             \
+    CQ4P_X86_64_V3_FEATURES | CQ4P_FEATURE_X86_AVXVNNI, 1)                    \
+  X("x86-64-v4+avx512vnni", "x86-64-v4", "+avx512vnni",                       \
+    CQ4P_X86_64_V4_FEATURES | CQ4P_FEATURE_X86_AVX512VNNI, 1)
+
+/*===----------------------------------------------------------------------===*
+ * The structs the compiled library and the runtime share, each field stated
+ * once: X(C type, name, LLVM kind), in order, the kind (PTR, I32, I64) being
+ * the field's type in the compiler's identified LLVM struct
+ * (include/cq4p/Codegen/KernelAbi.h builds those types from these lists and
+ * checks every offset against the C layout with static_assert).
+ *===----------------------------------------------------------------------===*/
+
+#define CQ4P_ABI_DECLARE_FIELD(type, name, kind) type name;
+
 /* The regions of one tensor file a kernel reads, filled by the runtime from
  * the mapping (zero-copy). cb_i8 is the int8 codebook the runtime derives
  * once from the stored fp16 codebook (FORMAT.md section 4): 16 bytes. */
+#define CQ4P_WEIGHT_VIEW_FIELDS(X)                                            \
+  X(const uint8_t *, panels, PTR)            /* [SB][ng][gs/4][128] */        \
+  X(const float *, norm_panels, PTR)         /* [SB][ng][64] */               \
+  X(const int8_t *, cb_i8, PTR)              /* [16] */                       \
+  X(const uint16_t *, codebook, PTR)         /* fp16 [16] */                  \
+  X(const uint16_t *, input_scale_recip, PTR) /* fp16 [K] */                  \
+  X(const int8_t *, left_signs, PTR)         /* [gs] (Hadamard) */            \
+  X(const int8_t *, right_signs, PTR)        /* [gs] (Hadamard) */            \
+  X(const uint32_t *, permutation, PTR)      /* [gs] (Hadamard) */            \
+  X(const uint16_t *, rotation, PTR)         /* fp16 [K][K] (orthogonal) */   \
+  X(const uint16_t *, rotation_t, PTR)       /* fp16 [K][K] (orthogonal) */   \
+  X(const uint16_t *, norms, PTR)            /* fp16 [N][ng], unfolded */
+
 typedef struct cq4p_weight_view {
-  const uint8_t *panels;             /* [SB][ng][gs/4][128] */
-  const float *norm_panels;          /* [SB][ng][64] */
-  const int8_t *cb_i8;               /* [16] */
-  const uint16_t *codebook;          /* fp16 [16] */
-  const uint16_t *input_scale_recip; /* fp16 [K] */
-  const int8_t *left_signs;          /* [gs] (Hadamard) */
-  const int8_t *right_signs;         /* [gs] (Hadamard) */
-  const uint32_t *permutation;       /* [gs] (Hadamard) */
-  const uint16_t *rotation;          /* fp16 [K][K] (orthogonal) */
-  const uint16_t *rotation_t;        /* fp16 [K][K] (orthogonal) */
-  const uint16_t *norms;             /* fp16 [N][ng], unfolded */
+  CQ4P_WEIGHT_VIEW_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_weight_view;
 
 /* x: [rows][K] fp32; act: [rows][K] int8; act_scales: [rows][ng] fp32. */
@@ -113,26 +168,32 @@ typedef void (*cq4p_attention_fn)(const float *q, const float *k,
  * whatever rotated the weights); quantize kernels record n = 1 (they do not
  * depend on N); ATTENTION kernels record n = heads, k = head_dim,
  * group_size = kv_heads and window. */
+#define CQ4P_KERNEL_DESC_FIELDS(X)                                            \
+  X(const char *, name, PTR)                                                  \
+  X(uint32_t, op, I32)         /* cq4p_kernel_op */                           \
+  X(uint32_t, target, I32)     /* cq4p_target */                              \
+  X(uint64_t, features, I64)   /* CQ4P_FEATURE_* the code needs */            \
+  X(uint64_t, n, I64)          /* output channels (N) */                      \
+  X(uint64_t, k, I64)          /* input features (K) */                       \
+  X(uint32_t, group_size, I32)                                                \
+  X(uint32_t, orthogonal, I32)                                                \
+  X(uint32_t, min_rows, I32)   /* rows the kernel accepts: [min, max] */      \
+  X(uint32_t, max_rows, I32)   /* 0: no upper bound */                        \
+  X(const void *, entry, PTR)  /* the function, of the op's type */           \
+  X(uint32_t, window, I32)     /* ATTENTION: sliding window (0: none) */      \
+  X(uint32_t, reserved, I32)   /* 0 */
+
 typedef struct cq4p_kernel_desc {
-  const char *name;
-  uint32_t op;        /* cq4p_kernel_op */
-  uint32_t target;    /* cq4p_target */
-  uint64_t features;  /* CQ4P_FEATURE_* the code needs */
-  uint64_t n;         /* output channels (N) */
-  uint64_t k;         /* input features (K) */
-  uint32_t group_size;
-  uint32_t orthogonal;
-  uint32_t min_rows;  /* rows the kernel accepts: [min_rows, max_rows] */
-  uint32_t max_rows;  /* 0: no upper bound */
-  const void *entry;  /* the function, of the op's type */
-  uint32_t window;    /* ATTENTION: sliding window (0: none); 0 otherwise */
-  uint32_t reserved;  /* 0 */
+  CQ4P_KERNEL_DESC_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_kernel_desc;
 
+#define CQ4P_KERNEL_TABLE_FIELDS(X)                                           \
+  X(uint32_t, abi_version, I32) /* CQ4P_KERNEL_ABI_VERSION */                 \
+  X(uint32_t, count, I32)                                                     \
+  X(const cq4p_kernel_desc *, kernels, PTR)
+
 typedef struct cq4p_kernel_table {
-  uint32_t abi_version; /* CQ4P_KERNEL_ABI_VERSION */
-  uint32_t count;
-  const cq4p_kernel_desc *kernels;
+  CQ4P_KERNEL_TABLE_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_kernel_table;
 
 #define CQ4P_KERNEL_TABLE_SYMBOL "cq4p_kernel_table"
@@ -178,17 +239,23 @@ typedef struct cq4p_kernel_table {
 
 struct cq4p_model_desc;
 
+#define CQ4P_KERNEL_VARIANT_FIELDS(X)                                         \
+  X(const char *, name, PTR)   /* the level (CQ4P_X86_LEVELS' name) */        \
+  X(uint64_t, features, I64)   /* CQ4P_FEATURE_* all of it needs */           \
+  X(const cq4p_kernel_table *, kernels, PTR)                                  \
+  X(const struct cq4p_model_desc *, model, PTR) /* null: kernels only */
+
 typedef struct cq4p_kernel_variant {
-  const char *name;   /* the level, as cq4p-compile --host-cpu spells it */
-  uint64_t features;  /* CQ4P_FEATURE_* every kernel and step of it needs */
-  const cq4p_kernel_table *kernels;
-  const struct cq4p_model_desc *model; /* null in a kernel-only library */
+  CQ4P_KERNEL_VARIANT_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_kernel_variant;
 
+#define CQ4P_KERNEL_VARIANTS_FIELDS(X)                                        \
+  X(uint32_t, version, I32)    /* CQ4P_KERNEL_VARIANTS_VERSION */             \
+  X(uint32_t, count, I32)      /* 1..CQ4P_MAX_KERNEL_VARIANTS */              \
+  X(const cq4p_kernel_variant *, variants, PTR) /* narrowest first */
+
 typedef struct cq4p_kernel_variants {
-  uint32_t version; /* CQ4P_KERNEL_VARIANTS_VERSION */
-  uint32_t count;   /* 1..CQ4P_MAX_KERNEL_VARIANTS */
-  const cq4p_kernel_variant *variants; /* narrowest first */
+  CQ4P_KERNEL_VARIANTS_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_kernel_variants;
 
 /*===----------------------------------------------------------------------===*
@@ -220,14 +287,17 @@ typedef enum cq4p_binding_kind {
   CQ4P_BINDING_FP32 = 3  /* dense FP32 tensor file */
 } cq4p_binding_kind;
 
+#define CQ4P_MODEL_BINDING_FIELDS(X)                                          \
+  X(const char *, tensor, PTR) /* the bundle tensor's name (manifest) */      \
+  X(uint32_t, kind, I32)       /* cq4p_binding_kind */                        \
+  X(uint32_t, orthogonal, I32) /* CQ4: 1 for an orthogonal rotation */        \
+  X(uint64_t, n, I64)          /* CQ4: N; dense: element count */             \
+  X(uint64_t, k, I64)          /* CQ4: K; dense: 0 */                         \
+  X(uint32_t, group_size, I32) /* CQ4 */                                      \
+  X(uint32_t, reserved, I32)   /* 0 */
+
 typedef struct cq4p_model_binding {
-  const char *tensor; /* the bundle tensor's name (manifest "name") */
-  uint32_t kind;      /* cq4p_binding_kind */
-  uint32_t orthogonal; /* CQ4: 1 for an orthogonal rotation */
-  uint64_t n;          /* CQ4: N; dense: element count */
-  uint64_t k;          /* CQ4: K; dense: 0 */
-  uint32_t group_size; /* CQ4 */
-  uint32_t reserved;   /* 0 */
+  CQ4P_MODEL_BINDING_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_model_binding;
 
 struct cq4p_step_args;
@@ -243,24 +313,27 @@ typedef void (*cq4p_parallel_for_fn)(void *pool, cq4p_task_fn task,
                                      const struct cq4p_step_args *args,
                                      int64_t count);
 
+/* kv_cache: context * kv_position_bytes bytes, zeroed: the keys then the
+ * values of each layer with a cache, each [context][its width] of kv_dtype
+ * elements, in the order the library's steps lay them out. state:
+ * state_bytes, zeroed when the model is created: what steps carry besides
+ * the KV cache (LFM2's convolution rows); a step at position 0 does not
+ * read it. */
+#define CQ4P_STEP_ARGS_FIELDS(X)                                              \
+  X(const void *const *, bindings, PTR) /* see cq4p_binding_kind */           \
+  X(void *, kv_cache, PTR)                                                    \
+  X(void *, workspace, PTR)    /* workspace_bytes, 64-byte aligned */         \
+  X(const int64_t *, ids, PTR) /* [rows] token ids, each < vocab */           \
+  X(float *, logits, PTR)      /* [vocab]: the last row's logits */           \
+  X(int64_t, rows, I64)        /* tokens in this step */                      \
+  X(int64_t, position, I64)    /* sequence position of ids[0] */              \
+  X(int64_t, context, I64)     /* KV capacity; position + rows <= context */  \
+  X(cq4p_parallel_for_fn, parallel_for, PTR)                                  \
+  X(void *, pool, PTR)                                                        \
+  X(void *, state, PTR)
+
 typedef struct cq4p_step_args {
-  const void *const *bindings; /* [binding_count], see cq4p_binding_kind */
-  void *kv_cache;      /* context * kv_position_bytes bytes, zeroed: the keys
-                        * then the values of each layer with a cache, each
-                        * [context][its width] of kv_dtype elements, in the
-                        * order the library's steps lay them out */
-  void *workspace;     /* workspace_bytes, 64-byte aligned, per step call */
-  const int64_t *ids;  /* [rows] token ids, each < vocab */
-  float *logits;       /* [vocab]: the last row's logits */
-  int64_t rows;        /* tokens in this step */
-  int64_t position;    /* sequence position of ids[0] */
-  int64_t context;     /* KV cache capacity, positions; position + rows <= context */
-  cq4p_parallel_for_fn parallel_for;
-  void *pool;
-  void *state;         /* state_bytes, zeroed when the model is created:
-                        * what steps carry besides the KV cache (LFM2's
-                        * convolution rows); a step at position 0 does not
-                        * read it */
+  CQ4P_STEP_ARGS_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_step_args;
 
 typedef void (*cq4p_step_fn)(const cq4p_step_args *args);
@@ -270,26 +343,40 @@ typedef enum cq4p_kv_dtype {
   CQ4P_KV_F16 = 2
 } cq4p_kv_dtype;
 
+#define CQ4P_MODEL_DESC_FIELDS(X)                                             \
+  X(uint32_t, abi_version, I32)   /* CQ4P_KERNEL_ABI_VERSION */               \
+  X(uint32_t, binding_count, I32)                                             \
+  X(const cq4p_model_binding *, bindings, PTR)                                \
+  X(const char *, architecture, PTR) /* "llama", "qwen3", "gemma3" */         \
+  X(const char *, digest, PTR)    /* the bundle's model_digest */             \
+  X(uint64_t, vocab, I64)                                                     \
+  X(uint64_t, hidden, I64)                                                    \
+  X(uint64_t, layers, I64)                                                    \
+  X(uint64_t, kv_width, I64)      /* the widest layer's kv_heads*head_dim */  \
+  X(uint32_t, kv_dtype, I32)      /* cq4p_kv_dtype */                         \
+  X(uint32_t, target, I32)        /* cq4p_target */                           \
+  X(uint64_t, features, I64)      /* CQ4P_FEATURE_* the steps need */         \
+  X(uint64_t, prefill_chunk, I64) /* most rows one prefill call takes */      \
+  X(uint64_t, workspace_bytes, I64) /* workspace one step call needs */       \
+  X(cq4p_step_fn, prefill, PTR)   /* 1 <= rows <= prefill_chunk */            \
+  X(cq4p_step_fn, decode, PTR)    /* rows == 1 */                             \
+  X(uint64_t, kv_position_bytes, I64) /* KV bytes per position */             \
+  X(uint64_t, state_bytes, I64)   /* cq4p_step_args.state's size (0: none) */
+
 typedef struct cq4p_model_desc {
-  uint32_t abi_version;   /* CQ4P_KERNEL_ABI_VERSION */
-  uint32_t binding_count;
-  const cq4p_model_binding *bindings;
-  const char *architecture; /* "llama", "qwen3", "gemma3" */
-  const char *digest;       /* the bundle's model_digest (manifest.json) */
-  uint64_t vocab;
-  uint64_t hidden;
-  uint64_t layers;
-  uint64_t kv_width;        /* the widest layer's kv_heads * head_dim */
-  uint32_t kv_dtype;        /* cq4p_kv_dtype */
-  uint32_t target;          /* cq4p_target */
-  uint64_t features;        /* CQ4P_FEATURE_* the steps need */
-  uint64_t prefill_chunk;   /* most rows one prefill call takes */
-  uint64_t workspace_bytes; /* workspace one step call needs */
-  cq4p_step_fn prefill;     /* 1 <= rows <= prefill_chunk */
-  cq4p_step_fn decode;      /* rows == 1 */
-  uint64_t kv_position_bytes; /* KV cache bytes per position, every layer */
-  uint64_t state_bytes;       /* cq4p_step_args.state's size (0: none) */
+  CQ4P_MODEL_DESC_FIELDS(CQ4P_ABI_DECLARE_FIELD)
 } cq4p_model_desc;
+
+/* Every shared struct, for the layout checks: X(struct, its field list). */
+#define CQ4P_ABI_STRUCTS(X)                                                   \
+  X(cq4p_weight_view, CQ4P_WEIGHT_VIEW_FIELDS)                                \
+  X(cq4p_kernel_desc, CQ4P_KERNEL_DESC_FIELDS)                                \
+  X(cq4p_kernel_table, CQ4P_KERNEL_TABLE_FIELDS)                              \
+  X(cq4p_kernel_variant, CQ4P_KERNEL_VARIANT_FIELDS)                          \
+  X(cq4p_kernel_variants, CQ4P_KERNEL_VARIANTS_FIELDS)                        \
+  X(cq4p_model_binding, CQ4P_MODEL_BINDING_FIELDS)                            \
+  X(cq4p_step_args, CQ4P_STEP_ARGS_FIELDS)                                    \
+  X(cq4p_model_desc, CQ4P_MODEL_DESC_FIELDS)
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,7 @@
 // CHECK-SAME: passthrough = ["aarch64_new_zt0"]
 // CHECK-NOT: cq4p.sme_leaf
 // CHECK: llvm.mlir.global private constant @__cq4p_kernel_name_0("cq4p_attention\00")
-// CHECK: llvm.mlir.global private constant @__cq4p_kernel_descs() {{.*}} : !llvm.array<1 x struct<
+// CHECK: llvm.mlir.global private constant @__cq4p_kernel_descs() {{.*}} : !llvm.array<1 x struct<"cq4p_kernel_desc", (ptr, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptr, i32, i32)>>
 // CHECK-DAG: llvm.mlir.constant(5 : i32) : i32
 // CHECK-DAG: llvm.mlir.constant(3 : i32) : i32
 // CHECK: llvm.mlir.global external constant @cq4p_kernel_table()

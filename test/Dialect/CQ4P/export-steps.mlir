@@ -32,7 +32,7 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
 // CHECK-SAME: %[[ARGS:.*]]: !llvm.ptr, %[[BEGIN:.*]]: i64, %[[END:.*]]: i64)
 // CHECK: %[[ONE:.*]] = llvm.mlir.constant(1 : i64)
 // The binding: bindings[3].
-// CHECK: %[[TABLE_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 0]
+// CHECK: %[[TABLE_ADDR:.*]] = llvm.getelementptr %[[ARGS]][0, 0] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<"cq4p_step_args", (ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr)>
 // CHECK: %[[TABLE:.*]] = llvm.load %[[TABLE_ADDR]] : !llvm.ptr -> !llvm.ptr
 // CHECK: %[[SLOT:.*]] = llvm.getelementptr %[[TABLE]][3]
 // CHECK: llvm.load %[[SLOT]]
@@ -76,5 +76,6 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
 // The descriptor: the kv dtype (2, f16), the target (2, aarch64-neon) and
 // the features (1).
 // CHECK-LABEL: llvm.mlir.global external constant @cq4p_model_steps()
+// CHECK-SAME: !llvm.struct<"cq4p_model_desc", (i32, i32, ptr, ptr, ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64, ptr, ptr, i64, i64)>
 // CHECK-DAG: llvm.mlir.constant(2 : i32) : i32
 // CHECK-DAG: llvm.mlir.constant(1 : i64) : i64

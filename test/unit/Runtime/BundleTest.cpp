@@ -182,7 +182,9 @@ TEST_F(BundleTest, ManifestErrorsSayWhere) {
 
   writeText(dir.file("manifest.json"), "{\"format\": \"cq4p-bundle\",\n  \"version\": 1,,}");
   status = open(bundle);
-  EXPECT_NE(status.message().find("manifest.json:2:16: invalid JSON: expected a member name"),
+  EXPECT_NE(status.message().find("manifest.json:2:16: invalid JSON: syntax error while "
+                                  "parsing object key - unexpected ','; expected string "
+                                  "literal"),
             std::string::npos)
       << status.message();
 

@@ -71,8 +71,9 @@ TEST(PythonJson, WritesWhatJsonDumpsWrites) {
   // sort_keys=True, separators=(",", ":"), ensure_ascii=True).
   std::string doc =
       R"({"z": 1, "a": [1.0, 1e-05, 0.0001, 1e16, 1e15, 123456789.125, -0.0, )"
-      R"(0.1, 5e-324, 1.7976931348623157e308, 1E400, 2.5E+3], )"
+      R"(0.1, 5e-324, 1.7976931348623157e308, 2.5E+3], )"
       R"("big": 123456789012345678901234567890, "neg": -0, )"
+      R"("u64": 18446744073709551615, "i64": -9223372036854775808, )"
       R"("s": "caf\u00e9 \ud83d\ude00 \u007f \u0001 \"q\" \\ \/ \n\t\b\f\r", )"
       R"("t": true, "f": false, "n": null, "\u00e9": {"b": 2, "a": 1}, "B": 3})";
   json::Value value;
@@ -81,10 +82,44 @@ TEST(PythonJson, WritesWhatJsonDumpsWrites) {
   EXPECT_EQ(
       json::pythonJson(value),
       R"({"B":3,"a":[1.0,1e-05,0.0001,1e+16,1000000000000000.0,123456789.125,)"
-      R"(-0.0,0.1,5e-324,1.7976931348623157e+308,Infinity,2500.0],)"
-      R"("big":123456789012345678901234567890,"f":false,"n":null,"neg":0,)"
+      R"(-0.0,0.1,5e-324,1.7976931348623157e+308,2500.0],)"
+      R"("big":123456789012345678901234567890,"f":false,)"
+      R"("i64":-9223372036854775808,"n":null,"neg":0,)"
       R"("s":"caf\u00e9 \ud83d\ude00 \u007f \u0001 \"q\" \\ / \n\t\b\f\r",)"
-      R"("t":true,"z":1,"\u00e9":{"a":1,"b":2}})");
+      R"("t":true,"u64":18446744073709551615,"z":1,"\u00e9":{"a":1,"b":2}})");
+  const json::Value *u64 = value.get("u64"), *i64 = value.get("i64");
+  ASSERT_TRUE(u64 && i64);
+  EXPECT_FALSE(u64->isInteger); // past int64: kept as written only
+  EXPECT_TRUE(i64->isInteger);
+  EXPECT_EQ(i64->integer, INT64_MIN);
+}
+
+// What the reader refuses beyond RFC 8259's syntax, each at its place: a
+// number past the double range (Python would read it as inf, which no JSON
+// writer writes back), a byte order mark, nesting past the bound (64
+// levels are read), and the same member name twice.
+TEST(PythonJson, RefusesWhatABundleMustNotHold) {
+  auto refusal = [](const std::string &doc) {
+    json::Value value;
+    Status status = json::parse("doc", doc, value);
+    EXPECT_FALSE(status) << doc;
+    EXPECT_EQ(status.code(), CQ4P_ERROR_FORMAT);
+    return status.message();
+  };
+  EXPECT_EQ(refusal("{\"a\": [1,\n 1E400]}"),
+            "doc:2:7: invalid JSON: number overflow parsing '1E400'");
+  EXPECT_EQ(refusal("\xEF\xBB\xBF{}"),
+            "doc:1:1: invalid JSON: a UTF-8 byte order mark");
+  EXPECT_EQ(refusal(std::string(65, '[') + "[]" + std::string(65, ']')),
+            "doc:1:66: invalid JSON: nesting deeper than 64");
+  EXPECT_EQ(refusal("{\"a\": 1,\n \"a\\u0062\": 2, \"ab\": 3}"),
+            "doc:2:16: invalid JSON: duplicate member name \"ab\"");
+  EXPECT_EQ(refusal("[1] x"),
+            "doc:1:5: invalid JSON: syntax error while parsing value - invalid "
+            "literal; last read: '1] x'; expected end of input");
+  json::Value deepest;
+  EXPECT_TRUE(json::parse("doc", std::string(64, '[') + "1" + std::string(64, ']'),
+                          deepest));
 }
 
 std::string fileSha256(const std::string &path) {

@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cq4p/Codegen/KernelAbi.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
-#include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
@@ -106,21 +106,18 @@ AbiSignature genericSignature(ArrayAttr params, ArrayAttr types) {
   return abi;
 }
 
-/// Field index of a region in cq4p_weight_view.
-std::optional<unsigned> weightField(StringRef region) {
-  return llvm::StringSwitch<std::optional<unsigned>>(region)
-      .Case("panels", 0)
-      .Case("norm_panels", 1)
-      .Case("cb_i8", 2)
-      .Case("codebook", 3)
-      .Case("input_scale_recip", 4)
-      .Case("left_signs", 5)
-      .Case("right_signs", 6)
-      .Case("permutation", 7)
-      .Case("rotation", 8)
-      .Case("rotation_t", 9)
-      .Case("norms", 10)
+using WeightView = abi::Fields<cq4p_weight_view>;
+using KernelDesc = abi::Fields<cq4p_kernel_desc>;
+using KernelTable = abi::Fields<cq4p_kernel_table>;
+
+/// The cq4p_weight_view field a kernel's `<view>.<region>` parameter reads:
+/// its regions are the struct's fields, by name.
+std::optional<WeightView::Field> weightField(StringRef region) {
+#define CQ4P_WEIGHT_REGION(type, name, kind) .Case(#name, WeightView::name)
+  return llvm::StringSwitch<std::optional<WeightView::Field>>(region)
+      CQ4P_WEIGHT_VIEW_FIELDS(CQ4P_WEIGHT_REGION)
       .Default(std::nullopt);
+#undef CQ4P_WEIGHT_REGION
 }
 
 struct ExportedKernel {
@@ -235,14 +232,14 @@ private:
       Type type = cast<TypeAttr>(typeAttr).getValue();
       Value pointer;
       if (auto [view, region] = param.split('.'); !region.empty()) {
-        std::optional<unsigned> field = weightField(region);
+        std::optional<WeightView::Field> field = weightField(region);
         if (!field || !abiArg(view))
           return impl.emitError() << "cq4p-export-kernels: unknown weight region '"
                                   << param << "'";
         param = region;
         Value address = LLVM::GEPOp::create(
-            b, loc, ptrType, ptrType, abiArg(view),
-            ArrayRef<LLVM::GEPArg>{int32_t(*field)});
+            b, loc, ptrType, abi::structType<cq4p_weight_view>(ctx),
+            abiArg(view), ArrayRef<LLVM::GEPArg>{0, int32_t(*field)});
         pointer = LLVM::LoadOp::create(b, loc, ptrType, address);
       } else {
         Value arg = abiArg(param);
@@ -310,13 +307,8 @@ private:
     MLIRContext *ctx = &getContext();
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     Location loc = module.getLoc();
-    auto ptrType = LLVM::LLVMPointerType::get(ctx);
-    auto i32 = IntegerType::get(ctx, 32), i64 = IntegerType::get(ctx, 64);
-    // struct cq4p_kernel_desc
-    auto descType = LLVM::LLVMStructType::getLiteral(
-        ctx, {ptrType, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptrType,
-              i32, i32});
-    auto tableType = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, ptrType});
+    auto descType = abi::structType<cq4p_kernel_desc>(ctx);
+    auto tableType = abi::structType<cq4p_kernel_table>(ctx);
 
     SmallVector<LLVM::GlobalOp> names;
     for (auto [i, kernel] : llvm::enumerate(kernels)) {
@@ -336,31 +328,29 @@ private:
       b.setInsertionPointToStart(b.createBlock(&descs.getInitializerRegion()));
       Value array = LLVM::UndefOp::create(b, loc, arrayType);
       for (auto [i, kernel] : llvm::enumerate(kernels)) {
-        auto field = [&](Type type, int64_t value) -> Value {
-          return LLVM::ConstantOp::create(b, loc, type,
-                                          b.getIntegerAttr(type, value));
+        SmallVector<Value> values(descType.getBody().size());
+        auto set = [&](KernelDesc::Field field, int64_t value) {
+          Type type = abi::fieldType<cq4p_kernel_desc>(ctx, field);
+          values[field] = LLVM::ConstantOp::create(
+              b, loc, type, b.getIntegerAttr(type, value));
         };
-        Value desc = LLVM::UndefOp::create(b, loc, descType);
-        Value values[] = {
-            LLVM::AddressOfOp::create(b, loc, names[i]),
-            field(i32, kernel.op),
-            field(i32, targetId),
-            field(i64, int64_t(features)),
-            field(i64, kernel.n),
-            field(i64, kernel.k),
-            field(i32, kernel.groupSize),
-            field(i32, kernel.orthogonal),
-            field(i32, kernel.minRows),
-            field(i32, kernel.maxRows),
-            LLVM::AddressOfOp::create(b, loc, kernel.entry),
-            field(i32, kernel.window),
-            field(i32, 0),
-        };
-        for (auto [f, value] : llvm::enumerate(values))
-          desc = LLVM::InsertValueOp::create(b, loc, desc, value,
-                                             ArrayRef<int64_t>{int64_t(f)});
-        array = LLVM::InsertValueOp::create(b, loc, array, desc,
-                                            ArrayRef<int64_t>{int64_t(i)});
+        values[KernelDesc::name] = LLVM::AddressOfOp::create(b, loc, names[i]);
+        set(KernelDesc::op, kernel.op);
+        set(KernelDesc::target, targetId);
+        set(KernelDesc::features, int64_t(features));
+        set(KernelDesc::n, kernel.n);
+        set(KernelDesc::k, kernel.k);
+        set(KernelDesc::group_size, kernel.groupSize);
+        set(KernelDesc::orthogonal, kernel.orthogonal);
+        set(KernelDesc::min_rows, kernel.minRows);
+        set(KernelDesc::max_rows, kernel.maxRows);
+        values[KernelDesc::entry] =
+            LLVM::AddressOfOp::create(b, loc, kernel.entry);
+        set(KernelDesc::window, kernel.window);
+        set(KernelDesc::reserved, 0);
+        array = LLVM::InsertValueOp::create(
+            b, loc, array, abi::structValue(b, loc, descType, values),
+            ArrayRef<int64_t>{int64_t(i)});
       }
       LLVM::ReturnOp::create(b, loc, array);
     }
@@ -370,17 +360,14 @@ private:
                                         CQ4P_KERNEL_TABLE_SYMBOL, Attribute());
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(b.createBlock(&table.getInitializerRegion()));
-    Value value = LLVM::UndefOp::create(b, loc, tableType);
-    Value fields[] = {
-        LLVM::ConstantOp::create(b, loc, i32,
-                                 b.getI32IntegerAttr(CQ4P_KERNEL_ABI_VERSION)),
-        LLVM::ConstantOp::create(b, loc, i32,
-                                 b.getI32IntegerAttr(kernels.size())),
-        LLVM::AddressOfOp::create(b, loc, descs)};
-    for (auto [f, field] : llvm::enumerate(fields))
-      value = LLVM::InsertValueOp::create(b, loc, value, field,
-                                          ArrayRef<int64_t>{int64_t(f)});
-    LLVM::ReturnOp::create(b, loc, value);
+    auto i32 = IntegerType::get(ctx, 32);
+    SmallVector<Value> fields(tableType.getBody().size());
+    fields[KernelTable::abi_version] = LLVM::ConstantOp::create(
+        b, loc, i32, b.getI32IntegerAttr(CQ4P_KERNEL_ABI_VERSION));
+    fields[KernelTable::count] = LLVM::ConstantOp::create(
+        b, loc, i32, b.getI32IntegerAttr(kernels.size()));
+    fields[KernelTable::kernels] = LLVM::AddressOfOp::create(b, loc, descs);
+    LLVM::ReturnOp::create(b, loc, abi::structValue(b, loc, tableType, fields));
   }
 };
 

@@ -20,9 +20,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cq4p/Codegen/KernelAbi.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
-#include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
@@ -37,38 +37,27 @@ using namespace mlir::cq4p;
 
 namespace {
 
-/// Fields of cq4p_step_args, in order.
-enum StepArg {
-  kBindings = 0,
-  kKvCache,
-  kWorkspace,
-  kIds,
-  kLogits,
-  kRows,
-  kPosition,
-  kContext,
-  kParallelFor,
-  kPool,
-  kState,
-};
+using StepArgs = abi::Fields<cq4p_step_args>;
+using ModelBinding = abi::Fields<cq4p_model_binding>;
+using ModelDesc = abi::Fields<cq4p_model_desc>;
 
 class StepExporter {
 public:
   StepExporter(ModuleOp module) : module(module), ctx(module.getContext()) {
     ptr = LLVM::LLVMPointerType::get(ctx);
-    i32 = IntegerType::get(ctx, 32);
     i64 = IntegerType::get(ctx, 64);
-    argsType = LLVM::LLVMStructType::getLiteral(
-        ctx, {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr});
+    argsType = abi::structType<cq4p_step_args>(ctx);
   }
 
   LogicalResult run(uint32_t targetId, uint64_t features);
 
 private:
-  Value field(OpBuilder &b, Location loc, Value args, StepArg index, Type type) {
+  /// Loads the cq4p_step_args field `index` of `args`.
+  Value field(OpBuilder &b, Location loc, Value args, StepArgs::Field index) {
     Value address = LLVM::GEPOp::create(b, loc, ptr, argsType, args,
                                         ArrayRef<LLVM::GEPArg>{0, int32_t(index)});
-    return LLVM::LoadOp::create(b, loc, type, address);
+    return LLVM::LoadOp::create(
+        b, loc, abi::fieldType<cq4p_step_args>(ctx, index), address);
   }
   Value constant(OpBuilder &b, Location loc, int64_t value) {
     return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
@@ -89,7 +78,7 @@ private:
 
   ModuleOp module;
   MLIRContext *ctx;
-  Type ptr, i32, i64;
+  Type ptr, i64;
   LLVM::LLVMStructType argsType;
   uint32_t kvDtypeId = CQ4P_KV_F32;
   static_assert(int(KvDtype::f32) == CQ4P_KV_F32 &&
@@ -116,16 +105,16 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
         end = block->getArgument(2);
   bool rowsSplit = dispatch.getSplit() == DispatchSplit::rows;
   Value stepRows = dispatch.getSingleRow() ? constant(b, loc, 1)
-                                           : field(b, loc, args, kRows, i64);
-  Value position = field(b, loc, args, kPosition, i64);
-  Value context = field(b, loc, args, kContext, i64);
+                                           : field(b, loc, args, StepArgs::rows);
+  Value position = field(b, loc, args, StepArgs::position);
+  Value context = field(b, loc, args, StepArgs::context);
 
   SmallVector<Value> operands;
   for (PlaceAttr place : dispatch.getPointers().getAsRange<PlaceAttr>()) {
     Value pointer;
     switch (place.getBase()) {
     case PlaceBase::binding: {
-      Value table = field(b, loc, args, kBindings, ptr);
+      Value table = field(b, loc, args, StepArgs::bindings);
       Value slot = LLVM::GEPOp::create(
           b, loc, ptr, ptr, table,
           ArrayRef<LLVM::GEPArg>{int32_t(place.getIndex())});
@@ -133,23 +122,23 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
       break;
     }
     case PlaceBase::workspace:
-      pointer = field(b, loc, args, kWorkspace, ptr);
+      pointer = field(b, loc, args, StepArgs::workspace);
       break;
     case PlaceBase::ids:
-      pointer = field(b, loc, args, kIds, ptr);
+      pointer = field(b, loc, args, StepArgs::ids);
       break;
     case PlaceBase::logits:
-      pointer = field(b, loc, args, kLogits, ptr);
+      pointer = field(b, loc, args, StepArgs::logits);
       break;
     case PlaceBase::state:
-      pointer = field(b, loc, args, kState, ptr);
+      pointer = field(b, loc, args, StepArgs::state);
       break;
     case PlaceBase::keys:
     case PlaceBase::values:
       // [context][row_bytes] after `cache_offset` bytes per position of the
       // buffers before them
       pointer = byteOffset(
-          b, loc, field(b, loc, args, kKvCache, ptr),
+          b, loc, field(b, loc, args, StepArgs::kv_cache),
           LLVM::MulOp::create(b, loc, context,
                               constant(b, loc, place.getCacheOffset())));
       break;
@@ -163,7 +152,7 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
     if (place.getLastRow())
       rowsAhead = LLVM::AddOp::create(
           b, loc, rowsAhead,
-          LLVM::SubOp::create(b, loc, field(b, loc, args, kRows, i64),
+          LLVM::SubOp::create(b, loc, field(b, loc, args, StepArgs::rows),
                               constant(b, loc, 1)));
     Value bytes = LLVM::AddOp::create(
         b, loc, constant(b, loc, place.getOffset()),
@@ -220,7 +209,7 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::step(StepOp stepOp) {
   Block *entry = func.addEntryBlock(b);
   b.setInsertionPointToStart(entry);
   Value args = entry->getArgument(0);
-  Value rows = field(b, loc, args, kRows, i64);
+  Value rows = field(b, loc, args, StepArgs::rows);
 
   if (FlatSymbolRefAttr single = stepOp.getSingleRowAttr()) {
     // One row runs the single-row step (GEMV kernels throughout).
@@ -240,8 +229,8 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::step(StepOp stepOp) {
     b.setInsertionPointToStart(many);
   }
 
-  Value parallelFor = field(b, loc, args, kParallelFor, ptr);
-  Value pool = field(b, loc, args, kPool, ptr);
+  Value parallelFor = field(b, loc, args, StepArgs::parallel_for);
+  Value pool = field(b, loc, args, StepArgs::pool);
   auto forType = LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(ctx),
                                              {ptr, ptr, ptr, i64});
   for (auto [dispatch, fn] :
@@ -275,11 +264,8 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
                              uint32_t targetId, uint64_t features) {
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   Location loc = module.getLoc();
-  auto bindingType =
-      LLVM::LLVMStructType::getLiteral(ctx, {ptr, i32, i32, i64, i64, i32, i32});
-  auto descType = LLVM::LLVMStructType::getLiteral(
-      ctx, {i32, i32, ptr, ptr, ptr, i64, i64, i64, i64, i32, i32, i64, i64,
-            i64, ptr, ptr, i64, i64});
+  auto bindingType = abi::structType<cq4p_model_binding>(ctx);
+  auto descType = abi::structType<cq4p_model_desc>(ctx);
   auto intOf = [](DictionaryAttr dict, StringRef key) {
     auto value = dict.getAs<IntegerAttr>(key);
     return value ? value.getInt() : int64_t(0);
@@ -305,21 +291,22 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
     for (auto [i, attr] : llvm::enumerate(bindings)) {
       auto dict = cast<DictionaryAttr>(attr);
       auto orthogonal = dict.getAs<BoolAttr>("orthogonal");
-      Value values[] = {
-          LLVM::AddressOfOp::create(b, loc, names[i]),
-          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(intOf(dict, "kind"))),
-          LLVM::ConstantOp::create(b, loc, i32,
-                                   b.getI32IntegerAttr(orthogonal && orthogonal.getValue())),
-          LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(intOf(dict, "n"))),
-          LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(intOf(dict, "k"))),
-          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(intOf(dict, "group_size"))),
-          LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(0))};
-      Value entry = LLVM::UndefOp::create(b, loc, bindingType);
-      for (auto [f, value] : llvm::enumerate(values))
-        entry = LLVM::InsertValueOp::create(b, loc, entry, value,
-                                            ArrayRef<int64_t>{int64_t(f)});
-      array = LLVM::InsertValueOp::create(b, loc, array, entry,
-                                          ArrayRef<int64_t>{int64_t(i)});
+      SmallVector<Value> values(bindingType.getBody().size());
+      auto set = [&](ModelBinding::Field field, int64_t value) {
+        Type type = abi::fieldType<cq4p_model_binding>(ctx, field);
+        values[field] = LLVM::ConstantOp::create(b, loc, type,
+                                                 b.getIntegerAttr(type, value));
+      };
+      values[ModelBinding::tensor] = LLVM::AddressOfOp::create(b, loc, names[i]);
+      set(ModelBinding::kind, intOf(dict, "kind"));
+      set(ModelBinding::orthogonal, orthogonal && orthogonal.getValue());
+      set(ModelBinding::n, intOf(dict, "n"));
+      set(ModelBinding::k, intOf(dict, "k"));
+      set(ModelBinding::group_size, intOf(dict, "group_size"));
+      set(ModelBinding::reserved, 0);
+      array = LLVM::InsertValueOp::create(
+          b, loc, array, abi::structValue(b, loc, bindingType, values),
+          ArrayRef<int64_t>{int64_t(i)});
     }
     LLVM::ReturnOp::create(b, loc, array);
   }
@@ -329,36 +316,34 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
                                      Attribute());
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(b.createBlock(&desc.getInitializerRegion()));
-  auto c32 = [&](int64_t v) -> Value {
-    return LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(v));
+  SmallVector<Value> values(descType.getBody().size());
+  auto set = [&](ModelDesc::Field field, int64_t value) {
+    Type type = abi::fieldType<cq4p_model_desc>(ctx, field);
+    values[field] =
+        LLVM::ConstantOp::create(b, loc, type, b.getIntegerAttr(type, value));
   };
-  auto c64 = [&](int64_t v) -> Value {
-    return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(v));
+  auto address = [&](ModelDesc::Field field, auto symbol) {
+    values[field] = LLVM::AddressOfOp::create(b, loc, symbol);
   };
-  Value values[] = {
-      c32(CQ4P_KERNEL_ABI_VERSION),
-      c32(bindings.size()),
-      LLVM::AddressOfOp::create(b, loc, table),
-      LLVM::AddressOfOp::create(b, loc, archName),
-      LLVM::AddressOfOp::create(b, loc, digestText),
-      c64(intOf(model, "vocab")),
-      c64(intOf(model, "hidden")),
-      c64(intOf(model, "layers")),
-      c64(intOf(plan, "kv_width")),
-      c32(kvDtypeId),
-      c32(targetId),
-      c64(int64_t(features)),
-      c64(intOf(plan, "prefill_chunk")),
-      c64(intOf(plan, "workspace_bytes")),
-      LLVM::AddressOfOp::create(b, loc, prefill),
-      LLVM::AddressOfOp::create(b, loc, decode),
-      c64(intOf(plan, "kv_position_bytes")),
-      c64(intOf(plan, "state_bytes"))};
-  Value value = LLVM::UndefOp::create(b, loc, descType);
-  for (auto [f, v] : llvm::enumerate(values))
-    value = LLVM::InsertValueOp::create(b, loc, value, v,
-                                        ArrayRef<int64_t>{int64_t(f)});
-  LLVM::ReturnOp::create(b, loc, value);
+  set(ModelDesc::abi_version, CQ4P_KERNEL_ABI_VERSION);
+  set(ModelDesc::binding_count, bindings.size());
+  address(ModelDesc::bindings, table);
+  address(ModelDesc::architecture, archName);
+  address(ModelDesc::digest, digestText);
+  set(ModelDesc::vocab, intOf(model, "vocab"));
+  set(ModelDesc::hidden, intOf(model, "hidden"));
+  set(ModelDesc::layers, intOf(model, "layers"));
+  set(ModelDesc::kv_width, intOf(plan, "kv_width"));
+  set(ModelDesc::kv_dtype, kvDtypeId);
+  set(ModelDesc::target, targetId);
+  set(ModelDesc::features, int64_t(features));
+  set(ModelDesc::prefill_chunk, intOf(plan, "prefill_chunk"));
+  set(ModelDesc::workspace_bytes, intOf(plan, "workspace_bytes"));
+  address(ModelDesc::prefill, prefill);
+  address(ModelDesc::decode, decode);
+  set(ModelDesc::kv_position_bytes, intOf(plan, "kv_position_bytes"));
+  set(ModelDesc::state_bytes, intOf(plan, "state_bytes"));
+  LLVM::ReturnOp::create(b, loc, abi::structValue(b, loc, descType, values));
 }
 
 LogicalResult StepExporter::run(uint32_t targetId, uint64_t features) {

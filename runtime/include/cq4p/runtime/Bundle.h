@@ -43,6 +43,7 @@
 #ifndef CQ4P_RUNTIME_BUNDLE_H
 #define CQ4P_RUNTIME_BUNDLE_H
 
+#include "cq4p/format.h"
 #include "cq4p/runtime/Status.h"
 #include "cq4p/runtime/TensorFile.h"
 
@@ -72,10 +73,19 @@ public:
   static constexpr int kManifestVersion = 1;
   /// manifest.json larger than this is refused before it is read (a
   /// manifest lists tensors: a few hundred bytes each).
-  static constexpr uint64_t kMaxManifestBytes = 16u << 20;
+  static constexpr uint64_t kMaxManifestBytes = CQ4P_MAX_MANIFEST_BYTES;
 
-  /// Reads `directory`/manifest.json and maps every tensor.
-  static Status open(const std::string &directory, std::unique_ptr<Bundle> &out);
+  /// What Bundle::open reads.
+  enum class Reading {
+    ManifestAndTensors, ///< manifest.json, then every tensor file mapped
+    ManifestOnly,       ///< manifest.json's checks alone: no tensor opened
+  };
+
+  /// Reads `directory`/manifest.json and maps every tensor (with
+  /// Reading::ManifestOnly: checks the manifest and each entry's fields
+  /// only; the bundle then has no files to read).
+  static Status open(const std::string &directory, std::unique_ptr<Bundle> &out,
+                     Reading reading = Reading::ManifestAndTensors);
 
   /// The file a logical `<stem>.weights` name resolves to in `directory`,
   /// or an empty string when none of the candidates exists (or the name is
