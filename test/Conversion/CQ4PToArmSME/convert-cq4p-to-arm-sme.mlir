@@ -495,16 +495,16 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_keys
 // CHECK: scf.for
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sme.read.ver.vg4.nxv4i32"
-// CHECK: llvm.call_intrinsic "llvm.aarch64.sve.st1.pn.x4.nxv4i32"
+// CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
 // CHECK-LABEL: func.func private @cq4p_attention_sme_scores
 // CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
-// CHECK: %[[Q:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[Q:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[Q0:.*]] = llvm.extractvalue %[[Q]][0]
-// CHECK: %[[K:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[K:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[K0:.*]] = llvm.extractvalue %[[K]][0]
 // CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[K0]], %[[Q0]]) <{tile_id = 0 : i32}> : (vector<[4]xi1>, vector<[4]xi1>, vector<[4]xf32>, vector<[4]xf32>) -> ()
 // CHECK-COUNT-63: "arm_sme.intr.mopa"
@@ -521,7 +521,7 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for
 // CHECK: %[[P:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
-// CHECK: %[[V:.*]] = llvm.call_intrinsic "llvm.aarch64.sve.ld1.pn.x4.nxv4f32"
+// CHECK: %[[V:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[V0:.*]] = llvm.extractvalue %[[V]][0]
 // CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
 // CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 1 : i32}>
