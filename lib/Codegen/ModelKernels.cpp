@@ -745,62 +745,24 @@ FlatSymbolRefAttr mlir::cq4p::createShortConvKernel(KernelBuilder &kernels,
   });
 }
 
-FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
-                                                       WeightType w,
-                                                       Type biasElement,
-                                                       bool single) {
-  MLIRContext *ctx = kernels.getContext();
-  int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
-  int64_t rows = single ? 1 : kDynamic;
-  KernelSpec spec;
-  spec.name = std::string(single ? "cq4p_gemv_bias_" : "cq4p_gemm_bias_") +
-              std::to_string(n) + "x" + std::to_string(k) + "_gs" +
-              std::to_string(w.getGroupSize()) +
-              (biasElement.isF16() ? "_f16" : "_f32");
-  spec.op = "matmul_bias";
-  spec.describeWeight(w);
-  Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
-  Type index = IndexType::get(ctx);
-  spec.params = {
-      {"weight.panels", panelsType(w)},
-      {"weight.norm_panels",
-       MemRefType::get({w.getNumSuperBlocks(), ng, CQ4P_PANEL_CHANNELS}, f32)},
-      {"weight.cb_i8", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8)},
-      {"act", MemRefType::get({rows, k}, i8)},
-      {"act_scales", MemRefType::get({rows, ng}, f32)},
-      {"bias", MemRefType::get({n}, biasElement)},
-      {"y", MemRefType::get({rows, n}, f32)},
-      {"rows", index},
-      {"sb_begin", index},
-      {"sb_end", index}};
-  // The matmul over the range's super-blocks, then the bias of just those
-  // channels while they are in cache.
-  return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
-                                       ValueRange args) {
-    Value bias = args[5], y = args[6], rowCount = args[7], sbBegin = args[8],
-          sbEnd = args[9];
-    PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
-                          y, sbBegin, sbEnd);
-    Emitter e{b, loc};
-    forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
-                     [&](Emitter &e2, Value r, Value c) {
-                       e2.store(e2.add(e2.load(y, {r, c}), e2.load(bias, {c})), y,
-                                {r, c});
-                     });
-  });
-}
+namespace {
 
-FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
-                                                         WeightType w,
-                                                         bool single) {
+/// A panel matmul over a dispatch range's super-blocks followed by an
+/// epilogue over just those channels while they are in cache: `extra` is
+/// the epilogue's operand (the parameter before y), `epilogue(e, extra, y,
+/// r, c)` the value stored to y[r][c].
+FlatSymbolRefAttr createEpilogueMatmulKernel(
+    KernelBuilder &kernels, WeightType w, bool single, StringRef kind,
+    StringRef suffix, StringRef op, KernelParam extra,
+    function_ref<Value(Emitter &, Value, Value, Value, Value)> epilogue) {
   MLIRContext *ctx = kernels.getContext();
   int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
   int64_t rows = single ? 1 : kDynamic;
   KernelSpec spec;
-  spec.name = std::string(single ? "cq4p_gemv_residual_" : "cq4p_gemm_residual_") +
+  spec.name = (single ? "cq4p_gemv_" : "cq4p_gemm_") + kind.str() + "_" +
               std::to_string(n) + "x" + std::to_string(k) + "_gs" +
-              std::to_string(w.getGroupSize());
-  spec.op = "matmul_residual";
+              std::to_string(w.getGroupSize()) + suffix.str();
+  spec.op = op.str();
   spec.describeWeight(w);
   Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
   Type index = IndexType::get(ctx);
@@ -811,29 +773,54 @@ FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
       {"weight.cb_i8", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, i8)},
       {"act", MemRefType::get({rows, k}, i8)},
       {"act_scales", MemRefType::get({rows, ng}, f32)},
-      {"residual", MemRefType::get({rows, n}, f32)},
+      extra,
       {"y", MemRefType::get({rows, n}, f32)},
       {"rows", index},
       {"sb_begin", index},
       {"sb_end", index}};
-  // The matmul over the range's super-blocks, then the residual added to
-  // just those channels while they are in cache: the separate add's pass
-  // over both rows and its dispatch are gone. The sum is the add kernel's
-  // (one fp32 addition, commutative), so the logits keep their bits.
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
-    Value residual = args[5], y = args[6], rowCount = args[7],
+    Value operand = args[5], y = args[6], rowCount = args[7],
           sbBegin = args[8], sbEnd = args[9];
     PanelMatmulOp::create(b, loc, args[0], args[1], args[2], args[3], args[4],
                           y, sbBegin, sbEnd);
     Emitter e{b, loc};
     forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
                      [&](Emitter &e2, Value r, Value c) {
-                       e2.store(e2.add(e2.load(residual, {r, c}),
-                                       e2.load(y, {r, c})),
-                                y, {r, c});
+                       e2.store(epilogue(e2, operand, y, r, c), y, {r, c});
                      });
   });
+}
+
+} // namespace
+
+FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
+                                                       WeightType w,
+                                                       Type biasElement,
+                                                       bool single) {
+  // The matmul, then the bias of the range's channels.
+  return createEpilogueMatmulKernel(
+      kernels, w, single, "bias", biasElement.isF16() ? "_f16" : "_f32",
+      "matmul_bias", {"bias", MemRefType::get({w.getN()}, biasElement)},
+      [](Emitter &e, Value bias, Value y, Value r, Value c) {
+        return e.add(e.load(y, {r, c}), e.load(bias, {c}));
+      });
+}
+
+FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
+                                                         WeightType w,
+                                                         bool single) {
+  // The matmul, then the residual added to the range's channels: the
+  // separate add's pass over both rows and its dispatch are gone. The sum
+  // is the add kernel's (one fp32 addition, commutative), so the logits
+  // keep their bits.
+  return createEpilogueMatmulKernel(
+      kernels, w, single, "residual", "", "matmul_residual",
+      {"residual", MemRefType::get({single ? 1 : kDynamic, w.getN()},
+                                   Float32Type::get(kernels.getContext()))},
+      [](Emitter &e, Value residual, Value y, Value r, Value c) {
+        return e.add(e.load(residual, {r, c}), e.load(y, {r, c}));
+      });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
