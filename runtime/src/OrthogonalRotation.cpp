@@ -63,16 +63,6 @@ constexpr uint64_t kMaxK = 1u << 16;
 // Elementwise IEEE operations on kLanes doubles (any ISA; no contraction).
 typedef double Lanes __attribute__((vector_size(kLanes * sizeof(double))));
 
-int fail(char *error, size_t error_size, const char *format, ...) {
-  if (error != nullptr && error_size > 0) {
-    va_list args;
-    va_start(args, format);
-    std::vsnprintf(error, error_size, format, args);
-    va_end(args);
-  }
-  return CQ4P_ERROR_ARGUMENT;
-}
-
 uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -214,15 +204,22 @@ template <typename Body> void forEach(uint64_t count, size_t threads, const Body
 } // namespace
 
 extern "C" int cq4p_orthogonal_rotation(uint64_t k, uint64_t seed, int threads,
-                                        double *rotation_out, char *error, size_t error_size) {
+                                        double *rotation_out, char *error,
+                                        size_t error_size) {
   if (k == 0 || k > kMaxK)
-    return fail(error, error_size, "orthogonal rotation: K = %llu, expected 1 to %llu",
-                static_cast<unsigned long long>(k), static_cast<unsigned long long>(kMaxK));
+    return cq4p::quantize::fail(
+        CQ4P_ERROR_ARGUMENT, error, error_size,
+        "orthogonal rotation: K = %llu, expected 1 to %llu",
+        static_cast<unsigned long long>(k),
+        static_cast<unsigned long long>(kMaxK));
   if (!rotation_out)
-    return fail(error, error_size, "orthogonal rotation: no output buffer (K = %llu)",
-                static_cast<unsigned long long>(k));
-  const size_t count =
-      threads > 0 ? size_t(threads) : std::max(1u, std::thread::hardware_concurrency());
+    return cq4p::quantize::fail(
+        CQ4P_ERROR_ARGUMENT, error, error_size,
+        "orthogonal rotation: no output buffer (K = %llu)",
+        static_cast<unsigned long long>(k));
+  const size_t count = threads > 0
+                           ? size_t(threads)
+                           : std::max(1u, std::thread::hardware_concurrency());
   const uint64_t key = mix(mix(seed) ^ k);
   Reflections r;
   r.u.resize(vectorOffset(k, k));

@@ -54,15 +54,7 @@ constexpr int kKgK = 4;
 constexpr int kKgBytes = 128;
 constexpr double kNormMin = 1e-8;
 
-int fail(int code, char *error, size_t error_size, const char *format, ...) {
-  if (error != nullptr && error_size > 0) {
-    va_list args;
-    va_start(args, format);
-    std::vsnprintf(error, error_size, format, args);
-    va_end(args);
-  }
-  return code;
-}
+using cq4p::quantize::fail;
 
 // numpy 1.24's einsum sum of products of a contiguous float64 vector with
 // itself (baseline SSE2: 2 lanes, 4 vectors per step), see the file comment.

@@ -1,6 +1,7 @@
 //===- QuantizeIsa.h - the converter's kernel paths -------------*- C++ -*-===//
 //
-// The native quantizer and rotation pick their widest x86 path at run time;
+// The native quantizer and rotation pick their widest x86 path at run time
+// and refuse bad arguments the same way;
 // $CQ4P_QUANTIZE_ISA = generic | avx2 caps it, so that tests run every path
 // on one machine (all give the same bits).
 //
@@ -9,6 +10,9 @@
 #ifndef CQ4P_RUNTIME_SRC_QUANTIZEISA_H
 #define CQ4P_RUNTIME_SRC_QUANTIZEISA_H
 
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,6 +29,19 @@ inline int isaCap() {
     return 2;
   }();
   return cap;
+}
+
+/// Writes the formatted message into error (when there is room) and returns
+/// code: how the quantizer's and the rotation's C entry points refuse.
+inline int fail(int code, char *error, size_t error_size, const char *format,
+                ...) {
+  if (error != nullptr && error_size > 0) {
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(error, error_size, format, args);
+    va_end(args);
+  }
+  return code;
 }
 
 } // namespace cq4p::quantize
