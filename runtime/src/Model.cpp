@@ -157,6 +157,64 @@ Status Sampler::validate(const SamplingOptions &options) {
   return Status::ok();
 }
 
+namespace {
+/// One pass over a row of logits in a form the compiler vectorizes (integer
+/// max and or reductions; a loop over floats with early exits or NaN-aware
+/// comparisons stays scalar): every logit becomes an integer key ordered as
+/// the floats are, with -0.0 and +0.0 equal, and a flag says whether any
+/// logit is NaN or an infinity. Decode calls it twice per token over the
+/// whole vocabulary, so it costs a fraction of the scalar loops it fronts.
+struct LogitScan {
+  int32_t bestKey = std::numeric_limits<int32_t>::min();
+  /// Start of the first block holding bestKey.
+  size_t bestBlock = 0;
+  bool nonFinite = false;
+};
+
+int32_t orderedKey(uint32_t bits) {
+  // Negative floats order backwards as integers: flip their magnitude
+  // bits, then shift them up by one so that -0.0 lands on +0.0's key.
+  int32_t s = int32_t(bits);
+  return (s ^ ((s >> 31) & 0x7fffffff)) + int32_t(bits >> 31);
+}
+
+uint32_t floatBits(const float *value) {
+  uint32_t bits;
+  std::memcpy(&bits, value, sizeof bits);
+  return bits;
+}
+
+LogitScan scanLogits(const float *logits, size_t count) {
+  constexpr size_t block = 1024;
+  constexpr uint32_t exponent = 0x7f800000u;
+  LogitScan scan;
+  uint32_t nonFinite = 0;
+  for (size_t start = 0; start < count; start += block) {
+    size_t end = std::min(count, start + block);
+    int32_t most = std::numeric_limits<int32_t>::min();
+    for (size_t i = start; i < end; ++i) {
+      uint32_t bits = floatBits(logits + i);
+      nonFinite |= uint32_t((bits & exponent) == exponent);
+      most = std::max(most, orderedKey(bits));
+    }
+    if (most > scan.bestKey) {
+      scan.bestKey = most;
+      scan.bestBlock = start;
+    }
+  }
+  scan.nonFinite = nonFinite != 0;
+  return scan;
+}
+
+/// The lowest index of the largest logit, from a scan of finite logits.
+size_t firstBest(const float *logits, const LogitScan &scan) {
+  size_t i = scan.bestBlock;
+  while (orderedKey(floatBits(logits + i)) != scan.bestKey)
+    ++i;
+  return i;
+}
+} // namespace
+
 Status Sampler::sample(const float *logits, size_t vocab,
                        const SamplingOptions &options, Rng &rng, int64_t &id) {
   if (vocab == 0 || vocab > order_.size())
@@ -167,7 +225,12 @@ Status Sampler::sample(const float *logits, size_t vocab,
   if (Status status = validate(options); !status)
     return status;
   size_t best = 0;
-  for (size_t i = 0; i < vocab; ++i) {
+  LogitScan scan = scanLogits(logits, vocab);
+  if (!scan.nonFinite)
+    best = firstBest(logits, scan);
+  // Any NaN or infinity: the plain loop, which names the first bad logit
+  // and lets -inf through.
+  for (size_t i = 0; scan.nonFinite && i < vocab; ++i) {
     float logit = logits[i];
     if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
       return Status(CQ4P_ERROR_ARGUMENT,
@@ -596,6 +659,8 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
 }
 
 Status Model::checkLogits() const {
+  if (!scanLogits(logits_.data(), logits_.size()).nonFinite)
+    return Status::ok();
   for (size_t i = 0; i < logits_.size(); ++i)
     if (!std::isfinite(logits_[i]))
       return Status(CQ4P_ERROR_FORMAT,

@@ -30,6 +30,7 @@
 #include <fstream>
 #include <new>
 #include <pthread.h>
+#include <random>
 #include <thread>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -263,7 +264,7 @@ TEST_F(ModelTest, PrefillMatchesTheToyAndTokenByTokenDecode) {
     int64_t prefillSteps = module.prefillSteps(), decodeSteps = module.decodeSteps();
     int64_t fullChunks = module.prefillStepsOf(kChunk);
 
-    chunked->reset();
+    ASSERT_TRUE(chunked->reset());
     Status status = chunked->prefill(ids.data(), length, prefilled.data());
     ASSERT_TRUE(status) << status.message();
     EXPECT_EQ(chunked->position(), length);
@@ -272,7 +273,7 @@ TEST_F(ModelTest, PrefillMatchesTheToyAndTokenByTokenDecode) {
     EXPECT_EQ(module.prefillStepsOf(kChunk) - fullChunks, length / kChunk);
     EXPECT_EQ(module.decodeSteps(), decodeSteps);
 
-    stepped->reset();
+    ASSERT_TRUE(stepped->reset());
     for (int64_t id : ids)
       ASSERT_TRUE(stepped->decode(id, decoded.data()));
     EXPECT_EQ(stepped->position(), length);
@@ -296,7 +297,7 @@ TEST_F(ModelTest, PrefillContinuesAtThePosition) {
   EXPECT_EQ(model->position(), 14);
   EXPECT_EQ(logits, toyLogits(toy.head, ids));
   // A prefill without somewhere to put the logits still computes them.
-  model->reset();
+  ASSERT_TRUE(model->reset());
   ASSERT_TRUE(model->prefill(ids.data(), 14, nullptr));
   EXPECT_EQ(std::vector<float>(model->logits(), model->logits() + kVocab), logits);
 }
@@ -576,7 +577,7 @@ TEST_F(ModelTest, RefusesBadTokensBeforeRunningAnything) {
   ASSERT_TRUE(model->prefill(four.data(), 3));
   EXPECT_REFUSED(model->decode(1), CQ4P_ERROR_ARGUMENT,
                  "context overflow: position 8 + 1 token > context 8");
-  model->reset();
+  ASSERT_TRUE(model->reset());
   EXPECT_TRUE(model->decode(1));
 }
 
@@ -769,6 +770,60 @@ TEST(Sampler, PicksFromTheLogitsAsConfigured) {
                  CQ4P_ERROR_ARGUMENT, "every one of the 2 logits is -inf");
   EXPECT_REFUSED(sampler.sample(logits, 5, SamplingOptions(), rng, id),
                  CQ4P_ERROR_ARGUMENT, "vocabulary of 5 ids");
+}
+
+TEST(Sampler, GreedyIsTheLowestIdOfTheLargestLogitOverEveryBlock) {
+  // The greedy pick scans in blocks of integer keys; the oracle is the plain
+  // "first strictly larger" loop over floats. Rows span several blocks,
+  // have ties within and across blocks, signed zeros as the largest value,
+  // denormals, and -inf (allowed), each placed at random.
+  std::mt19937 gen(11);
+  Sampler sampler;
+  sampler.reserve(5000);
+  Rng rng(3);
+  std::vector<float> logits;
+  for (int trial = 0; trial < 400; ++trial) {
+    size_t vocab = 1 + gen() % 5000;
+    std::uniform_int_distribution<int> level(-4, 3);
+    logits.resize(vocab);
+    int kind = trial % 4;
+    for (float &logit : logits) {
+      int l = level(gen);
+      logit = kind == 0   ? float(l)                       // many ties
+              : kind == 1 ? (l == -4  ? -1e-38f                 // zeros
+                             : l < 0    ? -0.0f
+                             : l == 0   ? 0.0f
+                                        : -1.0f)
+              : kind == 2 ? std::ldexp(float(l), -140)     // denormals
+                          : std::normal_distribution<float>()(gen);
+      if (gen() % 97 == 0)
+        logit = -INFINITY;
+    }
+    size_t want = 0;
+    bool anyFinite = false;
+    for (size_t i = 0; i < vocab; ++i) {
+      anyFinite |= logits[i] != -INFINITY;
+      if (logits[i] > logits[want])
+        want = i;
+    }
+    int64_t id = -1;
+    if (!anyFinite) {
+      EXPECT_REFUSED(sampler.sample(logits.data(), vocab, SamplingOptions(),
+                                    rng, id),
+                     CQ4P_ERROR_ARGUMENT, "is -inf");
+      continue;
+    }
+    ASSERT_TRUE(
+        sampler.sample(logits.data(), vocab, SamplingOptions(), rng, id));
+    EXPECT_EQ(id, int64_t(want)) << "trial " << trial << ", vocab " << vocab;
+  }
+  // A NaN or +inf anywhere, also past the first block, is named.
+  logits.assign(3000, 1.0f);
+  logits[2500] = INFINITY;
+  int64_t id = -1;
+  EXPECT_REFUSED(
+      sampler.sample(logits.data(), 3000, SamplingOptions(), rng, id),
+      CQ4P_ERROR_ARGUMENT, "sampling: logits[2500] is +inf");
 }
 
 TEST(Sampler, TheGeneratorDependsOnTheSeedAlone) {
@@ -1292,7 +1347,7 @@ TEST_F(ModelTest, TheCApiSamplingStructZeroFilledIsGreedy) {
             CQ4P_OK)
       << error;
   // Before: refused for its top_p of 0.
-  cq4p_sampling zero = {0};
+  cq4p_sampling zero = {};
   ASSERT_EQ(cq4p_model_generate(model, prompt.data(), 5, 6, &zero,
                                 zeroed.data(), nullptr, error, sizeof(error)),
             CQ4P_OK)
