@@ -60,7 +60,8 @@ def blocks(text):
     while i < len(lines):
         line = lines[i]
         if line.startswith("|") and i + 1 < len(lines) and SEPARATOR.match(lines[i + 1]) and \
-                lines[i + 1] == separator(alignments(lines[i + 1])) and line == row(cells(line)):
+                lines[i + 1] == separator(alignments(lines[i + 1])) and \
+                line == row(cells(line)) and len(cells(line)) == len(alignments(lines[i + 1])):
             header, align, rows = cells(line), alignments(lines[i + 1]), []
             i += 2
             while i < len(lines) and lines[i].startswith("|") and \
