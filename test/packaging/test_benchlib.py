@@ -270,3 +270,18 @@ def test_results_render_from_their_data(script, results):
     rendered = load_script(SOURCE / "bench" / script).render(values)
     expected = path.read_text()
     assert strip_charts(rendered) == strip_charts(expected)
+
+
+def test_model_aarch64_rows_from_counts():
+    model = load_script(SOURCE / "bench" / "model")
+    counts = {"matmul": 300, "rescale": 0, "quantize": 100, "attention": 50,
+              "norms, rope, gating, adds, embedding": 40, "runtime": 10}
+    counted = {"aarch64-neon": {"measured": "m", "phases": {
+        "decode": {"tokens": 1, "counts": counts},
+        "prefill": {"tokens": 2, "counts": counts}}}}
+    demo = "demo (llama, hidden 512, ffn 1536, 4 layers, 8/4 heads, vocab 1024)"
+    assert model.aarch64_rows("demo", counted) == [
+        "| %s | aarch64-neon | per prefill token | 250 | 150 (60.0%%) | 0.0 (0.0%%) | "
+        "50.0 (20.0%%) | 25.0 (10.0%%) | 20.0 (8.0%%) | 5.0 (2.0%%) | 40.0%% | m |" % demo,
+        "| %s | aarch64-neon | per decode token | 500 | 300 (60.0%%) | 0.0 (0.0%%) | "
+        "100 (20.0%%) | 50.0 (10.0%%) | 40.0 (8.0%%) | 10.0 (2.0%%) | 40.0%% | m |" % demo]
