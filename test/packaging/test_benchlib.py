@@ -285,3 +285,24 @@ def test_model_aarch64_rows_from_counts():
         "50.0 (20.0%%) | 25.0 (10.0%%) | 20.0 (8.0%%) | 5.0 (2.0%%) | 40.0%% | m |" % demo,
         "| %s | aarch64-neon | per decode token | 500 | 300 (60.0%%) | 0.0 (0.0%%) | "
         "100 (20.0%%) | 50.0 (10.0%%) | 40.0 (8.0%%) | 10.0 (2.0%%) | 40.0%% | m |" % demo]
+
+
+def test_model_host_rows_from_measurements():
+    model = load_script(SOURCE / "bench" / "model")
+    demo = "demo (llama, hidden 512, ffn 1536, 4 layers, 8/4 heads, vocab 1024)"
+    host = {"measured": "m", "prompt": 512, "step_bytes": 9.4e6,
+            "medians": {"2": [150.0, 30.0, 3.0], "1": [100.0, 20.0, 5.0]},
+            "runs": {"1": 5, "2": 4}, "roofline": {"2": [0.6, 2.4], "1": [0.3, 1.2]}}
+    assert model.speed_rows("demo", host) == [
+        "| %s | 512 | 1 | 100.0 | 20.0 | 5.0 | 5 | m |" % demo,
+        "| %s | 512 | 2 | 150.0 | 30.0 | 3.0 | 4 | m |" % demo,
+        "| %s | 512 | 2 / 1 | 1.50x | 1.50x | | | |" % demo]
+    assert model.roofline_rows("demo", host) == [
+        "| %s | 1 | 9.4 MB | 20.0 | 0.3 GB/s | 1.2 GB/s | 25%% | m |" % demo,
+        "| %s | 2 | 9.4 MB | 30.0 | 0.6 GB/s | 2.4 GB/s | 25%% | m |" % demo]
+    perf = {"measured": "m", "shares": {"matmul kernels": 60.0, "attention": 20.0,
+                                        "rest (steps, runtime, libc)": 20.0}}
+    assert model.profile_row("demo", perf) == (
+        "| %s | 60.0%% | 0.0%% | 20.0%% | 0.0%% | 20.0%% | 40.0%% | m |" % demo)
+    speed, profile, labels, roofline = model.host_rows({"demo": {"host": host, "perf": perf}})
+    assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 5
