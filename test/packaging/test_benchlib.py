@@ -306,3 +306,25 @@ def test_model_host_rows_from_measurements():
         "| %s | 60.0%% | 0.0%% | 20.0%% | 0.0%% | 20.0%% | 40.0%% | m |" % demo)
     speed, profile, labels, roofline = model.host_rows({"demo": {"host": host, "perf": perf}})
     assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 5
+
+
+def test_model_llamacpp_section_from_measurements():
+    model = load_script(SOURCE / "bench" / "model")
+    medians, ranges = {}, {}
+    for i, label in enumerate(("llama.cpp Q4_0", "cq4p default", "cq4p native")):
+        for threads in (1, 2):
+            value = [100.0 * (i + 1) * threads, 10.0 * (i + 1), 1000.0 / (i + 1)]
+            medians["%s|%d" % (label, threads)] = value
+            ranges["%s|%d" % (label, threads)] = [[v - 1, v + 1] for v in value]
+    entry = {"measured": "m", "llamacpp": "b1 (build 1)", "runs": 3, "agreement": "a",
+             "medians": medians, "ranges": ranges}
+    (section,) = model.peer_sections({"2048": {"llamacpp": entry}})
+    model_name = model.describe("2048")
+    assert section[0] == "Measured m; llama.cpp b1 (build 1); 3 runs each. a."
+    assert section[4] == ("| %s | 1 | prefill tok/s | 100.0 (99.0-101.0) | 200.0 (199.0-201.0): "
+                          "2.00x | 300.0 (299.0-301.0): 3.00x |" % model_name)
+    assert section[6] == ("| %s | 1 | time to first token, ms | 1000 (999-1001) | 500 (499-501): "
+                          "0.50x | 333 (332-334): 0.33x |" % model_name)
+    assert section[-1] == ("| %s | 2 / 1 | cq4p native | prefill 2.00x, decode 1.00x | | |" %
+                           model_name)
+    assert len(section) == 4 + 6 + 3
