@@ -12,8 +12,10 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 
+import numpy as np
 import pytest
 
 from cq4p import __main__ as cli
@@ -245,3 +247,85 @@ def test_a_malformed_sha256_is_refused_alike_by_both_readers(synthetic_model, tm
             bd.read_manifest(str(copy), runtime=runtime)
     status, out = _verify(copy)
     assert status == 2 and expected in out
+
+
+def _dense_bundle(directory, count, rows, columns, values=None):
+    """A bundle of `count` FP16 tensors [rows, columns] (zeros unless
+    `values` gives one tensor's), each file's sha256 recorded."""
+    os.makedirs(directory, exist_ok=True)
+    tensors = []
+    for index in range(count):
+        name = f"model.layers.{index}.weight"
+        stem = bd.logical_file(name)
+        array = values if values is not None else np.zeros((rows, columns), np.float16)
+        sha256 = fl.write_dense_file(os.path.join(directory, stem), array, fl.FP16)
+        tensors.append({"name": name, "file": stem, "shape": [rows, columns], "dtype": "FP16",
+                        "sha256": sha256})
+    bd.write_manifest(str(directory), bd.manifest({}, tensors))
+    return tensors
+
+
+# The peak RSS of a fresh process before and after cq4p_bundle_verify.
+_PEAK_RSS_OF_VERIFY = r"""
+import resource, sys
+from cq4p import native
+native.library()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+native.verify_bundle(sys.argv[1])
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_verification_holds_one_file_in_memory_at_a_time(tmp_path):
+    """cq4p_bundle_verify (convert's last step) reads every byte of every
+    file; its peak memory grows by about one file (each file's pages leave
+    once checked), not by the bundle (before: every file stayed mapped and
+    resident, 850 MiB for the 1.1 B bundle)."""
+    native.library()
+    count, rows, columns = 8, 2048, 4096  # 16 MiB files, 128 MiB in all
+    file_kib = rows * columns * 2 // 1024
+    _dense_bundle(tmp_path / "bundle", count, rows, columns)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
+        [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    result = subprocess.run([sys.executable, "-c", _PEAK_RSS_OF_VERIFY, str(tmp_path / "bundle")],
+                            capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    before, after = map(int, result.stdout.split())
+    grown = after - before
+    # One file and its hashing's own buffers; never a third of the bundle.
+    assert grown <= 2 * file_kib, (f"verification added {grown} KiB of peak RSS for "
+                                   f"{count} files of {file_kib} KiB")
+
+
+def test_a_content_defect_is_reported_before_an_earlier_files_sha256(tmp_path):
+    """verify checks each file's content and then hashes it, file by file:
+    a content defect in a later file still wins over an earlier file's
+    sha256 mismatch, as when every file's content was checked first."""
+    bundle = tmp_path / "bundle"
+    tensors = _dense_bundle(bundle, 3, 4, 8)
+    manifest = bd.read_manifest(str(bundle))
+    manifest["tensors"][0]["sha256"] = "0" * 64
+    bd.write_manifest(str(bundle), manifest)
+    bad = np.zeros((4, 8), np.float16)
+    bad[2, 5] = np.inf
+    fl.write_dense_file(os.path.join(bundle, tensors[2]["file"]), bad, fl.FP16)
+
+    for status, out in [_verify(bundle), _native_verdict(bundle)]:
+        assert status != 0, out
+        assert f"tensor '{tensors[2]['name']}': " in out and "sha256" not in out, out
+
+    fl.write_dense_file(os.path.join(bundle, tensors[2]["file"]), np.zeros((4, 8), np.float16),
+                        fl.FP16)
+    for status, out in [_verify(bundle), _native_verdict(bundle)]:
+        assert status != 0, out
+        assert (f"tensor '{tensors[0]['name']}': sha256 {'0' * 64} in manifest.json, but "
+                in out), out
+
+
+def _native_verdict(bundle):
+    try:
+        native.verify_bundle(bundle)
+    except native.NativeError as error:
+        return error.code, str(error)
+    return 0, ""

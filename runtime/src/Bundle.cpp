@@ -129,11 +129,24 @@ std::string Bundle::resolveWeightFile(const std::string &directory,
   return name.empty() ? "" : directory + "/" + name;
 }
 
-Status Bundle::verify(Integrity *integrity) const {
-  for (const BundleTensor &tensor : tensors_)
+Status Bundle::verify(Integrity *integrity, Residency residency) const {
+  Integrity local;
+  Integrity &out = integrity != nullptr ? *integrity : local;
+  out = Integrity();
+  // The first sha256 failure waits for the content checks of the files
+  // after it, which take precedence; no file is hashed after it.
+  Status hashFailure = Status::ok();
+  for (const BundleTensor &tensor : tensors_) {
     if (Status status = tensor.file->verify(); !status)
       return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
-  return verifyIntegrity(integrity);
+    if (hashFailure)
+      hashFailure = checkSha256(tensor, out);
+    if (residency == Residency::ReleaseEach)
+      tensor.file->releasePages();
+  }
+  if (!hashFailure)
+    return hashFailure;
+  return checkModelDigest(out);
 }
 
 std::string Bundle::computeModelDigest() const {
@@ -150,26 +163,25 @@ std::string Bundle::computeModelDigest() const {
   return Sha256::hex(canonical.data(), canonical.size());
 }
 
-Status Bundle::verifyIntegrity(Integrity *integrity) const {
-  Integrity local;
-  Integrity &out = integrity != nullptr ? *integrity : local;
-  out = Integrity();
-  for (const BundleTensor &tensor : tensors_) {
-    if (tensor.sha256.empty()) {
-      ++out.filesUnrecorded;
-      continue;
-    }
-    std::string found;
-    if (Status status = tensor.file->sha256(found); !status)
-      return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
-    if (found != tensor.sha256)
-      return Status(CQ4P_ERROR_FORMAT,
-                    directory_ + ": tensor '" + tensor.name + "': sha256 " +
-                        tensor.sha256 + " in manifest.json, but " + found +
-                        " for " + tensor.resolvedPath +
-                        " (the file is not the one converted)");
-    ++out.filesHashed;
+Status Bundle::checkSha256(const BundleTensor &tensor, Integrity &out) const {
+  if (tensor.sha256.empty()) {
+    ++out.filesUnrecorded;
+    return Status::ok();
   }
+  std::string found;
+  if (Status status = tensor.file->sha256(found); !status)
+    return Status(status.code(), "tensor '" + tensor.name + "': " + status.message());
+  if (found != tensor.sha256)
+    return Status(CQ4P_ERROR_FORMAT,
+                  directory_ + ": tensor '" + tensor.name + "': sha256 " +
+                      tensor.sha256 + " in manifest.json, but " + found +
+                      " for " + tensor.resolvedPath +
+                      " (the file is not the one converted)");
+  ++out.filesHashed;
+  return Status::ok();
+}
+
+Status Bundle::checkModelDigest(Integrity &out) const {
   out.digest = computeModelDigest();
   out.digestRecorded = hasModelDigest_;
   if (hasModelDigest_ && out.digest != modelDigest_)
@@ -179,6 +191,16 @@ Status Bundle::verifyIntegrity(Integrity *integrity) const {
                       out.digest +
                       " (the manifest was edited after conversion)");
   return Status::ok();
+}
+
+Status Bundle::verifyIntegrity(Integrity *integrity) const {
+  Integrity local;
+  Integrity &out = integrity != nullptr ? *integrity : local;
+  out = Integrity();
+  for (const BundleTensor &tensor : tensors_)
+    if (Status status = checkSha256(tensor, out); !status)
+      return status;
+  return checkModelDigest(out);
 }
 
 Status Bundle::checkLibraryAgainst(const KernelLibrary &library,

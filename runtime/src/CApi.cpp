@@ -96,7 +96,7 @@ int cq4p_bundle_verify(const char *bundle_dir, char *error, size_t error_size) {
   std::unique_ptr<Bundle> bundle;
   Status status = Bundle::open(bundle_dir, bundle);
   if (status)
-    status = bundle->verify();
+    status = bundle->verify(nullptr, Bundle::Residency::ReleaseEach);
   if (!status)
     copyMessage(status, error, error_size);
   return status.code();

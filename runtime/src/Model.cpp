@@ -4,6 +4,7 @@
 
 #include "LargePages.h"
 #include "MappingGuard.h"
+#include "SplitMix64.h"
 
 #include <algorithm>
 #include <chrono>
@@ -100,11 +101,8 @@ void Rng::reseed(uint64_t seed) {
   // splitmix64 spreads any seed (0 included) over xoshiro's whole state,
   // which must not be all zero.
   for (uint64_t &word : state_) {
-    seed += 0x9E3779B97F4A7C15ull;
-    uint64_t z = seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    word = z ^ (z >> 31);
+    seed += splitmix64::kGamma;
+    word = splitmix64::mix(seed);
   }
 }
 

@@ -40,6 +40,7 @@
 #include "cq4p/cq4p.h"
 
 #include "QuantizeIsa.h"
+#include "SplitMix64.h"
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +53,9 @@
 
 namespace {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+using cq4p::splitmix64::kGamma;
+using cq4p::splitmix64::mix;
+
 constexpr int kUniformsPerGaussian = 12;
 constexpr size_t kLanes = 8;
 constexpr size_t kVectors = 4;
@@ -62,12 +65,6 @@ constexpr uint64_t kMaxK = 1u << 16;
 
 // Elementwise IEEE operations on kLanes doubles (any ISA; no contraction).
 typedef double Lanes __attribute__((vector_size(kLanes * sizeof(double))));
-
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 double gaussian(uint64_t key, uint64_t t) {
   const uint64_t first = t * kUniformsPerGaussian;

@@ -5,12 +5,18 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define CQ4P_SHA256_X86 1
+#endif
+
 namespace cq4p::runtime {
 namespace {
 
 // FIPS 180-4 section 4.2.2: the first 32 bits of the fractional parts of
 // the cube roots of the first 64 primes.
-constexpr uint32_t kRoundConstants[64] = {
+alignas(16) constexpr uint32_t kRoundConstants[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
     0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
     0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
@@ -25,18 +31,8 @@ constexpr uint32_t kRoundConstants[64] = {
 
 uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-} // namespace
-
-Sha256::Sha256() {
-  // Section 5.3.3: the first 32 bits of the fractional parts of the square
-  // roots of the first 8 primes.
-  static constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
-                                           0xa54ff53a, 0x510e527f, 0x9b05688c,
-                                           0x1f83d9ab, 0x5be0cd19};
-  std::memcpy(state_, kInitial, sizeof(state_));
-}
-
-void Sha256::block(const uint8_t *data) {
+/// Section 6.2.2 over one block: the schedule, 64 rounds, the sums.
+void blockPortable(uint32_t state[8], const uint8_t *data) {
   uint32_t w[64];
   for (int t = 0; t < 16; ++t)
     w[t] = uint32_t(data[4 * t]) << 24 | uint32_t(data[4 * t + 1]) << 16 |
@@ -46,8 +42,8 @@ void Sha256::block(const uint8_t *data) {
     uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
     w[t] = w[t - 16] + s0 + w[t - 7] + s1;
   }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3],
-           e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3],
+           e = state[4], f = state[5], g = state[6], h = state[7];
   for (int t = 0; t < 64; ++t) {
     uint32_t sum1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
     uint32_t choose = (e & f) ^ (~e & g);
@@ -64,14 +60,106 @@ void Sha256::block(const uint8_t *data) {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#ifdef CQ4P_SHA256_X86
+/// The same compression with the SHA extensions. SHA256RNDS2 runs two
+/// rounds on the working variables held as {A, B, E, F} and {C, D, G, H}
+/// (highest lane first) with W[t] + K[t] of both rounds in its third
+/// operand's low lanes; SHA256MSG1 adds sigma0 of the next word to each of
+/// four schedule words and SHA256MSG2 adds sigma1 of the words two back,
+/// which with W[t-7] added between them gives the next four words.
+__attribute__((target("sha,sse4.1,ssse3"))) void
+blocksShaExtensions(uint32_t state[8], const uint8_t *data, size_t count) {
+  const __m128i bigEndian =
+      _mm_set_epi64x(0x0c0d0e0f08090a0bll, 0x0405060700010203ll);
+  // state[0..3] = {a, b, c, d}, state[4..7] = {e, f, g, h}, lowest lane
+  // first: rearranged into ABEF = {f, e, b, a} and CDGH = {h, g, d, c}.
+  __m128i dcba = _mm_shuffle_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(state)), 0xB1);
+  __m128i hgfe = _mm_shuffle_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(state + 4)), 0x1B);
+  __m128i abef = _mm_alignr_epi8(dcba, hgfe, 8);
+  __m128i cdgh = _mm_blend_epi16(hgfe, dcba, 0xF0);
+  for (size_t block = 0; block < count; ++block, data += 64) {
+    const __m128i savedAbef = abef, savedCdgh = cdgh;
+    __m128i words[4]; // W[4g .. 4g+3] of the last four groups g
+    for (int group = 0; group < 16; ++group) {
+      __m128i &current = words[group % 4];
+      if (group < 4) {
+        current = _mm_shuffle_epi8(
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(data + 16 * group)),
+            bigEndian);
+      } else {
+        const __m128i &back1 = words[(group + 3) % 4], &back2 = words[(group + 2) % 4],
+                      &back3 = words[(group + 1) % 4];
+        // W[t-16] + sigma0(W[t-15]) + W[t-7], then + sigma1(W[t-2]).
+        __m128i partial = _mm_add_epi32(_mm_sha256msg1_epu32(current, back3),
+                                        _mm_alignr_epi8(back1, back2, 4));
+        current = _mm_sha256msg2_epu32(partial, back1);
+      }
+      __m128i sums = _mm_add_epi32(
+          current, _mm_load_si128(reinterpret_cast<const __m128i *>(
+                       kRoundConstants + 4 * group)));
+      // Two rounds make the old A, B, E, F the new C, D, G, H: each call
+      // returns the new ABEF, and its ABEF operand is the new CDGH.
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, sums);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(sums, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, savedAbef);
+    cdgh = _mm_add_epi32(cdgh, savedCdgh);
+  }
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  __m128i ghcd = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(state), _mm_blend_epi16(feba, ghcd, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(state + 4), _mm_alignr_epi8(ghcd, feba, 8));
+}
+#endif
+
+} // namespace
+
+Sha256::Sha256(Rounds rounds)
+    : shaExtensions_(rounds == Rounds::Fastest && hasShaExtensions()) {
+  // Section 5.3.3: the first 32 bits of the fractional parts of the square
+  // roots of the first 8 primes.
+  static constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
+                                           0xa54ff53a, 0x510e527f, 0x9b05688c,
+                                           0x1f83d9ab, 0x5be0cd19};
+  std::memcpy(state_, kInitial, sizeof(state_));
+}
+
+bool Sha256::hasShaExtensions() {
+#ifdef CQ4P_SHA256_X86
+  static const bool present = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+      return false;
+    const bool ssse3 = c & (1u << 9), sse41 = c & (1u << 19);
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+      return false;
+    return ssse3 && sse41 && (b & (1u << 29)) != 0;
+  }();
+  return present;
+#else
+  return false;
+#endif
+}
+
+void Sha256::blocks(const uint8_t *data, size_t count) {
+#ifdef CQ4P_SHA256_X86
+  if (shaExtensions_)
+    return blocksShaExtensions(state_, data, count);
+#endif
+  for (size_t i = 0; i < count; ++i)
+    blockPortable(state_, data + 64 * i);
 }
 
 void Sha256::update(const void *data, size_t bytes) {
@@ -85,11 +173,12 @@ void Sha256::update(const void *data, size_t bytes) {
     bytes -= take;
     if (buffered_ < sizeof(buffer_))
       return;
-    block(buffer_);
+    blocks(buffer_, 1);
     buffered_ = 0;
   }
-  for (; bytes >= 64; in += 64, bytes -= 64)
-    block(in);
+  blocks(in, bytes / 64);
+  in += bytes / 64 * 64;
+  bytes %= 64;
   std::memcpy(buffer_, in, bytes);
   buffered_ = bytes;
 }

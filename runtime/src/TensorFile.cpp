@@ -616,6 +616,14 @@ Status TensorFile::sha256(std::string &hex) const {
   return Status::ok();
 }
 
+void TensorFile::releasePages() const {
+  // The mapping is private and never written, so dropping its pages loses
+  // nothing: they are the page cache's (or the truncation handler's zeros,
+  // which come back as zeros).
+  if (base_ != nullptr)
+    (void)::madvise(const_cast<uint8_t *>(base_), size_, MADV_DONTNEED);
+}
+
 Status TensorFile::open(const std::string &path,
                         std::unique_ptr<TensorFile> &out) {
   return openAt(AT_FDCWD, path, path, /*noFollow=*/false, out);

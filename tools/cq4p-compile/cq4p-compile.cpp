@@ -98,9 +98,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 LLD_HAS_DRIVER(elf)
 
@@ -157,16 +159,36 @@ static cl::opt<std::string> bundleDirectory(
              "is recorded in the library, and the runtime refuses the library "
              "for any other bundle (a model.mlir records its own digest)"),
     cl::value_desc("DIR"), cl::cat(category));
-static cl::opt<std::string> hostCpu(
-    "host-cpu",
-    cl::desc("--target=host on x86-64: pins the one instruction set the "
-             "library may use: x86-64, x86-64-v2, x86-64-v3 (AVX2), "
-             "x86-64-v3+avxvnni, x86-64-v4+avx512vnni, or native (the widest "
-             "of these this machine runs, tuned for its CPU). Without it a "
-             "library holds the kernels of x86-64-v3, x86-64-v3+avxvnni and "
-             "x86-64-v4+avx512vnni, and the runtime runs the widest this CPU "
-             "has (--emit=mlir and llvm: x86-64-v3 alone)"),
-    cl::cat(category));
+/// --host-cpu's help, its levels listed from kernel_abi.h's CQ4P_X86_LEVELS
+/// (the table the option reads), so that a level added there is named here.
+static std::string hostCpuHelp() {
+  std::vector<std::string> all, defaults;
+#define CQ4P_HELP_LEVEL(name, cpu, extra, features, byDefault)                 \
+  all.push_back(name);                                                         \
+  if (byDefault)                                                               \
+    defaults.push_back(name);
+  CQ4P_X86_LEVELS(CQ4P_HELP_LEVEL)
+#undef CQ4P_HELP_LEVEL
+  auto list = [](const std::vector<std::string> &names, const char *last) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i)
+      text += (i == 0 ? "" : i + 1 == names.size() ? last : ", ") + names[i];
+    return text;
+  };
+  return "--target=host on x86-64: pins the one instruction set the library "
+         "may use: " +
+         list(all, ", ") +
+         ", or native (the widest of these this machine runs, tuned for its "
+         "CPU). Without it a library holds the kernels of " +
+         list(defaults, " and ") +
+         ", and the runtime runs the widest this CPU has (--emit=mlir and "
+         "llvm: " +
+         (defaults.empty() ? std::string("none") : defaults.front()) +
+         " alone)";
+}
+static const std::string hostCpuDescription = hostCpuHelp();
+static cl::opt<std::string> hostCpu("host-cpu", cl::desc(hostCpuDescription),
+                                    cl::cat(category));
 
 namespace {
 

@@ -652,7 +652,7 @@ int main(int argc, char **argv) {
     Status status = Bundle::open(options.bundle, bundle);
     Bundle::Integrity integrity;
     if (status)
-      status = bundle->verify(&integrity);
+      status = bundle->verify(&integrity, Bundle::Residency::ReleaseEach);
     std::unique_ptr<KernelLibrary> library;
     if (status && !options.library.empty()) {
       status = KernelLibrary::open(options.library, library);

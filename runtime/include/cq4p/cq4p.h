@@ -116,7 +116,9 @@ CQ4P_API int cq4p_tensor_verify(const cq4p_tensor *tensor, char *error,
  * against the recorded one (docs/TRUST.md). A file swapped for another,
  * even of the same shape, or a config edited after conversion fails,
  * naming the tensor or the digest and both values. A full pass over every
- * file: opening (cq4p_model_open) checks headers and sizes only. */
+ * file: opening (cq4p_model_open) checks headers and sizes only. File by
+ * file: each file's pages leave the process once it is checked, so the
+ * resident memory it adds is the largest file's, not the bundle's. */
 CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
                                 size_t error_size);
 /* Reads bundle_dir/manifest.json and checks it as cq4p_model_open does (its

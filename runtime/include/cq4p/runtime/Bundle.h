@@ -102,10 +102,22 @@ public:
     std::string digest;          ///< model_digest recomputed
   };
 
+  /// What verify leaves mapped in memory.
+  enum class Residency {
+    Keep,        ///< every file's pages, read once, stay (a model runs them)
+    ReleaseEach, ///< each file's pages leave the process once it is checked
+                 ///< (TensorFile::releasePages): resident memory is bounded
+                 ///< by the largest file, not the bundle
+  };
+
   /// Every tensor's content against FORMAT.md's rules (TensorFile::verify),
-  /// the first failure named by its tensor, then verifyIntegrity(). Opening
-  /// leaves both out: each is a full pass over every file.
-  Status verify(Integrity *integrity = nullptr) const;
+  /// the first failure named by its tensor, then verifyIntegrity()'s
+  /// checks. Opening leaves both out. One pass, file by file: each file's
+  /// content is checked, then hashed while its pages are fresh; the result
+  /// is the same as checking every file's content before hashing any (a
+  /// content failure anywhere is reported before a sha256 mismatch).
+  Status verify(Integrity *integrity = nullptr,
+                Residency residency = Residency::Keep) const;
 
   /// Hashes every tensor file and compares it with its entry's sha256, then
   /// recomputes model_digest from the manifest's config and tensor list and
@@ -150,6 +162,10 @@ public:
 
 private:
   Bundle() = default;
+  /// One tensor's sha256 against its entry (counted in `out`).
+  Status checkSha256(const BundleTensor &tensor, Integrity &out) const;
+  /// model_digest recomputed and compared with the recorded one.
+  Status checkModelDigest(Integrity &out) const;
   std::string directory_;
   std::vector<BundleTensor> tensors_;
   std::string modelDigest_;

@@ -84,6 +84,12 @@ public:
   /// full pass; what Bundle::verifyIntegrity compares with the manifest).
   Status sha256(std::string &hex) const;
 
+  /// Gives the pages of the mapping back (MADV_DONTNEED): the process's
+  /// resident memory no longer counts them; the mapping stays, and a later
+  /// read faults the file's pages in again from the page cache. For a pass
+  /// over many files (Bundle::verify) whose memory should be one file's.
+  void releasePages() const;
+
   /// Whether a read of the mapping has gone past the file's end since it
   /// was opened: the file was truncated under it, and the runtime's SIGBUS
   /// handler (docs/TRUST.md) mapped zero pages where its pages were, so
