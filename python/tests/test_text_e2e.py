@@ -14,12 +14,12 @@ import sys
 import pytest
 
 import tokenizer_data
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import native
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import convert as cv
+from cq4p.cli import main as cli
+from cq4p.io import bundle as bd
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 from test_model_e2e import compile_model
 

@@ -28,8 +28,8 @@ PREFIX_VARIABLE = "CQ4P_PREFIX"
 RUNTIME_VARIABLE = "CQ4P_RUNTIME_LIB"
 RUNTIME_NAME = "libcq4p_runtime.dylib" if sys.platform == "darwin" else "libcq4p_runtime.so"
 
-# python/cq4p/locate.py -> the repository, when the package runs from it.
-_CHECKOUT = Path(__file__).resolve().parent.parent.parent
+# python/cq4p/native/locate.py -> the repository, when the package runs from it.
+_CHECKOUT = Path(__file__).resolve().parents[3]
 _FIX = ("build it (scripts/build) or install cq4p (cmake --install <build> --prefix P) "
         "and set CQ4P_PREFIX=P")
 
