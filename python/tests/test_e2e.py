@@ -11,7 +11,6 @@ import os
 import resource
 import subprocess
 
-import numpy as np
 import pytest
 
 from cq4p.cli import check as ck

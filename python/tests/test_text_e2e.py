@@ -9,7 +9,6 @@ conversation re-run from scratch.
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -157,7 +156,7 @@ def test_text_prompt_on_aarch64(text_model, tmp_path):
                               capture_output=True, text=True, check=False)
     assert compiled.returncode == 0, compiled.stderr
     with native.NativeTokenizer(directory=bundle) as tokenizer:
-        strings, prompt = [], []
+        strings = []
         for text in tokenizer_corpus.corpus():
             if len(tokenizer.encode("\n".join(strings + [text]))) > 1500:
                 break

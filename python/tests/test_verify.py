@@ -118,7 +118,6 @@ def _defects(valid, root):
 
     with rd.read_tensor(panels) as tensor:
         first = float(tensor.norm_panels.reshape(-1)[0])
-        n = tensor.n
     bumped = np.nextafter(np.float32(first), np.float32(np.inf))
     cases.append((_patch(panels, str(root / "fold.cq4p.weights"), "norm_panels", 0,
                          struct.pack("<f", bumped)),

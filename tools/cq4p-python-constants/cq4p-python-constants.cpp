@@ -21,15 +21,11 @@
 namespace {
 
 constexpr const char *kPreamble =
-    R"("""The constants of the runtime's C headers: generated, do not edit.
+    R"("""Generated from the runtime's C headers by cq4p-python-constants: do not edit.
 
-Every CQ4P_ macro and enumerator of runtime/include/cq4p's format.h,
-kernel_abi.h and cq4p.h, with the value the C++ compiler gives it, printed by
-cq4p-python-constants (tools/cq4p-python-constants). A lit test
-(test/tools/python-constants.test) fails when this file differs from what
-the headers give; after changing a header, rebuild and run
-`build/bin/cq4p-python-constants > python/cq4p/format/constants.py`.
-"""
+Every CQ4P_ macro and enumerator of format.h, kernel_abi.h and cq4p.h, as the
+C++ compiler values it; test/tools/python-constants.test checks this copy.
+Regenerate: build/bin/cq4p-python-constants > python/cq4p/format/constants.py"""
 )";
 
 // A line of at most this many characters gets the C spelling as a comment.

@@ -18,6 +18,7 @@ lookup fails with its name and value instead of finding something else.
 Nothing here imports numpy, so that a Python without it can be told so.
 """
 
+import importlib
 import os
 import shutil
 import sys
@@ -133,6 +134,6 @@ def numpy_missing_message(executable=None):
 def require_numpy():
     """Exits with numpy_missing_message() when numpy cannot be imported."""
     try:
-        import numpy  # noqa: F401  (imported to learn whether it is there)
+        importlib.import_module("numpy")
     except ImportError:
         sys.exit(numpy_missing_message())
