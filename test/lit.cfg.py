@@ -23,5 +23,6 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.cq4p_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("cq4p-opt", unresolved="fatal"),
          ToolSubst("cq4p-translate", unresolved="fatal"),
-         ToolSubst("cq4p-compile", unresolved="fatal")]
+         ToolSubst("cq4p-compile", unresolved="fatal"),
+         ToolSubst("cq4p-python-constants", unresolved="fatal")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

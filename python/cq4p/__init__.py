@@ -1,23 +1,28 @@
 """cq4p: the Python side of the CQ4 packed-panel compiler.
 
-It describes model graphs in the cq4p dialect (`cq4p.ir`), drives the
-compiler's command-line tools (`cq4p.tools`; MLIR has no packaged Python
-bindings here) and reads the format's constants from their one definition
-in the runtime's C header (`cq4p.format`).
-
-The format side: quantization (`cq4p.quantize`), the packed-panel layout
-(`cq4p.panels`), tensor files and their validating reader (`cq4p.files`),
-checkpoints to bundles (`cq4p.safetensors`, `cq4p.bundle`, `cq4p.convert`,
-`cq4p.upgrade`, `cq4p.inspection`; `python -m cq4p`), malformed files for the
-readers' tests (`cq4p.corpus`) and the runtime's C API through ctypes
-(`cq4p.native`).
-
-Whole models: the architectures cq4p runs, read from a Hugging Face config
-(`cq4p.architecture`); their forward pass as a graph (`cq4p.ir.model_graph`,
-written by convert as model.mlir); the numpy oracle of a bundle's
-dequantized model (`cq4p.reference`); synthetic checkpoints of each
-architecture (`cq4p.synthetic`); running a compiled model and checking it
-against the oracle (`cq4p.generate`).
+Its subpackages:
+- `cq4p.format`: the CQ4 format itself. Its constants, generated from the
+  runtime's C headers (`constants`); the tensor files' header fields and
+  regions (`layout`); the packed-panel layout and its int8 codebook
+  (`panels`); the legacy index layouts (`legacy`); malformed files for the
+  readers' tests (`corpus`).
+- `cq4p.io`: files. Tensor file writers (`writer`) and their validating
+  reader (`reader`), bundles and their manifest (`bundle`), safetensors
+  checkpoints (`safetensors`).
+- `cq4p.quant`: quantization (`quantize`, the numpy oracle of the format's
+  numbers) and dequantization (`dequantize`).
+- `cq4p.model`: whole models. The architectures cq4p runs, read from a
+  Hugging Face config (`architecture`); their forward pass as a graph in the
+  cq4p dialect (`ir`, written by convert as model.mlir); the numpy oracle of
+  a bundle's dequantized model (`reference`); synthetic checkpoints of each
+  architecture (`synthetic`).
+- `cq4p.cli`: `python -m cq4p` (`main`) and its commands: checkpoints to
+  bundles (`convert`, `upgrade`), `inspection`, `check`, and running a
+  compiled model against the oracle (`generate`).
+- `cq4p.native`: the native parts. Where the tools and the runtime library
+  are (`locate`), the compiler's command-line tools (`tools`; MLIR has no
+  packaged Python bindings here), the runtime's C API through ctypes
+  (`runtime`) and its native quantizer (`quantize`).
 """
 
 # The package's version, the CMake project's (CMakeLists.txt; a test checks both).

@@ -4,7 +4,7 @@ is printed whether or not pytest captures output."""
 import numpy as np
 import pytest
 
-from cq4p import quantize as qz
+from cq4p.quant import quantize as qz
 
 # name -> relative Frobenius error of a dequantized weight, filled by tests.
 RELATIVE_ERRORS = {}
@@ -41,8 +41,8 @@ def synthetic_model(tmp_path_factory):
     synthetic model at its default sizes, converted once per session."""
     import os
 
-    from cq4p import convert as cv
-    from cq4p import synthetic
+    from cq4p.cli import convert as cv
+    from cq4p.model import synthetic
 
     made = {}
 
@@ -63,7 +63,7 @@ def synthetic_family(tmp_path_factory):
     """make(arch, seed=0) -> (config, {name: fp64 array}) of a synthetic
     model at its default sizes, in memory (no checkpoint, no bundle), made
     once per session."""
-    from cq4p import synthetic
+    from cq4p.model import synthetic
 
     made = {}
 

@@ -1,4 +1,4 @@
-"""cq4p.architecture on the families of issue 17: the released models'
+"""cq4p.model.architecture on the families of issue 17: the released models'
 config.json files (MODELS.md) parse into the numbers the graph writer
 needs, their checkpoints' tensor names and shapes check, and what cq4p
 cannot run is refused by name."""
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from cq4p import architecture as arch
-from cq4p import reference as rf
-from cq4p import synthetic
+from cq4p.model import architecture as arch
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -476,8 +476,8 @@ def test_synthetic_configs_at_the_real_sizes(family):
 
 
 def test_the_synthetic_command_writes_the_families(tmp_path, capsys):
-    from cq4p import __main__ as cli
-    from cq4p import safetensors as st
+    from cq4p.cli import main as cli
+    from cq4p.io import safetensors as st
 
     status = cli.main(["synthetic", "--arch", "lfm2", "--out", str(tmp_path / "lfm2"),
                        "--layers", "3"])

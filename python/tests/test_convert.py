@@ -5,18 +5,21 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import RELATIVE_ERRORS, relative_error
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import files as fl
-from cq4p import quantize as qz
-from cq4p import safetensors as st
-from cq4p import synthetic
+from cq4p.cli import convert as cv
+from cq4p.cli import main as cli
+from cq4p.format import layout as ly
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import safetensors as st
+from cq4p.io import writer as wr
+from cq4p.model import synthetic
+from cq4p.quant import quantize as qz
 
 SPIKE = 1e5  # outside fp16's finite range (65504)
 ERROR_BOUND = 0.12
@@ -78,9 +81,9 @@ def test_convert_matches_the_checkpoint(spiked_model, tmp_path, capsys):
         record = records[name]
         assert record["file"] == name + ".weights"
         assert record["original_shape"] == list(original.shape)
-        path = fl.resolve(out, record["file"])
+        path = bd.resolve(out, record["file"])
         widened = bf16_widened(original)
-        with fl.read_tensor(path) as tensor:
+        with rd.read_tensor(path) as tensor:
             assert list(tensor.dims) == record["shape"]
             values = tensor.dequantize()
             assert np.all(np.isfinite(values)), name
@@ -93,7 +96,7 @@ def test_convert_matches_the_checkpoint(spiked_model, tmp_path, capsys):
                 RELATIVE_ERRORS[f"convert {name}"] = error
                 assert error < ERROR_BOUND, name
             elif np.any(np.abs(widened) > 65504):
-                assert record["dtype"] == "FP32" and tensor.precision == fl.FP32
+                assert record["dtype"] == "FP32" and tensor.precision == ly.FP32
                 assert values.view(np.uint32).tobytes() == widened.view(np.uint32).tobytes()
             else:
                 assert record["dtype"] == "FP16" and "rotation" not in record
@@ -148,7 +151,7 @@ def test_a_failure_mid_conversion_leaves_nothing(spiked_model, tmp_path, capsys,
     cv.convert(root / "model", out, progress=open(os.devnull, "w"))
     before = {name: (out / name).read_bytes() for name in os.listdir(out)}
     calls = []
-    panels = fl.WRITERS["panels"]
+    panels = wr.WRITERS["panels"]
 
     def failing_writer(path, weight):
         calls.append(path)
@@ -157,7 +160,7 @@ def test_a_failure_mid_conversion_leaves_nothing(spiked_model, tmp_path, capsys,
             raise failure("injected")
         panels(path, weight)
 
-    monkeypatch.setitem(fl.WRITERS, "panels", failing_writer)
+    monkeypatch.setitem(wr.WRITERS, "panels", failing_writer)
     if failure is KeyboardInterrupt:
         status, _, err = run(capsys, "convert", "--model", root / "model", "--out", out, "--force")
         assert status == 130 and "interrupted" in err
@@ -229,7 +232,7 @@ def test_policy_for_k_that_is_not_a_multiple_of_128(tmp_path):
     for record, n in ((embed, 126), (head, 128)):
         assert (record["layout"], record["group_size"]) == ("panels", 128)
         assert record["shape"] == [n, 128] and record["original_shape"] == [n, 96]
-        with fl.read_tensor(fl.resolve(out, record["file"])) as tensor:
+        with rd.read_tensor(bd.resolve(out, record["file"])) as tensor:
             values = tensor.dequantize()
         assert relative_error(values[:, :96], tensors[record["name"]]) < ERROR_BOUND
     legacy = tmp_path / "legacy"
@@ -245,7 +248,7 @@ def test_policy_for_k_that_is_not_a_multiple_of_128(tmp_path):
     q = records["model.layers.0.self_attn.q_proj.weight"]
     assert q["shape"] == [96, 128] and q["original_shape"] == [96, 96]
     assert lines[q["name"]] == "CQ4 hadamard panels 96x128 (K padded from 96)"
-    with fl.read_tensor(fl.resolve(out, q["file"])) as tensor:
+    with rd.read_tensor(bd.resolve(out, q["file"])) as tensor:
         values = tensor.dequantize()
     # The padded columns meet zero activations; only the original ones count.
     original = tensors["model.layers.0.self_attn.q_proj.weight"]
@@ -263,7 +266,7 @@ def test_calibration_sets_the_input_scale(tmp_path, capsys):
                          tmp_path / "bundle", "--calibration", tmp_path / "stats.npz")
     assert status == 0, err
     s = np.clip(np.sqrt(stat) / np.exp(np.mean(np.log(np.sqrt(stat)))), 1 / 8, 8)
-    with fl.read_tensor(tmp_path / f"bundle/{name}.cq4p.weights") as tensor:
+    with rd.read_tensor(tmp_path / f"bundle/{name}.cq4p.weights") as tensor:
         assert np.array_equal(tensor.input_scale, s.astype(np.float16))
         # Scales spread over [1/8, 8] amplify the plain weight error of the
         # columns with s < 1 (what they buy is a smaller activation-weighted error).
@@ -274,7 +277,7 @@ def dequantized_bundle(directory):
     manifest = bd.read_manifest(directory)
     out = {}
     for record in manifest["tensors"]:
-        with fl.read_tensor(fl.resolve(directory, record["file"])) as tensor:
+        with rd.read_tensor(bd.resolve(directory, record["file"])) as tensor:
             out[record["name"]] = tensor.dequantize()
     return manifest, out
 
@@ -309,8 +312,8 @@ def test_upgrade_leaves_tensors_panels_cannot_hold(tmp_path, capsys):
     rng = np.random.default_rng(0)
     orthogonal = qz.quantize_orthogonal(rng.standard_normal((8, 96)), seed=0)
     small_groups = qz.quantize_hadamard(rng.standard_normal((8, 64)), 16, seed=0, prescale=False)
-    fl.write_interleaved_file(out / "embed.cq4.weights", orthogonal)
-    fl.write_row_major_file(out / "proj.cq4.weights", small_groups)
+    wr.write_interleaved_file(out / "embed.cq4.weights", orthogonal)
+    wr.write_row_major_file(out / "proj.cq4.weights", small_groups)
     records = [{"name": "embed", "file": "embed.weights", "shape": [8, 96],
                 "original_shape": [8, 96], "dtype": "CQ4", "rotation": "orthogonal",
                 "layout": "interleaved4row", "group_size": 96},
@@ -328,7 +331,7 @@ def test_upgrade_leaves_tensors_panels_cannot_hold(tmp_path, capsys):
 def test_the_module_runs_as_a_command(tmp_path):
     path = tmp_path / "broken.weights"
     path.write_bytes(b"CACT" + bytes(40))
-    environment = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(cv.__file__)))
+    environment = dict(os.environ, PYTHONPATH=str(Path(cv.__file__).resolve().parents[2]))
     result = subprocess.run([sys.executable, "-m", "cq4p", "inspect", str(path)],
                             capture_output=True, text=True, env=environment, check=False)
     assert result.returncode == 1
@@ -388,7 +391,7 @@ def test_force_replaces_only_a_bundle_or_an_empty_directory(tmp_path):
 def test_config_architectures_must_be_a_list_of_names(tmp_path):
     # Found by the config.json fuzzer: an `architectures` that is not a
     # list of names passed the reader and broke the manifest writer.
-    from cq4p import convert as cv
+    from cq4p.cli import convert as cv
     for value in ("512", "\"LlamaForCausalLM\"", "[1, 2]", "{\"a\": 1}"):
         raw = ("{\"model_type\": \"llama\", \"architectures\": %s}" % value).encode()
         with pytest.raises(cv.ConvertError, match="architectures: expected a list of class names"):

@@ -5,10 +5,11 @@ import os
 
 import pytest
 
-from cq4p import corpus
-from cq4p import files as fl
-from cq4p import format as fmt
-from cq4p import native
+from cq4p.format import constants as fmt
+from cq4p.format import corpus
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.native import runtime as native
 
 # Every validation step must be exercised by at least one file.
 FIELDS = ("header", "magic", "alignment", "precision", "flags", "ndim", "dims", "original_n",
@@ -39,8 +40,8 @@ def test_python_reader_names_the_expected_field(malformed):
     wrong = []
     for name, field in listing:
         path = os.path.join(directory, name)
-        with pytest.raises(fl.FormatError) as caught:
-            fl.read_tensor(path)
+        with pytest.raises(rd.FormatError) as caught:
+            rd.read_tensor(path)
         error = caught.value
         if error.field != field or not str(error).startswith(f"{path}: {field}: expected "):
             wrong.append((name, field, str(error)))
@@ -57,7 +58,7 @@ def test_native_reader_names_the_same_field(malformed):
             wrong.append((name, field, "accepted"))
             continue
         except native.NativeError as error:
-            if error.code != native.API["CQ4P_ERROR_FORMAT"] or error.field != field:
+            if error.code != fmt.CQ4P_ERROR_FORMAT or error.field != field:
                 wrong.append((name, field, error.message))
     assert not wrong
 
@@ -66,10 +67,10 @@ def test_absurd_dims_are_refused_before_any_size_is_used(tmp_path):
     # N = 2^40 with a matching original_n: refused at dims, not at a size.
     qw = corpus._weight("hadamard", 8, 128, 128)
     path = tmp_path / "x.weights"
-    fl.write_panel_file(path, qw)
+    wr.write_panel_file(path, qw)
     raw = bytearray(path.read_bytes())
     raw[fmt.CQ4P_OFFSET_DIMS:fmt.CQ4P_OFFSET_DIMS + 8] = (1 << 40).to_bytes(8, "little")
     raw[fmt.CQ4P_OFFSET_ORIGINAL_N:fmt.CQ4P_OFFSET_ORIGINAL_N + 8] = (1 << 40).to_bytes(8, "little")
     path.write_bytes(bytes(raw))
-    with pytest.raises(fl.FormatError, match=r": dims: expected N < 2\^32, found 1099511627776"):
-        fl.read_tensor(path)
+    with pytest.raises(rd.FormatError, match=r": dims: expected N < 2\^32, found 1099511627776"):
+        rd.read_tensor(path)

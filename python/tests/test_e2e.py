@@ -11,14 +11,13 @@ import os
 import resource
 import subprocess
 
-import numpy as np
 import pytest
 
-from cq4p import check as ck
-from cq4p import convert as cv
-from cq4p import ir
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import check as ck
+from cq4p.cli import convert as cv
+from cq4p.model import ir
+from cq4p.model import synthetic
+from cq4p.native import tools
 
 
 @pytest.fixture(scope="module")

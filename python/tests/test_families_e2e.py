@@ -1,7 +1,7 @@
 """The model families users ship, end to end on the host: a synthetic
 checkpoint shaped like each (LFM2, Gemma 4, Llama 3.2, Qwen2.5, SmolLM2)
 -> convert -> cq4p-compile --target=host -> the runtime, checked step by
-step against the numpy oracle (cq4p.reference, written from the published
+step against the numpy oracle (cq4p.model.reference, written from the published
 definitions): logits within the tolerance at every step and the oracle's
 greedy tokens, over a prompt longer than two prefill chunks and 32 decoded
 tokens.
@@ -15,12 +15,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import convert as cv
-from cq4p import generate as gn
-from cq4p import native
-from cq4p import reference as rf
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import convert as cv
+from cq4p.cli import generate as gn
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 CHUNK = 8
 PROMPT_TOKENS = 2 * CHUNK + 5
@@ -102,7 +102,7 @@ def test_chunks_of_any_size_leave_the_same_state(family, tmp_path, arch):
 
 @pytest.mark.parametrize("tolerance", ["nan", "inf", "-1"])
 def test_check_model_refuses_a_tolerance_that_passes_anything(family, tolerance, capsys):
-    from cq4p import __main__ as cli
+    from cq4p.cli import main as cli
 
     bundle, library, _ = family("llama32")
     # Refused as argparse reads it (exit status 2, before anything runs).
@@ -119,15 +119,14 @@ def test_check_model_fails_on_logits_that_are_not_finite(family, tmp_path, capsy
     # the oracle's and the compiled logits NaN alike.
     import shutil
 
-    from cq4p import bundle as bd
-    from cq4p import files as fl
+    from cq4p.io import bundle as bd
 
     bundle, library, _ = family("llama32")
     broken = tmp_path / "bundle"
     shutil.copytree(bundle, broken)
     manifest = bd.read_manifest(str(broken))
     entry = next(e for e in manifest["tensors"] if e["name"].endswith("model.norm.weight"))
-    path = fl.resolve(str(broken), entry["file"])
+    path = bd.resolve(str(broken), entry["file"])
     data = bytearray(open(path, "rb").read())
     data[-2:] = np.array([np.nan], dtype=np.float16).tobytes()  # the last element
     open(path, "wb").write(bytes(data))
@@ -139,7 +138,7 @@ def test_check_model_fails_on_logits_that_are_not_finite(family, tmp_path, capsy
 def test_inspect_shows_the_true_shape_of_a_padded_k(family, capsys):
     # SmolLM2's hidden 960 is stored as K = 1024 (zero-padded); the
     # manifest records the true shape and inspect shows it.
-    from cq4p import __main__ as cli
+    from cq4p.cli import main as cli
 
     bundle, _, config = family("smollm2")
     assert cli.main(["inspect", bundle]) == 0

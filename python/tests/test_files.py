@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 
 from conftest import RELATIVE_ERRORS, gaussian_weight, relative_error
-from cq4p import files as fl
-from cq4p import format as fmt
-from cq4p import native
-from cq4p import quantize as qz
+from cq4p.format import constants as fmt
+from cq4p.format import layout as ly
+from cq4p.format import legacy as lg
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.native import runtime as native
+from cq4p.quant import quantize as qz
 
 CASES = [(64, 256, 128), (192, 512, 128), (100, 256, 128), (256, 256, 256), (30, 200, 128)]
 # 4-bit Lloyd-Max on rotated Gaussian data gives about 0.096; fp16 storage
@@ -25,11 +29,11 @@ SCALED_ERROR_BOUND = 0.15
 
 def write_all_layouts(directory, qw, stem):
     paths = {}
-    for layout, writer in fl.WRITERS.items():
-        if layout == fl.INTERLEAVED and fl.interleaved_refusal(qw.rotation, qw.n, qw.k,
+    for layout, writer in wr.WRITERS.items():
+        if layout == ly.INTERLEAVED and wr.interleaved_refusal(qw.rotation, qw.n, qw.k,
                                                                qw.group_size):
             continue
-        if layout == fl.PANELS and fl.panel_refusal(qw.rotation, qw.k, qw.group_size):
+        if layout == ly.PANELS and wr.panel_refusal(qw.rotation, qw.k, qw.group_size):
             continue
         paths[layout] = os.path.join(directory, f"{stem}.{layout}.weights")
         writer(paths[layout], qw)
@@ -66,14 +70,14 @@ def test_layouts_dequantize_identically_hadamard(tmp_path, case, prescale, scale
     scale = np.random.default_rng(1).uniform(0.5, 2.0, k) if scaled else None
     qw = qz.quantize_hadamard(w, gs, seed=2, input_scale=scale, prescale=prescale)
     paths = write_all_layouts(tmp_path, qw, "w")
-    assert fl.PANELS in paths and fl.ROW_MAJOR in paths
+    assert ly.PANELS in paths and ly.ROW_MAJOR in paths
     dequantized = {}
     for layout, path in paths.items():
-        with fl.read_tensor(path) as tensor:
+        with rd.read_tensor(path) as tensor:
             assert tensor.layout == layout
             assert np.array_equal(tensor.indices(), qw.indices)
             dequantized[layout] = tensor.dequantize()
-    reference = dequantized[fl.ROW_MAJOR]
+    reference = dequantized[ly.ROW_MAJOR]
     for layout, values in dequantized.items():
         assert np.max(np.abs(values - reference)) == 0.0, layout
     assert np.allclose(reference, oracle_dequantize(qw), rtol=1e-4, atol=1e-5)
@@ -87,13 +91,13 @@ def test_layouts_dequantize_identically_hadamard(tmp_path, case, prescale, scale
 def test_layouts_dequantize_identically_orthogonal(tmp_path, orthogonal_weight):
     w, qw = orthogonal_weight
     paths = write_all_layouts(tmp_path, qw, "o")
-    assert set(paths) == {fl.PANELS, fl.ROW_MAJOR, fl.INTERLEAVED}
+    assert set(paths) == {ly.PANELS, ly.ROW_MAJOR, ly.INTERLEAVED}
     dequantized = {}
     for layout, path in paths.items():
-        with fl.read_tensor(path) as tensor:
-            assert tensor.group_size == (128 if layout == fl.PANELS else 1536)
+        with rd.read_tensor(path) as tensor:
+            assert tensor.group_size == (128 if layout == ly.PANELS else 1536)
             dequantized[layout] = tensor.dequantize()
-    reference = dequantized[fl.ROW_MAJOR]
+    reference = dequantized[ly.ROW_MAJOR]
     for layout, values in dequantized.items():
         assert np.max(np.abs(values - reference)) == 0.0, layout
     error = relative_error(reference, w)
@@ -105,15 +109,15 @@ def test_dequantize_matches_the_oracle_orthogonal(tmp_path):
     w = gaussian_weight(12, 64, 3)
     qw = qz.quantize_orthogonal(w, seed=1, input_scale=np.linspace(0.5, 2, 64))
     path = tmp_path / "o.weights"
-    fl.write_row_major_file(path, qw)
-    with fl.read_tensor(path) as tensor:
+    wr.write_row_major_file(path, qw)
+    with rd.read_tensor(path) as tensor:
         assert np.allclose(tensor.dequantize(), oracle_dequantize(qw), rtol=1e-4, atol=1e-5)
 
 
 def test_panel_file_layout_and_prescaled_codebook(tmp_path):
     qw = qz.quantize_hadamard(gaussian_weight(100, 256, 0), 128, seed=0, prescale=True)
     path = tmp_path / "h.weights"
-    fl.write_panel_file(path, qw)
+    wr.write_panel_file(path, qw)
     raw = path.read_bytes()
     n, k, gs, ng, sb = 100, 256, 128, 2, 2
     scales = 32 + 2 * k + 2 * k + 2 * n * ng
@@ -121,7 +125,7 @@ def test_panel_file_layout_and_prescaled_codebook(tmp_path):
     data_offset = -(-(96 + scales) // 32) * 32
     assert len(raw) == data_offset + 128 * k // 2
     assert raw[:4] == b"CACT" and raw[84:96] == bytes(12)
-    with fl.read_tensor(path) as tensor:
+    with rd.read_tensor(path) as tensor:
         assert tensor.scales_offset == 96 and tensor.scales_bytes == scales
         assert tensor.data_offset == data_offset
         # Zero-copy, read-only views of the mapping.
@@ -138,27 +142,27 @@ def test_interleaved_byte_order(tmp_path):
     indices = np.zeros((4, 32), dtype=np.uint8)
     indices[2, 8 + 1] = 3  # chunk 1, j = 1: low nibble of byte (row 2, 1)
     indices[2, 8 + 5] = 9  # chunk 1, j = 1 + 4: high nibble of the same byte
-    packed = fl.pack_interleaved(indices, 32)
+    packed = lg.pack_interleaved(indices, 32)
     assert packed.shape == (1, 1, 4, 4, 4)
     assert packed[0, 0, 1, 2, 1] == 3 | 9 << 4 and np.count_nonzero(packed) == 1
-    assert np.array_equal(fl.unpack_interleaved(packed, 4, 32, 32), indices)
+    assert np.array_equal(lg.unpack_interleaved(packed, 4, 32, 32), indices)
     # Row-major: k even in the low nibble; k = 9 and 13 are odd.
-    assert fl.pack_row_major(indices)[2, 4] == 3 << 4 and fl.pack_row_major(indices)[2, 6] == 9 << 4
+    assert lg.pack_row_major(indices)[2, 4] == 3 << 4 and lg.pack_row_major(indices)[2, 6] == 9 << 4
 
 
 def test_dense_files_and_the_extended_header(tmp_path):
     values = np.arange(2 * 3 * 1 * 2 * 5, dtype=np.float32).reshape(2, 3, 1, 2, 5)
     path = tmp_path / "x.weights"
-    fl.write_dense_file(path, values, fl.FP32)
+    wr.write_dense_file(path, values, ly.FP32)
     raw = path.read_bytes()
     assert len(raw) == 128 + values.nbytes  # 116-byte header, data at 128
-    with fl.read_tensor(path) as tensor:
+    with rd.read_tensor(path) as tensor:
         assert tensor.header_bytes == 116 and tensor.dims == (2, 3, 1, 2, 5)
         assert tensor.flags == fmt.CQ4P_FLAG_EXTENDED_SHAPE
         assert np.array_equal(tensor.data, values)
     small = tmp_path / "y.weights"
-    fl.write_dense_file(small, np.ones(3, dtype=np.float16), fl.FP16)
-    with fl.read_tensor(small) as tensor:
+    wr.write_dense_file(small, np.ones(3, dtype=np.float16), ly.FP16)
+    with rd.read_tensor(small) as tensor:
         assert tensor.header_bytes == 84 and tensor.original_n == 3 and tensor.flags == 0
         assert tensor.group_size == 0 and tensor.num_groups == 0
 
@@ -168,29 +172,29 @@ def native_region_cases(directory, orthogonal_qw):
     qw_raw = qz.quantize_hadamard(gaussian_weight(96, 256, 9), 128, seed=3, prescale=False)
     small_orthogonal = qz.quantize_orthogonal(gaussian_weight(8, 96, 4), seed=1)
     files = {
-        "hadamard_panels": (fl.write_panel_file, qw),
-        "orthogonal_panels": (fl.write_panel_file, orthogonal_qw),
-        "hadamard_row_major": (fl.write_row_major_file, qw),
-        "hadamard_interleaved": (fl.write_interleaved_file, qw_raw),
-        "orthogonal_row_major": (fl.write_row_major_file, small_orthogonal),
-        "orthogonal_interleaved": (fl.write_interleaved_file, small_orthogonal),
+        "hadamard_panels": (wr.write_panel_file, qw),
+        "orthogonal_panels": (wr.write_panel_file, orthogonal_qw),
+        "hadamard_row_major": (wr.write_row_major_file, qw),
+        "hadamard_interleaved": (wr.write_interleaved_file, qw_raw),
+        "orthogonal_row_major": (wr.write_row_major_file, small_orthogonal),
+        "orthogonal_interleaved": (wr.write_interleaved_file, small_orthogonal),
     }
     paths = {}
     for name, (writer, weight) in files.items():
         paths[name] = os.path.join(directory, name + ".weights")
         writer(paths[name], weight)
     paths["fp16"] = os.path.join(directory, "fp16.weights")
-    fl.write_dense_file(paths["fp16"], np.linspace(-1, 1, 35).reshape(5, 7).astype(np.float16),
-                        fl.FP16)
+    wr.write_dense_file(paths["fp16"], np.linspace(-1, 1, 35).reshape(5, 7).astype(np.float16),
+                        ly.FP16)
     paths["fp32_extended"] = os.path.join(directory, "fp32.weights")
-    fl.write_dense_file(paths["fp32_extended"], np.ones((1, 2, 3, 4, 5, 6), np.float32), fl.FP32)
+    wr.write_dense_file(paths["fp32_extended"], np.ones((1, 2, 3, 4, 5, 6), np.float32), ly.FP32)
     return paths
 
 
 def test_native_reader_sees_the_same_regions(tmp_path, orthogonal_weight):
     paths = native_region_cases(tmp_path, orthogonal_weight[1])
     for name, path in paths.items():
-        with fl.read_tensor(path) as tensor, native.open_tensor(path) as opened:
+        with rd.read_tensor(path) as tensor, native.open_tensor(path) as opened:
             info = opened.info
             assert opened.layout == tensor.layout, name
             for field in ("flags", "alignment", "precision", "ndim", "group_size", "num_groups",
@@ -199,7 +203,7 @@ def test_native_reader_sees_the_same_regions(tmp_path, orthogonal_weight):
                 assert info[field] == getattr(tensor, field), (name, field)
             assert info["dims"][:tensor.ndim] == tensor.dims and not any(info["dims"][tensor.ndim:])
             assert bool(info["orthogonal"]) == tensor.orthogonal
-            for region in fl.TensorFile.REGION_NAMES:
+            for region in rd.TensorFile.REGION_NAMES:
                 view = getattr(tensor, region)
                 expected = b"" if view is None else view.tobytes()
                 assert opened.region(region) == expected, (name, region)
@@ -214,7 +218,7 @@ def test_missing_native_library_is_an_error_not_a_skip(monkeypatch, tmp_path):
 
 
 def test_resolve_prefers_panels_then_legacy_then_plain(tmp_path):
-    assert fl.resolve(tmp_path, "a.weights") is None
+    assert bd.resolve(tmp_path, "a.weights") is None
     for name in ("a.weights", "a.cq4.weights", "a.cq4p.weights"):
         (tmp_path / name).write_bytes(b"")
-        assert fl.resolve(tmp_path, "a.weights") == str(tmp_path / name)
+        assert bd.resolve(tmp_path, "a.weights") == str(tmp_path / name)

@@ -11,7 +11,7 @@
   and read back by bundle.read_manifest, the Python twin of that reader).
 
 Each runs for CQ4P_FUZZ_SECONDS (default 30) from seeds made by the
-families' own graph and config writers (cq4p.synthetic, cq4p.ir), and the
+families' own graph and config writers (cq4p.model.synthetic, cq4p.model.ir), and the
 random generator's seed is CQ4P_FUZZ_SEED (default 0, so that a run of
 the test suite is reproducible; printed, so that a failure can be replayed;
 set it to explore further). A failing input is written beside the
@@ -26,12 +26,12 @@ import time
 import pytest
 
 import hostile
-from cq4p import architecture as arch
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import ir
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import convert as cv
+from cq4p.io import bundle as bd
+from cq4p.model import architecture as arch
+from cq4p.model import ir
+from cq4p.model import synthetic
+from cq4p.native import tools
 
 SECONDS = float(os.environ.get("CQ4P_FUZZ_SECONDS", "30"))
 FAMILIES = ("llama", "qwen3", "gemma3", "lfm2", "gemma4", "qwen25", "smollm2")

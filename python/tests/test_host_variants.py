@@ -17,9 +17,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import native
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 LEVELS = ["x86-64-v3", "x86-64-v3+avxvnni", "x86-64-v4+avx512vnni"]
 CHUNK = 8

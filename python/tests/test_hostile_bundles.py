@@ -16,10 +16,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import files as fl
-from cq4p import quantize as qz
+from cq4p.cli import main as cli
+from cq4p.format import layout as ly
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.quant import quantize as qz
 
 # Every reader gives up within this; without O_NONBLOCK a FIFO blocks forever.
 TIMEOUT = 60
@@ -54,9 +56,9 @@ def place(tmp_path):
     bundle.mkdir()
     sentinel.mkdir()
     qw = qz.quantize_hadamard(np.random.default_rng(0).standard_normal((64, 128)), 128, seed=1)
-    fl.write_row_major_file(str(bundle / "q.cq4.weights"), qw)
-    fl.write_dense_file(str(bundle / "norm.weights"), np.ones(128, np.float16), fl.FP16)
-    fl.write_row_major_file(str(sentinel / "x.cq4.weights"), qw)
+    wr.write_row_major_file(str(bundle / "q.cq4.weights"), qw)
+    wr.write_dense_file(str(bundle / "norm.weights"), np.ones(128, np.float16), ly.FP16)
+    wr.write_row_major_file(str(sentinel / "x.cq4.weights"), qw)
     (sentinel / "secret.txt").write_text("not for cq4p\n")
     return bundle, sentinel
 
@@ -165,9 +167,9 @@ def test_fifos_are_refused_without_blocking(place, capsys):
 
 
 def test_a_device_is_refused_unread(tmp_path):
-    with pytest.raises(fl.FormatError, match="/dev/zero: a character device, expected a "
+    with pytest.raises(rd.FormatError, match="/dev/zero: a character device, expected a "
                                              "regular file"):
-        fl.read_tensor("/dev/zero")
+        rd.read_tensor("/dev/zero")
 
 
 def test_duplicate_member_names_are_refused(place, capsys):
@@ -226,7 +228,7 @@ def test_malformed_manifests_are_errors_not_tracebacks(place, capsys, text, need
 
 
 def test_the_runtime_validator_decides_when_it_is_built(place):
-    from cq4p import native
+    from cq4p.native import runtime as native
     try:
         native.library()
     except native.LibraryNotFoundError:
@@ -278,7 +280,7 @@ def test_upgrade_writes_files_as_the_umask_says(place, capsys):
                       "a.cq4p.weights"),
 ])
 def test_convert_refuses_names_it_cannot_write(names, needle):
-    from cq4p import convert as cv
+    from cq4p.cli import convert as cv
     with pytest.raises(cv.ConvertError) as refusal:
         cv.check_tensor_names("checkpoint", names)
     assert needle in str(refusal.value)

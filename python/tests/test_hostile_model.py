@@ -15,15 +15,16 @@ import signal
 import struct
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hostile
-from cq4p import convert as cv
-from cq4p import safetensors as st
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import convert as cv
+from cq4p.io import safetensors as st
+from cq4p.model import synthetic
+from cq4p.native import tools
 
 EXIT_BAD_INPUT = 2
 
@@ -37,7 +38,7 @@ def _tool(name):
 
 def _env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(synthetic.__file__)))
+    env["PYTHONPATH"] = str(Path(synthetic.__file__).resolve().parents[2])
     return env
 
 

@@ -18,12 +18,12 @@ import threading
 import numpy as np
 import pytest
 
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import files as fl
-from cq4p import native
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.format import constants as fmt
+from cq4p.cli import main as cli
+from cq4p.io import bundle as bd
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 
 def _verify(bundle, library=None):
@@ -95,7 +95,7 @@ def test_a_tensor_swapped_for_one_of_the_same_shape_is_caught(synthetic_model, t
     copy = _copy(bundle, tmp_path)
     manifest = bd.read_manifest(str(copy))
     entry = next(e for e in manifest["tensors"] if e["name"].endswith("q_proj.weight"))
-    name = os.path.basename(fl.resolve(str(copy), entry["file"]))
+    name = os.path.basename(bd.resolve(str(copy), entry["file"]))
     shutil.copyfile(os.path.join(other, name), os.path.join(copy, name))
     assert bd.file_sha256(os.path.join(copy, name)) != entry["sha256"]
     bd.check_files(str(copy), manifest)  # opening (headers, shapes) still passes
@@ -195,7 +195,7 @@ def test_two_python_threads_on_one_model_are_refused_never_wrong(compiled_llama)
                 try:
                     ids, _ = model.generate(prompts[index], 6)
                 except native.NativeError as error:
-                    if error.code == native.API["CQ4P_ERROR_BUSY"]:
+                    if error.code == fmt.CQ4P_ERROR_BUSY:
                         results["busy"] += 1
                     else:
                         results["other"].append(error.message)

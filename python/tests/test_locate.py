@@ -1,4 +1,4 @@
-"""Where the package finds the tools and the runtime library (cq4p.locate):
+"""Where the package finds the tools and the runtime library (cq4p.native.locate):
 the order of the places it looks in, and the exact message when a part is
 missing."""
 
@@ -8,9 +8,9 @@ import sysconfig
 
 import pytest
 
-from cq4p import locate
-from cq4p import native
-from cq4p import tools
+from cq4p.native import locate
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 VARIABLES = ("CQ4P_OPT", "CQ4P_COMPILE", "CQ4P_RUN", "CQ4P_RUNTIME_LIB", "CQ4P_PREFIX")
 

@@ -9,16 +9,16 @@ import shutil
 import numpy as np
 import pytest
 
-from cq4p import __main__ as cli
-from cq4p import architecture as arch
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import files as fl
-from cq4p import ir
-from cq4p import reference as rf
-from cq4p import safetensors as st
-from cq4p import synthetic
-from cq4p import upgrade as up
+from cq4p.cli import convert as cv
+from cq4p.cli import main as cli
+from cq4p.cli import upgrade as up
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import safetensors as st
+from cq4p.model import architecture as arch
+from cq4p.model import ir
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
 
 
 def run(capsys, *argv):
@@ -255,10 +255,10 @@ def test_graph_binds_every_tensor_once_and_carries_the_digest(synthetic_model, m
     assert sorted(bound) == sorted(entry["name"] for entry in manifest["tensors"])
     assert len(bound) == len(set(bound))
     for entry in manifest["tensors"]:
-        path = fl.resolve(str(bundle), entry["file"])
+        path = bd.resolve(str(bundle), entry["file"])
         assert bd.file_sha256(path) == entry["sha256"]
         if entry.get("rotation") == "hadamard":
-            with fl.read_tensor(path) as tensor:
+            with rd.read_tensor(path) as tensor:
                 assert (f'{{cq4p.tensor = "{entry["name"]}", cq4p.transform = '
                         f'"{tensor.transform_digest()}"}}') in graph
     assert len(ops(graph, "cq4p.cached_attention")) == spec.num_layers
@@ -444,7 +444,7 @@ def test_a_text_prompt_needs_a_tokenizer(synthetic_model, capsys):
 
 def test_a_sentencepiece_tokenizer_encodes_and_decodes(synthetic_model, tmp_path):
     spm = pytest.importorskip("sentencepiece")
-    from cq4p import generate as gn
+    from cq4p.cli import generate as gn
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(["the quick brown fox jumps over the lazy dog",
                                "a model of four bit weights runs on arm cores",

@@ -25,10 +25,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import generate as gn
-from cq4p import reference as rf
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import generate as gn
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
+from cq4p.native import tools
 
 CHUNK = 16
 PROMPT_TOKENS = 40  # two full chunks and a tail of 8
@@ -128,7 +128,7 @@ def test_neon_and_sme2_families_match_the_oracle_and_each_other(arch, tmp_path):
     # Qwen2's biases, SmolLM2's padded K.
     import os as _os
 
-    from cq4p import convert as cv
+    from cq4p.cli import convert as cv
 
     sizes = {"window": 16} if arch == "gemma4" else {}
     config = synthetic.write_model(str(tmp_path / "checkpoint"), arch,

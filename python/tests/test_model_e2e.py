@@ -12,15 +12,15 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import check as ck
-from cq4p import convert as cv
-from cq4p import generate as gn
-from cq4p import native
-from cq4p import reference as rf
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import check as ck
+from cq4p.cli import convert as cv
+from cq4p.cli import generate as gn
+from cq4p.cli import main as cli
+from cq4p.io import bundle as bd
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 CHUNK = 8
 PROMPT_TOKENS = 40

@@ -6,12 +6,12 @@ import os
 import numpy as np
 import pytest
 
-from cq4p import architecture as arch
-from cq4p import convert as cv
-from cq4p import native_quantize as nq
-from cq4p import panels as pn
-from cq4p import quantize as qz
-from cq4p import synthetic
+from cq4p.cli import convert as cv
+from cq4p.format import panels as pn
+from cq4p.model import architecture as arch
+from cq4p.model import synthetic
+from cq4p.native import quantize as nq
+from cq4p.quant import quantize as qz
 
 pytestmark = pytest.mark.skipif(not nq.available(),
                                 reason="the runtime library (native quantizer) is not built")
@@ -156,7 +156,10 @@ def test_every_checkpoint_dtype_gives_the_same_bytes(tmp_path, dtype):
 
 KERNEL_PATHS_SCRIPT = r"""
 import numpy as np
-from cq4p import architecture as arch, native_quantize as nq, panels as pn, quantize as qz
+from cq4p.format import panels as pn
+from cq4p.model import architecture as arch
+from cq4p.native import quantize as nq
+from cq4p.quant import quantize as qz
 rng = np.random.default_rng(3)
 for n, k in [(70, 96), (130, 384), (9, 1024)]:
     w = (rng.standard_normal((n, k)) * np.exp(rng.standard_normal(k))).astype(np.float32)

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from conftest import gaussian_weight
-from cq4p import files as fl
-from cq4p import native
-from cq4p import panels as pn
-from cq4p import quantize as qz
+from cq4p.format import legacy as lg
+from cq4p.format import panels as pn
+from cq4p.io import writer as wr
+from cq4p.native import runtime as native
+from cq4p.quant import quantize as qz
 
 # (N, K, gs): Hadamard cases; pre-scaled and raw codebooks alternate so that
 # the folded norms see cb_scale = 1 and cb_scale != 1.
@@ -111,9 +112,9 @@ def test_native_codebook_int8_matches():
 
 def sources(qw):
     """The legacy data regions the weight can be written as."""
-    out = {"row_major": fl.pack_row_major(qw.indices)}
-    if fl.interleaved_refusal(qw.rotation, qw.n, qw.k, qw.group_size) is None:
-        out["interleaved4row"] = fl.pack_interleaved(qw.indices, qw.group_size)
+    out = {"row_major": lg.pack_row_major(qw.indices)}
+    if wr.interleaved_refusal(qw.rotation, qw.n, qw.k, qw.group_size) is None:
+        out["interleaved4row"] = lg.pack_interleaved(qw.indices, qw.group_size)
     return out
 
 
@@ -124,9 +125,9 @@ def check_against_native(qw, panel_gs):
     for layout, data in sources(qw).items():
         # The Python path: legacy bytes -> indices -> panels.
         if layout == "row_major":
-            indices = fl.unpack_row_major(data, qw.n, qw.k)
+            indices = lg.unpack_row_major(data, qw.n, qw.k)
         else:
-            indices = fl.unpack_interleaved(data, qw.n, qw.k, qw.group_size)
+            indices = lg.unpack_interleaved(data, qw.n, qw.k, qw.group_size)
         py_panels, py_norms, _ = pn.encode_panels(indices, qw.norms, qw.codebook, qw.group_size,
                                                   panel_gs)
         c_panels, c_norms = native.encode_panels(layout, data, qw.n, qw.k, qw.group_size,
@@ -165,7 +166,7 @@ def test_native_encoder_canonicalises_like_the_packer():
     panels, norm_panels, _ = pn.encode_panels(indices, norms, codebook, 128, 128)
     unpacked = pn.unpack_panels(panels, 64, 128, 128)
     assert not np.any(unpacked == 15) and np.array_equal(unpacked == 14, np.isin(indices, [14, 15]))
-    c_panels, c_norms = native.encode_panels("row_major", fl.pack_row_major(indices), 64, 128, 128,
+    c_panels, c_norms = native.encode_panels("row_major", lg.pack_row_major(indices), 64, 128, 128,
                                              norms, codebook, 128)
     assert c_panels.tobytes() == panels.tobytes()
     assert c_norms.tobytes() == norm_panels.tobytes()

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from cq4p import quantize as qz
+from cq4p.quant import quantize as qz
 
 # Max (1960): the 16-level Lloyd-Max quantizer of a unit Gaussian, positive half.
 GAUSSIAN_LLOYD_MAX_16 = [0.1284, 0.3881, 0.6568, 0.9424, 1.2562, 1.6180, 2.0690, 2.7326]

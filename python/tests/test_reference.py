@@ -1,12 +1,12 @@
-"""The oracle (cq4p.reference) and the synthetic models it is run on."""
+"""The oracle (cq4p.model.reference) and the synthetic models it is run on."""
 
 import math
 
 import numpy as np
 import pytest
 
-from cq4p import reference as rf
-from cq4p import synthetic
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
 
 PROMPT_TOKENS = 40
 GREEDY_STEPS = 32

@@ -1,4 +1,4 @@
-"""The oracle (cq4p.reference) on the families of issue 17: hand-computed
+"""The oracle (cq4p.model.reference) on the families of issue 17: hand-computed
 cases of each new piece (a conv state carried across steps, a KV-shared
 layer reading its donor's cache, proportional RoPE, llama3 frequencies, q/k/v
 biases), and the synthetic families: chunked prefill equals one token at a
@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import reference as rf
-from cq4p import synthetic
+from cq4p.cli import convert as cv
+from cq4p.io import bundle as bd
+from cq4p.model import reference as rf
+from cq4p.model import synthetic
 
 PROMPT_TOKENS = 40
 GREEDY_STEPS = 32

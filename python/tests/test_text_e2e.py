@@ -9,17 +9,16 @@ conversation re-run from scratch.
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 import tokenizer_data
-from cq4p import __main__ as cli
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import native
-from cq4p import synthetic
-from cq4p import tools
+from cq4p.cli import convert as cv
+from cq4p.cli import main as cli
+from cq4p.io import bundle as bd
+from cq4p.model import synthetic
+from cq4p.native import runtime as native
+from cq4p.native import tools
 
 from test_model_e2e import compile_model
 
@@ -157,7 +156,7 @@ def test_text_prompt_on_aarch64(text_model, tmp_path):
                               capture_output=True, text=True, check=False)
     assert compiled.returncode == 0, compiled.stderr
     with native.NativeTokenizer(directory=bundle) as tokenizer:
-        strings, prompt = [], []
+        strings = []
         for text in tokenizer_corpus.corpus():
             if len(tokenizer.encode("\n".join(strings + [text]))) > 1500:
                 break

@@ -14,7 +14,8 @@ import pytest
 
 import tokenizer_corpus
 import tokenizer_data
-from cq4p import native
+from cq4p.format import constants as fmt
+from cq4p.native import runtime as native
 
 SUMMARY = {}
 
@@ -105,7 +106,7 @@ def test_invalid_utf8_is_refused_with_its_offset(real, data, offset):
     _, tokenizer = real
     with pytest.raises(native.NativeError) as error:
         tokenizer.encode(data)
-    assert error.value.code == native.API["CQ4P_ERROR_ARGUMENT"]
+    assert error.value.code == fmt.CQ4P_ERROR_ARGUMENT
     assert f"not valid UTF-8 at byte {offset} of {len(data)}" in error.value.message
 
 

@@ -1,4 +1,4 @@
-"""Content verification: `inspect --deep` (cq4p.files.verify_content) and
+"""Content verification: `inspect --deep` (cq4p.io.reader.verify_content) and
 the runtime's `cq4p-run --verify` (Bundle::verify) refuse a file breaking
 each content rule of FORMAT.md with the same words, and accept valid files
 of every layout."""
@@ -13,9 +13,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from cq4p import __main__ as cli
-from cq4p import files as fl
-from cq4p import quantize as qz
+from cq4p.cli import main as cli
+from cq4p.format import layout as ly
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.quant import quantize as qz
 
 
 def _runner():
@@ -32,7 +34,7 @@ def _runtime_verdict(path):
     shutil.rmtree(bundle, ignore_errors=True)
     os.mkdir(bundle)
     shutil.copyfile(path, os.path.join(bundle, os.path.basename(path)))
-    with fl.read_tensor(path) as tensor:
+    with rd.read_tensor(path) as tensor:
         entry = {"name": "t", "file": os.path.basename(path), "shape": list(tensor.dims),
                  "dtype": tensor.precision_name}
     with open(os.path.join(bundle, "manifest.json"), "w") as out:
@@ -56,24 +58,24 @@ def valid(tmp_path_factory):
     paths = {}
     hadamard = _hadamard()
     paths["panels"] = str(root / "h.cq4p.weights")
-    fl.write_panel_file(paths["panels"], hadamard)
+    wr.write_panel_file(paths["panels"], hadamard)
     paths["row_major"] = str(root / "h.cq4.weights")
-    fl.write_row_major_file(paths["row_major"], hadamard)
+    wr.write_row_major_file(paths["row_major"], hadamard)
     orthogonal = qz.quantize_orthogonal(np.random.default_rng(5).standard_normal((70, 128)),
                                         seed=2)
     paths["orthogonal"] = str(root / "o.cq4p.weights")
-    fl.write_panel_file(paths["orthogonal"], orthogonal)
+    wr.write_panel_file(paths["orthogonal"], orthogonal)
     paths["fp16"] = str(root / "d16.weights")
-    fl.write_dense_file(paths["fp16"], np.linspace(-2, 2, 24).reshape(4, 6), fl.FP16)
+    wr.write_dense_file(paths["fp16"], np.linspace(-2, 2, 24).reshape(4, 6), ly.FP16)
     paths["fp32"] = str(root / "d32.weights")
-    fl.write_dense_file(paths["fp32"], np.linspace(-2, 2, 24).reshape(4, 6), fl.FP32)
+    wr.write_dense_file(paths["fp32"], np.linspace(-2, 2, 24).reshape(4, 6), ly.FP32)
     return paths
 
 
 @pytest.mark.parametrize("kind", ["panels", "row_major", "orthogonal", "fp16", "fp32"])
 def test_valid_files_pass(valid, kind, capsys):
-    with fl.read_tensor(valid[kind]) as tensor:
-        fl.verify_content(tensor)
+    with rd.read_tensor(valid[kind]) as tensor:
+        rd.verify_content(tensor)
     assert cli.main(["inspect", "--deep", valid[kind]]) == 0
     assert "content: every rule of FORMAT.md holds" in capsys.readouterr().out
     verdict = _runtime_verdict(valid[kind])
@@ -84,7 +86,7 @@ def test_valid_files_pass(valid, kind, capsys):
 def _patch(source, target, region, offset_in_region, data):
     """A copy of `source` with `data` written into a region."""
     shutil.copyfile(source, target)
-    with fl.read_tensor(source) as tensor:
+    with rd.read_tensor(source) as tensor:
         offset = tensor.regions[region][0] + offset_in_region
     with open(target, "r+b") as out:
         out.seek(offset)
@@ -114,9 +116,8 @@ def _defects(valid, root):
         out.write(b"\x01")
     cases.append((path, "padding", "expected zero bytes, found 0x1 at offset 90"))
 
-    with fl.read_tensor(panels) as tensor:
+    with rd.read_tensor(panels) as tensor:
         first = float(tensor.norm_panels.reshape(-1)[0])
-        n = tensor.n
     bumped = np.nextafter(np.float32(first), np.float32(np.inf))
     cases.append((_patch(panels, str(root / "fold.cq4p.weights"), "norm_panels", 0,
                          struct.pack("<f", bumped)),
@@ -135,8 +136,8 @@ def _defects(valid, root):
 
     twins = [-1.0, -0.999, 0.0, 0.001] + [0.5] * 11 + [1.0]
     path = str(root / "twins.cq4p.weights")
-    fl.write_panel_file(path, _hadamard(codebook=twins))
-    with fl.read_tensor(path) as tensor:
+    wr.write_panel_file(path, _hadamard(codebook=twins))
+    with rd.read_tensor(path) as tensor:
         offset, shift, row, col = _first_index_position(tensor, 0, tensor.n)
         data_offset = tensor.regions["data"][0]
     with open(path, "r+b") as out:
@@ -161,9 +162,9 @@ def _defects(valid, root):
 
 def test_each_content_rule_is_refused_alike(valid, tmp_path, capsys):
     for path, field, words in _defects(valid, tmp_path):
-        with fl.read_tensor(path) as tensor:  # opening still accepts it
-            with pytest.raises(fl.FormatError) as refusal:
-                fl.verify_content(tensor)
+        with rd.read_tensor(path) as tensor:  # opening still accepts it
+            with pytest.raises(rd.FormatError) as refusal:
+                rd.verify_content(tensor)
         message = str(refusal.value)
         assert refusal.value.field == field, message
         assert words in message, message

@@ -47,7 +47,7 @@ Status parse(const std::string &what, const std::string &text, Value &out);
 /// (surrogate pairs past U+FFFF), integers as written (any size), other
 /// numbers in Python's shortest round-trip repr (`1e-05`, `500000.0`,
 /// `Infinity` for a literal past the double range). The manifest's
-/// model_digest is the sha256 of such a text (python/cq4p/bundle.py).
+/// model_digest is the sha256 of such a text (python/cq4p/io/bundle.py).
 std::string pythonJson(const Value &value);
 
 } // namespace cq4p::runtime::json

@@ -4,7 +4,7 @@
 // The format only asks for an orthogonal matrix stored as fp16; this is the
 // converter's construction, defined by its operations so that any machine
 // (any ISA, any thread count, any BLAS or none) makes the same bits, and
-// python/cq4p/quantize.py (`orthogonal_rotation`) makes them independently
+// python/cq4p/quant/quantize.py (`orthogonal_rotation`) makes them independently
 // with numpy's elementwise operations, which round each operation alone.
 //
 // 1. Numbers: SplitMix64 keyed by the seed and K,

@@ -503,7 +503,7 @@ Status verifyPanels(const std::string &path, const uint8_t *bytes,
     for (int j = 0; j < i; ++j)
       if (cbI8[j] == cbI8[i])
         nonCanonical[i] = true;
-  // Row by row, as Python's reader reports the first defect (files.py).
+  // Row by row, as Python's reader reports the first defect (io/reader.py).
   const uint8_t *panels = bytes + regions.offset[CQ4P_REGION_DATA];
   uint64_t kgBlocks = k / CQ4P_KG_BLOCK_K;
   auto index = [&](uint64_t row, uint64_t col) {

@@ -67,15 +67,19 @@ def test_cq4p_command_in_a_fresh_venv(venv, work):
         f"cq4p {project_version()}"
     assert run([venv / "bin" / "python", "-m", "cq4p", "--version"], cwd=work).stdout.strip() \
         == f"python -m cq4p {project_version()}"
-    # The venv's copy runs, with the C headers the format is read from.
+    # The venv's copy runs, every subpackage installed, with the format's
+    # constants as generated from the C headers (no header needed).
     where = run([venv / "bin" / "python", "-c",
-                 "import cq4p, cq4p.format as f; print(cq4p.__file__); print(f.HEADER)"],
-                cwd=work).stdout.split()
+                 "import cq4p, cq4p.format.constants as f; print(cq4p.__file__); "
+                 "print(f.__file__)"], cwd=work).stdout.split()
     site = venv / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages"
-    assert where == [str(site / "cq4p" / "__init__.py"), str(site / "cq4p" / "include" /
-                                                             "format.h")]
-    assert (site / "cq4p" / "include" / "format.h").read_bytes() == \
-        (SOURCE / "runtime" / "include" / "cq4p" / "format.h").read_bytes()
+    assert where == [str(site / "cq4p" / "__init__.py"),
+                     str(site / "cq4p" / "format" / "constants.py")]
+    assert (site / "cq4p" / "format" / "constants.py").read_bytes() == \
+        (SOURCE / "python" / "cq4p" / "format" / "constants.py").read_bytes()
+    installed = {path.parent.name for path in (site / "cq4p").glob("*/__init__.py")}
+    source = {path.parent.name for path in (SOURCE / "python" / "cq4p").glob("*/__init__.py")}
+    assert installed == source
 
 
 def test_convert_and_inspect_from_outside_the_repository(bundle, venv, work):

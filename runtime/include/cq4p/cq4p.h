@@ -4,7 +4,7 @@
  * (zero-copy views of every region), the reference panel encoder, and whole
  * models (a bundle run by a model library's compiled steps).
  * Used from C, from other languages, and from Python through ctypes
- * (python/cq4p/native.py). Errors are values: every call that can fail
+ * (python/cq4p/native/runtime.py). Errors are values: every call that can fail
  * returns a cq4p_code and writes a message naming the file, the field, what
  * was expected and what was found into the caller's buffer.
  *
@@ -157,7 +157,7 @@ CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
 
-/* The native quantizer (the converter's, python/cq4p/quantize.py being its
+/* The native quantizer (the converter's, python/cq4p/quant/quantize.py being its
  * oracle): weights w [N][K] (enum cq4p_source_dtype) -> packed panels and float64 norms, bit
  * for bit the indices and norms of the numpy implementation (the operation
  * order is spelled out in runtime/src/Quantize.cpp). K is zero-padded to

@@ -165,7 +165,7 @@ protected:
            R"("sha256": ")" + shaA + R"("}, {"name": "b", "file": "b.weights", )"
            R"("shape": [8], "dtype": "FP16", "sha256": ")" + shaB + R"("}])";
   }
-  /// The digest as python/cq4p/bundle.py defines it, spelled out by hand.
+  /// The digest as python/cq4p/io/bundle.py defines it, spelled out by hand.
   std::string digest(const std::string &canonicalConfig) const {
     return sha256(R"({"config":)" + canonicalConfig +
                   R"(,"tensors":[{"dtype":"FP16","file":"a.weights","name":"a",)"

@@ -12,7 +12,7 @@
 // through a symbolic link, and only as regular files (a FIFO or a device is
 // refused before it is read); a manifest with a duplicate member name or
 // larger than kMaxManifestBytes is refused. Python's reader applies the
-// same rules (python/cq4p/bundle.py).
+// same rules (python/cq4p/io/bundle.py).
 //
 // Files must not change while a bundle is open: the tensors are the files'
 // own pages, mapped read-only. A file rewritten in place changes what the
@@ -31,7 +31,7 @@
 //
 // Integrity (docs/TRUST.md): each manifest entry may record the sha256 of
 // its file, and model_digest is the sha256 of the manifest's config and
-// tensor list in Python's canonical JSON (python/cq4p/bundle.py), so it
+// tensor list in Python's canonical JSON (python/cq4p/io/bundle.py), so it
 // covers every file's sha256 and every config value. Opening checks what
 // is cheap (every header, size and offset; the manifest against each
 // file's header); verifyIntegrity() hashes every file and recomputes

@@ -4,7 +4,7 @@
 // file's own pages, never copied. A file truncated while mapped is detected
 // rather than fatal (truncatedWhileMapped, checkMapping; docs/TRUST.md). Every header field, size and offset is
 // validated before any region is exposed, in a fixed order shared with the
-// Python reader (python/cq4p/files.py), so that both name the same field
+// Python reader (python/cq4p/io/reader.py), so that both name the same field
 // for the same defect.
 //
 //===----------------------------------------------------------------------===//

@@ -2,7 +2,7 @@
 
 import subprocess
 
-from cq4p import locate
+from cq4p.native import locate
 
 
 class ToolError(RuntimeError):
@@ -11,7 +11,7 @@ class ToolError(RuntimeError):
 
 def find_tool(name):
     """The path of a cq4p tool: $CQ4P_<NAME>, $CQ4P_PREFIX, the source tree's
-    build, this Python's prefix, then PATH (cq4p.locate)."""
+    build, this Python's prefix, then PATH (cq4p.native.locate)."""
     try:
         return locate.tool(name)
     except locate.NotFoundError as error:

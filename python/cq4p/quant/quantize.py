@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from cq4p import format as fmt
+from cq4p.format import constants as fmt
 
 HADAMARD = "hadamard"
 ORTHOGONAL = "orthogonal"

@@ -18,6 +18,7 @@ lookup fails with its name and value instead of finding something else.
 Nothing here imports numpy, so that a Python without it can be told so.
 """
 
+import importlib
 import os
 import shutil
 import sys
@@ -28,8 +29,8 @@ PREFIX_VARIABLE = "CQ4P_PREFIX"
 RUNTIME_VARIABLE = "CQ4P_RUNTIME_LIB"
 RUNTIME_NAME = "libcq4p_runtime.dylib" if sys.platform == "darwin" else "libcq4p_runtime.so"
 
-# python/cq4p/locate.py -> the repository, when the package runs from it.
-_CHECKOUT = Path(__file__).resolve().parent.parent.parent
+# python/cq4p/native/locate.py -> the repository, when the package runs from it.
+_CHECKOUT = Path(__file__).resolve().parents[3]
 _FIX = ("build it (scripts/build) or install cq4p (cmake --install <build> --prefix P) "
         "and set CQ4P_PREFIX=P")
 
@@ -133,6 +134,6 @@ def numpy_missing_message(executable=None):
 def require_numpy():
     """Exits with numpy_missing_message() when numpy cannot be imported."""
     try:
-        import numpy  # noqa: F401  (imported to learn whether it is there)
+        importlib.import_module("numpy")
     except ImportError:
         sys.exit(numpy_missing_message())

@@ -1,10 +1,10 @@
 """`python -m cq4p convert`: a safetensors checkpoint -> a cq4p bundle.
 
-The checkpoint must be a model cq4p runs (`cq4p.architecture`): its config
+The checkpoint must be a model cq4p runs (`cq4p.model.architecture`): its config
 and tensor names and shapes are checked before any tensor is converted.
 The bundle holds one file per tensor, manifest.json (with each file's
 sha256 and the model_digest), model.mlir (the forward pass,
-`cq4p.ir.model_graph`) and the tokenizer files found next to the
+`cq4p.model.ir.model_graph`) and the tokenizer files found next to the
 checkpoint.
 
 Tensor policy:
@@ -17,10 +17,10 @@ Tensor policy:
 - everything else: FP16, or FP32 when a value is outside fp16's finite
   range (as is a CQ4 candidate whose stored norms would overflow fp16).
 
-Quantizer: the runtime library's native one (`cq4p.native_quantize`,
+Quantizer: the runtime library's native one (`cq4p.native.quantize`,
 runtime/src/Quantize.cpp: multi-threaded, reading the checkpoint's bytes)
 writes the panel files when the library is built, else numpy's
-(`cq4p.quantize`, the oracle); the bundles are the same bytes. Each progress
+(`cq4p.quant.quantize`, the oracle); the bundles are the same bytes. Each progress
 line ends with the tensor's parameters per second, and a last line gives
 the whole conversion's.
 
@@ -70,16 +70,18 @@ import time
 
 import numpy as np
 
-from cq4p import architecture as arch
-from cq4p import bundle as bd
-from cq4p import files as fl
-from cq4p import format as fmt
-from cq4p import ir
-from cq4p import quantize as qz
-from cq4p import safetensors as st
+from cq4p.format import constants as fmt
+from cq4p.format import layout as ly
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import safetensors as st
+from cq4p.io import writer as wr
+from cq4p.model import architecture as arch
+from cq4p.model import ir
+from cq4p.quant import quantize as qz
 
 HADAMARD_GROUP_SIZE = 128
-LEGACY_LAYOUTS = (fl.INTERLEAVED, fl.ROW_MAJOR)
+LEGACY_LAYOUTS = (ly.INTERLEAVED, ly.ROW_MAJOR)
 MODEL_GRAPH = "model.mlir"
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
@@ -101,24 +103,24 @@ def orthogonal_layout(n, k, legacy=None):
     """Panels (K zero-padded to a multiple of 128) unless legacy files are
     asked for; then interleaved when the shape allows, else row-major."""
     if legacy is None:
-        return fl.PANELS
-    if legacy != fl.ROW_MAJOR and fl.interleaved_refusal(qz.ORTHOGONAL, n, k, k) is None:
-        return fl.INTERLEAVED
-    return fl.ROW_MAJOR
+        return ly.PANELS
+    if legacy != ly.ROW_MAJOR and wr.interleaved_refusal(qz.ORTHOGONAL, n, k, k) is None:
+        return ly.INTERLEAVED
+    return ly.ROW_MAJOR
 
 
 def hadamard_layout(n, legacy=None):
     if legacy is None:
-        return fl.PANELS
-    if legacy == fl.INTERLEAVED and n % 4 == 0:
-        return fl.INTERLEAVED
-    return fl.ROW_MAJOR
+        return ly.PANELS
+    if legacy == ly.INTERLEAVED and n % 4 == 0:
+        return ly.INTERLEAVED
+    return ly.ROW_MAJOR
 
 
 def _file_name(stem, layout):
-    if layout == fl.PANELS:
-        return stem + fl.PANEL_SUFFIX
-    return stem + fl.LEGACY_SUFFIX
+    if layout == ly.PANELS:
+        return stem + bd.PANEL_SUFFIX
+    return stem + bd.LEGACY_SUFFIX
 
 
 # --- inputs ------------------------------------------------------------------
@@ -135,8 +137,8 @@ def read_config(model_dir):
     if not os.path.lexists(path):
         raise ConvertError(f"{model_dir}: missing config.json")
     try:
-        fd = fl.open_regular(path)
-    except fl.FormatError as error:
+        fd = rd.open_regular(path)
+    except rd.FormatError as error:
         raise ConvertError(str(error)) from None
     except OSError as error:
         raise ConvertError(f"{path}: cannot open: {error.strerror}") from None
@@ -297,8 +299,8 @@ def check_tensor_names(where, names):
                                f"'_', '.' and '-' (not first), found "
                                f"{', '.join(map(repr, bad)) or 'a leading dot'}")
         stem = name
-        for candidate in (stem + fl.PANEL_SUFFIX, stem + fl.LEGACY_SUFFIX,
-                          stem + fl.PLAIN_SUFFIX):
+        for candidate in (stem + bd.PANEL_SUFFIX, stem + bd.LEGACY_SUFFIX,
+                          stem + bd.PLAIN_SUFFIX):
             other = files.setdefault(candidate, name)
             if other != name:
                 raise ConvertError(f"{where}: tensor names {other!r} and {name!r} both "
@@ -341,12 +343,12 @@ def _dense_entry(directory, name, values, original_shape, reason=None):
     with np.errstate(over="ignore"):
         fp16 = values.astype(np.float16)
     overflow = bool(np.any(np.isinf(fp16) & np.isfinite(values)))
-    precision = fl.FP32 if overflow else fl.FP16
+    precision = ly.FP32 if overflow else ly.FP16
     stored = values if overflow else fp16
     stem = bd.logical_file(name)
-    sha256 = fl.write_dense_file(os.path.join(directory, stem),
+    sha256 = wr.write_dense_file(os.path.join(directory, stem),
                                  stored.reshape(original_shape or (1,)), precision)
-    dtype = fl.PRECISION_NAMES[precision]
+    dtype = ly.PRECISION_NAMES[precision]
     shape = list(original_shape or (1,))
     note = reason or ("values outside the fp16 range" if overflow else None)
     line = f"{dtype} {'x'.join(map(str, shape))}" + (f" ({note})" if note else "")
@@ -361,10 +363,10 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
     if rotation == qz.ORTHOGONAL:
         # Panels need K % 128 == 0: a narrower table is zero-padded, as the
         # Hadamard weights are (the graph slices rows back to the true width).
-        k_padded = arch.padded(values.shape[1]) if layout == fl.PANELS else None
+        k_padded = arch.padded(values.shape[1]) if layout == ly.PANELS else None
         return qz.quantize_orthogonal(values, seed, input_scale, k_padded)
     # Panel and interleaved Hadamard files store the pre-scaled codebook.
-    prescale = layout in (fl.PANELS, fl.INTERLEAVED)
+    prescale = layout in (ly.PANELS, ly.INTERLEAVED)
     return qz.quantize_hadamard(values, HADAMARD_GROUP_SIZE, seed, input_scale, prescale)
 
 
@@ -376,9 +378,9 @@ def _use_native(quantizer, layout):
     uses it when the library is there, "numpy" never."""
     if quantizer not in QUANTIZERS:
         raise ValueError(f"quantizer must be one of {QUANTIZERS}, got {quantizer!r}")
-    if quantizer == "numpy" or layout != fl.PANELS:
+    if quantizer == "numpy" or layout != ly.PANELS:
         return False
-    from cq4p import native_quantize as nq
+    from cq4p.native import quantize as nq
     if quantizer == "native" and not nq.available():
         raise ConvertError("the native quantizer needs the runtime library (scripts/build "
                            "cq4p_runtime, or CQ4P_RUNTIME_LIB)")
@@ -393,7 +395,7 @@ _NATIVE_BUFFERS = None
 def _quantized_native(name, entry, rotation, seed, input_scale):
     """`_quantized` and the panel encoder, in the runtime (`weight.packed`),
     from the checkpoint's bytes."""
-    from cq4p import native_quantize as nq
+    from cq4p.native import quantize as nq
     global _NATIVE_BUFFERS
     if _NATIVE_BUFFERS is None:
         _NATIVE_BUFFERS = nq.Buffers()
@@ -421,9 +423,9 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     stem = bd.logical_file(name)
     if 0 in shape:
         raise ConvertError(f"{entry.path}: tensor {name} has no elements (shape {list(shape)})")
-    if len(shape) > fl.MAX_DIMS:
+    if len(shape) > ly.MAX_DIMS:
         raise ConvertError(f"{entry.path}: tensor {name} has {len(shape)} dims, at most "
-                           f"{fl.MAX_DIMS} can be stored")
+                           f"{ly.MAX_DIMS} can be stored")
     if len(shape) == 2 and is_orthogonal_tensor(name):
         rotation, layout = qz.ORTHOGONAL, orthogonal_layout(*shape, legacy)
     elif is_hadamard_tensor(name, shape):
@@ -432,7 +434,7 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
         return _dense_entry(directory, name, st.load(entry), shape)
 
     input_scale = _input_scale(name, shape[1], calibration)
-    path = os.path.join(directory, _file_name(stem[:-len(fl.PLAIN_SUFFIX)], layout))
+    path = os.path.join(directory, _file_name(stem[:-len(bd.PLAIN_SUFFIX)], layout))
     native = _use_native(quantizer, layout)
     # The native quantizer reads the checkpoint's own bytes (F32, BF16 or F16).
     values = None if native else st.load(entry)
@@ -443,16 +445,16 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
             weight = _quantized(name, values, rotation, seed, input_scale, layout)
     except qz.NormOverflowError as error:
         why = str(error).split(": ", 1)[1]
-        if layout == fl.PANELS:
+        if layout == ly.PANELS:
             # The model graph runs every linear and embedding from CQ4
             # panels: an FP32 copy would leave a bundle without a model.mlir.
             raise ConvertError(f"tensor {name}: cannot be stored as CQ4 ({why}), and the "
                                f"model graph needs it as CQ4 panels") from None
         return _dense_entry(directory, name, st.load(entry) if values is None else values, shape,
                             f"not CQ4: {why}")
-    sha256 = fl.WRITERS[layout](path, weight)
+    sha256 = wr.WRITERS[layout](path, weight)
     gs = (HADAMARD_GROUP_SIZE if rotation == qz.HADAMARD
-          else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == fl.PANELS else weight.k)
+          else fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if layout == ly.PANELS else weight.k)
     stored = [weight.n, weight.k]
     line = f"CQ4 {rotation} {layout} {weight.n}x{weight.k}"
     if weight.k != shape[1]:
@@ -518,8 +520,8 @@ def write_model_files(directory, config, tensors, spec):
     transforms = {}
     for entry in tensors:
         if entry["dtype"] == "CQ4" and entry.get("rotation") == qz.HADAMARD:
-            with fl.read_tensor(fl.resolve(directory, entry["file"])) as tensor:
-                if tensor.layout == fl.PANELS:
+            with rd.read_tensor(bd.resolve(directory, entry["file"])) as tensor:
+                if tensor.layout == ly.PANELS:
                     transforms[entry["name"]] = tensor.transform_digest()
     graph_path = os.path.join(directory, MODEL_GRAPH)
     try:
@@ -543,7 +545,7 @@ def verify_bundle(directory):
     ConvertError names what they refuse:
     a bundle convert wrote and its own tools refuse is a defect of convert,
     reported instead of moved into place."""
-    from cq4p import native
+    from cq4p.native import runtime as native
     try:
         native.verify_bundle(directory)
         deep = False
@@ -556,8 +558,8 @@ def verify_bundle(directory):
         for entry in manifest["tensors"]:
             with bd.open_tensor(directory, entry) as tensor:
                 if deep:
-                    fl.verify_content(tensor)
-    except (bd.BundleError, fl.FormatError) as error:
+                    rd.verify_content(tensor)
+    except (bd.BundleError, rd.FormatError) as error:
         raise ConvertError(f"the converted bundle does not read back: {error}") from None
 
 
@@ -708,6 +710,6 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             signal.signal(signal.SIGTERM, previous_handler)
         global _NATIVE_BUFFERS
         _NATIVE_BUFFERS = None  # the memory goes with the conversion
-        if "cq4p.native_quantize" in sys.modules:
-            sys.modules["cq4p.native_quantize"].forget_rotations()
+        if "cq4p.native.quantize" in sys.modules:
+            sys.modules["cq4p.native.quantize"].forget_rotations()
     return out

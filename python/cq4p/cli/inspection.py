@@ -14,9 +14,10 @@ import os
 
 import numpy as np
 
-from cq4p import bundle as bd
-from cq4p import files as fl
-from cq4p import panels as pn
+from cq4p.format import layout as ly
+from cq4p.format import panels as pn
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -34,13 +35,13 @@ def _precision(tensor):
 
 def describe(tensor):
     """The lines `inspect` prints for a validated file."""
-    flags = " | ".join(fl.flag_names(tensor.flags)) or "none"
+    flags = " | ".join(ly.flag_names(tensor.flags)) or "none"
     lines = [f"file: {tensor.path}",
              f"header: magic CACT, {tensor.header_bytes} bytes, alignment {tensor.alignment}, "
              f"file {tensor.file_bytes} bytes",
              f"precision: {_precision(tensor)}",
              f"flags: 0x{tensor.flags:x} ({flags})"]
-    if tensor.layout == fl.DENSE:
+    if tensor.layout == ly.DENSE:
         lines.append(f"layout: dense, shape {' x '.join(map(str, tensor.dims))}")
     else:
         rotation = "orthogonal" if tensor.orthogonal else "hadamard"
@@ -55,7 +56,7 @@ def describe(tensor):
         shape = "x".join(map(str, view.shape))
         lines.append(f"  {name:<18} offset {offset:>10}  bytes {size:>10}  "
                      f"{view.dtype.str} [{shape}]")
-    if tensor.layout == fl.DENSE:
+    if tensor.layout == ly.DENSE:
         lines.append(f"values: {_stats(tensor.data)}")
         return lines
     lines.append(f"norms (stored fp16): {_stats(tensor.norms)}")
@@ -70,8 +71,8 @@ def describe(tensor):
 
 def inspect_file(path, out, deep=False):
     try:
-        tensor = fl.read_tensor(path)
-    except fl.FormatError as error:
+        tensor = rd.read_tensor(path)
+    except rd.FormatError as error:
         print(f"INVALID: {error}", file=out)
         return EXIT_INVALID
     with tensor:
@@ -79,8 +80,8 @@ def inspect_file(path, out, deep=False):
             print(line, file=out)
         if deep:
             try:
-                fl.verify_content(tensor)
-            except fl.FormatError as error:
+                rd.verify_content(tensor)
+            except rd.FormatError as error:
                 print(f"INVALID: {error}", file=out)
                 return EXIT_INVALID
             print("content: every rule of FORMAT.md holds", file=out)
@@ -97,8 +98,8 @@ def _bundle_line(directory, record, deep=False):
         with bd.open_tensor(directory, record) as tensor:
             if deep:
                 try:
-                    fl.verify_content(tensor)
-                except fl.FormatError as error:
+                    rd.verify_content(tensor)
+                except rd.FormatError as error:
                     return False, f"{name}: INVALID: tensor '{name}': {error}"
                 recorded = record.get("sha256")
                 if recorded is not None:
@@ -109,7 +110,7 @@ def _bundle_line(directory, record, deep=False):
                                        f"{tensor.path} (the file is not the one converted)")
             shape = "x".join(map(str, tensor.dims))
             kind = tensor.precision_name
-            if tensor.layout != fl.DENSE:
+            if tensor.layout != ly.DENSE:
                 rotation = "orthogonal" if tensor.orthogonal else "hadamard"
                 kind += f" {rotation} {tensor.layout} gs {tensor.group_size}"
             original = record.get("original_shape")
@@ -172,7 +173,7 @@ def _tokenizer_lines(directory, out):
     special tokens, stop ids, chat format."""
     if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
         return
-    from cq4p import native
+    from cq4p.native import runtime as native
     try:
         with native.NativeTokenizer(directory=directory) as tokenizer:
             info = tokenizer.info()

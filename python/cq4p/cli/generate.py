@@ -1,9 +1,9 @@
 """Running a compiled model: `python -m cq4p generate` and `check-model`.
 
-Both go through the runtime's C API (`cq4p.native.NativeModel`): a bundle
+Both go through the runtime's C API (`cq4p.native.runtime.NativeModel`): a bundle
 and the model library cq4p-compile built from its model.mlir. `generate`
 samples new tokens and reports the runtime's timings; `check-model` runs
-the compiled model and the oracle (`cq4p.reference`, the dequantized model
+the compiled model and the oracle (`cq4p.model.reference`, the dequantized model
 in fp32) side by side and compares their logits step by step.
 
 Text prompts and detokenized output go through the runtime's tokenizer
@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from cq4p import native
-from cq4p import reference as rf
+from cq4p.model import reference as rf
+from cq4p.native import runtime as native
 
 # Compiled vs oracle: max |logit difference| over the vocabulary, relative
 # to the oracle's logit std. The compiled model quantizes every linear's

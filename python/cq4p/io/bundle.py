@@ -2,7 +2,7 @@
 
 The manifest names each tensor's logical file `<stem>.weights`; a loader
 opens `<stem>.cq4p.weights`, then `<stem>.cq4.weights`, then the plain name
-(`cq4p.files.resolve`). Entries: name, file, shape (as stored),
+(`cq4p.io.bundle.resolve`). Entries: name, file, shape (as stored),
 original_shape (the checkpoint's), dtype (CQ4, FP16 or FP32), sha256 (of
 the file's bytes) and, for CQ4, rotation, layout and group_size.
 
@@ -18,11 +18,15 @@ import json
 import os
 import tempfile
 
-from cq4p import format as fmt
+from cq4p.format import constants as fmt
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "cq4p-bundle"
 VERSION = 1
+
+PANEL_SUFFIX = ".cq4p.weights"
+LEGACY_SUFFIX = ".cq4.weights"
+PLAIN_SUFFIX = ".weights"
 
 
 class BundleError(ValueError):
@@ -143,10 +147,10 @@ def json_depth(value):
 def _read_manifest_text(path):
     """The bytes of manifest.json, read as the runtime reads them: a regular
     file directly in the bundle, not a symbolic link, bounded in size."""
-    from cq4p import files as fl  # files imports nothing of bundles
+    from cq4p.io import reader as rd  # the reader imports nothing of bundles
     try:
-        fd = fl.open_regular(path, confined=True)
-    except fl.FormatError as error:
+        fd = rd.open_regular(path, confined=True)
+    except rd.FormatError as error:
         raise BundleError(str(error)) from None
     except OSError as error:
         raise BundleError(f"{path}: cannot open: {error.strerror}") from None
@@ -162,7 +166,7 @@ def _runtime_checks_manifest(directory):
     """Whether the runtime's validator (cq4p_manifest_check) passed the
     manifest: False when the runtime library is not built; BundleError with
     its message when it refuses."""
-    from cq4p import native  # native imports nothing of bundles
+    from cq4p.native import runtime as native  # native imports nothing of bundles
     try:
         native.check_manifest(directory)
     except (native.LibraryNotFoundError, AttributeError):
@@ -237,7 +241,7 @@ def _check_manifest(path, content):
         if name in names:
             refuse(f"{where}: listed twice")
         names.add(name)
-        if not _plain_file_name(entry.get("file")):
+        if not is_plain_file_name(entry.get("file")):
             refuse(f"{where}: expected \"file\" to be a file name inside the bundle")
         if entry.get("dtype") not in DTYPES:
             refuse(f"{where}: expected \"dtype\" CQ4, FP16 or FP32")
@@ -255,24 +259,51 @@ def _is_sha256(text):
             and all(c in "0123456789abcdef" for c in text))
 
 
-def _plain_file_name(name):
+def file_stem(logical_name):
+    if not logical_name.endswith(PLAIN_SUFFIX):
+        raise ValueError(f"logical file name {logical_name!r} does not end in {PLAIN_SUFFIX}")
+    return logical_name[:-len(PLAIN_SUFFIX)]
+
+
+def is_plain_file_name(name):
+    """True when `name` can only name a file directly inside a directory
+    (the runtime's isPlainFileName)."""
     return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
             and "\\" not in name and "\0" not in name)
+
+
+def resolve(directory, logical_name):
+    """The file a loader opens for `<stem>.weights`: `<stem>.cq4p.weights`,
+    then `<stem>.cq4.weights`, then the plain name (None if none exists).
+    A candidate present as a symbolic link, a FIFO or a device is returned,
+    so that opening it (read_tensor(..., confined=True)) refuses it by name
+    rather than falling through to the next candidate. A name that is not a
+    plain file name is a ValueError."""
+    if not is_plain_file_name(logical_name):
+        raise ValueError(f"file {logical_name!r}: expected a file name inside the bundle")
+    stem = (logical_name[:-len(PLAIN_SUFFIX)] if logical_name.endswith(PLAIN_SUFFIX)
+            and len(logical_name) > len(PLAIN_SUFFIX) else None)
+    names = ([stem + PANEL_SUFFIX, stem + LEGACY_SUFFIX] if stem else []) + [logical_name]
+    for name in names:
+        candidate = os.path.join(directory, name)
+        if os.path.lexists(candidate):
+            return candidate
+    return None
 
 
 def open_tensor(directory, entry):
     """The validated, mapped file of a checked manifest entry, compared with
     the entry as the runtime compares them (shape, dtype, rotation, layout).
     Raises BundleError naming the tensor."""
-    from cq4p import files as fl
+    from cq4p.io import reader as rd
     where = f"tensor '{entry['name']}'"
-    path = fl.resolve(directory, entry["file"])
+    path = resolve(directory, entry["file"])
     if path is None:
         raise BundleError(f"{directory}: {where}: no file for '{entry['file']}' (looked for "
                           f"the .cq4p.weights, .cq4.weights and plain names)")
     try:
-        tensor = fl.read_tensor(path, confined=True)
-    except fl.FormatError as error:
+        tensor = rd.read_tensor(path, confined=True)
+    except rd.FormatError as error:
         raise BundleError(f"{where}: {error}") from None
     except OSError as error:
         raise BundleError(f"{where}: {path}: cannot open: {error.strerror}") from None

@@ -3,7 +3,7 @@
 Written from the architectures' published definitions (the Hugging Face
 modelling code of Llama/Mistral, Qwen2/Qwen3, Gemma 3, Gemma 4 and LFM2,
 and transformers' modeling_rope_utils for the rotary frequencies), not from
-the compiled path, the graph writer or cq4p.architecture, so that the
+the compiled path, the graph writer or cq4p.model.architecture, so that the
 compiled model can be checked against it. It reads the config on its own
 and runs over the *dequantized* weights of a bundle (`Reference.from_bundle`:
 every CQ4 tensor through the format's meaning, FORMAT.md section 2, its
@@ -33,9 +33,9 @@ import re
 
 import numpy as np
 
-from cq4p import bundle as bd
-from cq4p import files as fl
-from cq4p import safetensors as st
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import safetensors as st
 
 SLIDING = "sliding_attention"
 
@@ -423,11 +423,11 @@ class Reference:
         manifest = bd.read_manifest(directory)
         weights = {}
         for entry in manifest["tensors"]:
-            path = fl.resolve(directory, entry["file"])
+            path = bd.resolve(directory, entry["file"])
             if path is None:
                 raise bd.BundleError(f"{directory}: no file for tensor {entry['name']}")
             shape = entry["original_shape"]
-            with fl.read_tensor(path) as tensor:
+            with rd.read_tensor(path) as tensor:
                 values = tensor.dequantize()
             if len(shape) == 2 and values.ndim == 2 and values.shape[1] > shape[1]:
                 values = values[:, :shape[1]]

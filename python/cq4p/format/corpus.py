@@ -1,6 +1,6 @@
 """A corpus of malformed tensor files, each with the field a reader must name.
 
-Both readers (the Python one in `cq4p.files` and the runtime's C++ one) must
+Both readers (the Python one in `cq4p.io.reader` and the runtime's C++ one) must
 refuse every file here with FormatError / CQ4P_ERROR_FORMAT naming the
 expected field; the runtime's fuzz and sanitizer tests reuse the files. The
 corpus starts from small valid files of every layout and breaks one thing in
@@ -18,17 +18,19 @@ import struct
 
 import numpy as np
 
-from cq4p import files as fl
-from cq4p import format as fmt
-from cq4p import quantize as qz
+from cq4p.format import constants as fmt
+from cq4p.format import layout as ly
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.quant import quantize as qz
 
 EXPECTED_LIST = "EXPECTED.tsv"
 _SEED = 7
 
 U32 = "<I"
 U64 = "<Q"
-HEADER_FIELD_OFFSETS = sorted({offset for _, offset, _ in fl.HEADER_FIELDS}
-                              | {fmt.CQ4P_OFFSET_DIMS + 8 * i for i in range(fl.HEADER_DIMS)})
+HEADER_FIELD_OFFSETS = sorted({offset for _, offset, _ in ly.HEADER_FIELDS}
+                              | {fmt.CQ4P_OFFSET_DIMS + 8 * i for i in range(ly.HEADER_DIMS)})
 
 
 def _weight(rotation, n, k, gs, seed=_SEED):
@@ -53,17 +55,17 @@ def _bases(directory):
     """Valid files of every layout: {kind: bytes} and {kind: (regions,
     data offset)} as the reader maps them."""
     specs = {
-        "hpanel": (fl.write_panel_file, _weight(qz.HADAMARD, 8, 128, 128)),
-        "opanel": (fl.write_panel_file, _weight(qz.ORTHOGONAL, 4, 256, 256)),
-        "hrow": (fl.write_row_major_file, _weight(qz.HADAMARD, 4, 64, 32)),
-        "hint": (fl.write_interleaved_file, _weight(qz.HADAMARD, 8, 64, 32)),
-        "orow": (fl.write_row_major_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
-        "oint": (fl.write_interleaved_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
+        "hpanel": (wr.write_panel_file, _weight(qz.HADAMARD, 8, 128, 128)),
+        "opanel": (wr.write_panel_file, _weight(qz.ORTHOGONAL, 4, 256, 256)),
+        "hrow": (wr.write_row_major_file, _weight(qz.HADAMARD, 4, 64, 32)),
+        "hint": (wr.write_interleaved_file, _weight(qz.HADAMARD, 8, 64, 32)),
+        "orow": (wr.write_row_major_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
+        "oint": (wr.write_interleaved_file, _weight(qz.ORTHOGONAL, 4, 32, 32)),
     }
     rng = np.random.default_rng(_SEED)
     dense = {
-        "fp16": (rng.standard_normal((3, 5)).astype(np.float16), fl.FP16),
-        "fp32ext": (rng.standard_normal((2, 1, 3, 1, 2)).astype(np.float32), fl.FP32),
+        "fp16": (rng.standard_normal((3, 5)).astype(np.float16), ly.FP16),
+        "fp32ext": (rng.standard_normal((2, 1, 3, 1, 2)).astype(np.float32), ly.FP32),
     }
     scratch = os.path.join(directory, ".base.weights")
     bases, layouts = {}, {}
@@ -73,10 +75,10 @@ def _bases(directory):
                 writer, weight = specs[kind]
                 writer(scratch, weight)
             else:
-                fl.write_dense_file(scratch, *dense[kind])
+                wr.write_dense_file(scratch, *dense[kind])
             with open(scratch, "rb") as handle:
                 bases[kind] = handle.read()
-            with fl.read_tensor(scratch) as tensor:
+            with rd.read_tensor(scratch) as tensor:
                 layouts[kind] = (dict(tensor.regions), tensor.data_offset)
     finally:
         if os.path.exists(scratch):
@@ -102,7 +104,7 @@ def _cases(bases, layouts):
         cases.append((name, data, field))
 
     def header_field(kind, field, code, value, expected, suffix=None):
-        offset = dict((n, o) for n, o, _ in fl.HEADER_FIELDS)[field]
+        offset = dict((n, o) for n, o, _ in ly.HEADER_FIELDS)[field]
         label = suffix if suffix is not None else str(value)
         add(f"{kind}_{field}_{label}", _set(bases[kind], offset, code, value), expected)
 

@@ -16,11 +16,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from cq4p import architecture as arch
-from cq4p import bundle as bd
-from cq4p import convert as cv
-from cq4p import files as fl
-from cq4p import format as fmt
+from cq4p.cli import convert as cv
+from cq4p.format import constants as fmt
+from cq4p.format import layout as ly
+from cq4p.io import bundle as bd
+from cq4p.io import reader as rd
+from cq4p.io import writer as wr
+from cq4p.model import architecture as arch
 
 
 @dataclass
@@ -34,12 +36,12 @@ class Outcome:
 
 
 def _write_panels(directory, stem, tensor):
-    final = os.path.join(directory, stem + fl.PANEL_SUFFIX)
+    final = os.path.join(directory, stem + bd.PANEL_SUFFIX)
     handle, temporary = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=directory)
     os.close(handle)
     try:
-        fl.write_panel_file(temporary, tensor.stored())
-        fl.read_tensor(temporary).close()
+        wr.write_panel_file(temporary, tensor.stored())
+        rd.read_tensor(temporary).close()
         bd.share_as_umask_says(temporary)
         os.replace(temporary, final)
     except BaseException:
@@ -54,10 +56,10 @@ def upgrade_tensor(directory, manifest, record):
     name = record["name"]
     with bd.open_tensor(directory, record) as tensor:
         path = tensor.path
-        if tensor.layout == fl.DENSE:
+        if tensor.layout == ly.DENSE:
             return None
-        if tensor.layout == fl.PANELS:
-            record["layout"], record["group_size"] = fl.PANELS, tensor.group_size
+        if tensor.layout == ly.PANELS:
+            record["layout"], record["group_size"] = ly.PANELS, tensor.group_size
             return Outcome(name, "already panels")
         if not tensor.orthogonal and "embed_tokens" in name:
             # FORMAT.md section 3: panels are for non-embedding Hadamard
@@ -65,14 +67,14 @@ def upgrade_tensor(directory, manifest, record):
             return Outcome(name, "kept", f"{tensor.layout}: a Hadamard embedding stays "
                                          f"row-major (panels are for non-embedding tensors)")
         rotation = "orthogonal" if tensor.orthogonal else "hadamard"
-        refusal = fl.panel_refusal(rotation, tensor.k, tensor.group_size)
+        refusal = wr.panel_refusal(rotation, tensor.k, tensor.group_size)
         if refusal:
             return Outcome(name, "kept", f"{tensor.layout}: {refusal}")
         legacy_layout = tensor.layout
         group_size = (fmt.CQ4P_ORTHOGONAL_VIRTUAL_GROUP if tensor.orthogonal
                       else tensor.group_size)
-        final = _write_panels(directory, fl.file_stem(record["file"]), tensor)
-    record["layout"], record["group_size"] = fl.PANELS, group_size
+        final = _write_panels(directory, bd.file_stem(record["file"]), tensor)
+    record["layout"], record["group_size"] = ly.PANELS, group_size
     record["sha256"] = bd.file_sha256(final)
     bd.write_manifest(directory, manifest)
     if os.path.realpath(path) != os.path.realpath(final):

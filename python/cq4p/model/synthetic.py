@@ -22,7 +22,7 @@ by quantization noise, while every part of the model still counts:
   from the covered tokens);
 - every attention (or LFM2 conv block), every other MLP and every Gemma 4
   per-layer-embedding branch is random, scaled (by measuring the model's
-  own forward pass, `cq4p.reference`) to add about 35% of the residual
+  own forward pass, `cq4p.model.reference`) to add about 35% of the residual
   stream's RMS, so the layers, the attention over earlier tokens (and a
   donor's cache), the convolution's state, rotary positions and windows
   all move the logits.
@@ -37,8 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-from cq4p import reference as rf
-from cq4p import safetensors as st
+from cq4p.io import safetensors as st
+from cq4p.model import reference as rf
 
 ARCHITECTURES = ("llama", "qwen3", "gemma3")
 FAMILIES = ("llama32", "qwen25", "smollm2", "lfm2", "gemma4")

@@ -92,10 +92,10 @@ def _entry(path, name, spec, data_start, file_bytes):
 def read_header(path):
     """The tensors of a safetensors file, in header order."""
     path = str(path)
-    from cq4p import files as fl  # a regular file: no FIFO to block on, no device
+    from cq4p.io import reader as rd  # a regular file: no FIFO to block on, no device
     try:
-        fd = fl.open_regular(path)
-    except fl.FormatError as error:
+        fd = rd.open_regular(path)
+    except rd.FormatError as error:
         _fail(path, str(error).split(": ", 1)[-1])
     with os.fdopen(fd, "rb") as handle:
         file_bytes = os.fstat(handle.fileno()).st_size

@@ -3,7 +3,7 @@ forward pass (`model_graph`, the model.mlir of docs/MODEL.md).
 
 The compiler verifies what this module writes; it does not restate the
 verifier's rules, so a shape that does not fit is refused by cq4p-opt with
-its message (see `cq4p.tools.run_opt`).
+its message (see `cq4p.native.tools.run_opt`).
 """
 
 from dataclasses import dataclass
@@ -318,7 +318,7 @@ def _per_layer_inputs(graph, h):
 
 
 def model_graph(spec, tensors, digest, transforms=None):
-    """The model.mlir text of a bundle: `spec` (cq4p.architecture.ModelSpec),
+    """The model.mlir text of a bundle: `spec` (cq4p.model.architecture.ModelSpec),
     `tensors` its manifest entries, `digest` its model_digest, `transforms`
     {tensor name: cq4p.transform digest} for its Hadamard weights."""
     entries = {entry["name"]: entry for entry in tensors}

@@ -3,8 +3,8 @@
 The runtime library's `cq4p_quantize_hadamard_panels` and
 `cq4p_quantize_orthogonal_panels` (runtime/src/Quantize.cpp) quantize a
 tensor on every core straight into packed panels, repeating the numpy
-implementation's (`cq4p.quantize`) floating-point operations in its order,
-so the files are byte for byte the ones `cq4p.files.write_panel_file` writes
+implementation's (`cq4p.quant.quantize`) floating-point operations in its order,
+so the files are byte for byte the ones `cq4p.io.writer.write_panel_file` writes
 from `quantize_hadamard` / `quantize_orthogonal`. numpy still makes what is
 cheap and shared: the codebook, the Hadamard signs and permutation, the input
 scales and the fp16 norms. The orthogonal K x K rotation is the runtime's
@@ -18,11 +18,11 @@ import os
 
 import numpy as np
 
-from cq4p import format as fmt
-from cq4p import native
-from cq4p import panels as pn
-from cq4p import quantize as qz
-from cq4p import safetensors as st
+from cq4p.format import constants as fmt
+from cq4p.format import panels as pn
+from cq4p.io import safetensors as st
+from cq4p.native import runtime as native
+from cq4p.quant import quantize as qz
 
 THREADS_VARIABLE = "CQ4P_CONVERT_THREADS"
 MAX_ROTATION_K = 1 << 16  # the runtime's bound (K x K float64)
@@ -108,8 +108,8 @@ def forget_rotations():
 
 
 # The checkpoint dtypes the runtime reads (enum cq4p_source_dtype).
-SOURCE_DTYPES = {"F32": native.API["CQ4P_SOURCE_F32"], "BF16": native.API["CQ4P_SOURCE_BF16"],
-                 "F16": native.API["CQ4P_SOURCE_F16"]}
+SOURCE_DTYPES = {"F32": fmt.CQ4P_SOURCE_F32, "BF16": fmt.CQ4P_SOURCE_BF16,
+                 "F16": fmt.CQ4P_SOURCE_F16}
 
 
 class Buffers:

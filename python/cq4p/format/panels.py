@@ -10,7 +10,7 @@ the codebook's int8 scale, and mirrors the runtime's reference encoder
 
 import numpy as np
 
-from cq4p import format as fmt
+from cq4p.format import constants as fmt
 
 CHANNELS = fmt.CQ4P_PANEL_CHANNELS
 KG_K = fmt.CQ4P_KG_BLOCK_K

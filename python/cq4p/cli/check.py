@@ -3,7 +3,7 @@
 For every packed-panel CQ4 tensor of a bundle, runs cq4p-run (the runtime
 over a kernel library built by cq4p-compile) on random activations and
 compares its output with an fp32 numpy reference computed from the
-dequantized weight (`cq4p.files`): x @ W^T for a linear layer, the
+dequantized weight (`cq4p.quant.dequantize`): x @ W^T for a linear layer, the
 dequantized rows for the token embedding.
 """
 
@@ -13,8 +13,8 @@ import tempfile
 
 import numpy as np
 
-from cq4p import bundle as bd
-from cq4p import tools
+from cq4p.io import bundle as bd
+from cq4p.native import tools
 
 # int8 activations over 4-bit weights: about 1% relative error.
 TOLERANCE = 0.02
@@ -45,7 +45,7 @@ def _run(runner, bundle_dir, library, name, rows, input_path, output_path):
 def check_bundle(bundle_dir, library, rows=3, seed=0):
     """[(tensor, kind, relative error)] for every packed-panel CQ4 tensor,
     run on `rows` rows (the lm_head on one). Tensors are read by the rules
-    the runtime applies (cq4p.bundle.open_tensor)."""
+    the runtime applies (cq4p.io.bundle.open_tensor)."""
     manifest = bd.read_manifest(bundle_dir)
     bd.check_files(bundle_dir, manifest)
     runner = tools.find_tool("cq4p-run")

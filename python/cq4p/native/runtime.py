@@ -5,7 +5,8 @@ Used to check the Python side against the runtime: the C++ reader
 `codebook_int8`); and to run whole models (`NativeModel`: a bundle and the
 model library cq4p-compile built from its model.mlir). The library is
 $CQ4P_RUNTIME_LIB, else found under $CQ4P_PREFIX, the source tree's build or
-an install prefix (cq4p.locate); the enumerations come from the C header.
+an install prefix (cq4p.native.locate); the enumerations are the C header's
+(cq4p.format.constants).
 """
 
 import ctypes
@@ -15,19 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from cq4p import format as fmt
-from cq4p import locate
-from cq4p import panels as pn
+from cq4p.format import constants as fmt
+from cq4p.format import panels as pn
+from cq4p.native import locate
 
 LIBRARY_VARIABLE = locate.RUNTIME_VARIABLE
-API = fmt.load(fmt.API_HEADER)
 ERROR_BUFFER_BYTES = 4096
 
 LAYOUT_NAMES = {
-    API["CQ4P_LAYOUT_ROW_MAJOR"]: "row_major",
-    API["CQ4P_LAYOUT_INTERLEAVED_4ROW"]: "interleaved4row",
-    API["CQ4P_LAYOUT_PANELS"]: "panels",
-    API["CQ4P_LAYOUT_DENSE"]: "dense",
+    fmt.CQ4P_LAYOUT_ROW_MAJOR: "row_major",
+    fmt.CQ4P_LAYOUT_INTERLEAVED_4ROW: "interleaved4row",
+    fmt.CQ4P_LAYOUT_PANELS: "panels",
+    fmt.CQ4P_LAYOUT_DENSE: "dense",
 }
 LAYOUT_CODES = {name: code for code, name in LAYOUT_NAMES.items()}
 REGION_NAMES = ("data", "codebook", "input_scale", "input_scale_recip", "norms",
@@ -163,7 +163,7 @@ class ArgumentError(NativeError):
     before the call."""
 
     def __init__(self, message):
-        super().__init__(API["CQ4P_ERROR_ARGUMENT"], message)
+        super().__init__(fmt.CQ4P_ERROR_ARGUMENT, message)
 
 
 def check_integer(what, value, low, high):
@@ -227,7 +227,7 @@ def check_ids(what, ids):
 
 
 def _check(code, error, path=None):
-    if code != API["CQ4P_OK"]:
+    if code != fmt.CQ4P_OK:
         raise NativeError(code, error.value.decode("utf-8", "replace"), path)
 
 
@@ -275,8 +275,8 @@ class NativeTensor(_Handle):
     def region(self, name):
         """The bytes of a region (b"" when the file has none)."""
         size = ctypes.c_uint64()
-        address = self._lib.cq4p_tensor_region(self._handle, API["CQ4P_REGION_" + name.upper()],
-                                               ctypes.byref(size))
+        region = getattr(fmt, "CQ4P_REGION_" + name.upper())
+        address = self._lib.cq4p_tensor_region(self._handle, region, ctypes.byref(size))
         return ctypes.string_at(address, size.value) if address else b""
 
     _CLOSE = "cq4p_tensor_close"
@@ -437,7 +437,7 @@ class NativeModel(_Handle):
 
     def reset(self):
         code = self._lib.cq4p_model_reset(self._handle)
-        if code != API["CQ4P_OK"]:
+        if code != fmt.CQ4P_OK:
             raise NativeError(code, "reset: the model is in another call")
 
     def verify(self):
@@ -592,8 +592,8 @@ class NativeTokenizer(_Handle):
     def info(self):
         info = TokenizerInfo()
         self._lib.cq4p_tokenizer_get_info(self._handle, ctypes.byref(info))
-        kinds = {API["CQ4P_TOKENIZER_BYTE_LEVEL_BPE"]: "byte-level BPE",
-                 API["CQ4P_TOKENIZER_SENTENCEPIECE_BPE"]: "SentencePiece-style BPE"}
+        kinds = {fmt.CQ4P_TOKENIZER_BYTE_LEVEL_BPE: "byte-level BPE",
+                 fmt.CQ4P_TOKENIZER_SENTENCEPIECE_BPE: "SentencePiece-style BPE"}
         return {"kind": kinds.get(info.kind, str(info.kind)), "vocab": info.vocab,
                 "bos": info.bos, "stop_ids": list(info.stop_ids[:min(info.stop_count, 16)]),
                 "prefix_ids": list(info.prefix_ids[:min(info.prefix_count, 4)]),
@@ -619,7 +619,7 @@ class NativeTokenizer(_Handle):
                                                    _pointer(ids, ctypes.c_int64), capacity,
                                                    ctypes.byref(count), error,
                                                    ERROR_BUFFER_BYTES)
-            if code == API["CQ4P_ERROR_ARGUMENT"] and count.value > capacity:
+            if code == fmt.CQ4P_ERROR_ARGUMENT and count.value > capacity:
                 capacity = count.value
                 continue
             _check(code, error)
@@ -637,7 +637,7 @@ class NativeTokenizer(_Handle):
                                                    ids.size, text, capacity,
                                                    ctypes.byref(length), error,
                                                    ERROR_BUFFER_BYTES)
-            if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
+            if code == fmt.CQ4P_ERROR_ARGUMENT and length.value + 1 > capacity:
                 capacity = length.value + 1
                 continue
             _check(code, error)
@@ -657,7 +657,7 @@ class NativeTokenizer(_Handle):
             code = self._lib.cq4p_tokenizer_render_chat(
                 self._handle, roles, contents, len(messages), int(add_generation_prompt), text,
                 capacity, ctypes.byref(length), error, ERROR_BUFFER_BYTES)
-            if code == API["CQ4P_ERROR_ARGUMENT"] and length.value + 1 > capacity:
+            if code == fmt.CQ4P_ERROR_ARGUMENT and length.value + 1 > capacity:
                 capacity = length.value + 1
                 continue
             _check(code, error)

@@ -1,0 +1,1 @@
+"""`python -m cq4p` and the commands it runs."""

@@ -1,0 +1,1 @@
+"""Reading and writing files: CQ4 tensor files, bundles, safetensors."""

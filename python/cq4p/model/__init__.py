@@ -1,0 +1,2 @@
+"""Whole models: architectures, their graphs, the numpy oracle and
+synthetic checkpoints."""
