@@ -13,10 +13,12 @@
 //                                             K times into ZA0.S, read back
 //                                             by columns (LD1W, MOVA x4)
 //   per block of up to 16 tiles of 16 keys (from the window's first key):
-//     per tile (keys j0 .. j0 + 15):
-//       per 16 dims: the 16 key rows into ZA0.S (LD1W), its columns out
-//         (MOVA x4: Kt[d] = keys j0.. in lanes), S += Kt[d] (x) Qr[d]
-//         (FMOPA into ZA1.S, S[i][G k + h] = score(j0 + i, h) for every k)
+//     per tile (keys j0 .. j0 + 15; the whole tiles in a loop, the last
+//     one, if partial, after it with its rows past the end masked):
+//       per three 16-dim blocks: the 16 key rows into ZA0.S, ZA2.S and
+//         ZA3.S (LD1W), their columns out (MOVA x4: Kt[d] = keys j0.. in
+//         lanes), S += Kt[d] (x) Qr[d] (FMOPA into ZA1.S,
+//         S[i][G k + h] = score(j0 + i, h) for every k)
 //       P_r[G k + h] = S[K r + k][G k + h], r < G: per row one MOVA merged
 //         into lanes G k .. G k + G - 1 (16 per tile); keys past the end
 //         are -inf
@@ -29,9 +31,9 @@
 //   out[g h] = sum_k acc[G k + h] / sum_k l[G k + h]
 //
 // The outer products fill only G of a tile's 16 rows or columns, but each
-// is 256 lanes: per cached key and KV head, 4 FMOPAs per 16 dims for Q K^T
-// and per 16 dims for P V, and no transposes of the queries or the scores
-// per key. Scores and their exponentials live in a stack buffer of one
+// is 256 lanes: per cached key and KV head, one FMOPA per 16 dims for
+// Q K^T and one per 16 dims for P V, and no transposes of the queries or
+// the scores per key (bench/attention-results.md has the counts). Scores and their exponentials live in a stack buffer of one
 // block (a decode step allocates nothing on the heap); the per-row sums of
 // P V in ZA are folded into fp32 accumulators once per block, so the
 // online rescale costs one multiply per accumulator and block, not per
