@@ -653,7 +653,8 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 //===----------------------------------------------------------------------===//
 // Prefill attention with fp32 outer products: cq4p.attention with fp32 keys
 // and values, a head dim of whole 64-wide chunks, and more than one query
-// row (one row, a decode step's, runs the shared vector code).
+// row (one row, a decode step's, runs the streaming decode leaf of
+// DecodeAttention.cpp, or the shared vector code where that does not apply).
 //
 // Per call (query rows at position p .. p + rows - 1, keys [0, p + rows)):
 //   per KV head of the call's query heads, once:
