@@ -5,13 +5,15 @@ aarch64-sme2, run by the cross-built cq4p-run under QEMU 11.1 (SME2 with a
 - greedy tokens equal the numpy oracle's on the dequantized weights;
 - every step's logits are within the model tolerance of the oracle's;
 - NEON and SME2 logits are within the model tolerance of each other: SME2's
-  prefill attention sums its scores and weighted values in FMOPA tiles, in
+  attention (prefill and decode) sums its scores and weighted values in FMOPA tiles, in
   another order than the NEON vector code (FORMAT.md section 5: prefill
   attention within 1% relative error; only int32 partials must be equal);
 - NEON and SME2 logits are equal bit for bit with an fp16 KV cache (whose
   attention both run as the same vector code: the SME2 library then
   computes the same int32 partials in its streaming leaves and shares every
   fp32 step);
+- SME2's decode attention over more than one 256-key softmax block (a
+  300-token prompt);
 - a prompt longer than the prefill chunk (full chunks plus a tail), past a
   sliding window (gemma3's 8, gemma4's 16).
 
@@ -43,7 +45,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs the aarch64 build's cq4p-run ($CQ4P_AARCH64_RUN) and QEMU 11.1 ($CQ4P_QEMU)")
 
 
-def run_on_aarch64(bundle, target, work, prompt, flags=()):
+def run_on_aarch64(bundle, target, work, prompt, flags=(), new_tokens=NEW_TOKENS):
     library = os.path.join(work, f"model-{target}.so")
     compiled = subprocess.run(
         [tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"), f"--target={target}",
@@ -57,7 +59,7 @@ def run_on_aarch64(bundle, target, work, prompt, flags=()):
         backend = ["--backend", "neon"]
     command = [QEMU, "-L", SYSROOT, "-cpu", CPU[target], RUNNER, "--bundle", bundle,
                "--library", library, *backend, "--prompt-ids", " ".join(map(str, prompt)),
-               "-n", str(NEW_TOKENS), "--threads", "2", "--logits-out", logits_file]
+               "-n", str(new_tokens), "--threads", "2", "--logits-out", logits_file]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     if target == "aarch64-sme2":
@@ -118,6 +120,31 @@ def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_mo
             assert error <= gn.LOGIT_TOLERANCE, (
                 f"{target} step {number}: max |diff| / std {error:.4f} > {gn.LOGIT_TOLERANCE}")
     assert_targets_agree(results, vocab, gn.LOGIT_TOLERANCE)
+
+
+def test_sme2_decode_across_softmax_blocks_matches_the_oracle(synthetic_model, tmp_path):
+    # SME2's streaming decode attention (lib/Conversion/CQ4PToArmSME/
+    # DecodeAttention.cpp) takes the softmax in blocks of 256 keys: a
+    # 300-token prompt puts every decode step's keys (301 to 304) across two
+    # blocks, the last tile of 16 partial.
+    _, bundle, config = synthetic_model("llama")
+    vocab, new_tokens = config["vocab_size"], 4
+    prompt = [(7 * i + 3) % vocab for i in range(300)]
+    oracle = rf.Reference.from_bundle(str(bundle))
+    expected_ids, expected_logits = [], []
+    step = oracle.prefill(prompt)[-1]
+    for _ in range(new_tokens):
+        expected_logits.append(step)
+        expected_ids.append(int(np.argmax(step)))
+        step = oracle.decode(expected_ids[-1])
+    ids, logits = run_on_aarch64(str(bundle), "aarch64-sme2", str(tmp_path), prompt,
+                                 new_tokens=new_tokens)
+    assert ids == expected_ids, f"{ids} != oracle {expected_ids}"
+    for number, (got, want) in enumerate(zip(logits.reshape(new_tokens, vocab),
+                                             expected_logits)):
+        error = np.max(np.abs(got - want)) / np.std(want)
+        assert error <= gn.LOGIT_TOLERANCE, (
+            f"step {number}: max |diff| / std {error:.4f} > {gn.LOGIT_TOLERANCE}")
 
 
 @pytest.mark.parametrize("arch", synthetic.FAMILIES)

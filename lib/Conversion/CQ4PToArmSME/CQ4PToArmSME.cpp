@@ -57,6 +57,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DecodeAttention.h"
+
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
@@ -651,7 +653,8 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 //===----------------------------------------------------------------------===//
 // Prefill attention with fp32 outer products: cq4p.attention with fp32 keys
 // and values, a head dim of whole 64-wide chunks, and more than one query
-// row (one row, a decode step's, runs the shared vector code).
+// row (one row, a decode step's, runs the streaming decode leaf of
+// DecodeAttention.cpp, or the shared vector code where that does not apply).
 //
 // Per call (query rows at position p .. p + rows - 1, keys [0, p + rows)):
 //   per KV head of the call's query heads, once:
@@ -914,17 +917,24 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   auto idx = [&](int64_t v) -> Value { return arith::ConstantIndexOp::create(b, loc, v); };
   Value c0 = idx(0), c1 = idx(1), c16 = idx(kSmeTileRows), cDim = idx(dim);
   Value rows = memref::DimOp::create(b, loc, op.getQ(), 0);
-  // One query row (a decode step) runs the shared vector code: the outer
-  // products need the visible keys transposed into a buffer of the
-  // context's size, allocated per call, and a decode step allocates
-  // nothing (bench/attention counts both forms; docs/MODEL.md).
+  // One query row (a decode step) runs the streaming decode leaf
+  // (DecodeAttention.cpp: the group's heads together, no buffer that grows
+  // with the context) where it applies, else the shared vector code.
   auto single = scf::IfOp::create(
       b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, rows, idx(2)),
       /*withElseRegion=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(single.thenBlock());
-    b.clone(*op.getOperation());
+    if (hasStreamingDecodeAttention(op)) {
+      auto one = scf::IfOp::create(
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rows, c1),
+          /*withElseRegion=*/false);
+      b.setInsertionPointToStart(one.thenBlock());
+      emitStreamingDecodeAttention(b, module, symbols, op);
+    } else {
+      b.clone(*op.getOperation());
+    }
   }
   OpBuilder::InsertionGuard elseGuard(b);
   b.setInsertionPointToStart(single.elseBlock());

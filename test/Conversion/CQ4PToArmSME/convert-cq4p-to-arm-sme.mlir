@@ -464,8 +464,8 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 
 // -----
 
-// Attention (head dim 64): one query row keeps the shared lowering's
-// cq4p.attention; more rows transpose the keys (once per KV head)
+// Attention (head dim 64): one query row calls the streaming decode leaf
+// (DecodeAttention.cpp); more rows transpose the keys (once per KV head)
 // and the queries into tiles of 16 (LD1W rows into ZA0.S, MOVA x4 columns
 // out), then per query tile: Q K^T as FMOPAs of four-vector loads into
 // ZA0.S per tile of 16 keys (its rows keys, its lanes the 16 query rows),
@@ -478,8 +478,11 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
 // CHECK: %[[ONE:.*]] = arith.cmpi ult, %[[ROWS]], %c2
 // CHECK: scf.if %[[ONE]] {
-// CHECK-NEXT: cq4p.attention
-// CHECK-NEXT: } else {
+// CHECK-NEXT: %[[DECODE:.*]] = arith.cmpi eq, %[[ROWS]], %c1
+// CHECK-NEXT: scf.if %[[DECODE]] {
+// CHECK-NEXT: %[[AT0:.*]] = arith.constant 0 : index
+// CHECK-NEXT: call @cq4p_attention_sme_decode(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[AT0]], %{{.*}}, %{{.*}})
+// CHECK: } else {
 // CHECK-NOT: cq4p.attention
 // CHECK: scf.for %[[HEAD:.*]] =
 // CHECK: scf.if
@@ -492,6 +495,52 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: math.exp %{{.*}} : vector<16xf32>
 // CHECK: call @cq4p_attention_sme_values
 // CHECK-NOT: cq4p.attention
+// The decode leaf, a group of 2 heads (K = 8 key classes): the group's
+// query rows transposed once into Qr (16 LD1W rows of ZA0.S, columns out);
+// per block, the whole tiles of 16 keys in a loop: ZA1.S zeroed (mask
+// 0x22), the 16 key rows of three 16-dim blocks into ZA0.S, ZA2.S and
+// ZA3.S, then the fourth into ZA0.S, columns out and FMOPAs into ZA1.S;
+// the scores read back as 2 vectors of 8 merged rows each; then the last
+// tile if partial, its keys past the end masked; the block's exp; per 64
+// dims, ZA zeroed, four FMOPAs per key into the four tiles with the key's
+// class as the row predicate, all 64 ZA vectors stored and folded into
+// the accumulators.
+// CHECK-LABEL: func.func private @cq4p_attention_sme_decode
+// CHECK-SAME: (%{{.*}}: memref<?x128xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x128xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
+// CHECK: scf.for
+// CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 0 : i32}>
+// CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
+// CHECK: scf.for {{.*}} -> (vector<[4]xf32>, vector<[4]xf32>)
+// CHECK: scf.for {{.*}} -> (vector<[4]xf32>)
+// CHECK-NEXT: arith.muli
+// CHECK-NEXT: arith.addi
+// CHECK-NEXT: arith.subi
+// CHECK-NEXT: "arm_sme.intr.zero"() <{tile_mask = 34 : i32}>
+// CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 2 : i32}>
+// CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 3 : i32}>
+// CHECK: cq4p_intr.aarch64.sme.read.ver.vg4 %{{.*}} {tile = 3 : i32}
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: "arm_sme.intr.mopa"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{tile_id = 1 : i32}>
+// CHECK-COUNT-8: "arm_sme.intr.read.horiz"({{.*}}) <{tile_id = 1 : i32}>
+// CHECK: arith.maximumf
+// CHECK-COUNT-8: "arm_sme.intr.read.horiz"({{.*}}) <{tile_id = 1 : i32}>
+// CHECK-NOT: arith.cmpi slt, %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK: scf.yield
+// CHECK: scf.if %{{.*}} -> (vector<[4]xf32>) {
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 34 : i32}>
+// CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK: math.exp %{{.*}} : vector<[4]xf32>
+// CHECK: math.exp %{{.*}} : vector<[4]xf32>
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: "arm_sme.intr.mopa"(%[[CLASS0:.*]], %{{.*}}, %[[P0:.*]], %{{.*}}) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[CLASS0]], %{{.*}}, %[[P0]], %{{.*}}) <{tile_id = 3 : i32}>
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: "arm_sme.intr.mopa"(%[[CLASS1:.*]], %{{.*}}, %[[P0]], %{{.*}}) <{tile_id = 0 : i32}>
+// CHECK-COUNT-64: "arm_sme.intr.str"
+// CHECK: math.fma
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_keys
 // CHECK: scf.for
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
@@ -551,7 +600,8 @@ func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memre
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK: scf.if
-// CHECK-NEXT: cq4p.attention {{.*}} at %[[POS]]
+// CHECK: scf.if
+// CHECK-NEXT: call @cached_attention_sme_decode(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[POS]], %{{.*}}, %{{.*}})
 // CHECK: } else {
 // CHECK: %[[KEYS:.*]] = arith.addi %[[POS]], %{{.*}} : index
 // CHECK: scf.for
@@ -566,6 +616,22 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf32>, %v: me
   cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 4 : i64, num_kv_heads = 2 : i64,
       head_dim = 64 : i64, window = 32 : i64, scale = 0.125 : f32}
       : memref<?x256xf32>, memref<?x128xf32>, memref<?x128xf32>, memref<?x256xf32>
+  return
+}
+
+// -----
+
+// A GQA group that does not divide 16 keeps the shared lowering for one
+// query row (the decode leaf puts whole groups in a vector's lanes).
+// CHECK-LABEL: func.func @negative_decode_group_of_3
+// CHECK: scf.if
+// CHECK-NEXT: cq4p.attention
+// CHECK-NOT: _sme_decode
+func.func @negative_decode_group_of_3(%q: memref<?x192xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
+                                      %out: memref<?x192xf32>, %h0: index, %h1: index, %pos: index) {
+  cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 3 : i64, num_kv_heads = 1 : i64,
+      head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
+      : memref<?x192xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x192xf32>
   return
 }
 
