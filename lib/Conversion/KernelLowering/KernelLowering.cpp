@@ -667,10 +667,11 @@ RotationBlocking rotationBlocking(DotTarget target) {
     return {8, 4, 8, 4, 16, false};
   case DotTarget::Neon:
     // 32 q registers: 16 sums, up to 8 converted rotation vectors and the
-    // rows' values. One row sums 32 outputs: per rotation row 2 LDP (32
-    // fp16), 8 FCVTL/FCVTL2 and 8 FMLA by element, about 0.55 instructions
-    // per multiply-add; a span of 32 rotation rows makes the sums' reloads
-    // a few percent of that.
+    // rows' values. One row sums 32 outputs: per rotation row 4 LDR of 8
+    // fp16 (LLVM addresses the span's rows from one register, beyond LDP's
+    // offsets), 8 FCVTL/FCVTL2 and 8 FMLA by element; with the sums'
+    // reloads once per span of 32 rotation rows, 0.625 instructions per
+    // multiply-add (bench/rotation-results.md).
     return {4, 4, 16, 8, 32, true};
   case DotTarget::X86Ssse3: // 16 xmm
   case DotTarget::Generic:
