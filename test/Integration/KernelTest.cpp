@@ -223,6 +223,96 @@ TEST(Kernels, EmbeddingRowsMatchTheDequantizedRows) {
   EXPECT_LE(e.maxAbs, 1e-2);
 }
 
+namespace {
+
+/// The embedding rows `ids` of `file` through `lib`.
+std::vector<float> embedWith(const KernelLibrary &lib, const TensorFile &file,
+                             const std::vector<int64_t> &ids) {
+  std::unique_ptr<EmbeddingLayer> embedding;
+  Status bound = EmbeddingLayer::bind(lib, file, embedding);
+  EXPECT_TRUE(bound) << bound.message();
+  std::vector<float> out(ids.size() * file.k(), std::nanf(""));
+  if (embedding)
+    EXPECT_TRUE(embedding->run(ids.data(), out.data(), int64_t(ids.size())));
+  return out;
+}
+
+/// The decoded rows' oracle (FORMAT.md section 5): the dequantized
+/// weight's rows, norm * (cb[idx] @ R^T) / s, times s * isr (the decode
+/// multiplies by the stored isr, not by 1 / s).
+std::vector<double> embeddingOracle(const TensorFile &file,
+                                    const std::vector<int64_t> &ids) {
+  uint64_t k = file.k();
+  std::vector<double> ref = dequantizeOrthogonalRows(file, ids);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (uint64_t j = 0; j < k; ++j)
+      ref[i * k + j] *= storedHalf(file, CQ4P_REGION_INPUT_SCALE, j) *
+                        storedHalf(file, CQ4P_REGION_INPUT_SCALE_RECIP, j);
+  return ref;
+}
+
+/// y of an orthogonal lm_head through `lib` on a pool of `threads` (which
+/// split its groups between tasks).
+std::vector<float> lmHeadWith(const KernelLibrary &lib, const TensorFile &file,
+                              const std::vector<float> &x, uint64_t rows, int threads) {
+  std::unique_ptr<LinearLayer> linear;
+  Status bound = LinearLayer::bind(lib, file, linear);
+  EXPECT_TRUE(bound) << bound.message();
+  std::unique_ptr<ThreadPool> pool;
+  EXPECT_TRUE(ThreadPool::create(threads, pool));
+  ActivationScratch scratch;
+  std::vector<float> y(rows * file.n(), std::nanf(""));
+  if (linear)
+    EXPECT_TRUE(linear->run(*pool, x.data(), y.data(), int64_t(rows), scratch));
+  return y;
+}
+
+/// The small-K rotation cases: K of one and two 128-wide groups, one row
+/// and the odd counts that leave single rows past groups of 4 and tiles.
+struct RotationCase {
+  uint64_t n, k;
+};
+constexpr RotationCase kRotationCases[] = {{192, 128}, {200, 256}};
+const std::vector<uint64_t> kRotationRows = {1, 3, 9};
+
+/// ids of `count` rows spread over the vocab, the first and last included.
+std::vector<int64_t> spreadIds(uint64_t count, uint64_t n) {
+  std::vector<int64_t> ids;
+  for (uint64_t i = 0; i < count; ++i)
+    ids.push_back(int64_t(i == 0 ? n - 1 : (i * 37 + 5) % n));
+  return ids;
+}
+
+} // namespace
+
+// The rotations at K = 128 and 256, one and several rows, against the
+// fp64 oracles: embedding rows within the format's 1e-2 (and far tighter in
+// relative terms), the lm_head's y as the other linears.
+TEST(Kernels, RotationsAtSmallKMatchTheOracle) {
+  uint32_t seed = 400;
+  for (const RotationCase &c : kRotationCases) {
+    MappedLayer layer(c.n, c.k, 128, true, seed++);
+    ASSERT_TRUE(layer.file);
+    for (uint64_t m : kRotationRows) {
+      SCOPED_TRACE(::testing::Message() << m << " rows, K " << c.k);
+      std::vector<int64_t> ids = spreadIds(m, c.n);
+      Errors rows = compare(embedWith(library(), *layer.file, ids),
+                            embeddingOracle(*layer.file, ids));
+      measured()["embedding " + std::to_string(m) + " rows x" + std::to_string(c.k)] =
+          rows;
+      EXPECT_LE(rows.maxAbs, 1e-2);
+      EXPECT_LT(rows.relative, 1e-3);
+      std::vector<float> x = gaussianRows(m, c.k, seed++);
+      Errors y = compare(lmHeadWith(library(), *layer.file, x, m, 2),
+                         referenceOrthogonalLinear(*layer.file, x, m));
+      measured()["lm_head " + std::to_string(m) + "x" + std::to_string(c.k) + "->" +
+                 std::to_string(c.n)] = y;
+      EXPECT_LE(y.mse, 0.1);
+      EXPECT_LT(y.relative, 0.02);
+    }
+  }
+}
+
 TEST(Kernels, ShapesTheLibraryLacksAreRefusedBeforeAnyKernel) {
   MappedLayer layer(96, 256, 128, false, 11);
   std::unique_ptr<LinearLayer> linear;
@@ -420,6 +510,51 @@ TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
       measured()["sme2 " + std::to_string(m) + "x" + std::to_string(c.k) + "->" +
                  std::to_string(c.n) + " gs" + std::to_string(c.gs)] = e;
       EXPECT_LT(e.relative, 0.02);
+    }
+  }
+}
+
+// The rotations' streaming leaf (multi-vector FMLA into ZA) against the
+// NEON vector code: each sum is the same chain of fused multiply-adds, so
+// the embedding rows and the lm_head's y are equal bit for bit, and within
+// the oracle's bounds. K = 1536 adds one-row passes of 16 and 8 blocks.
+TEST(Sme2, RotationsAgreeWithNeonBitForBit) {
+  if (!cpuRunsSme2(detectCpuFeatures()))
+    GTEST_SKIP() << "this CPU does not run SME2 at 512 bits";
+  std::unique_ptr<KernelLibrary> sme2;
+  Status opened = KernelLibrary::open(CQ4P_TEST_SME2_KERNEL_LIBRARY, sme2);
+  ASSERT_TRUE(opened) << opened.message();
+  uint32_t seed = 500;
+  std::vector<RotationCase> cases(std::begin(kRotationCases), std::end(kRotationCases));
+  cases.push_back({1024, 1536});
+  for (const RotationCase &c : cases) {
+    MappedLayer layer(c.n, c.k, 128, true, seed++);
+    ASSERT_TRUE(layer.file);
+    std::vector<uint64_t> counts =
+        c.k == 1536 ? std::vector<uint64_t>{1, 5} : kRotationRows;
+    for (uint64_t m : counts) {
+      SCOPED_TRACE(::testing::Message() << m << " rows, K " << c.k);
+      std::vector<int64_t> ids = spreadIds(m, c.n);
+      std::vector<float> neonRows = embedWith(library(), *layer.file, ids);
+      std::vector<float> smeRows = embedWith(*sme2, *layer.file, ids);
+      ASSERT_EQ(neonRows.size(), smeRows.size());
+      EXPECT_EQ(0, std::memcmp(neonRows.data(), smeRows.data(), smeRows.size() * 4));
+      Errors rows = compare(smeRows, embeddingOracle(*layer.file, ids));
+      measured()["sme2 embedding " + std::to_string(m) + " rows x" +
+                 std::to_string(c.k)] = rows;
+      EXPECT_LE(rows.maxAbs, 1e-2);
+      std::vector<float> x = gaussianRows(m, c.k, seed++);
+      for (int threads : {1, 2}) {
+        std::vector<float> neonY = lmHeadWith(library(), *layer.file, x, m, threads);
+        std::vector<float> smeY = lmHeadWith(*sme2, *layer.file, x, m, threads);
+        ASSERT_EQ(neonY.size(), smeY.size());
+        EXPECT_EQ(0, std::memcmp(neonY.data(), smeY.data(), smeY.size() * 4))
+            << threads << " threads";
+      }
+      Errors y = compare(lmHeadWith(*sme2, *layer.file, x, m, 2),
+                         referenceOrthogonalLinear(*layer.file, x, m));
+      measured()["sme2 lm_head " + std::to_string(m) + "x" + std::to_string(c.k)] = y;
+      EXPECT_LT(y.relative, 0.02);
     }
   }
 }

@@ -104,6 +104,28 @@ func.func @embed(%ids: tensor<?xi64>, %w: !cq4p.weight<1024x1536, gs = 128, orth
   return %rows : tensor<?x1536xf32>
 }
 
+// The rotations at small K (one and two 128-wide groups; N with a tail)
+// for the row counts of one chunk's row groups.
+func.func @lm_head_192x128(%x: tensor<?x128xf32>, %w: !cq4p.weight<192x128, gs = 128, orthogonal, panels>) -> tensor<?x192xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x128xf32>, !cq4p.weight<192x128, gs = 128, orthogonal, panels> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+func.func @embed_192x128(%ids: tensor<?xi64>, %w: !cq4p.weight<192x128, gs = 128, orthogonal, panels>) -> tensor<?x128xf32> {
+  %rows = cq4p.embedding %ids, %w : tensor<?xi64>, !cq4p.weight<192x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+  return %rows : tensor<?x128xf32>
+}
+
+func.func @lm_head_200x256(%x: tensor<?x256xf32>, %w: !cq4p.weight<200x256, gs = 128, orthogonal, panels>) -> tensor<?x200xf32> {
+  %y = cq4p.linear %x, %w : tensor<?x256xf32>, !cq4p.weight<200x256, gs = 128, orthogonal, panels> -> tensor<?x200xf32>
+  return %y : tensor<?x200xf32>
+}
+
+func.func @embed_200x256(%ids: tensor<?xi64>, %w: !cq4p.weight<200x256, gs = 128, orthogonal, panels>) -> tensor<?x256xf32> {
+  %rows = cq4p.embedding %ids, %w : tensor<?xi64>, !cq4p.weight<200x256, gs = 128, orthogonal, panels> -> tensor<?x256xf32>
+  return %rows : tensor<?x256xf32>
+}
+
 // Prefill attention, 8 query / 4 kv heads: head dims 64 and 256, causal, and
 // a 32-token sliding window.
 func.func @attention_d64(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {

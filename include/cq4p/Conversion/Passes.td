@@ -81,6 +81,14 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     per tile of 16 query rows, Q K^T with FMOPA into ZA0.S per tile of 16
     keys, the softmax in NEON, and P V with four FMOPA per key into the four
     32-bit tiles (64 dimensions at a time).
+
+    `cq4p.rotate_quantize_activations` and `cq4p.decode_embedding` (K a
+    multiple of 64) get a streaming leaf for their K x K fp16 matrix
+    product, named on the op as `cq4p.sme_rotation` and called by the
+    shared kernel lowering in place of its vector loops: the sums in ZA,
+    one multi-vector FMLA by lane per 64 outputs and row after extending
+    LD1H and FCVT that four rows share; each sum is the vector code's chain
+    of fused multiply-adds, so the outputs equal NEON's bit for bit.
   }];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_sme::ArmSMEDialect",
                            "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect",

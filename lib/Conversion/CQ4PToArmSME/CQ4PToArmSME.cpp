@@ -45,6 +45,17 @@
 // packed tile is the transpose of the rows' 32-bit words, loaded as
 // horizontal slices of ZA tile 0 and stored from its vertical slices.
 //
+// The orthogonal rotations' K x K fp16 products (the lm_head's transform,
+// cq4p.rotate_quantize_activations, and the embedding row decode,
+// cq4p.decode_embedding) run in a streaming leaf per kernel,
+// `<kernel>_sme_rotation`, that the shared lowering calls where it would
+// emit its vector loops (the op carries the leaf as `cq4p.sme_rotation`):
+// ZA holds the sums of up to 1,024 outputs (four rows of 256 or one row of
+// 1,024), and each rotation row adds 64 outputs of a row with one
+// multi-vector FMLA by lane after four extending LD1H and FCVT, which four
+// rows share. Each sum is a chain of fused multiply-adds in index order,
+// as in the vector code, so NEON and SME2 give the same bits.
+//
 // ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
 // by `str za` and single-vector MOVA through the ArmSME dialect's typed
 // operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
@@ -200,6 +211,33 @@ public:
     cq4p_intr::SmeSdotLaneZa32Vg1x4Op::create(b, loc, slice, vectors[0], vectors[1],
                                               vectors[2], vectors[3], activations,
                                               uint32_t(lane));
+  }
+
+  /// ZA array vectors slice + 16i, i < 4, += vectors[i] times the fp32
+  /// element `lane` of each 128-bit segment of `values`, fused (multi-vector
+  /// FMLA; the ArmSME dialect has no multi-vector ZA operations).
+  void fmlaZaVectors4(Value slice, ArrayRef<Value> vectors, Value values,
+                      int64_t lane) {
+    cq4p_intr::SmeFmlaLaneVg1x4Op::create(b, loc, slice, vectors[0], vectors[1],
+                                          vectors[2], vectors[3], values,
+                                          uint32_t(lane));
+  }
+
+  /// The fp16 values of streaming half-vector `index` from `base` (16 at a
+  /// 512-bit vector length), each widened to fp32: an extending LD1H into
+  /// 32-bit lanes and an FCVT.
+  Value loadHalvesAsF32(Value base, int64_t index) {
+    auto halves = VectorType::get({4}, b.getF16Type(), {true});
+    Value address = LLVM::GEPOp::create(b, loc, ptrType, halves, base,
+                                        ArrayRef<LLVM::GEPArg>{int32_t(index)});
+    Value loaded = LLVM::LoadOp::create(b, loc, halves, address, /*alignment=*/2);
+    return LLVM::FPExtOp::create(b, loc, nxv4f32(), loaded);
+  }
+
+  /// The 4 fp32 values at `address` in every 128-bit segment (LD1RQ).
+  Value loadReplicatedFloats(Value address) {
+    return LLVM::BitcastOp::create(b, loc, nxv4f32(),
+                                   loadReplicatedQuadword(allTrue(16), address));
   }
 
   /// ZA array vectors slice + 16i, i < 4, as int32 vectors (multi-vector
@@ -890,6 +928,130 @@ void buildPackTileLeafBody(OpBuilder &b, Location loc, ValueRange args) {
   }
 }
 
+/// The orthogonal rotations' matrix product (cq4p.rotate_quantize_activations
+/// and cq4p.decode_embedding on SME2): sums[sumsFirst + r][j] = sum_{c < k}
+/// matrix[c][j] * values[r][c] for r < count and j in [jBegin, jEnd) (whole
+/// blocks of 64), each sum a chain of fused multiply-adds in index order
+/// from 0.0: the bits of the shared vector lowering's. Arguments: matrix
+/// (k x k fp16), values and sums ([?][k] fp32), sumsFirst, count, jBegin,
+/// jEnd.
+///
+/// ZA holds the sums of a pass: `rows` rows (4, then single rows) of up to
+/// 16 / rows blocks of 64 outputs, row r's block i in the ZA vectors
+/// r * 16 / rows + i + 16q (q < 4, its four vectors of 16). Per rotation
+/// row c, each block's 64 fp16 values are four extending LD1H and four
+/// FCVT, shared by the pass's rows; each row adds them times its value c
+/// with one multi-vector FMLA by lane (the row's values four at a time,
+/// LD1RQ). Passes take 16 / rows blocks, then halves down to one block.
+void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange args) {
+  Value matrix = args[0], values = args[1], sums = args[2], sumsFirst = args[3],
+        count = args[4], jBegin = args[5], jEnd = args[6];
+  LeafBuilder leaf(b, loc);
+  constexpr int64_t kBlock = 64; // outputs per multi-vector FMLA
+  Value c0 = leaf.index(0);
+  Value matrixBase = leaf.base(matrix), valuesBase = leaf.base(values),
+        sumsBase = leaf.base(sums);
+  leaf.allWords(); // the stores' counter, outside the loops
+  Value cBlock = leaf.index(kBlock);
+  Value blocks = arith::DivUIOp::create(
+      b, loc, arith::SubIOp::create(b, loc, jEnd, jBegin), cBlock);
+
+  // One pass: rows [r0, r0 + rows) and `size` blocks from output j0.
+  auto pass = [&](OpBuilder &b, Value r0, int64_t rows, Value j0, int64_t size) {
+    int64_t perRow = kZaSlices / rows;
+    leaf.zeroZa();
+    SmallVector<Value> rowValues;
+    for (int64_t r = 0; r < rows; ++r)
+      rowValues.push_back(leaf.offset(
+          valuesBase,
+          arith::MulIOp::create(
+              b, loc, arith::AddIOp::create(b, loc, r0, leaf.index(r)),
+              leaf.index(k * 4))));
+    Value columnBase = leaf.offset(
+        matrixBase, arith::MulIOp::create(b, loc, j0, leaf.index(2)));
+    auto loop = scf::ForOp::create(b, loc, c0, leaf.index(k), leaf.index(4));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value c = loop.getInductionVar();
+      SmallVector<Value> replicated;
+      for (int64_t r = 0; r < rows; ++r)
+        replicated.push_back(leaf.loadReplicatedFloats(
+            leaf.offset(rowValues[r], arith::MulIOp::create(b, loc, c, leaf.index(4)))));
+      for (int64_t u = 0; u < 4; ++u) {
+        Value matrixRow = leaf.offset(
+            columnBase,
+            arith::MulIOp::create(b, loc,
+                                  arith::AddIOp::create(b, loc, c, leaf.index(u)),
+                                  leaf.index(k * 2)));
+        for (int64_t block = 0; block < size; ++block) {
+          SmallVector<Value> columns;
+          for (int64_t q = 0; q < 4; ++q)
+            columns.push_back(leaf.loadHalvesAsF32(matrixRow, 4 * block + q));
+          for (int64_t r = 0; r < rows; ++r)
+            leaf.fmlaZaVectors4(leaf.i32(r * perRow + block), columns, replicated[r], u);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      Value row = arith::AddIOp::create(
+          b, loc, sumsFirst, arith::AddIOp::create(b, loc, r0, leaf.index(r)));
+      Value target = leaf.offset(
+          sumsBase,
+          arith::MulIOp::create(
+              b, loc,
+              arith::AddIOp::create(b, loc,
+                                    arith::MulIOp::create(b, loc, row, leaf.index(k)),
+                                    j0),
+              leaf.index(4)));
+      for (int64_t block = 0; block < size; ++block) {
+        SmallVector<Value> words = leaf.readZaVectors4(leaf.i32(r * perRow + block));
+        SmallVector<Value> floats;
+        for (Value word : words)
+          floats.push_back(LLVM::BitcastOp::create(b, loc, leaf.nxv4f32(), word));
+        leaf.storeQuadF32(floats, leaf.offset(target, leaf.index(block * kBlock * 4)));
+      }
+    }
+  };
+
+  // Every pass of `rows` rows from r0: passes of the most blocks, then at
+  // most one of each half size.
+  auto passes = [&](OpBuilder &b, Value r0, int64_t rows) {
+    Value done = c0;
+    for (int64_t size = kZaSlices / rows; size >= 1; size /= 2) {
+      Value cSize = leaf.index(size);
+      Value left = arith::SubIOp::create(b, loc, blocks, done);
+      Value end = arith::SubIOp::create(b, loc, left,
+                                        arith::RemUIOp::create(b, loc, left, cSize));
+      end = arith::AddIOp::create(b, loc, done, end);
+      auto loop = scf::ForOp::create(b, loc, done, end, cSize);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value j0 = arith::AddIOp::create(
+            b, loc, jBegin, arith::MulIOp::create(b, loc, loop.getInductionVar(), cBlock));
+        pass(b, r0, rows, j0, size);
+      }
+      done = end;
+    }
+  };
+
+  constexpr int64_t kGroupRows = 4;
+  Value cGroup = leaf.index(kGroupRows);
+  Value grouped = arith::SubIOp::create(b, loc, count,
+                                        arith::RemUIOp::create(b, loc, count, cGroup));
+  auto groups = scf::ForOp::create(b, loc, c0, grouped, cGroup);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(groups.getBody());
+    passes(b, groups.getInductionVar(), kGroupRows);
+  }
+  auto singles = scf::ForOp::create(b, loc, grouped, count, leaf.index(1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(singles.getBody());
+  passes(b, singles.getInductionVar(), 1);
+}
+
 /// A private streaming leaf `name` with `types`, built by `body` once.
 func::FuncOp getOrCreateLeaf(ModuleOp module, SymbolTable &symbols,
                              StringRef name, TypeRange types, Location loc,
@@ -1154,6 +1316,42 @@ public:
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
+    // The orthogonal rotations' products in a streaming leaf per kernel,
+    // which the shared lowering calls (cq4p.sme_rotation on the op).
+    SmallVector<Operation *> rotations;
+    module.walk([&](Operation *op) {
+      if (isa<RotateQuantizeActivationsOp, DecodeEmbeddingOp>(op))
+        rotations.push_back(op);
+    });
+    for (Operation *op : rotations) {
+      Value matrix = isa<DecodeEmbeddingOp>(op)
+                         ? cast<DecodeEmbeddingOp>(op).getRotationT()
+                         : cast<RotateQuantizeActivationsOp>(op).getRotation();
+      auto matrixType = cast<MemRefType>(matrix.getType());
+      int64_t k = matrixType.getDimSize(1);
+      if (k % 64 != 0) {
+        op->emitError() << "SME2 rotations need K a multiple of 64, got " << k;
+        return signalPassFailure();
+      }
+      if (auto quantize = dyn_cast<RotateQuantizeActivationsOp>(op);
+          quantize && quantize.getGroupSize() % 64 != 0) {
+        op->emitError() << "SME2 rotations need groups of a multiple of 64 outputs, got "
+                        << quantize.getGroupSize();
+        return signalPassFailure();
+      }
+      OpBuilder b(op);
+      auto rowsType = MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type());
+      Type index = b.getIndexType();
+      std::string name =
+          op->getParentOfType<func::FuncOp>().getSymName().str() + "_sme_rotation";
+      SmallVector<Type> types{matrixType, rowsType, rowsType, index, index, index, index};
+      func::FuncOp leaf = getOrCreateLeaf(
+          module, symbols, name, types, op->getLoc(),
+          [&](OpBuilder &b, ValueRange args) {
+            buildRotationLeafBody(b, op->getLoc(), k, args);
+          });
+      op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
+    }
     // Attention with outer products where the head dim fills whole 64-wide
     // chunks of the four fp32 tiles and the keys and values are fp32; the
     // shared lowering otherwise.

@@ -28,8 +28,9 @@
 // cq4p.rotate_quantize_activations and cq4p.decode_embedding are fp16
 // matrix products over tiles of rows, vectorized across outputs: each reads
 // the one of rotation and rotation_t whose rows run along the outputs, so
-// every output still sums in index order (the same bits at every vector
-// width) without a transpose.
+// every output still sums in index order as a chain of fused multiply-adds
+// (llvm.fma: the same bits at every vector width and on every target)
+// without a transpose.
 //
 //===----------------------------------------------------------------------===//
 
@@ -640,8 +641,12 @@ Value rowsOf(OpBuilder &b, Location loc, Value memref) {
 /// r rows sums sums / r vectors of outputs at once (at most `rowVectors`),
 /// each rotation vector converted to fp32 once for the tile's rows; the
 /// rotation is taken `spanRows` of its rows at a time (see rotateRows).
+/// With `laneBroadcast`, a row's values are loaded `kRowValueLanes` at a
+/// time and each multiplies by lane (NEON's FMLA by element, no DUP);
+/// otherwise each is one broadcast load (x86's VBROADCASTSS).
 struct RotationBlocking {
   int64_t lanes, tileRows, sums, rowVectors, spanRows;
+  bool laneBroadcast;
 
   /// Vectors of outputs a tile of `rows` rows sums at once.
   int64_t vectorsFor(int64_t rows) const {
@@ -656,18 +661,27 @@ RotationBlocking rotationBlocking(DotTarget target) {
     // vector) converts half as often but measured 10-15% slower at K =
     // 4096 (twice the broadcasts per product); a span of 32 rotation rows
     // halves the sums' reloads against 16 (bench/host/run, orthogonal).
-    return {16, 8, 16, 8, 32};
+    return {16, 8, 16, 8, 32, false};
   case DotTarget::X86Avx2: // 16 ymm: 8 sums, 2 rotation vectors
   case DotTarget::X86AvxVnni:
-    return {8, 4, 8, 4, 16};
-  case DotTarget::Neon: // 32 q registers: 16 sums, 4 rotation vectors
-    return {4, 4, 16, 8, 16};
+    return {8, 4, 8, 4, 16, false};
+  case DotTarget::Neon:
+    // 32 q registers: 16 sums, up to 8 converted rotation vectors and the
+    // rows' values. One row sums 32 outputs: per rotation row 4 LDR of 8
+    // fp16 (LLVM addresses the span's rows from one register, beyond LDP's
+    // offsets), 8 FCVTL/FCVTL2 and 8 FMLA by element; with the sums'
+    // reloads once per span of 32 rotation rows, 0.625 instructions per
+    // multiply-add (bench/rotation-results.md).
+    return {4, 4, 16, 8, 32, true};
   case DotTarget::X86Ssse3: // 16 xmm
   case DotTarget::Generic:
     break;
   }
-  return {4, 4, 8, 4, 16};
+  return {4, 4, 8, 4, 16, false};
 }
+
+/// A row's values per vector load with RotationBlocking::laneBroadcast.
+constexpr int64_t kRowValueLanes = 4;
 
 /// The stack the fp32 row buffers of one rotation op may take: the kernels
 /// run on the runtime's threads and the caller's, which the C API asks for
@@ -693,62 +707,67 @@ int64_t chunkRowsFor(RotationBlocking blocking, int64_t k, int64_t buffers) {
   return std::max<int64_t>(1, rows);
 }
 
-/// Adds to sums[sumsFirst + first + r][j + v * lanes + i] (r < tileRows,
-/// v < vectors, i < lanes) the terms matrix[c][..] * rowValues[first + r][c]
-/// for c in [c0, c0 + span), one c after the other, the sums held in
-/// registers meanwhile: the order of fp32 operations is a scalar loop's.
+/// Adds to sums[sumsFirst + first + r][j + i] (r < tileRows, i < vectors *
+/// lanes) the terms matrix[c][j + i] * rowValues[first + r][c] for c in
+/// [c0, c0 + span), one c after the other as fused multiply-adds, the sums
+/// held in registers meanwhile: each sum takes a scalar loop's fma chain,
+/// so every blocking, vector width and target gives the same bits. The
+/// tile's vectors of a rotation row are one wide fp16 load and one
+/// conversion, shared by the tile's rows.
 void addSpan(OpBuilder &b, Location loc, Value matrix, Value rowValues,
              Value sums, Value sumsFirst, Value first, int64_t tileRows, Value j,
-             int64_t vectors, Value c0, int64_t span, int64_t lanes) {
-  auto f16v = VectorType::get({lanes}, b.getF16Type());
-  auto f32v = VectorType::get({lanes}, b.getF32Type());
-  SmallVector<Value> rowIndex, sumsRow, columnIndex, inits;
+             int64_t vectors, Value c0, int64_t span,
+             const RotationBlocking &blocking) {
+  int64_t width = vectors * blocking.lanes;
+  auto f16v = VectorType::get({width}, b.getF16Type());
+  auto f32v = VectorType::get({width}, b.getF32Type());
+  auto valuesType = VectorType::get({kRowValueLanes}, b.getF32Type());
+  SmallVector<Value> rowIndex, sumsRow, inits;
   for (int64_t r = 0; r < tileRows; ++r) {
     rowIndex.push_back(arith::AddIOp::create(b, loc, first, cIndex(b, loc, r)));
     sumsRow.push_back(arith::AddIOp::create(b, loc, sumsFirst, rowIndex[r]));
   }
-  for (int64_t v = 0; v < vectors; ++v)
-    columnIndex.push_back(arith::AddIOp::create(b, loc, j, cIndex(b, loc, v * lanes)));
   for (int64_t r = 0; r < tileRows; ++r)
-    for (int64_t v = 0; v < vectors; ++v)
-      inits.push_back(vector::LoadOp::create(b, loc, f32v, sums,
-                                             ValueRange{sumsRow[r], columnIndex[v]}));
-  // Four values of c per iteration: less loop overhead, the same order.
-  constexpr int64_t kUnroll = 4;
+    inits.push_back(
+        vector::LoadOp::create(b, loc, f32v, sums, ValueRange{sumsRow[r], j}));
+  // Eight values of c per iteration (four when the span is not a multiple
+  // of eight): less loop overhead, the same order.
+  int64_t unroll = span % 8 == 0 ? 8 : kRowValueLanes;
   auto loop = scf::ForOp::create(b, loc, c0,
                                  arith::AddIOp::create(b, loc, c0, cIndex(b, loc, span)),
-                                 cIndex(b, loc, kUnroll), inits);
+                                 cIndex(b, loc, unroll), inits);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     SmallVector<Value> accs(loop.getRegionIterArgs().begin(),
                             loop.getRegionIterArgs().end());
-    for (int64_t u = 0; u < kUnroll; ++u) {
-      Value c = arith::AddIOp::create(b, loc, loop.getInductionVar(),
-                                      cIndex(b, loc, u));
-      SmallVector<Value> columns;
-      for (int64_t v = 0; v < vectors; ++v)
-        columns.push_back(arith::ExtFOp::create(
-            b, loc, f32v,
-            Value(vector::LoadOp::create(b, loc, f16v, matrix,
-                                         ValueRange{c, columnIndex[v]}))));
+    Value cFirst = loop.getInductionVar();
+    SmallVector<Value> rowVectorsLoaded(tileRows);
+    for (int64_t u = 0; u < unroll; ++u) {
+      Value c = arith::AddIOp::create(b, loc, cFirst, cIndex(b, loc, u));
+      if (blocking.laneBroadcast && u % kRowValueLanes == 0)
+        for (int64_t r = 0; r < tileRows; ++r)
+          rowVectorsLoaded[r] = vector::LoadOp::create(
+              b, loc, valuesType, rowValues, ValueRange{rowIndex[r], c});
+      Value column = arith::ExtFOp::create(
+          b, loc, f32v,
+          Value(vector::LoadOp::create(b, loc, f16v, matrix, ValueRange{c, j})));
       for (int64_t r = 0; r < tileRows; ++r) {
-        Value value = vector::BroadcastOp::create(
-            b, loc, f32v,
-            memref::LoadOp::create(b, loc, rowValues, ValueRange{rowIndex[r], c}));
-        for (int64_t v = 0; v < vectors; ++v) {
-          Value &acc = accs[r * vectors + v];
-          acc = arith::AddFOp::create(
-              b, loc, acc, arith::MulFOp::create(b, loc, columns[v], value));
-        }
+        Value scalar =
+            blocking.laneBroadcast
+                ? Value(vector::ExtractOp::create(b, loc, rowVectorsLoaded[r],
+                                                  u % kRowValueLanes))
+                : Value(memref::LoadOp::create(b, loc, rowValues,
+                                               ValueRange{rowIndex[r], c}));
+        Value value = vector::BroadcastOp::create(b, loc, f32v, scalar);
+        accs[r] = math::FmaOp::create(b, loc, column, value, accs[r]);
       }
     }
     scf::YieldOp::create(b, loc, accs);
   }
   for (int64_t r = 0; r < tileRows; ++r)
-    for (int64_t v = 0; v < vectors; ++v)
-      vector::StoreOp::create(b, loc, loop.getResult(r * vectors + v), sums,
-                              ValueRange{sumsRow[r], columnIndex[v]});
+    vector::StoreOp::create(b, loc, loop.getResult(r), sums,
+                            ValueRange{sumsRow[r], j});
 }
 
 /// Row tiles over [0, rows): as many tiles of `tileRows` as fit, then at
@@ -795,10 +814,25 @@ void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
 /// them from memory in long runs (spanRows sequential streams, a few
 /// pages), the other tiles find them in cache, and the sums wait in `sums`
 /// (cached too) from one span to the next.
+///
+/// With `smeLeaf` (SME2: the op's kSmeRotationAttrName), the streaming leaf
+/// convert-cq4p-to-arm-sme built computes the same sums, the same bits.
 void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
                 Value sums, Value sumsFirst, Value count, Value jBegin,
                 Value jEnd, int64_t granule, int64_t k,
-                RotationBlocking blocking) {
+                RotationBlocking blocking, FlatSymbolRefAttr smeLeaf) {
+  if (smeLeaf) {
+    auto rowsType = MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type());
+    auto asRows = [&](Value rows) -> Value {
+      if (rows.getType() == rowsType)
+        return rows;
+      return memref::CastOp::create(b, loc, rowsType, rows);
+    };
+    func::CallOp::create(b, loc, smeLeaf, TypeRange{},
+                         ValueRange{matrix, asRows(rowValues), asRows(sums), sumsFirst,
+                                    count, jBegin, jEnd});
+    return;
+  }
   int64_t lanes = blocking.lanes;
   auto f32v = VectorType::get({lanes}, b.getF32Type());
   Value c0 = cIndex(b, loc, 0), cLanes = cIndex(b, loc, lanes);
@@ -825,7 +859,7 @@ void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(blocks.getBody());
     addSpan(b, loc, matrix, rowValues, sums, sumsFirst, first, tile,
-            blocks.getInductionVar(), vectors, spanBegin, span, lanes);
+            blocks.getInductionVar(), vectors, spanBegin, span, blocking);
   });
 }
 
@@ -878,7 +912,8 @@ struct RotateQuantizeActivationsLowering
                                 scaled, ValueRange{r, kk});
       });
       rotateRows(b, loc, op.getRotation(), scaled, basis, c0, count, jBegin,
-                 jEnd, gs, k, blocking);
+                 jEnd, gs, k, blocking,
+                 op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName));
       forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
                [&](OpBuilder &b, Value g) {
         forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
@@ -970,7 +1005,8 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
         });
       });
       rotateRows(b, loc, op.getRotationT(), decoded, op.getOut(), first, count,
-                 c0, cK, k, k, blocking);
+                 c0, cK, k, k, blocking,
+                 op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName));
       // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
         Value i = arith::AddIOp::create(b, loc, first, r);

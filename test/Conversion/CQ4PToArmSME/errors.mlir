@@ -22,3 +22,17 @@ func.func @missing_rescale_loop(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi
       : memref<2x2x32x128xi8>, memref<16xi8>, memref<1x256xi8>, memref<2x1x64xi32>
   return
 }
+
+// -----
+
+// The rotation leaf adds whole blocks of 64 outputs.
+func.func @rotation_k96(%panels: memref<2x1x24x128xi8>, %norms: memref<100x1xf16>,
+                        %cb: memref<16xf16>, %rotation_t: memref<96x96xf16>,
+                        %isr: memref<96xf16>, %ids: memref<?xi64>,
+                        %out: memref<?x96xf32>) {
+  // expected-error @below {{SME2 rotations need K a multiple of 64, got 96}}
+  cq4p.decode_embedding %panels, %norms, %cb, %rotation_t, %isr, %ids, %out
+      : memref<2x1x24x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<96x96xf16>,
+        memref<96xf16>, memref<?xi64>, memref<?x96xf32>
+  return
+}

@@ -75,6 +75,14 @@ llvm.func @luti4_on_fixed_vectors(%b: vector<16xi8>) {
 
 // -----
 
+llvm.func @fmla_lane_of_int_vectors(%s: i32, %w: vector<[4]xi32>) {
+  // expected-error @+1 {{operand #1 must be scalable vector of 32-bit float values of length 4}}
+  cq4p_intr.aarch64.sme.fmla.lane.vg1x4 %s, %w, %w, %w, %w, %w {lane = 0 : i32} : (i32, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>) -> ()
+  llvm.return
+}
+
+// -----
+
 llvm.func @sdot_lane_out_of_range(%s: i32, %b: vector<[16]xi8>) {
   // expected-error @+1 {{attribute 'lane' failed to satisfy constraint: 32-bit signless integer attribute whose minimum value is 0 whose maximum value is 3}}
   cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %s, %b, %b, %b, %b, %b {lane = 4 : i32} : (i32, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> ()

@@ -47,6 +47,8 @@ llvm.func @sme(%p: !llvm.ptr, %s: i32, %b: vector<[16]xi8>, %w: vector<[4]xi32>,
   %0 = cq4p_intr.aarch64.sme.luti4.lane.zt.x2 %b {segment = 1 : i32, zt = 0 : i32} : (vector<[16]xi8>) -> !llvm.struct<(vector<[16]xi8>, vector<[16]xi8>)>
   // CHECK: call void @llvm.aarch64.sme.sdot.lane.za32.vg1x4.nxv16i8(i32 %1, <vscale x 16 x i8> %2, <vscale x 16 x i8> %2, <vscale x 16 x i8> %2, <vscale x 16 x i8> %2, <vscale x 16 x i8> %2, i32 3)
   cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4 %s, %b, %b, %b, %b, %b {lane = 3 : i32} : (i32, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> ()
+  // CHECK: call void @llvm.aarch64.sme.fmla.lane.vg1x4.nxv4f32(i32 %1, <vscale x 4 x float> %4, <vscale x 4 x float> %4, <vscale x 4 x float> %4, <vscale x 4 x float> %4, <vscale x 4 x float> %4, i32 2)
+  cq4p_intr.aarch64.sme.fmla.lane.vg1x4 %s, %f, %f, %f, %f, %f {lane = 2 : i32} : (i32, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>) -> ()
   // CHECK: call { <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32> } @llvm.aarch64.sme.read.vg1x4.nxv4i32(i32 %1)
   %1 = cq4p_intr.aarch64.sme.read.vg1x4 %s : (i32) -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>)>
   // CHECK: call { <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32> } @llvm.aarch64.sme.read.ver.vg4.nxv4i32(i32 2, i32 %1)

@@ -25,6 +25,12 @@ enum class DotTarget {
   Generic,       ///< generic vector code only
 };
 
+/// The attribute convert-cq4p-to-arm-sme puts on
+/// cq4p.rotate_quantize_activations and cq4p.decode_embedding: the
+/// streaming leaf that computes their matrix product, which the lowering
+/// below then calls instead of emitting the vector code.
+inline constexpr llvm::StringLiteral kSmeRotationAttrName = "cq4p.sme_rotation";
+
 /// Patterns lowering cq4p kernel ops (panel_dot for `target`, and the
 /// target-independent rescale, activation quantization and embedding
 /// decode) to scf, vector, arith, math, memref and target intrinsics.

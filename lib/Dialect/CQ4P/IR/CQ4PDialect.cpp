@@ -228,6 +228,17 @@ LogicalResult verifySmeLeaf(Operation *op, NamedAttribute attr) {
   return success();
 }
 
+/// The streaming leaf of an orthogonal rotation's product (set by
+/// convert-cq4p-to-arm-sme, read by the kernel lowering).
+LogicalResult verifySmeRotation(Operation *op, NamedAttribute attr) {
+  if (!isa<FlatSymbolRefAttr>(attr.getValue()) ||
+      !isa<RotateQuantizeActivationsOp, DecodeEmbeddingOp>(op))
+    return op->emitError() << "'" << attr.getName().getValue()
+                           << "' expected a symbol on cq4p.rotate_quantize_activations "
+                              "or cq4p.decode_embedding";
+  return success();
+}
+
 } // namespace
 
 LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
@@ -243,6 +254,8 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     return verifyKernels(op, attr);
   if (name == "cq4p.sme_leaf")
     return verifySmeLeaf(op, attr);
+  if (name == "cq4p.sme_rotation")
+    return verifySmeRotation(op, attr);
   return op->emitError() << "unknown cq4p attribute '" << name << "'";
 }
 

@@ -410,6 +410,32 @@ def CQ4PIntr_SmeSdotLaneZa32Vg1x4Op
   }];
 }
 
+def CQ4PIntr_SmeFmlaLaneVg1x4Op
+    : CQ4PIntr_Op<"aarch64.sme.fmla.lane.vg1x4",
+                  [AllTypesMatch<["v0", "v1", "v2", "v3", "indexed"]>], 0, [],
+                  /*overloadedOperands=*/[1],
+                  /*immArgPositions=*/[6], /*immArgAttrNames=*/["lane"]>,
+      Arguments<(ins I32:$slice,
+                 CQ4PIntr_NxF32x4:$v0, CQ4PIntr_NxF32x4:$v1,
+                 CQ4PIntr_NxF32x4:$v2, CQ4PIntr_NxF32x4:$v3,
+                 CQ4PIntr_NxF32x4:$indexed,
+                 ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<3>]>:$lane)> {
+  let summary = "ZA vector groups += fp32 vectors times an indexed lane (multi-vector FMLA)";
+  let description = [{
+    ZA array vectors `slice` + 16i (i < 4, at a 512-bit vector length) +=
+    `vi` times the fp32 element `lane` of each 128-bit segment of
+    `indexed`, each lane a fused multiply-add.
+
+    Example:
+
+    ```mlir
+    cq4p_intr.aarch64.sme.fmla.lane.vg1x4 %s, %z0, %z1, %z2, %z3, %a {lane = 1 : i32}
+        : (i32, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>,
+           vector<[4]xf32>, vector<[4]xf32>) -> ()
+    ```
+  }];
+}
+
 def CQ4PIntr_SmeReadVg1x4Op
     : CQ4PIntr_Op<"aarch64.sme.read.vg1x4", [], 4, /*overloadedResults=*/[0]>,
       Arguments<(ins I32:$slice)> {
