@@ -68,6 +68,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Addresses.h"
 #include "DecodeAttention.h"
 
 #include "cq4p/Conversion/Passes.h"
@@ -116,17 +117,10 @@ public:
   }
 
   /// The address of a memref's first element.
-  Value base(Value memref) {
-    Value address =
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
-    Value address64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), address);
-    return LLVM::IntToPtrOp::create(b, loc, ptrType, address64);
-  }
+  Value base(Value memref) { return sme::alignedBase(b, loc, memref); }
   /// base + byteOffset (an index).
   Value offset(Value basePtr, Value byteOffset) {
-    Value offset64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), byteOffset);
-    return LLVM::GEPOp::create(b, loc, ptrType, b.getI8Type(), basePtr,
-                               ArrayRef<LLVM::GEPArg>{offset64});
+    return sme::byteOffset(b, loc, basePtr, byteOffset);
   }
 
   /// base + `vectors` streaming vectors: a scalable offset, which LLVM can

@@ -46,6 +46,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "DecodeAttention.h"
+#include "Addresses.h"
 
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
@@ -97,16 +98,10 @@ struct Streaming {
   Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
 
   /// The address of a memref's first element.
-  Value base(Value memref) {
-    Value address = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
-    Value address64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), address);
-    return LLVM::IntToPtrOp::create(b, loc, ptr, address64);
-  }
+  Value base(Value memref) { return sme::alignedBase(b, loc, memref); }
   /// address + bytes (an index).
   Value at(Value address, Value bytes) {
-    Value offset = arith::IndexCastOp::create(b, loc, b.getI64Type(), bytes);
-    return LLVM::GEPOp::create(b, loc, ptr, b.getI8Type(), address,
-                               ArrayRef<LLVM::GEPArg>{offset});
+    return sme::byteOffset(b, loc, address, bytes);
   }
   Value at(Value address, int64_t bytes) {
     if (bytes == 0)
