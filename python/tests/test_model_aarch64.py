@@ -96,19 +96,25 @@ def test_neon_and_sme2_logits_are_equal_bit_for_bit_with_an_fp16_cache(
     assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"
 
 
+def greedy_oracle(bundle, prompt, new_tokens):
+    """The numpy oracle's greedy ids and the logits each was picked from."""
+    oracle = rf.Reference.from_bundle(str(bundle))
+    ids, logits = [], []
+    step = oracle.prefill(prompt)[-1]
+    for _ in range(new_tokens):
+        logits.append(step)
+        ids.append(int(np.argmax(step)))
+        step = oracle.decode(ids[-1])
+    return ids, logits
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_model, tmp_path):
     _, bundle, config = synthetic_model(arch)
     vocab = config["vocab_size"]
     prompt = [(5 * i + 2) % vocab for i in range(PROMPT_TOKENS)]
 
-    oracle = rf.Reference.from_bundle(str(bundle))
-    expected_ids, expected_logits = [], []
-    step = oracle.prefill(prompt)[-1]
-    for _ in range(NEW_TOKENS):
-        expected_logits.append(step)
-        expected_ids.append(int(np.argmax(step)))
-        step = oracle.decode(expected_ids[-1])
+    expected_ids, expected_logits = greedy_oracle(bundle, prompt, NEW_TOKENS)
 
     results = {target: run_on_aarch64(str(bundle), target, str(tmp_path), prompt)
                for target in CPU}
@@ -130,13 +136,7 @@ def test_sme2_decode_across_softmax_blocks_matches_the_oracle(synthetic_model, t
     _, bundle, config = synthetic_model("llama")
     vocab, new_tokens = config["vocab_size"], 4
     prompt = [(7 * i + 3) % vocab for i in range(300)]
-    oracle = rf.Reference.from_bundle(str(bundle))
-    expected_ids, expected_logits = [], []
-    step = oracle.prefill(prompt)[-1]
-    for _ in range(new_tokens):
-        expected_logits.append(step)
-        expected_ids.append(int(np.argmax(step)))
-        step = oracle.decode(expected_ids[-1])
+    expected_ids, expected_logits = greedy_oracle(bundle, prompt, new_tokens)
     ids, logits = run_on_aarch64(str(bundle), "aarch64-sme2", str(tmp_path), prompt,
                                  new_tokens=new_tokens)
     assert ids == expected_ids, f"{ids} != oracle {expected_ids}"
