@@ -81,6 +81,13 @@ func.func @leaf() attributes {cq4p.sme_leaf = 1 : i64} {
 
 // -----
 
+// expected-error @+1 {{'cq4p.sme_rotation' expected a symbol on cq4p.rotate_quantize_activations or cq4p.decode_embedding}}
+func.func @rotation() attributes {cq4p.sme_rotation = @leaf} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{unknown cq4p attribute 'cq4p.kernal'}}
 func.func @typo() attributes {cq4p.kernal = {}} {
   return
