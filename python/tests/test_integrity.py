@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 from cq4p.format import constants as fmt
+from cq4p.format import layout as ly
 from cq4p.cli import main as cli
 from cq4p.io import bundle as bd
+from cq4p.io import writer as wr
 from cq4p.model import synthetic
 from cq4p.native import runtime as native
 from cq4p.native import tools
@@ -258,7 +260,7 @@ def _dense_bundle(directory, count, rows, columns, values=None):
         name = f"model.layers.{index}.weight"
         stem = bd.logical_file(name)
         array = values if values is not None else np.zeros((rows, columns), np.float16)
-        sha256 = fl.write_dense_file(os.path.join(directory, stem), array, fl.FP16)
+        sha256 = wr.write_dense_file(os.path.join(directory, stem), array, ly.FP16)
         tensors.append({"name": name, "file": stem, "shape": [rows, columns], "dtype": "FP16",
                         "sha256": sha256})
     bd.write_manifest(str(directory), bd.manifest({}, tensors))
@@ -268,7 +270,7 @@ def _dense_bundle(directory, count, rows, columns, values=None):
 # The peak RSS of a fresh process before and after cq4p_bundle_verify.
 _PEAK_RSS_OF_VERIFY = r"""
 import resource, sys
-from cq4p import native
+from cq4p.native import runtime as native
 native.library()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 native.verify_bundle(sys.argv[1])
@@ -309,14 +311,14 @@ def test_a_content_defect_is_reported_before_an_earlier_files_sha256(tmp_path):
     bd.write_manifest(str(bundle), manifest)
     bad = np.zeros((4, 8), np.float16)
     bad[2, 5] = np.inf
-    fl.write_dense_file(os.path.join(bundle, tensors[2]["file"]), bad, fl.FP16)
+    wr.write_dense_file(os.path.join(bundle, tensors[2]["file"]), bad, ly.FP16)
 
     for status, out in [_verify(bundle), _native_verdict(bundle)]:
         assert status != 0, out
         assert f"tensor '{tensors[2]['name']}': " in out and "sha256" not in out, out
 
-    fl.write_dense_file(os.path.join(bundle, tensors[2]["file"]), np.zeros((4, 8), np.float16),
-                        fl.FP16)
+    wr.write_dense_file(os.path.join(bundle, tensors[2]["file"]), np.zeros((4, 8), np.float16),
+                        ly.FP16)
     for status, out in [_verify(bundle), _native_verdict(bundle)]:
         assert status != 0, out
         assert (f"tensor '{tensors[0]['name']}': sha256 {'0' * 64} in manifest.json, but "
