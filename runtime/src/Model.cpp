@@ -224,18 +224,20 @@ Status Sampler::sample(const float *logits, size_t vocab,
     return status;
   size_t best = 0;
   LogitScan scan = scanLogits(logits, vocab);
-  if (!scan.nonFinite)
+  if (!scan.nonFinite) {
     best = firstBest(logits, scan);
-  // Any NaN or infinity: the plain loop, which names the first bad logit
-  // and lets -inf through.
-  for (size_t i = 0; scan.nonFinite && i < vocab; ++i) {
-    float logit = logits[i];
-    if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
-      return Status(CQ4P_ERROR_ARGUMENT,
-                    "sampling: logits[" + str(i) + "] is " +
-                        (std::isnan(logit) ? "nan" : "+inf"));
-    if (logit > logits[best])
-      best = i;
+  } else {
+    // Any NaN or infinity: the plain loop, which names the first bad logit
+    // and lets -inf through.
+    for (size_t i = 0; i < vocab; ++i) {
+      float logit = logits[i];
+      if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
+        return Status(CQ4P_ERROR_ARGUMENT,
+                      "sampling: logits[" + str(i) + "] is " +
+                          (std::isnan(logit) ? "nan" : "+inf"));
+      if (logit > logits[best])
+        best = i;
+    }
   }
   if (logits[best] == -std::numeric_limits<float>::infinity())
     return Status(CQ4P_ERROR_ARGUMENT,
