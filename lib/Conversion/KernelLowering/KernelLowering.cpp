@@ -21,9 +21,10 @@
 // passes over 8 channels at a time so that each unpacked weight vector
 // feeds every row of the tile.
 //
-// cq4p.rescale lowers to plain scf loops over small vector ops, identical on
-// every target. cq4p.quantize_activations is straight-line vector code per
-// group (ActivationTransform.cpp) with the contract's fp32 operations in the
+// cq4p.rescale lowers to plain scf loops over vector ops of the target's
+// float width, the same fp32 operations per lane on every target.
+// cq4p.quantize_activations is straight-line vector code per group
+// (ActivationTransform.cpp) with the contract's fp32 operations in the
 // contract's order, so every backend gets the same int8 activations.
 // cq4p.rotate_quantize_activations and cq4p.decode_embedding are fp16
 // matrix products over tiles of rows, vectorized across outputs: each reads
@@ -524,36 +525,56 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
   DotTarget target;
 };
 
+/// The rescale's vector width per target: the widest register of the
+/// target's floats (16 lanes with AVX-512, 8 with AVX2, NEON's 4). Each
+/// lane's arithmetic is the same chain of fp32 operations at every width,
+/// so the width changes the instructions and not the bits.
+int64_t rescaleLanes(DotTarget target) {
+  switch (target) {
+  case DotTarget::X86Avx512Vnni:
+    return 16;
+  case DotTarget::X86Avx2:
+  case DotTarget::X86AvxVnni:
+    return 8;
+  case DotTarget::Neon:
+  case DotTarget::X86Ssse3:
+  case DotTarget::Generic:
+    return 4;
+  }
+  llvm_unreachable("unknown DotTarget");
+}
+
 struct RescaleLowering : public OpRewritePattern<RescaleOp> {
-  using OpRewritePattern::OpRewritePattern;
+  RescaleLowering(MLIRContext *ctx, int64_t lanes)
+      : OpRewritePattern(ctx), lanes(lanes) {}
 
   LogicalResult matchAndRewrite(RescaleOp op,
                                 PatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
     int64_t tileRows = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
-    auto i32x4 = VectorType::get({4}, b.getI32Type());
-    auto f32x4 = VectorType::get({4}, b.getF32Type());
+    auto i32v = VectorType::get({lanes}, b.getI32Type());
+    auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value sb = op.getSuperBlock(), g = op.getGroup();
     for (int64_t r = 0; r < tileRows; ++r) {
       Value rIndex = cIndex(b, loc, r);
       Value actRow = arith::AddIOp::create(b, loc, op.getRow(), rIndex);
       Value scale = memref::LoadOp::create(b, loc, op.getActScales(),
                                            ValueRange{actRow, g});
-      Value scales = vector::BroadcastOp::create(b, loc, f32x4, scale);
-      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += 4) {
+      Value scales = vector::BroadcastOp::create(b, loc, f32v, scale);
+      for (int64_t c = 0; c < CQ4P_PANEL_CHANNELS; c += lanes) {
         Value channel = cIndex(b, loc, c);
-        Value partial = vector::LoadOp::create(b, loc, i32x4, op.getPartials(),
+        Value partial = vector::LoadOp::create(b, loc, i32v, op.getPartials(),
                                                ValueRange{rIndex, channel});
-        Value norm = vector::LoadOp::create(b, loc, f32x4, op.getNormPanels(),
+        Value norm = vector::LoadOp::create(b, loc, f32v, op.getNormPanels(),
                                             ValueRange{sb, g, channel});
-        Value acc = vector::LoadOp::create(b, loc, f32x4, op.getAccum(),
+        Value acc = vector::LoadOp::create(b, loc, f32v, op.getAccum(),
                                            ValueRange{rIndex, channel});
         // float(P) * act_scale * norm, in that order, then the sum over g.
         Value term = arith::MulFOp::create(
             b, loc,
             arith::MulFOp::create(
-                b, loc, arith::SIToFPOp::create(b, loc, f32x4, partial), scales),
+                b, loc, arith::SIToFPOp::create(b, loc, f32v, partial), scales),
             norm);
         vector::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, acc, term),
                                 op.getAccum(), ValueRange{rIndex, channel});
@@ -562,6 +583,8 @@ struct RescaleLowering : public OpRewritePattern<RescaleOp> {
     rewriter.eraseOp(op);
     return success();
   }
+
+  int64_t lanes;
 };
 
 /// Builds `for i in [begin, end) step 1 { body(i) }`.
@@ -1187,7 +1210,8 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   patterns.add<RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(
       ctx, rotationBlocking(target));
   populateActivationTransformPatterns(patterns, target);
-  patterns.add<RescaleLowering, AttentionLowering>(ctx);
+  patterns.add<RescaleLowering>(ctx, rescaleLanes(target));
+  patterns.add<AttentionLowering>(ctx);
   // The attention's exp as a polynomial: vector code instead of a libm
   // call per lane, and the same bits on every target.
   populateMathPolynomialApproximationPatterns(
