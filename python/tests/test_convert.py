@@ -398,3 +398,36 @@ def test_config_architectures_must_be_a_list_of_names(tmp_path):
             cv.parse_config(str(tmp_path / "config.json"), raw)
     assert cv.parse_config("c", b"{\"architectures\": [\"LlamaForCausalLM\"]}")["architectures"] \
         == ["LlamaForCausalLM"]
+
+
+def test_every_file_is_on_disk_before_the_bundle_is_moved_into_place(spiked_model, tmp_path,
+                                                                     monkeypatch):
+    """The bundle appears under its name only after each of its files and
+    its directory were synced (and the parent after the rename), so a crash
+    cannot leave a bundle of partly written files."""
+    root, _, _ = spiked_model
+    out = tmp_path / "bundle"
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(handle):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{handle}")))
+        real_fsync(handle)
+
+    def rename(source, target):
+        events.append(("rename", str(source), str(target)))
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    cv.convert(root / "model", out, progress=open(os.devnull, "w"))
+    moves = [i for i, event in enumerate(events) if event[0] == "rename"]
+    assert len(moves) == 1 and events[moves[0]][2] == str(out)
+    temporary = events[moves[0]][1]
+    synced_before = {event[1] for event in events[:moves[0]] if event[0] == "fsync"}
+    files = sorted(os.listdir(out))
+    assert "manifest.json" in files and any(name.endswith(".weights") for name in files)
+    missing = [name for name in files if os.path.join(temporary, name) not in synced_before]
+    assert not missing, f"not synced before the rename: {missing}"
+    assert temporary in synced_before
+    assert ("fsync", str(tmp_path)) in events[moves[0] + 1:]
