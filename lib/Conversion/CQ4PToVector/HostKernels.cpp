@@ -10,11 +10,15 @@
 // + i; two shuffles per chunk restore channel order when the partials are
 // stored, once per group.
 //
-// The activations of the tile's rows for the group are rearranged once per
-// call into a stack buffer of 32-bit words (the even and the odd bytes of
-// each 8 activations, the two operands of a zipped vector's dots), so that
-// every activation operand in the loop is a broadcast load from memory, not
-// a shuffle.
+// The activations of the tile's rows for the group are rearranged into a
+// stack buffer of 32-bit words (the even and the odd bytes of each 8
+// activations, the two operands of a zipped vector's dots), so that every
+// activation operand in the loop is a broadcast load from memory, not a
+// shuffle. The buffer holds every group's for the kernel call, tagged with
+// the tile's row and the activations' address, so that a tile rearranges
+// its rows once for a block of super-blocks (a GEMV once for all of them)
+// rather than once per super-block: at 4 rows and K = 2048 that work was a
+// seventh of the GEMM's instructions.
 //
 // The 4-way dot, exact in int32 like the generic one:
 //   - VNNI (AVX-512 VNNI on zmm, AVX-VNNI on ymm): `vpdpbusd` multiplies
@@ -121,67 +125,106 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
 
   // The rows' activations rearranged: per 32 activations, the even bytes
   // then the odd bytes; for AVX2 their absolute values too. For VNNI the
-  // accumulators' start, -128 * the row's sum over the group.
-  auto prepType = MemRefType::get({rows, words}, b.getI32Type());
+  // accumulators' start, -128 * the row's sum over the group. Kept per
+  // group for the call, tagged with the tile's first row and the
+  // activations' address: the next super-block of the same tile (GEMM
+  // tiles visit a block of super-blocks in turn, TileSuperBlocks.cpp; a
+  // GEMV's one row visits them all) finds them ready.
+  int64_t ng = panelsType.getDimSize(1);
+  auto prepType = MemRefType::get({ng, rows, words}, b.getI32Type());
   Value prep = entryAlloca(b, op, prepType);
   Value absPrep = vnni ? Value() : entryAlloca(b, op, prepType);
+  Value biases = vnni ? entryAlloca(b, op, MemRefType::get({ng, rows}, b.getI32Type()))
+                      : Value();
+  // The tags, (row, address) per group; no tile starts at row -1.
+  Value tags = entryAlloca(b, op, MemRefType::get({ng, 2}, b.getIndexType()));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointAfter(tags.getDefiningOp());
+    Value none = cIndex(b, loc, -1);
+    for (int64_t group = 0; group < ng; ++group)
+      memref::StoreOp::create(b, loc, none, tags,
+                              ValueRange{cIndex(b, loc, group), cIndex(b, loc, 0)});
+  }
+  Value address = arith::AddIOp::create(
+      b, loc, memref::ExtractAlignedPointerAsIndexOp::create(b, loc, op.getAct()),
+      memref::ExtractStridedMetadataOp::create(b, loc, op.getAct()).getOffset());
+  Value rowTag = memref::LoadOp::create(b, loc, tags, ValueRange{g, c0});
+  Value addressTag = memref::LoadOp::create(b, loc, tags, ValueRange{g, c1});
+  Value ready = arith::AndIOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rowTag, row),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, addressTag, address));
   SmallVector<int64_t> evenMask, oddMask;
   for (int64_t i = 0; i < 16; ++i) {
     evenMask.push_back(2 * i);
     oddMask.push_back(2 * i + 1);
   }
-  SmallVector<Value> accStart;
-  for (int64_t r = 0; r < rows; ++r) {
-    Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
-    Value rIndex = cIndex(b, loc, r);
-    SmallVector<Value> sumInit;
-    if (vnni)
-      sumInit.push_back(splat(b, loc, i32x16, b.getI32IntegerAttr(0)));
-    auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, gs / 32), c1,
-                                   sumInit);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value it = loop.getInductionVar();
-      Value k = arith::AddIOp::create(
-          b, loc, groupBase, arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
-      Value kNext = arith::AddIOp::create(b, loc, k, cIndex(b, loc, 16));
-      Value lo = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
-                                        ValueRange{actRow, k});
-      Value hi = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
-                                        ValueRange{actRow, kNext});
-      Value word = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
-      Value oddWord = arith::AddIOp::create(b, loc, word, cIndex(b, loc, 4));
-      Value evens = vector::ShuffleOp::create(b, loc, lo, hi, evenMask);
-      Value odds = vector::ShuffleOp::create(b, loc, lo, hi, oddMask);
-      auto store = [&](Value buffer, Value bytes, Value at) {
-        vector::StoreOp::create(b, loc,
-                                vector::BitCastOp::create(b, loc, i32x4, bytes),
-                                buffer, ValueRange{rIndex, at});
-      };
-      store(prep, evens, word);
-      store(prep, odds, oddWord);
-      if (!vnni) {
-        store(absPrep, math::AbsIOp::create(b, loc, evens), word);
-        store(absPrep, math::AbsIOp::create(b, loc, odds), oddWord);
-      } else {
-        Value sum = arith::AddIOp::create(
-            b, loc, loop.getRegionIterArgs()[0],
-            arith::AddIOp::create(b, loc,
-                                  arith::ExtSIOp::create(b, loc, i32x16, lo),
-                                  arith::ExtSIOp::create(b, loc, i32x16, hi)));
-        scf::YieldOp::create(b, loc, sum);
+  auto prepare = scf::IfOp::create(b, loc, ready, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard prepareGuard(b);
+    b.setInsertionPointToStart(prepare.elseBlock());
+    for (int64_t r = 0; r < rows; ++r) {
+      Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
+      Value rIndex = cIndex(b, loc, r);
+      SmallVector<Value> sumInit;
+      if (vnni)
+        sumInit.push_back(splat(b, loc, i32x16, b.getI32IntegerAttr(0)));
+      auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, gs / 32), c1,
+                                     sumInit);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value it = loop.getInductionVar();
+        Value k = arith::AddIOp::create(
+            b, loc, groupBase, arith::MulIOp::create(b, loc, it, cIndex(b, loc, 32)));
+        Value kNext = arith::AddIOp::create(b, loc, k, cIndex(b, loc, 16));
+        Value lo = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                          ValueRange{actRow, k});
+        Value hi = vector::LoadOp::create(b, loc, i8x16, op.getAct(),
+                                          ValueRange{actRow, kNext});
+        Value word = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
+        Value oddWord = arith::AddIOp::create(b, loc, word, cIndex(b, loc, 4));
+        Value evens = vector::ShuffleOp::create(b, loc, lo, hi, evenMask);
+        Value odds = vector::ShuffleOp::create(b, loc, lo, hi, oddMask);
+        auto store = [&](Value buffer, Value bytes, Value at) {
+          vector::StoreOp::create(b, loc,
+                                  vector::BitCastOp::create(b, loc, i32x4, bytes),
+                                  buffer, ValueRange{g, rIndex, at});
+        };
+        store(prep, evens, word);
+        store(prep, odds, oddWord);
+        if (!vnni) {
+          store(absPrep, math::AbsIOp::create(b, loc, evens), word);
+          store(absPrep, math::AbsIOp::create(b, loc, odds), oddWord);
+        } else {
+          Value sum = arith::AddIOp::create(
+              b, loc, loop.getRegionIterArgs()[0],
+              arith::AddIOp::create(b, loc,
+                                    arith::ExtSIOp::create(b, loc, i32x16, lo),
+                                    arith::ExtSIOp::create(b, loc, i32x16, hi)));
+          scf::YieldOp::create(b, loc, sum);
+        }
+      }
+      if (vnni) {
+        Value sum = vector::ReductionOp::create(
+            b, loc, vector::CombiningKind::ADD, loop.getResult(0));
+        Value bias = arith::MulIOp::create(
+            b, loc, sum,
+            arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
+        memref::StoreOp::create(b, loc, bias, biases, ValueRange{g, rIndex});
       }
     }
+    memref::StoreOp::create(b, loc, row, tags, ValueRange{g, c0});
+    memref::StoreOp::create(b, loc, address, tags, ValueRange{g, c1});
+  }
+  SmallVector<Value> accStart;
+  for (int64_t r = 0; r < rows; ++r) {
     Value start = splat(b, loc, i32v, b.getI32IntegerAttr(0));
-    if (vnni) {
-      Value sum = vector::ReductionOp::create(
-          b, loc, vector::CombiningKind::ADD, loop.getResult(0));
-      Value bias = arith::MulIOp::create(
-          b, loc, sum,
-          arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
-      start = vector::BroadcastOp::create(b, loc, i32v, bias);
-    }
+    if (vnni)
+      start = vector::BroadcastOp::create(
+          b, loc, i32v,
+          memref::LoadOp::create(b, loc, biases, ValueRange{g, cIndex(b, loc, r)}));
     accStart.push_back(start);
   }
 
@@ -197,7 +240,7 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
     }
   auto broadcastWord = [&](Value buffer, int64_t r, Value word) -> Value {
     Value value = memref::LoadOp::create(b, loc, buffer,
-                                         ValueRange{cIndex(b, loc, r), word});
+                                         ValueRange{g, cIndex(b, loc, r), word});
     return vector::BitCastOp::create(
         b, loc, i8v, vector::BroadcastOp::create(b, loc, i32v, value));
   };

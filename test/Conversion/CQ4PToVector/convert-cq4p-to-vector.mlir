@@ -20,12 +20,23 @@
 // GENERIC: arith.select
 
 // On AVX2, 256-bit pshufb, then pmaddubsw(|a|, sign(w, a)) and pmaddwd; the
-// activations rearranged once per call into a stack buffer of words (and
-// their absolute values), broadcast from there.
+// activations rearranged into per-group stack buffers of words (and their
+// absolute values), broadcast from there; the rearrangement runs only when
+// the group's tag (the tile's row, the activations' address) differs, and
+// then records the tag.
 // AVX2-LABEL: func.func @panel_dot
-// AVX2-DAG: %[[PREP:.*]] = memref.alloca() : memref<1x8xi32>
-// AVX2-DAG: %[[ABS:.*]] = memref.alloca() : memref<1x8xi32>
+// AVX2-DAG: %[[TAGS:.*]] = memref.alloca() : memref<1x2xindex>
+// AVX2-DAG: %[[PREP:.*]] = memref.alloca() : memref<1x1x8xi32>
+// AVX2-DAG: %[[ABS:.*]] = memref.alloca() : memref<1x1x8xi32>
+// AVX2: memref.store %c-1, %[[TAGS]]
+// AVX2: %[[ROWTAG:.*]] = memref.load %[[TAGS]][%arg5, %c0]
+// AVX2: %[[SAME:.*]] = arith.cmpi eq, %[[ROWTAG]], %arg6
+// AVX2: %[[READY:.*]] = arith.andi %[[SAME]]
+// AVX2: scf.if %[[READY]] {
+// AVX2: } else {
 // AVX2: math.absi %{{.*}} : vector<16xi8>
+// AVX2: memref.store %arg6, %[[TAGS]][%arg5, %c0]
+// AVX2: }
 // AVX2: %[[W:.*]] = cq4p_intr.x86.avx2.pshuf.b
 // AVX2: %[[S:.*]] = cq4p_intr.x86.avx2.psign.b %[[W]], %{{.*}}
 // AVX2: %[[P:.*]] = cq4p_intr.x86.avx2.pmadd.ub.sw %{{.*}}, %[[S]]

@@ -36,6 +36,8 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
+
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CQ4PTILESUPERBLOCKS
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h.inc"
@@ -138,6 +140,9 @@ constexpr int64_t kSmeTileRows = 16;
 /// costs about 81k instructions at 7 or 8 rows, the 6-row leaf 75k; a
 /// 7-row leaf measured 84k, QEMU instruction counts).
 constexpr int64_t kSmeMinTileRows = 7;
+/// Panel bytes of a block of super-blocks that row tiles share (half of a
+/// 1 MiB L2, leaving room for the activations and the output rows).
+constexpr int64_t kPanelBlockBytes = 512 * 1024;
 
 class TileSuperBlocks
     : public mlir::cq4p::impl::CQ4PTileSuperBlocksBase<TileSuperBlocks> {
@@ -493,6 +498,43 @@ private:
       Value step = constantIndex(b, loc, tileRows);
       fullRows = arith::MulIOp::create(
           b, loc, arith::DivUIOp::create(b, loc, rows, step), step);
+    }
+
+    if (tileRows > 1 && !actType.isDynamicDim(1)) {
+      // Blocks of super-blocks whose panels stay in a core's L2 while every
+      // row tile passes over them; within a block, each row tile visits
+      // the block's super-blocks in turn, so that the x86 panel dot
+      // rearranges a tile's activations once per block instead of once per
+      // super-block (HostKernels.cpp). Every output sums the same groups
+      // in the same order as before.
+      int64_t panelBytes = CQ4P_PANEL_CHANNELS * actType.getDimSize(1) / 2;
+      Value block = constantIndex(
+          b, loc, std::max<int64_t>(1, kPanelBlockBytes / panelBytes));
+      Value step = constantIndex(b, loc, tileRows);
+      auto blockLoop =
+          scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), block);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(blockLoop.getBody());
+        Value first = blockLoop.getInductionVar();
+        Value last = arith::MinUIOp::create(
+            b, loc, arith::AddIOp::create(b, loc, first, block), op.getSbEnd());
+        auto rowLoop = scf::ForOp::create(b, loc, c0, fullRows, step);
+        b.setInsertionPointToStart(rowLoop.getBody());
+        Value row = rowLoop.getInductionVar();
+        auto sbLoop = scf::ForOp::create(b, loc, first, last, c1);
+        b.setInsertionPointToStart(sbLoop.getBody());
+        Value sb = sbLoop.getInductionVar();
+        emitRowTiles(b, loc, op, sb, row, arith::AddIOp::create(b, loc, row, step),
+                     tileRows, partials, accum, channelsBelowN(b, loc, n, sb));
+      }
+      auto tailLoop =
+          scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
+      b.setInsertionPointToStart(tailLoop.getBody());
+      Value sb = tailLoop.getInductionVar();
+      emitRowTiles(b, loc, op, sb, fullRows, rows, 1, tailPartials, tailAccum,
+                   channelsBelowN(b, loc, n, sb));
+      return;
     }
 
     auto sbLoop =
