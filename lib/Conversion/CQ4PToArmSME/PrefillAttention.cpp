@@ -35,6 +35,8 @@
 #include "PrefillAttention.h"
 #include "Addresses.h"
 
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -68,9 +70,10 @@ struct Lanes {
   void store(Value value, Value address) { LLVM::StoreOp::create(b, loc, value, address, 4); }
   Value at(Value address, Value bytes) { return sme::byteOffset(b, loc, address, bytes); }
 
-  /// for j in [begin, end): state = body(j, state)
-  Value fold(Value begin, Value end, Value init, function_ref<Value(Value, Value)> body) {
-    auto loop = scf::ForOp::create(b, loc, begin, end, index(1), ValueRange{init});
+  /// for j in [begin, end) step `step`: state = body(j, state)
+  Value fold(Value begin, Value end, Value init, function_ref<Value(Value, Value)> body,
+             int64_t step = 1) {
+    auto loop = scf::ForOp::create(b, loc, begin, end, index(step), ValueRange{init});
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     scf::YieldOp::create(
@@ -78,9 +81,33 @@ struct Lanes {
     return loop.getResult(0);
   }
 
+  /// The four rows at `address` (multi-vector LD1W) and back (ST1W).
+  SmallVector<Value> loadQuad(Value address) {
+    Type quad = LLVM::LLVMStructType::getLiteral(b.getContext(), {vec, vec, vec, vec});
+    Value rows = cq4p_intr::SveLd1PnX4Op::create(b, loc, quad, counter(), address);
+    SmallVector<Value> vectors;
+    for (int64_t i = 0; i < 4; ++i)
+      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, rows, i));
+    return vectors;
+  }
+  void storeQuad(ArrayRef<Value> v, Value address) {
+    cq4p_intr::SveSt1PnX4Op::create(b, loc, v[0], v[1], v[2], v[3], counter(), address);
+  }
+  /// The all-true predicate-as-counter, made where the first quad needs it
+  /// (before the loops).
+  Value counter() {
+    assert(allWords && "makeCounter() first");
+    return allWords;
+  }
+  void makeCounter() {
+    allWords = cq4p_intr::SvePtrueC32Op::create(
+        b, loc, LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {}));
+  }
+
   OpBuilder &b;
   Location loc;
   VectorType vec, ivec;
+  Value allWords;
 };
 
 } // namespace
@@ -146,18 +173,32 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   Value m = minusInf;
   if (window > 0)
     m = s.fold(keyBegin, clean, m, maskedMax);
-  m = s.fold(clean, cleanEnd, m, [&](Value j, Value m) -> Value {
-    return arith::MaximumFOp::create(
-        b, loc, m, arith::MulFOp::create(b, loc, s.load(row(j)), scales));
-  });
+  // The keys every row sees four at a time (LD1W x4), then one at a time.
+  s.makeCounter();
+  Value cleanKeys = arith::SubIOp::create(b, loc, cleanEnd, clean);
+  Value quadEnd = arith::SubIOp::create(
+      b, loc, cleanEnd, arith::RemUIOp::create(b, loc, cleanKeys, s.index(4)));
+  auto scaledMax = [&](Value m, Value x) -> Value {
+    return arith::MaximumFOp::create(b, loc, m, arith::MulFOp::create(b, loc, x, scales));
+  };
+  m = s.fold(
+      clean, quadEnd, m,
+      [&](Value j, Value m) -> Value {
+        for (Value x : s.loadQuad(row(j)))
+          m = scaledMax(m, x);
+        return m;
+      },
+      4);
+  m = s.fold(quadEnd, cleanEnd, m,
+             [&](Value j, Value m) -> Value { return scaledMax(m, s.load(row(j))); });
   m = s.fold(cleanEnd, keyEnd, m, maskedMax);
 
   // Pass 2: p = exp(scale s - m) in place, and its sum per row.
   Value negated = arith::NegFOp::create(b, loc, m);
-  auto weight = [&](Value address) -> Value {
-    return math::ExpOp::create(
-        b, loc, math::FmaOp::create(b, loc, s.load(address), scales, negated));
+  auto exponential = [&](Value x) -> Value {
+    return math::ExpOp::create(b, loc, math::FmaOp::create(b, loc, x, scales, negated));
   };
+  auto weight = [&](Value address) -> Value { return exponential(s.load(address)); };
   auto maskedSum = [&](Value j, Value l) -> Value {
     Value address = row(j);
     Value p = arith::SelectOp::create(b, loc, visible(j), weight(address), zeros);
@@ -167,7 +208,20 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   Value l = zeros;
   if (window > 0)
     l = s.fold(keyBegin, clean, l, maskedSum);
-  l = s.fold(clean, cleanEnd, l, [&](Value j, Value l) -> Value {
+  l = s.fold(
+      clean, quadEnd, l,
+      [&](Value j, Value l) -> Value {
+        Value address = row(j);
+        SmallVector<Value> p;
+        for (Value x : s.loadQuad(address))
+          p.push_back(exponential(x));
+        s.storeQuad(p, address);
+        for (Value x : p)
+          l = arith::AddFOp::create(b, loc, l, x);
+        return l;
+      },
+      4);
+  l = s.fold(quadEnd, cleanEnd, l, [&](Value j, Value l) -> Value {
     Value address = row(j);
     Value p = weight(address);
     s.store(p, address);
