@@ -18,16 +18,20 @@
 //   [cleanEnd, keyEnd)    keys past the tile's first row (the causal mask)
 //
 // The masked ranges hold at most 15 (causal) and 16 + 15 (window) keys;
-// the others pay no mask. Two passes: the largest scaled score per row
-// (lane-wise FMUL and FMAX), then p = exp(scale s - m) as one FMA and the
-// exponential, stored over s and summed; a masked key's p is 0 (selected
-// after the exponential, so that its argument never matters). Everything
-// runs in streaming mode, between the leaf's outer products: no mode
-// switch and no 4-register NEON form of each 16-lane step.
+// the others pay no mask, and go four rows of St per LD1W x4 / ST1W x4.
+// Two passes: the largest score per row (lane-wise FMAX; scaled once,
+// rounding being monotonic), then p = exp(scale s - m) as one FMA and a
+// polynomial exponential for non-positive arguments (13 instructions,
+// math.exp's general one takes 24), stored over s and summed; a masked
+// key's p is 0 (selected after the exponential, so that its argument never
+// matters). Everything runs in streaming mode, between the leaf's outer
+// products: no mode switch and no 4-register NEON form of each 16-lane
+// step.
 //
 // The sums run in key order, as the vector code's, but exp(scale s - m) is
-// one rounding where the vector code rounds scale s first: the results are
-// within the model tolerance of NEON's (FORMAT.md section 5), not
+// one rounding where the vector code rounds scale s first, and the
+// exponential is another polynomial (within 3e-7 relative): the results
+// are within the model tolerance of NEON's (FORMAT.md section 5), not
 // bit-identical, as for the rest of SME2 attention.
 //
 //===----------------------------------------------------------------------===//
@@ -85,7 +89,7 @@ struct Lanes {
   Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
   Value lanes(float v) { return splat(f32(v)); }
 
-  /// exp(x) for x <= 0, within 2e-7 relative (the softmax's arguments;
+  /// exp(x) for x <= 0, within 3e-7 relative (the softmax's arguments;
   /// where a lane's x may be larger the caller discards the result): x
   /// clamped below at -87 (exp(-87) is 1.6e-38, nothing the sums can
   /// see), x = k ln 2 + r with k an integer and |r| <= ln 2 / 2, exp(r) as
