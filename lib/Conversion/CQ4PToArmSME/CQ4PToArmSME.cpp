@@ -82,7 +82,6 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CONVERTCQ4PTOARMSME
@@ -1133,12 +1132,13 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   // Per query tile, one leaf: Q K^T by outer products into St, the softmax
   // down St's columns and P V by outer products, then each output row
   // divided by its sum (PrefillAttention.cpp), all in streaming mode.
-  Type index = b.getIndexType();
+  Type indexType = b.getIndexType();
   float scale = op.getScale().convertToFloat();
   func::FuncOp tileLeaf = getOrCreateLeaf(
       module, symbols, prefix + "_sme_prefill_tile",
-      TypeRange{tilesType, index, tilesType, st.getType(), op.getV().getType(), index,
-                index, index, index, index, index, op.getOut().getType()},
+      TypeRange{tilesType, indexType, tilesType, st.getType(), op.getV().getType(),
+                indexType, indexType, indexType, indexType, indexType, indexType,
+                op.getOut().getType()},
       loc, [&](OpBuilder &lb, ValueRange args) {
         Value qt = args[0], t = args[1], kt = args[2], scores = args[3], v = args[4],
               kvBase = args[5], qBase = args[6], keyBegin = args[7], keyEnd = args[8],
@@ -1147,13 +1147,11 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
           return arith::ConstantIndexOp::create(lb, loc, x);
         };
         Value c16 = index(kSmeTileRows);
-        auto buffer = [&](int64_t floats) {
-          return sme::alignedBase(
-              lb, loc,
-              memref::AllocaOp::create(lb, loc, MemRefType::get({floats}, lb.getF32Type()),
-                                       ValueRange{}, lb.getI64IntegerAttr(64)));
-        };
-        Value inverses = buffer(kSmeTileRows);
+        Value inverses = sme::alignedBase(
+            lb, loc,
+            memref::AllocaOp::create(lb, loc,
+                                     MemRefType::get({kSmeTileRows}, lb.getF32Type()),
+                                     ValueRange{}, lb.getI64IntegerAttr(64)));
         auto outType = MemRefType::get({kSmeTileRows, dim}, lb.getF32Type());
         Value outTile = memref::AllocaOp::create(lb, loc, outType, ValueRange{},
                                                  lb.getI64IntegerAttr(64));
