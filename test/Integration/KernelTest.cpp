@@ -385,7 +385,7 @@ std::vector<double> referenceAttention(const std::vector<float> &q,
 void checkAttention(const KernelLibrary &lib, const std::string &label) {
   struct Case {
     int64_t dim, window;
-  } cases[] = {{64, 0}, {256, 0}, {64, 32}};
+  } cases[] = {{64, 0}, {256, 0}, {64, 32}, {64, 20}};
   const int64_t heads = 8, kvHeads = 4;
   uint32_t seed = 300;
   for (const Case &c : cases) {

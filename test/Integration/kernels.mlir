@@ -127,7 +127,8 @@ func.func @embed_200x256(%ids: tensor<?xi64>, %w: !cq4p.weight<200x256, gs = 128
 }
 
 // Prefill attention, 8 query / 4 kv heads: head dims 64 and 256, causal, and
-// a 32-token sliding window.
+// sliding windows of 32 tokens and of 20 (a window's start inside a 16-key
+// tile, so that the keys some row's window has left span a partial tile).
 func.func @attention_d64(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {
   %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
   return %o : tensor<?x512xf32>
@@ -140,5 +141,10 @@ func.func @attention_d256(%q: tensor<?x2048xf32>, %k: tensor<?x1024xf32>, %v: te
 
 func.func @attention_d64_window(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {
   %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 32 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
+  return %o : tensor<?x512xf32>
+}
+
+func.func @attention_d64_window20(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x512xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 20 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
   return %o : tensor<?x512xf32>
 }

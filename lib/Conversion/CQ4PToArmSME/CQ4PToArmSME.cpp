@@ -70,6 +70,7 @@
 
 #include "Addresses.h"
 #include "DecodeAttention.h"
+#include "PrefillAttention.h"
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
@@ -81,7 +82,6 @@
 #include "mlir/IR/SymbolTable.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CONVERTCQ4PTOARMSME
@@ -694,15 +694,17 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 //                                  streaming leaf: LD1W rows into ZA0.S,
 //                                  MOVA x4 columns out, ST1W x4
 //   per query head: Qt[t][d][r] = q[16t + r, h*D + d]     the same leaf
-//   per query tile t (rows at p0 = p + 16t):
+//   per query tile t (rows at p0 = p + 16t), one streaming leaf
+//   (`<kernel>_sme_prefill_tile`, PrefillAttention.cpp for the softmax):
 //     St[j][r] = sum_d Kt[j/16][d][j%16] Qt[t][d][r], per key tile D
 //       FMOPAs into ZA0.S (its rows are keys, its lanes the tile's query
-//       rows), stored row by row                     streaming leaf
-//     the softmax down St's columns (NEON, 16 lanes = 16 query rows): the
-//       causal and window masks, the max, exp and the sum are lane-wise
-//       vector ops, no reductions; St becomes P^T in place
+//       rows), stored row by row
+//     the softmax down St's columns (16 lanes = 16 query rows): the causal
+//       and window masks (on the few keys that need them), the max, exp
+//       and the sum are lane-wise streaming SVE ops, no reductions; St
+//       becomes P^T in place
 //     outTile[r][d] = sum_j P^T[j][r] v[j, kv*D + d]: per 64 dims, per key,
-//       one LD1W x4 of its values and 4 FMOPAs     streaming leaf
+//       one LD1W x4 of its values and 4 FMOPAs
 //     out[16t + r, h*D + d] = outTile[r][d] / sum[r]
 // Each row of P^T is the values' outer-product operand as it is, and each
 // key row of the cache is read once per query tile by each leaf.
@@ -1114,11 +1116,6 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   Value st = memref::AllocOp::create(
       b, loc, MemRefType::get({dyn, kSmeTileRows}, f32),
       ValueRange{arith::MulIOp::create(b, loc, keyTiles, c16)});
-  Value outTile =
-      memref::AllocaOp::create(b, loc, MemRefType::get({kSmeTileRows, dim}, f32));
-  auto vec = VectorType::get({kSmeTileRows}, f32);
-  auto ivec = VectorType::get({kSmeTileRows}, b.getI32Type());
-  Value inverses = memref::AllocaOp::create(b, loc, MemRefType::get({kSmeTileRows}, f32));
 
   std::string prefix = (op->getParentOfType<func::FuncOp>().getSymName()).str();
   auto transposeLeaf = [&](Value src, StringRef name) {
@@ -1132,19 +1129,44 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   };
   func::FuncOp keysLeaf = transposeLeaf(op.getK(), "_sme_transpose_keys");
   func::FuncOp queriesLeaf = transposeLeaf(op.getQ(), "_sme_transpose_queries");
-  func::FuncOp scoresLeaf = getOrCreateLeaf(
-      module, symbols, prefix + "_sme_scores",
-      TypeRange{tilesType, b.getIndexType(), tilesType, st.getType(), b.getIndexType(),
-                b.getIndexType()},
-      loc, [&](OpBuilder &leafBuilder, ValueRange args) {
-        buildScoresLeafBody(leafBuilder, loc, dim, args);
-      });
-  func::FuncOp valuesLeaf = getOrCreateLeaf(
-      module, symbols, prefix + "_sme_values",
-      TypeRange{st.getType(), op.getV().getType(), b.getIndexType(), b.getIndexType(),
-                b.getIndexType(), outTile.getType()},
-      loc, [&](OpBuilder &leafBuilder, ValueRange args) {
-        buildValuesLeafBody(leafBuilder, loc, dim, args);
+  // Per query tile, one leaf: Q K^T by outer products into St, the softmax
+  // down St's columns and P V by outer products, then each output row
+  // divided by its sum (PrefillAttention.cpp), all in streaming mode.
+  Type indexType = b.getIndexType();
+  float scale = op.getScale().convertToFloat();
+  func::FuncOp tileLeaf = getOrCreateLeaf(
+      module, symbols, prefix + "_sme_prefill_tile",
+      TypeRange{tilesType, indexType, tilesType, st.getType(), op.getV().getType(),
+                indexType, indexType, indexType, indexType, indexType, indexType,
+                op.getOut().getType()},
+      loc, [&](OpBuilder &lb, ValueRange args) {
+        Value qt = args[0], t = args[1], kt = args[2], scores = args[3], v = args[4],
+              kvBase = args[5], qBase = args[6], keyBegin = args[7], keyEnd = args[8],
+              p0 = args[9], rows = args[10], out = args[11];
+        auto index = [&](int64_t x) -> Value {
+          return arith::ConstantIndexOp::create(lb, loc, x);
+        };
+        Value c16 = index(kSmeTileRows);
+        Value inverses = sme::alignedBase(
+            lb, loc,
+            memref::AllocaOp::create(lb, loc,
+                                     MemRefType::get({kSmeTileRows}, lb.getF32Type()),
+                                     ValueRange{}, lb.getI64IntegerAttr(64)));
+        auto outType = MemRefType::get({kSmeTileRows, dim}, lb.getF32Type());
+        Value outTile = memref::AllocaOp::create(lb, loc, outType, ValueRange{},
+                                                 lb.getI64IntegerAttr(64));
+        buildScoresLeafBody(
+            lb, loc, dim,
+            ValueRange{qt, t, kt, scores, arith::DivUIOp::create(lb, loc, keyBegin, c16),
+                       arith::CeilDivUIOp::create(lb, loc, keyEnd, c16)});
+        emitPrefillSoftmax(lb, loc, window, scale, scores, keyBegin, keyEnd, p0, inverses);
+        buildValuesLeafBody(lb, loc, dim,
+                            ValueRange{scores, v, kvBase, keyBegin, keyEnd, outTile});
+        Value i0 = arith::MulIOp::create(lb, loc, t, c16);
+        Value present = arith::MinUIOp::create(lb, loc, c16,
+                                               arith::SubIOp::create(lb, loc, rows, i0));
+        emitPrefillNormalize(lb, loc, dim, sme::alignedBase(lb, loc, outTile), inverses,
+                             out, i0, qBase, present);
       });
 
   auto loop = [&](Value begin, Value end, auto body) {
@@ -1153,30 +1175,6 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
     b.setInsertionPointToStart(forOp.getBody());
     body(forOp.getInductionVar());
   };
-  // for j in [begin, end): state = body(j, state)
-  auto fold = [&](Value begin, Value end, Value init, auto body) {
-    auto forOp = scf::ForOp::create(b, loc, begin, end, c1, ValueRange{init});
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(forOp.getBody());
-    scf::YieldOp::create(
-        b, loc, ValueRange{body(forOp.getInductionVar(), forOp.getRegionIterArgs()[0])});
-    return forOp.getResult(0);
-  };
-  auto toI32 = [&](Value v) {
-    return arith::IndexCastOp::create(b, loc, b.getI32Type(), v);
-  };
-  auto splat = [&](Type type, Value scalar) -> Value {
-    return vector::BroadcastOp::create(b, loc, type, scalar);
-  };
-  float lowest = -std::numeric_limits<float>::infinity();
-  Value minusInf = splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(lowest)));
-  Value zeros = splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f)));
-  Value scales = splat(vec, arith::ConstantOp::create(b, loc, op.getScaleAttr()));
-  SmallVector<int32_t> laneNumbers;
-  for (int32_t i = 0; i < kSmeTileRows; ++i)
-    laneNumbers.push_back(i);
-  Value laneIds = arith::ConstantOp::create(
-      b, loc, DenseElementsAttr::get(ivec, ArrayRef<int32_t>(laneNumbers)));
 
   loop(op.getHeadBegin(), op.getHeadEnd(), [&](Value h) {
     Value kvHead = arith::DivUIOp::create(b, loc, h, idx(group));
@@ -1198,8 +1196,7 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
     func::CallOp::create(b, loc, queriesLeaf,
                          ValueRange{op.getQ(), qt, qBase, c0, queryTiles, rows});
     loop(c0, queryTiles, [&](Value t) {
-      Value i0 = arith::MulIOp::create(b, loc, t, c16);
-      Value p0 = arith::AddIOp::create(b, loc, position, i0);
+      Value p0 = arith::AddIOp::create(b, loc, position, arith::MulIOp::create(b, loc, t, c16));
       // Keys [keyBegin, keyEnd): from the window's start for the tile's
       // first row (down to a whole tile) to its last row's, or the cache's
       // end.
@@ -1209,64 +1206,9 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
           window > 0 ? arith::MulIOp::create(
                            b, loc, arith::DivUIOp::create(b, loc, windowStart(p0), c16), c16)
                      : c0;
-      func::CallOp::create(
-          b, loc, scoresLeaf,
-          ValueRange{qt, t, kt, st, arith::DivUIOp::create(b, loc, keyBegin, c16),
-                     arith::CeilDivUIOp::create(b, loc, keyEnd, c16)});
-      // Lane r is query row i0 + r at p0 + r: it sees key j when
-      // j <= p0 + r and, with a window, j > p0 + r - window.
-      Value positions = arith::AddIOp::create(b, loc, splat(ivec, toI32(p0)), laneIds);
-      Value windowEnds;
-      if (window > 0)
-        windowEnds = arith::SubIOp::create(
-            b, loc, positions,
-            splat(ivec, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(window))));
-      Value maximum = fold(keyBegin, keyEnd, minusInf, [&](Value j, Value m) -> Value {
-        Value s = arith::MulFOp::create(
-            b, loc, vector::LoadOp::create(b, loc, vec, st, ValueRange{j, c0}), scales);
-        Value key = splat(ivec, toI32(j));
-        Value visible =
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, key, positions);
-        if (window > 0)
-          visible = arith::AndIOp::create(
-              b, loc, visible,
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, key, windowEnds));
-        s = arith::SelectOp::create(b, loc, visible, s, minusInf);
-        vector::StoreOp::create(b, loc, s, st, ValueRange{j, c0});
-        return arith::MaximumFOp::create(b, loc, m, s);
-      });
-      Value sum = fold(keyBegin, keyEnd, zeros, [&](Value j, Value l) -> Value {
-        Value s = vector::LoadOp::create(b, loc, vec, st, ValueRange{j, c0});
-        // exp(-inf) is taken as 0 explicitly: the polynomial exp is only
-        // meant for finite arguments.
-        Value hidden = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, s, minusInf);
-        Value p = arith::SelectOp::create(
-            b, loc, hidden, zeros,
-            math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, s, maximum)));
-        vector::StoreOp::create(b, loc, p, st, ValueRange{j, c0});
-        return arith::AddFOp::create(b, loc, l, p);
-      });
-      vector::StoreOp::create(
-          b, loc,
-          arith::DivFOp::create(
-              b, loc, splat(vec, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f))),
-              sum),
-          inverses, ValueRange{c0});
-      func::CallOp::create(b, loc, valuesLeaf,
-                           ValueRange{st, op.getV(), kvBase, keyBegin, keyEnd, outTile});
-      // The tile's rows that exist, each divided by its sum.
-      Value present = arith::MinUIOp::create(b, loc, c16,
-                                             arith::SubIOp::create(b, loc, rows, i0));
-      loop(c0, present, [&](Value r) {
-        Value inverse = splat(vec, memref::LoadOp::create(b, loc, inverses, ValueRange{r}));
-        Value i = arith::AddIOp::create(b, loc, i0, r);
-        for (int64_t d = 0; d < dim; d += kSmeTileRows) {
-          Value x = vector::LoadOp::create(b, loc, vec, outTile, ValueRange{r, idx(d)});
-          vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, inverse),
-                                  op.getOut(),
-                                  ValueRange{i, arith::AddIOp::create(b, loc, qBase, idx(d))});
-        }
-      });
+      func::CallOp::create(b, loc, tileLeaf,
+                           ValueRange{qt, t, kt, st, op.getV(), kvBase, qBase, keyBegin,
+                                      keyEnd, p0, rows, op.getOut()});
     });
   });
   memref::DeallocOp::create(b, loc, kt);

@@ -467,13 +467,13 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // Attention (head dim 64): one query row calls the streaming decode leaf
 // (DecodeAttention.cpp); more rows transpose the keys (once per KV head)
 // and the queries into tiles of 16 (LD1W rows into ZA0.S, MOVA x4 columns
-// out), then per query tile: Q K^T as FMOPAs of four-vector loads into
-// ZA0.S per tile of 16 keys (its rows keys, its lanes the 16 query rows),
-// stored with `str za` from ZA array vectors 4c; the softmax down the
-// columns as 16-lane vector ops; P V as one LD1W x4 of a key's values and
-// four FMOPA per key, one per 32-bit tile (16 dimensions each), row r of
-// tile t stored from ZA array vector 4r + t; each output row divided by
-// its sum.
+// out), then per query tile one streaming leaf: Q K^T as FMOPAs of
+// four-vector loads into ZA0.S per tile of 16 keys (its rows keys, its
+// lanes the 16 query rows), stored with `str za` from ZA array vectors 4c;
+// the softmax down the columns in streaming SVE; P V as one LD1W x4 of a
+// key's values and four FMOPA per key, one per 32-bit tile (16 dimensions
+// each), row r of tile t stored from ZA array vector 4r + t; each output
+// row divided by its sum. The caller keeps no vector code.
 // CHECK-LABEL: func.func @cq4p_attention
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
 // CHECK: %[[ONE:.*]] = arith.cmpi ult, %[[ROWS]], %c2
@@ -489,12 +489,10 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-NEXT: call @cq4p_attention_sme_transpose_keys
 // CHECK: call @cq4p_attention_sme_transpose_queries
 // CHECK: scf.for
-// CHECK: call @cq4p_attention_sme_scores
-// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<16xi32>
-// CHECK: arith.maximumf %{{.*}} : vector<16xf32>
-// CHECK: math.exp %{{.*}} : vector<16xf32>
-// CHECK: call @cq4p_attention_sme_values
+// CHECK: call @cq4p_attention_sme_prefill_tile
 // CHECK-NOT: cq4p.attention
+// CHECK-NOT: vector<16xf32>
+// CHECK: return
 // The decode leaf, a group of 2 heads (K = 8 key classes): the group's
 // query rows transposed once into Qr (16 LD1W rows of ZA0.S, columns out);
 // per block, the whole tiles of 16 keys in a loop: ZA1.S zeroed (mask
@@ -547,7 +545,17 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
-// CHECK-LABEL: func.func private @cq4p_attention_sme_scores
+// The query tile's leaf: Q K^T (64 FMOPAs per key tile into ZA0.S, its 16
+// rows stored); the softmax in streaming SVE: the largest score per row
+// over the keys every row sees, four rows of St per LD1W x4 and then one
+// at a time, and over the last keys with the causal mask; the largest
+// scaled once; exp(scale s - m) as one FMA and the polynomial (its 2^k an
+// integer add to the exponent bits), stored back four rows per ST1W x4;
+// the masked keys' weights selected to 0 after the exponential; P V (one
+// LD1W x4 of a key's values and four FMOPAs); each output row times its
+// inverse sum.
+// CHECK-LABEL: func.func private @cq4p_attention_sme_prefill_tile
+// CHECK-SAME: (%[[QT:[^:]*]]: memref<?x64x16xf32>, %{{[^:]*}}: index, %[[KT:[^:]*]]: memref<?x64x16xf32>, %[[ST:[^:]*]]: memref<?x16xf32>, %{{[^:]*}}: memref<?x64xf32>, {{.*}}, %[[OUT:[^:]*]]: memref<?x128xf32>)
 // CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
@@ -564,18 +572,45 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: "arm_sme.intr.str"(%[[ROW1]],
 // CHECK-COUNT-14: "arm_sme.intr.str"
 // CHECK-NOT: "arm_sme.intr.str"
-// CHECK-LABEL: func.func private @cq4p_attention_sme_values
-// CHECK: %[[LANES:.*]] = arith.constant dense<true> : vector<[4]xi1>
+// CHECK: vector.step : vector<[4]xindex>
+// CHECK: scf.for {{.*}} step %{{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
+// CHECK-NEXT: arith.muli
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK-COUNT-4: arith.maximumf
+// CHECK-NEXT: scf.yield
+// CHECK: scf.for
+// CHECK-NOT: arith.cmpi
+// CHECK: arith.maximumf
+// CHECK: scf.yield
+// CHECK: scf.for
+// CHECK: %[[KEY:.*]] = vector.broadcast %{{.*}} : i32 to vector<[4]xi32>
+// CHECK-NEXT: %[[SEEN:.*]] = arith.cmpi sle, %[[KEY]], %{{.*}} : vector<[4]xi32>
+// CHECK-NEXT: arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<[4]xi1>, vector<[4]xf32>
+// CHECK-NEXT: arith.maximumf
+// CHECK: %[[MAX:.*]] = arith.mulf %{{.*}}, %{{.*}} : vector<[4]xf32>
+// CHECK-NEXT: %[[NEG:.*]] = arith.negf %[[MAX]]
+// CHECK: scf.for
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: math.fma %{{.*}}, %{{.*}}, %[[NEG]] : vector<[4]xf32>
+// CHECK: arith.shli
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// CHECK-NOT: math.exp
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: arith.cmpi sle
+// CHECK: math.fma %{{.*}}, %{{.*}}, %[[NEG]] : vector<[4]xf32>
+// CHECK: arith.select
+// CHECK: arith.divf
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for
 // CHECK: %[[P:.*]] = llvm.load %{{.*}} : !llvm.ptr -> vector<[4]xf32>
 // CHECK: %[[V:.*]] = cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: %[[V0:.*]] = llvm.extractvalue %[[V]][0]
-// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
-// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 1 : i32}>
-// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 2 : i32}>
-// CHECK: "arm_sme.intr.mopa"(%[[LANES]], %[[LANES]], %[[P]], %{{.*}}) <{tile_id = 3 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[ALL:[^,]*]], %[[ALL]], %[[P]], %[[V0]]) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[ALL]], %[[ALL]], %[[P]], %{{.*}}) <{tile_id = 1 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[ALL]], %[[ALL]], %[[P]], %{{.*}}) <{tile_id = 2 : i32}>
+// CHECK: "arm_sme.intr.mopa"(%[[ALL]], %[[ALL]], %[[P]], %{{.*}}) <{tile_id = 3 : i32}>
 // CHECK-NEXT: }
 // CHECK: %[[VECTOR0:.*]] = arith.constant 0 : i32
 // CHECK: "arm_sme.intr.str"(%[[VECTOR0]],
@@ -583,6 +618,13 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: "arm_sme.intr.str"(%[[VECTOR1]],
 // CHECK-COUNT-62: "arm_sme.intr.str"
 // CHECK-NOT: "arm_sme.intr.str"
+// CHECK: memref.extract_aligned_pointer_as_index %[[OUT]]
+// CHECK: scf.for
+// CHECK: %[[INVERSE:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
+// CHECK: %[[SPLAT:.*]] = vector.broadcast %[[INVERSE]] : f32 to vector<[4]xf32>
+// CHECK-COUNT-4: arith.mulf %{{.*}}, %[[SPLAT]] : vector<[4]xf32>
+// CHECK-NOT: arith.mulf
+// CHECK: return
 func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
                           %out: memref<?x128xf32>, %h0: index, %h1: index) {
   cq4p.attention %q, %k, %v, %out, %h0, %h1 {num_heads = 2 : i64, num_kv_heads = 1 : i64,
@@ -606,11 +648,27 @@ func.func @cq4p_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memre
 // CHECK: %[[KEYS:.*]] = arith.addi %[[POS]], %{{.*}} : index
 // CHECK: scf.for
 // CHECK: call @cached_attention_sme_transpose_keys(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[KEYS]])
-// CHECK: call @cached_attention_sme_scores
-// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<16xi32>
-// CHECK-NEXT: arith.cmpi sgt, %{{.*}}, %{{.*}} : vector<16xi32>
+// CHECK: scf.for
+// CHECK: call @cached_attention_sme_prefill_tile
+// The window's keys masked in the leaf's softmax: those some row's window
+// has left, before the ones every row sees, and the causal ones after.
+// CHECK-LABEL: func.func private @cached_attention_sme_prefill_tile
+// CHECK: vector.step : vector<[4]xindex>
+// CHECK: scf.for
+// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK-NEXT: arith.cmpi sgt, %{{.*}}, %{{.*}} : vector<[4]xi32>
 // CHECK-NEXT: arith.andi
-// CHECK: call @cached_attention_sme_values
+// CHECK: scf.for
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK-NOT: arith.cmpi
+// CHECK: scf.yield
+// CHECK: scf.for
+// CHECK-NOT: arith.cmpi
+// CHECK: scf.yield
+// CHECK: scf.for
+// CHECK: arith.cmpi sle, %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK-NEXT: arith.cmpi sgt, %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK-NEXT: arith.andi
 func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf32>, %v: memref<?x128xf32>,
                             %out: memref<?x256xf32>, %h0: index, %h1: index, %pos: index) {
   cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 4 : i64, num_kv_heads = 2 : i64,

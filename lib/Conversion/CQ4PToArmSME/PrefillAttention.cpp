@@ -1,0 +1,305 @@
+//===- PrefillAttention.cpp - SME2 prefill attention's softmax ------------===//
+//
+// SME2 prefill attention (several query rows, an fp32 KV cache, head dims
+// of whole 64s; CQ4PToArmSME.cpp lowers it) runs per query head and tile of
+// 16 query rows one streaming leaf, `<kernel>_sme_prefill_tile`:
+//
+//   St[j][r] = q_r . k_j for the key tiles the rows see   FMOPAs into ZA0.S
+//   the softmax of St's columns, in place                 this file
+//   outTile[r][d] = sum_j St[j][r] v[j][d]                FMOPAs, 4 tiles
+//   out[i0 + r][d] = outTile[r][d] / sum_j St[j][r]       this file
+//
+// A row of St holds key j's scores for the tile's 16 query rows, one
+// 512-bit vector, so the softmax is lane-wise vector work with no
+// reductions. Its keys [keyBegin, keyEnd) split in three ranges:
+//
+//   [keyBegin, clean)     keys some row's sliding window has left (window > 0)
+//   [clean, cleanEnd)     keys every row sees: no mask
+//   [cleanEnd, keyEnd)    keys past the tile's first row (the causal mask)
+//
+// The masked ranges hold at most 15 (causal) and 16 + 15 (window) keys;
+// the others pay no mask, and go four rows of St per LD1W x4 / ST1W x4.
+// Two passes: the largest score per row (lane-wise FMAX; scaled once,
+// rounding being monotonic), then p = exp(scale s - m) as one FMA and a
+// polynomial exponential for non-positive arguments (13 instructions,
+// math.exp's general one takes 24), stored over s and summed; a masked
+// key's p is 0 (selected after the exponential, so that its argument never
+// matters). Everything runs in streaming mode, between the leaf's outer
+// products: no mode switch and no 4-register NEON form of each 16-lane
+// step.
+//
+// The sums run in key order, as the vector code's, but exp(scale s - m) is
+// one rounding where the vector code rounds scale s first, and the
+// exponential is another polynomial (within 3e-7 relative): the results
+// are within the model tolerance of NEON's (FORMAT.md section 5), not
+// bit-identical, as for the rest of SME2 attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PrefillAttention.h"
+#include "Addresses.h"
+
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+constexpr int64_t kRowBytes = 64; // a 512-bit vector: one row of St
+
+/// 16-lane fp32 vector steps (vector<[4]xf32> at vscale 4).
+struct Lanes {
+  Lanes(OpBuilder &b, Location loc) : b(b), loc(loc) {
+    vec = VectorType::get({4}, b.getF32Type(), {true});
+    ivec = VectorType::get({4}, b.getI32Type(), {true});
+  }
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32(float v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v)); }
+  Value splat(Value scalar) { return vector::BroadcastOp::create(b, loc, vec, scalar); }
+  Value splatIndex(Value i) {
+    return vector::BroadcastOp::create(
+        b, loc, ivec, arith::IndexCastOp::create(b, loc, b.getI32Type(), i));
+  }
+  Value load(Value address) { return LLVM::LoadOp::create(b, loc, vec, address, 4); }
+  void store(Value value, Value address) { LLVM::StoreOp::create(b, loc, value, address, 4); }
+  Value at(Value address, Value bytes) { return sme::byteOffset(b, loc, address, bytes); }
+
+  /// for j in [begin, end) step `step`: state = body(j, state)
+  Value fold(Value begin, Value end, Value init, function_ref<Value(Value, Value)> body,
+             int64_t step = 1) {
+    auto loop = scf::ForOp::create(b, loc, begin, end, index(step), ValueRange{init});
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    scf::YieldOp::create(
+        b, loc, ValueRange{body(loop.getInductionVar(), loop.getRegionIterArgs()[0])});
+    return loop.getResult(0);
+  }
+
+  /// x * y + z, one rounding.
+  Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
+  Value lanes(float v) { return splat(f32(v)); }
+
+  /// exp(x) for x <= 0, within 3e-7 relative (the softmax's arguments;
+  /// where a lane's x may be larger the caller discards the result): x
+  /// clamped below at -87 (exp(-87) is 1.6e-38, nothing the sums can
+  /// see), x = k ln 2 + r with k an integer and |r| <= ln 2 / 2, exp(r) as
+  /// its Taylor polynomial of degree 6 (error under r^7 / 7! = 1.2e-7),
+  /// times 2^k by adding k to its exponent field. The integer k is rounded
+  /// by adding 1.5 * 2^23, which leaves k in the sum's low bits, so that
+  /// the shift by 23 of the sum's bits is k's exponent increment. 13
+  /// instructions where math.exp's polynomial, which handles every x,
+  /// takes 24.
+  Value expNonPositive(Value x) {
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = arith::MaximumFOp::create(b, loc, x, lanes(-87.0f));
+    Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
+    Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
+    // r = x - k ln 2, ln 2 in two parts (Cody and Waite) so that k ln 2's
+    // first part is exact.
+    Value r = fma(k, lanes(-0.693359375f), x);
+    r = fma(k, lanes(2.12194440e-4f), r);
+    Value p = fma(r, lanes(1.0f / 720), lanes(1.0f / 120));
+    for (float c : {1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+      p = fma(p, r, lanes(c));
+    Value shifted = arith::ShLIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, ivec, t),
+        vector::BroadcastOp::create(b, loc, ivec,
+                                    arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+    return arith::BitcastOp::create(
+        b, loc, vec,
+        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ivec, p), shifted));
+  }
+
+  /// The four rows at `address` (multi-vector LD1W) and back (ST1W).
+  SmallVector<Value> loadQuad(Value address) {
+    Type quad = LLVM::LLVMStructType::getLiteral(b.getContext(), {vec, vec, vec, vec});
+    Value rows = cq4p_intr::SveLd1PnX4Op::create(b, loc, quad, counter(), address);
+    SmallVector<Value> vectors;
+    for (int64_t i = 0; i < 4; ++i)
+      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, rows, i));
+    return vectors;
+  }
+  void storeQuad(ArrayRef<Value> v, Value address) {
+    cq4p_intr::SveSt1PnX4Op::create(b, loc, v[0], v[1], v[2], v[3], counter(), address);
+  }
+  /// The all-true predicate-as-counter, made where the first quad needs it
+  /// (before the loops).
+  Value counter() {
+    assert(allWords && "makeCounter() first");
+    return allWords;
+  }
+  void makeCounter() {
+    allWords = cq4p_intr::SvePtrueC32Op::create(
+        b, loc, LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {}));
+  }
+
+  OpBuilder &b;
+  Location loc;
+  VectorType vec, ivec;
+  Value allWords;
+};
+
+} // namespace
+
+void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
+                                    float scale, Value st, Value keyBegin, Value keyEnd,
+                                    Value p0, Value inverses) {
+  Lanes s(b, loc);
+  Value stBase = sme::alignedBase(b, loc, st);
+  Value rowBytes = s.index(kRowBytes);
+  auto row = [&](Value j) { return s.at(stBase, arith::MulIOp::create(b, loc, j, rowBytes)); };
+  Value minusInf = s.splat(s.f32(-std::numeric_limits<float>::infinity()));
+  Value zeros = s.splat(s.f32(0.0f));
+  Value scales = s.splat(s.f32(scale));
+
+  // Lane r is the query at p0 + r: it sees key j when j <= p0 + r and, with
+  // a window, j > p0 + r - window.
+  Value positions = arith::AddIOp::create(
+      b, loc, s.splatIndex(p0),
+      arith::IndexCastOp::create(
+          b, loc, s.ivec,
+          vector::StepOp::create(b, loc, VectorType::get({4}, b.getIndexType(), {true}))));
+  Value windowEnds;
+  if (window > 0)
+    windowEnds = arith::SubIOp::create(
+        b, loc, positions,
+        vector::BroadcastOp::create(b, loc, s.ivec,
+                                    arith::ConstantOp::create(
+                                        b, loc, b.getI32IntegerAttr(int32_t(window)))));
+  auto visible = [&](Value j) -> Value {
+    Value key = s.splatIndex(j);
+    Value seen = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, key, positions);
+    if (window > 0)
+      seen = arith::AndIOp::create(
+          b, loc, seen,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, key, windowEnds));
+    return seen;
+  };
+
+  // Every row sees keys [clean, cleanEnd): j <= p0 and j >= p0 + 16 - window.
+  Value cleanEnd = arith::MaxUIOp::create(
+      b, loc, keyBegin,
+      arith::MinUIOp::create(b, loc, keyEnd, arith::AddIOp::create(b, loc, p0, s.index(1))));
+  Value clean = keyBegin;
+  if (window > 0) {
+    // max(0, p0 + 16 - window) without going below zero in unsigned math.
+    Value cWindow = s.index(window);
+    Value left = arith::SubIOp::create(
+        b, loc,
+        arith::MaxUIOp::create(b, loc, arith::AddIOp::create(b, loc, p0, s.index(16)),
+                               cWindow),
+        cWindow);
+    clean = arith::MinUIOp::create(b, loc, arith::MaxUIOp::create(b, loc, keyBegin, left),
+                                   cleanEnd);
+  }
+
+  // Pass 1: the largest visible scaled score per row.
+  // Rounding is monotonic: with a positive scale the largest scaled score
+  // is the largest score, scaled (one multiply per row, not per key).
+  bool positive = scale > 0;
+  auto scaled = [&](Value x) -> Value {
+    return positive ? x : arith::MulFOp::create(b, loc, x, scales).getResult();
+  };
+  auto maskedMax = [&](Value j, Value m) -> Value {
+    Value x = scaled(s.load(row(j)));
+    return arith::MaximumFOp::create(b, loc, m,
+                                     arith::SelectOp::create(b, loc, visible(j), x, minusInf));
+  };
+  Value m = minusInf;
+  if (window > 0)
+    m = s.fold(keyBegin, clean, m, maskedMax);
+  // The keys every row sees four at a time (LD1W x4), then one at a time.
+  s.makeCounter();
+  Value cleanKeys = arith::SubIOp::create(b, loc, cleanEnd, clean);
+  Value quadEnd = arith::SubIOp::create(
+      b, loc, cleanEnd, arith::RemUIOp::create(b, loc, cleanKeys, s.index(4)));
+  auto scaledMax = [&](Value m, Value x) -> Value {
+    return arith::MaximumFOp::create(b, loc, m, scaled(x));
+  };
+  m = s.fold(
+      clean, quadEnd, m,
+      [&](Value j, Value m) -> Value {
+        for (Value x : s.loadQuad(row(j)))
+          m = scaledMax(m, x);
+        return m;
+      },
+      4);
+  m = s.fold(quadEnd, cleanEnd, m,
+             [&](Value j, Value m) -> Value { return scaledMax(m, s.load(row(j))); });
+  m = s.fold(cleanEnd, keyEnd, m, maskedMax);
+
+  // Pass 2: p = exp(scale s - m) in place, and its sum per row.
+  if (positive)
+    m = arith::MulFOp::create(b, loc, m, scales);
+  Value negated = arith::NegFOp::create(b, loc, m);
+  auto exponential = [&](Value x) -> Value {
+    return s.expNonPositive(math::FmaOp::create(b, loc, x, scales, negated));
+  };
+  auto weight = [&](Value address) -> Value { return exponential(s.load(address)); };
+  auto maskedSum = [&](Value j, Value l) -> Value {
+    Value address = row(j);
+    Value p = arith::SelectOp::create(b, loc, visible(j), weight(address), zeros);
+    s.store(p, address);
+    return arith::AddFOp::create(b, loc, l, p);
+  };
+  Value l = zeros;
+  if (window > 0)
+    l = s.fold(keyBegin, clean, l, maskedSum);
+  l = s.fold(
+      clean, quadEnd, l,
+      [&](Value j, Value l) -> Value {
+        Value address = row(j);
+        SmallVector<Value> p;
+        for (Value x : s.loadQuad(address))
+          p.push_back(exponential(x));
+        s.storeQuad(p, address);
+        for (Value x : p)
+          l = arith::AddFOp::create(b, loc, l, x);
+        return l;
+      },
+      4);
+  l = s.fold(quadEnd, cleanEnd, l, [&](Value j, Value l) -> Value {
+    Value address = row(j);
+    Value p = weight(address);
+    s.store(p, address);
+    return arith::AddFOp::create(b, loc, l, p);
+  });
+  l = s.fold(cleanEnd, keyEnd, l, maskedSum);
+  s.store(arith::DivFOp::create(b, loc, s.splat(s.f32(1.0f)), l), inverses);
+}
+
+void mlir::cq4p::emitPrefillNormalize(OpBuilder &b, Location loc, int64_t dim,
+                                      Value outTile, Value inverses, Value out, Value i0,
+                                      Value colBase, Value present) {
+  Lanes s(b, loc);
+  int64_t width = cast<MemRefType>(out.getType()).getDimSize(1);
+  Value outBase = sme::alignedBase(b, loc, out);
+  auto loop = scf::ForOp::create(b, loc, s.index(0), present, s.index(1));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value r = loop.getInductionVar();
+  Value inverse = s.splat(LLVM::LoadOp::create(
+      b, loc, b.getF32Type(),
+      s.at(inverses, arith::MulIOp::create(b, loc, r, s.index(4))), 4));
+  Value source = s.at(outTile, arith::MulIOp::create(b, loc, r, s.index(dim * 4)));
+  Value first = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc, arith::AddIOp::create(b, loc, i0, r), s.index(width)),
+      colBase);
+  Value target = s.at(outBase, arith::MulIOp::create(b, loc, first, s.index(4)));
+  for (int64_t d = 0; d < dim; d += 16) {
+    Value offset = s.index(d * 4);
+    s.store(arith::MulFOp::create(b, loc, s.load(s.at(source, offset)), inverse),
+            s.at(target, offset));
+  }
+}
