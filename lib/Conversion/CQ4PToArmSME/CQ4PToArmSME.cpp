@@ -1061,7 +1061,7 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, bool halfValue
         Value matrixRow = leaf.offset(rowsBase, leaf.index(u * k * 2));
         for (int64_t block = 0; block < size; ++block) {
           SmallVector<Value> halves =
-              leaf.loadQuadF16(leaf.vectorOffset(matrixRow, 4 * block));
+              leaf.loadQuadF16(leaf.offset(matrixRow, leaf.index(block * kBlock * 2)));
           if (halfValues) {
             for (int64_t r = 0; r < rows; ++r)
               leaf.fmlalZaPairs4(leaf.i32(slotOf(r, block)), halves, replicated[r], u);
