@@ -50,11 +50,15 @@
 // cq4p.decode_embedding) run in a streaming leaf per kernel,
 // `<kernel>_sme_rotation`, that the shared lowering calls where it would
 // emit its vector loops (the op carries the leaf as `cq4p.sme_rotation`):
-// ZA holds the sums of up to 1,024 outputs (four rows of 256 or one row of
-// 1,024), and each rotation row adds 64 outputs of a row with one
-// multi-vector FMLA by lane after four extending LD1H and FCVT, which four
-// rows share. Each sum is a chain of fused multiply-adds in index order,
-// as in the vector code, so NEON and SME2 give the same bits.
+// ZA holds the sums of 1,024 outputs (eight rows of 128 ... one row of
+// 1,024), each 128 outputs of a rotation row one multi-vector LD1H, the
+// even outputs in one ZA vector and the odd in the next (interleaved back
+// when read out). The lm_head's fp32 values: FCVT and FCVTLT widen the
+// fp16 vectors, shared by the pass's rows, and two multi-vector FMLA by
+// lane add them per row. The embedding's fp16 codebook levels: one
+// multi-vector FMLAL by lane per row (exact fp16 products). Each sum is a
+// chain of fused multiply-adds in index order, as in the vector code, so
+// NEON and SME2 give the same bits.
 //
 // ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
 // by `str za` and single-vector MOVA through the ArmSME dialect's typed
@@ -62,7 +66,8 @@
 // `.str`, `.read.horiz`),
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
-// with predicates-as-counters, LD1RQ and the multi-vector SCVTF have no
+// with predicates-as-counters, LD1RQ, FCVT/FCVTLT, the multi-vector FMLAL
+// and the multi-vector SCVTF have no
 // operation in the ArmSME or ArmSVE dialects: each is a typed cq4p_intr
 // operation (CQ4PIntr.td) in one LeafBuilder helper.
 //
@@ -132,6 +137,15 @@ public:
 
   VectorType nxv4f32() { return VectorType::get({4}, b.getF32Type(), {true}); }
   VectorType nxv4i32() { return VectorType::get({4}, b.getI32Type(), {true}); }
+  VectorType nxv8f16() { return VectorType::get({8}, b.getF16Type(), {true}); }
+
+  /// The inactive lanes' values of predicated operations whose predicate
+  /// is all true.
+  Value undefinedFloats() {
+    if (!undefinedF32)
+      undefinedF32 = LLVM::PoisonOp::create(b, loc, nxv4f32());
+    return undefinedF32;
+  }
 
   /// An all-true predicate of `lanes` x vscale lanes (PTRUE).
   Value allTrue(int64_t lanes) {
@@ -228,6 +242,53 @@ public:
     return LLVM::FPExtOp::create(b, loc, nxv4f32(), loaded);
   }
 
+  /// ZA array vectors slice + 16i and slice + 16i + 1, i < 4, += the even
+  /// and the odd fp16 elements of vectors[i] times the fp16 element `lane`
+  /// of each 128-bit segment of `values`, exact products added with one
+  /// rounding (multi-vector FMLAL; the ArmSME dialect has no multi-vector
+  /// ZA operations).
+  void fmlalZaPairs4(Value slice, ArrayRef<Value> vectors, Value values,
+                     int64_t lane) {
+    cq4p_intr::SmeFmlalLaneVg2x4Op::create(b, loc, slice, vectors[0], vectors[1],
+                                           vectors[2], vectors[3], values,
+                                           uint32_t(lane));
+  }
+
+  /// The even (FCVT) or odd (FCVTLT) fp16 elements of `halves` widened to
+  /// fp32 (the ArmSVE dialect has neither).
+  Value widenEvenHalves(Value halves) {
+    return cq4p_intr::SveFcvtF32F16Op::create(b, loc, nxv4f32(), undefinedFloats(),
+                                              allTrue(4), halves);
+  }
+  Value widenOddHalves(Value halves) {
+    return cq4p_intr::SveFcvtltF32F16Op::create(b, loc, nxv4f32(), undefinedFloats(),
+                                                allTrue(4), halves);
+  }
+
+  /// The 8 fp16 values at `address` in every 128-bit segment (LD1RQH).
+  Value loadReplicatedHalves(Value address) {
+    return LLVM::BitcastOp::create(b, loc, nxv8f16(),
+                                   loadReplicatedQuadword(allTrue(16), address));
+  }
+
+  /// The four consecutive fp16 streaming vectors (256 bytes) at `address`
+  /// (multi-vector LD1H).
+  SmallVector<Value> loadQuadF16(Value address) {
+    Value counter = allHalves();
+    return unpack(
+        cq4p_intr::SveLd1PnX4Op::create(b, loc, quadType(nxv8f16()), counter, address));
+  }
+
+  /// even[i] and odd[i] (int32 words holding fp32) to outputs 2i and 2i + 1
+  /// at `address` (two vectors of fp32, ZIP1 and ZIP2 or ST2W).
+  void storeInterleavedF32(Value even, Value odd, Value address) {
+    auto asFloats = [&](Value words) -> Value {
+      return LLVM::BitcastOp::create(b, loc, nxv4f32(), words);
+    };
+    Value both = vector::InterleaveOp::create(b, loc, asFloats(even), asFloats(odd));
+    LLVM::StoreOp::create(b, loc, both, address, /*alignment=*/4);
+  }
+
   /// The 4 fp32 values at `address` in every 128-bit segment (LD1RQ).
   Value loadReplicatedFloats(Value address) {
     return LLVM::BitcastOp::create(b, loc, nxv4f32(),
@@ -310,6 +371,11 @@ public:
       allBytesCounter = cq4p_intr::SvePtrueC8Op::create(b, loc, svcountType());
     return allBytesCounter;
   }
+  Value allHalves() {
+    if (!allHalvesCounter)
+      allHalvesCounter = cq4p_intr::SvePtrueC16Op::create(b, loc, svcountType());
+    return allHalvesCounter;
+  }
   Value allWords() {
     if (!allWordsCounter)
       allWordsCounter = cq4p_intr::SvePtrueC32Op::create(b, loc, svcountType());
@@ -342,8 +408,10 @@ private:
 
   // Made once per leaf, at their first use.
   Value allBytesCounter;
+  Value allHalvesCounter;
   Value allWordsCounter;
   Value undefinedWords; ///< the inactive lanes of a MOVA (all are active)
+  Value undefinedF32;
 };
 
 /// The operands of the cq4p.rescale loop fused into a leaf: the partials
@@ -927,34 +995,46 @@ void buildPackTileLeafBody(OpBuilder &b, Location loc, ValueRange args) {
 /// The orthogonal rotations' matrix product (cq4p.rotate_quantize_activations
 /// and cq4p.decode_embedding on SME2): sums[sumsFirst + r][j] = sum_{c < k}
 /// matrix[c][j] * values[r][c] for r < count and j in [jBegin, jEnd) (whole
-/// blocks of 64), each sum a chain of fused multiply-adds in index order
+/// blocks of 128), each sum a chain of fused multiply-adds in index order
 /// from 0.0: the bits of the shared vector lowering's. Arguments: matrix
-/// (k x k fp16), values and sums ([?][k] fp32), sumsFirst, count, jBegin,
-/// jEnd.
+/// (k x k fp16), values ([?][k], fp32, or fp16 with `halfValues`), sums
+/// ([?][k] fp32), sumsFirst, count, jBegin, jEnd.
 ///
-/// ZA holds the sums of a pass: `rows` rows (4, then single rows) of up to
-/// 16 / rows blocks of 64 outputs, row r's block i in the ZA vectors
-/// r * 16 / rows + i + 16q (q < 4, its four vectors of 16). Per rotation
-/// row c, each block's 64 fp16 values are four extending LD1H and four
-/// FCVT, shared by the pass's rows; each row adds them times its value c
-/// with one multi-vector FMLA by lane (the row's values four at a time,
-/// LD1RQ). Passes take 16 / rows blocks, then halves down to one block.
-void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange args) {
+/// A block's 128 fp16 values of a rotation row are one multi-vector LD1H
+/// (four vectors of 32). Its even outputs go to one ZA vector per quarter,
+/// its odd ones to the next, so a block of a row takes the ZA vector pairs
+/// (slot, slot + 1) + 16q, q < 4, for an even slot < 16: eight blocks of
+/// sums at once. fp32 values (the lm_head's a = x * isr): FCVT and FCVTLT
+/// widen the even and odd fp16 values (exact), shared by the pass's rows,
+/// and each row adds them times its value c with two multi-vector FMLA by
+/// lane (the row's values four at a time, LD1RQW). fp16 values (the
+/// embedding's codebook levels): one multi-vector FMLAL by lane per row
+/// adds the exact fp16 x fp16 products with one rounding each, the same
+/// bits as fp32 fused multiply-adds of the widened values (the row's
+/// values eight at a time, LD1RQH). The read-out interleaves each pair back
+/// into output order. Passes take 8 rows of one block, then 4 of 2, 2 of
+/// 4, single rows of 8, and halves of that down to one block.
+void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, bool halfValues,
+                           ValueRange args) {
   Value matrix = args[0], values = args[1], sums = args[2], sumsFirst = args[3],
         count = args[4], jBegin = args[5], jEnd = args[6];
   LeafBuilder leaf(b, loc);
-  constexpr int64_t kBlock = 64; // outputs per multi-vector FMLA
+  constexpr int64_t kBlock = 128; // outputs per multi-vector LD1H
+  constexpr int64_t kSlots = kZaSlices / 2;
+  int64_t valueBytes = halfValues ? 2 : 4;
+  int64_t valuesPerLoad = 16 / valueBytes; // LD1RQ: one 128-bit segment
   Value c0 = leaf.index(0);
   Value matrixBase = leaf.base(matrix), valuesBase = leaf.base(values),
         sumsBase = leaf.base(sums);
-  leaf.allWords(); // the stores' counter, outside the loops
+  leaf.allHalves(); // the loads' counter, outside the loops
+  leaf.undefinedFloats();
   Value cBlock = leaf.index(kBlock);
   Value blocks = arith::DivUIOp::create(
       b, loc, arith::SubIOp::create(b, loc, jEnd, jBegin), cBlock);
 
   // One pass: rows [r0, r0 + rows) and `size` blocks from output j0.
   auto pass = [&](OpBuilder &b, Value r0, int64_t rows, Value j0, int64_t size) {
-    int64_t perRow = kZaSlices / rows;
+    auto slotOf = [&](int64_t r, int64_t block) { return 2 * (r * size + block); };
     leaf.zeroZa();
     SmallVector<Value> rowValues;
     for (int64_t r = 0; r < rows; ++r)
@@ -962,30 +1042,42 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange arg
           valuesBase,
           arith::MulIOp::create(
               b, loc, arith::AddIOp::create(b, loc, r0, leaf.index(r)),
-              leaf.index(k * 4))));
+              leaf.index(k * valueBytes))));
     Value columnBase = leaf.offset(
         matrixBase, arith::MulIOp::create(b, loc, j0, leaf.index(2)));
-    auto loop = scf::ForOp::create(b, loc, c0, leaf.index(k), leaf.index(4));
+    auto loop = scf::ForOp::create(b, loc, c0, leaf.index(k), leaf.index(valuesPerLoad));
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(loop.getBody());
       Value c = loop.getInductionVar();
       SmallVector<Value> replicated;
-      for (int64_t r = 0; r < rows; ++r)
-        replicated.push_back(leaf.loadReplicatedFloats(
-            leaf.offset(rowValues[r], arith::MulIOp::create(b, loc, c, leaf.index(4)))));
-      for (int64_t u = 0; u < 4; ++u) {
-        Value matrixRow = leaf.offset(
-            columnBase,
-            arith::MulIOp::create(b, loc,
-                                  arith::AddIOp::create(b, loc, c, leaf.index(u)),
-                                  leaf.index(k * 2)));
+      for (int64_t r = 0; r < rows; ++r) {
+        Value address =
+            leaf.offset(rowValues[r], arith::MulIOp::create(b, loc, c, leaf.index(valueBytes)));
+        replicated.push_back(halfValues ? leaf.loadReplicatedHalves(address)
+                                        : leaf.loadReplicatedFloats(address));
+      }
+      Value rowsBase = leaf.offset(
+          columnBase, arith::MulIOp::create(b, loc, c, leaf.index(k * 2)));
+      for (int64_t u = 0; u < valuesPerLoad; ++u) {
+        Value matrixRow = leaf.offset(rowsBase, leaf.index(u * k * 2));
         for (int64_t block = 0; block < size; ++block) {
-          SmallVector<Value> columns;
-          for (int64_t q = 0; q < 4; ++q)
-            columns.push_back(leaf.loadHalvesAsF32(matrixRow, 4 * block + q));
-          for (int64_t r = 0; r < rows; ++r)
-            leaf.fmlaZaVectors4(leaf.i32(r * perRow + block), columns, replicated[r], u);
+          SmallVector<Value> halves =
+              leaf.loadQuadF16(leaf.offset(matrixRow, leaf.index(block * kBlock * 2)));
+          if (halfValues) {
+            for (int64_t r = 0; r < rows; ++r)
+              leaf.fmlalZaPairs4(leaf.i32(slotOf(r, block)), halves, replicated[r], u);
+            continue;
+          }
+          SmallVector<Value> even, odd;
+          for (Value h : halves) {
+            even.push_back(leaf.widenEvenHalves(h));
+            odd.push_back(leaf.widenOddHalves(h));
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            leaf.fmlaZaVectors4(leaf.i32(slotOf(r, block)), even, replicated[r], u);
+            leaf.fmlaZaVectors4(leaf.i32(slotOf(r, block) + 1), odd, replicated[r], u);
+          }
         }
       }
     }
@@ -1001,11 +1093,12 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange arg
                                     j0),
               leaf.index(4)));
       for (int64_t block = 0; block < size; ++block) {
-        SmallVector<Value> words = leaf.readZaVectors4(leaf.i32(r * perRow + block));
-        SmallVector<Value> floats;
-        for (Value word : words)
-          floats.push_back(LLVM::BitcastOp::create(b, loc, leaf.nxv4f32(), word));
-        leaf.storeQuadF32(floats, leaf.offset(target, leaf.index(block * kBlock * 4)));
+        SmallVector<Value> even = leaf.readZaVectors4(leaf.i32(slotOf(r, block)));
+        SmallVector<Value> odd = leaf.readZaVectors4(leaf.i32(slotOf(r, block) + 1));
+        for (int64_t q = 0; q < 4; ++q)
+          leaf.storeInterleavedF32(
+              even[q], odd[q],
+              leaf.offset(target, leaf.index((block * kBlock + 32 * q) * 4)));
       }
     }
   };
@@ -1014,7 +1107,7 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange arg
   // most one of each half size.
   auto passes = [&](OpBuilder &b, Value r0, int64_t rows) {
     Value done = c0;
-    for (int64_t size = kZaSlices / rows; size >= 1; size /= 2) {
+    for (int64_t size = kSlots / rows; size >= 1; size /= 2) {
       Value cSize = leaf.index(size);
       Value left = arith::SubIOp::create(b, loc, blocks, done);
       Value end = arith::SubIOp::create(b, loc, left,
@@ -1032,20 +1125,22 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, ValueRange arg
     }
   };
 
-  constexpr int64_t kGroupRows = 4;
-  Value cGroup = leaf.index(kGroupRows);
-  Value grouped = arith::SubIOp::create(b, loc, count,
-                                        arith::RemUIOp::create(b, loc, count, cGroup));
-  auto groups = scf::ForOp::create(b, loc, c0, grouped, cGroup);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(groups.getBody());
-    passes(b, groups.getInductionVar(), kGroupRows);
+  // Row groups of 8, then at most one of 4, 2 and 1 rows each.
+  Value begin = c0;
+  for (int64_t rows = kSlots; rows >= 1; rows /= 2) {
+    Value cRows = leaf.index(rows);
+    Value left = arith::SubIOp::create(b, loc, count, begin);
+    Value end = arith::AddIOp::create(
+        b, loc, begin,
+        arith::SubIOp::create(b, loc, left, arith::RemUIOp::create(b, loc, left, cRows)));
+    auto groups = scf::ForOp::create(b, loc, begin, end, cRows);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(groups.getBody());
+      passes(b, groups.getInductionVar(), rows);
+    }
+    begin = end;
   }
-  auto singles = scf::ForOp::create(b, loc, grouped, count, leaf.index(1));
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(singles.getBody());
-  passes(b, singles.getInductionVar(), 1);
 }
 
 /// A private streaming leaf `name` with `types`, built by `body` once.
@@ -1265,26 +1360,31 @@ public:
                          : cast<RotateQuantizeActivationsOp>(op).getRotation();
       auto matrixType = cast<MemRefType>(matrix.getType());
       int64_t k = matrixType.getDimSize(1);
-      if (k % 64 != 0) {
-        op->emitError() << "SME2 rotations need K a multiple of 64, got " << k;
+      if (k % 128 != 0) {
+        op->emitError() << "SME2 rotations need K a multiple of 128, got " << k;
         return signalPassFailure();
       }
       if (auto quantize = dyn_cast<RotateQuantizeActivationsOp>(op);
-          quantize && quantize.getGroupSize() % 64 != 0) {
-        op->emitError() << "SME2 rotations need groups of a multiple of 64 outputs, got "
+          quantize && quantize.getGroupSize() % 128 != 0) {
+        op->emitError() << "SME2 rotations need groups of a multiple of 128 outputs, got "
                         << quantize.getGroupSize();
         return signalPassFailure();
       }
       OpBuilder b(op);
+      // The embedding's values are its codebook levels, fp16 (exact FMLAL).
+      bool halfValues = isa<DecodeEmbeddingOp>(op);
+      auto valuesType = MemRefType::get({ShapedType::kDynamic, k},
+                                        halfValues ? Type(b.getF16Type())
+                                                   : Type(b.getF32Type()));
       auto rowsType = MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type());
       Type index = b.getIndexType();
       std::string name =
           op->getParentOfType<func::FuncOp>().getSymName().str() + "_sme_rotation";
-      SmallVector<Type> types{matrixType, rowsType, rowsType, index, index, index, index};
+      SmallVector<Type> types{matrixType, valuesType, rowsType, index, index, index, index};
       func::FuncOp leaf = getOrCreateLeaf(
           module, symbols, name, types, op->getLoc(),
           [&](OpBuilder &b, ValueRange args) {
-            buildRotationLeafBody(b, op->getLoc(), k, args);
+            buildRotationLeafBody(b, op->getLoc(), k, halfValues, args);
           });
       op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
     }

@@ -839,14 +839,16 @@ void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
 /// (cached too) from one span to the next.
 ///
 /// With `smeLeaf` (SME2: the op's kSmeRotationAttrName), the streaming leaf
-/// convert-cq4p-to-arm-sme built computes the same sums, the same bits.
+/// convert-cq4p-to-arm-sme built computes the same sums, the same bits;
+/// its row values may then be fp16 (the embedding's codebook levels).
 void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
                 Value sums, Value sumsFirst, Value count, Value jBegin,
                 Value jEnd, int64_t granule, int64_t k,
                 RotationBlocking blocking, FlatSymbolRefAttr smeLeaf) {
   if (smeLeaf) {
-    auto rowsType = MemRefType::get({ShapedType::kDynamic, k}, b.getF32Type());
     auto asRows = [&](Value rows) -> Value {
+      auto rowsType = MemRefType::get(
+          {ShapedType::kDynamic, k}, cast<MemRefType>(rows.getType()).getElementType());
       if (rows.getType() == rowsType)
         return rows;
       return memref::CastOp::create(b, loc, rowsType, rows);
@@ -952,12 +954,17 @@ struct RotateQuantizeActivationsLowering
   RotationBlocking blocking;
 };
 
-/// Embedding rows decoded a chunk at a time: each row's codebook values
-/// times its norm, then one matrix product with the rotation,
-/// out[j] = sum_c rotation_t[c][j] * v[c] (the file's rotation[j][c]) read
-/// along rotation_t's rows, so the K x K rotation is read once per chunk.
-/// The sums wait in the output rows themselves, so the stack holds only
-/// the decoded rows.
+/// Embedding rows decoded a chunk at a time: each row's codebook levels
+/// v[c] = cb[idx(row, c)], then one matrix product with the rotation,
+/// s[j] = sum_c rotation_t[c][j] * v[c] (the file's rotation[j][c]) read
+/// along rotation_t's rows, so the K x K rotation is read once per chunk,
+/// then out[j] = (s[j] * norm[row]) * isr[j]. The products of two fp16
+/// values are exact in fp32, so each sum's fused multiply-adds round as
+/// SME2's FMLAL (fp16 x fp16 into fp32) does: every target the same bits.
+/// The row's norm is its first group's (an orthogonal file repeats it over
+/// its virtual groups; the runtime checks that). The sums wait in the
+/// output rows themselves, so the stack holds only the decoded rows (fp16
+/// for the SME2 leaf's FMLAL, fp32 for the vector code).
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
       : OpRewritePattern(ctx), blocking(blocking) {}
@@ -979,8 +986,9 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
     int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/1);
-    Value decoded =
-        entryAlloca(b, op, MemRefType::get({chunk, k}, b.getF32Type()));
+    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName);
+    Type levelType = smeLeaf ? Type(b.getF16Type()) : Type(b.getF32Type());
+    Value decoded = entryAlloca(b, op, MemRefType::get({chunk, k}, levelType));
     forChunks(b, loc, rowsOf(b, loc, op.getIds()), chunk,
               [&](OpBuilder &b, Value first, Value count) {
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
@@ -989,10 +997,9 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
         Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
         Value sb = arith::DivUIOp::create(b, loc, row, c64);
         Value channel = arith::RemUIOp::create(b, loc, row, c64);
-        // v[c] = cb[idx(row, c)] * norm[row]: the row's two bytes of each
-        // kg-block hold its 4 K values, low nibble first.
+        // v[c] = cb[idx(row, c)]: the row's two bytes of each kg-block
+        // hold its 4 K values, low nibble first.
         forRange(b, loc, c0, cIndex(b, loc, k / gs), [&](OpBuilder &b, Value g) {
-          Value norm = loadAsF32(b, loc, op.getNorms(), ValueRange{row, g});
           Value groupBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
           forRange(b, loc, c0, cIndex(b, loc, kgPerGroup), [&](OpBuilder &b, Value kg) {
             Value base = arith::AddIOp::create(
@@ -1016,9 +1023,12 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
                                                         b.getI8IntegerAttr(4))));
                 Value levelIndex =
                     arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
-                Value level = loadAsF32(b, loc, op.getCodebook(), levelIndex);
+                Value level =
+                    smeLeaf ? Value(memref::LoadOp::create(b, loc, op.getCodebook(),
+                                                           levelIndex))
+                            : loadAsF32(b, loc, op.getCodebook(), levelIndex);
                 memref::StoreOp::create(
-                    b, loc, arith::MulFOp::create(b, loc, level, norm), decoded,
+                    b, loc, level, decoded,
                     ValueRange{r, arith::AddIOp::create(
                                       b, loc, base,
                                       cIndex(b, loc, 2 * half + nibble))});
@@ -1028,11 +1038,15 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
         });
       });
       rotateRows(b, loc, op.getRotationT(), decoded, op.getOut(), first, count,
-                 c0, cK, k, k, blocking,
-                 op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName));
-      // out[j] = (sum_c R[j][c] * v[c]) * isr[j]
+                 c0, cK, k, k, blocking, smeLeaf);
+      // out[j] = ((sum_c R[j][c] * v[c]) * norm[row]) * isr[j]
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
         Value i = arith::AddIOp::create(b, loc, first, r);
+        Value row = arith::IndexCastOp::create(
+            b, loc, b.getIndexType(),
+            Value(memref::LoadOp::create(b, loc, op.getIds(), i)));
+        Value norm = vector::BroadcastOp::create(
+            b, loc, f32v, loadAsF32(b, loc, op.getNorms(), ValueRange{row, c0}));
         auto loop = scf::ForOp::create(b, loc, c0, cK, cIndex(b, loc, lanes));
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(loop.getBody());
@@ -1041,7 +1055,8 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
             b, loc, f32v,
             Value(vector::LoadOp::create(b, loc, f16v, op.getInputScaleRecip(), j)));
         Value sum = vector::LoadOp::create(b, loc, f32v, op.getOut(), ValueRange{i, j});
-        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sum, isr),
+        Value scaled = arith::MulFOp::create(b, loc, sum, norm);
+        vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, scaled, isr),
                                 op.getOut(), ValueRange{i, j});
       });
     });

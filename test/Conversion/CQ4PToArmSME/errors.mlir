@@ -25,14 +25,15 @@ func.func @missing_rescale_loop(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi
 
 // -----
 
-// The rotation leaf adds whole blocks of 64 outputs.
-func.func @rotation_k96(%panels: memref<2x1x24x128xi8>, %norms: memref<100x1xf16>,
-                        %cb: memref<16xf16>, %rotation_t: memref<96x96xf16>,
-                        %isr: memref<96xf16>, %ids: memref<?xi64>,
-                        %out: memref<?x96xf32>) {
-  // expected-error @below {{SME2 rotations need K a multiple of 64, got 96}}
+// The rotation leaf adds whole blocks of 128 outputs (one four-vector LD1H
+// of fp16).
+func.func @rotation_k192(%panels: memref<2x1x48x128xi8>, %norms: memref<100x1xf16>,
+                         %cb: memref<16xf16>, %rotation_t: memref<192x192xf16>,
+                         %isr: memref<192xf16>, %ids: memref<?xi64>,
+                         %out: memref<?x192xf32>) {
+  // expected-error @below {{SME2 rotations need K a multiple of 128, got 192}}
   cq4p.decode_embedding %panels, %norms, %cb, %rotation_t, %isr, %ids, %out
-      : memref<2x1x24x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<96x96xf16>,
-        memref<96xf16>, memref<?xi64>, memref<?x96xf32>
+      : memref<2x1x48x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<192x192xf16>,
+        memref<192xf16>, memref<?xi64>, memref<?x192xf32>
   return
 }

@@ -5,29 +5,36 @@
 // The orthogonal lm_head's rotation on SME2: the op names its streaming
 // leaf, which the shared lowering then calls with the chunk's scaled rows
 // and basis as [?][K] rows instead of emitting its vector loops. In the
-// leaf, rows in groups of 4 (then single rows), passes of 4, 2, 1 blocks of
-// 64 outputs per row (16, 8, 4, 2, 1 for one row); per 4 rotation rows
-// one LD1RQ of each row's values, then per rotation row and block four
-// extending loads and FCVT (fpext) shared by the group's rows and one
-// multi-vector FMLA by lane per row; the sums read from ZA four vectors at
-// a time and stored.
+// leaf, rows in groups of 8 (then at most one group of 4, 2 and 1), passes
+// of 1, 2, 4, 8 blocks of 128 outputs per row (then halves); per 4
+// rotation rows one LD1RQ of each row's fp32 values, then per rotation row
+// and block one four-vector LD1H of fp16, FCVT and FCVTLT of each vector
+// (even and odd outputs) shared by the group's rows, and two multi-vector
+// FMLA by lane per row (ZA vector pairs); the sums read from ZA four
+// vectors at a time, even and odd interleaved back and stored.
 // CHECK-LABEL: func.func @cq4p_quantize_256_orthogonal
 // CHECK: cq4p.rotate_quantize_activations
 // CHECK-SAME: cq4p.sme_rotation = @cq4p_quantize_256_orthogonal_sme_rotation
 // CHECK-LABEL: func.func private @cq4p_quantize_256_orthogonal_sme_rotation
 // CHECK-SAME: (%{{.*}}: memref<256x256xf16>, %{{.*}}: memref<?x256xf32>, %{{.*}}: memref<?x256xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
 // CHECK-SAME: attributes {cq4p.sme_leaf}
+// CHECK: cq4p_intr.aarch64.sve.ptrue.c16
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c256{{.*}} step %c4
-// CHECK-COUNT-4: cq4p_intr.aarch64.sve.ld1rq
-// CHECK: llvm.load %{{.*}} {alignment = 2 : i64} : !llvm.ptr -> vector<[4]xf16>
-// CHECK: llvm.fpext %{{.*}} : vector<[4]xf16> to vector<[4]xf32>
-// CHECK-COUNT-3: llvm.fpext
-// CHECK-COUNT-4: cq4p_intr.aarch64.sme.fmla.lane.vg1x4 {{.*}} {lane = 0 : i32}
-// CHECK: cq4p_intr.aarch64.sme.read.vg1x4
-// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// CHECK-COUNT-8: cq4p_intr.aarch64.sve.ld1rq
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4 {{.*}} -> !llvm.struct<(vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>)>
+// CHECK: cq4p_intr.aarch64.sve.fcvt.f32f16 {{.*}} : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+// CHECK: cq4p_intr.aarch64.sve.fcvtlt.f32f16
+// CHECK-COUNT-3: cq4p_intr.aarch64.sve.fcvtlt.f32f16
+// CHECK-NOT: llvm.fpext
+// CHECK-COUNT-16: cq4p_intr.aarch64.sme.fmla.lane.vg1x4 {{.*}} {lane = 0 : i32}
+// CHECK: cq4p_intr.aarch64.sme.fmla.lane.vg1x4 {{.*}} {lane = 1 : i32}
+// CHECK: %[[EVEN:.*]] = cq4p_intr.aarch64.sme.read.vg1x4
+// CHECK: %[[ODD:.*]] = cq4p_intr.aarch64.sme.read.vg1x4
+// CHECK: vector.interleave %{{.*}}, %{{.*}} : vector<[4]xf32> -> vector<[8]xf32>
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : vector<[8]xf32>, !llvm.ptr
 // CALL-LABEL: func.func @cq4p_quantize_256_orthogonal
 // CALL-NOT: cq4p.rotate_quantize_activations
 // CALL: memref.cast %{{.*}} : memref<{{[0-9]+}}x256xf32> to memref<?x256xf32>
@@ -47,15 +54,27 @@ func.func @cq4p_quantize_256_orthogonal(%x: memref<?x256xf32>, %isr: memref<256x
 
 // -----
 
-// The embedding's product: the decoded rows times rotation_t, the sums
-// stored straight into the output rows.
+// The embedding's product: the decoded rows (fp16 codebook levels) times
+// rotation_t, the sums stored straight into the output rows: per 8
+// rotation rows one LD1RQ of each row's 8 levels, then per rotation row
+// and block one four-vector LD1H and one multi-vector FMLAL by lane per
+// row (exact fp16 products into ZA vector pairs), no conversion.
 // CHECK-LABEL: func.func @cq4p_embedding_100x128
 // CHECK: cq4p.decode_embedding
 // CHECK-SAME: cq4p.sme_rotation = @cq4p_embedding_100x128_sme_rotation
 // CHECK-LABEL: func.func private @cq4p_embedding_100x128_sme_rotation
-// CHECK-SAME: (%{{.*}}: memref<128x128xf16>, %{{.*}}: memref<?x128xf32>, %{{.*}}: memref<?x128xf32>
+// CHECK-SAME: (%{{.*}}: memref<128x128xf16>, %{{.*}}: memref<?x128xf16>, %{{.*}}: memref<?x128xf32>
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c128{{.*}} step %c8
+// CHECK-COUNT-8: cq4p_intr.aarch64.sve.ld1rq
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4 {{.*}} -> !llvm.struct<(vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>)>
+// CHECK-NOT: fcvt
+// CHECK-COUNT-8: cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 {{.*}} {lane = 0 : i32} : (i32, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>) -> ()
+// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 {{.*}} {lane = 1 : i32}
+// CHECK: cq4p_intr.aarch64.sme.read.vg1x4
+// CHECK: vector.interleave
 // CALL-LABEL: func.func @cq4p_embedding_100x128
-// CALL: call @cq4p_embedding_100x128_sme_rotation(%{{.*}}) : (memref<128x128xf16>, memref<?x128xf32>, memref<?x128xf32>, index, index, index, index) -> ()
+// CALL: call @cq4p_embedding_100x128_sme_rotation(%{{.*}}) : (memref<128x128xf16>, memref<?x128xf16>, memref<?x128xf32>, index, index, index, index) -> ()
 // CALL-NOT: math.fma
 func.func @cq4p_embedding_100x128(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
                                   %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,

@@ -38,13 +38,24 @@ func.func @lm_head_rotation(%x: memref<?x256xf32>, %isr: memref<256xf16>,
 // -----
 
 // The embedding's product reads rotation_t's rows with the same fused
-// multiply-adds, the sums waiting in the output rows.
+// multiply-adds, the sums waiting in the output rows: the decoded values
+// are the raw codebook levels (no norm: fp16 x fp16 products, exact in
+// fp32, as SME2's FMLAL makes them), and each sum is then multiplied by
+// the row's norm, then by isr.
 // CHECK-LABEL: func.func @embedding_rotation
 // CHECK-NOT: cq4p.decode_embedding
+// CHECK: %[[LEVEL:.*]] = arith.extf %{{.*}} : f16 to f32
+// CHECK-NEXT: memref.store %[[LEVEL]], %{{.*}} : memref<{{[0-9]+}}x128xf32>
 // CHECK: vector.load %{{.*}} : memref<?x128xf32>, vector<32xf32>
 // CHECK: vector.load %{{.*}} : memref<128x128xf16>, vector<32xf16>
 // CHECK: math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK: vector.store %{{.*}}, %{{.*}} : memref<?x128xf32>, vector<32xf32>
+// CHECK: %[[NORM16:.*]] = memref.load %{{.*}} : memref<100x1xf16>
+// CHECK: %[[NORM:.*]] = arith.extf %[[NORM16]] : f16 to f32
+// CHECK: %[[NORMS:.*]] = vector.broadcast %[[NORM]] : f32 to vector<{{[0-9]+}}xf32>
+// CHECK: %[[SUM:.*]] = vector.load %{{.*}} : memref<?x128xf32>, vector<{{[0-9]+}}xf32>
+// CHECK: %[[SCALED:.*]] = arith.mulf %[[SUM]], %[[NORMS]]
+// CHECK: arith.mulf %[[SCALED]], %{{.*}}
 func.func @embedding_rotation(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
                               %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,
                               %isr: memref<128xf16>, %ids: memref<?xi64>,

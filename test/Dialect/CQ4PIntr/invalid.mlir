@@ -137,3 +137,19 @@ llvm.func @opaque_vector(%v: vector<16xi8>) {
   %0 = cq4p_intr.opaque %v : vector<16xi8>
   llvm.return
 }
+
+// -----
+
+llvm.func @fmlal_lane_out_of_range(%s: i32, %h: vector<[8]xf16>) {
+  // expected-error @+1 {{attribute 'lane' failed to satisfy constraint: 32-bit signless integer attribute whose minimum value is 0 whose maximum value is 7}}
+  cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 %s, %h, %h, %h, %h, %h {lane = 8 : i32} : (i32, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>) -> ()
+  llvm.return
+}
+
+// -----
+
+llvm.func @fcvt_of_fp32(%f: vector<[4]xf32>, %pg: vector<[4]xi1>) {
+  // expected-error @+1 {{operand #2 must be scalable vector of 16-bit float values of length 8}}
+  %0 = cq4p_intr.aarch64.sve.fcvt.f32f16 %f, %pg, %f : (vector<[4]xf32>, vector<[4]xi1>, vector<[4]xf32>) -> vector<[4]xf32>
+  llvm.return
+}

@@ -71,6 +71,24 @@ llvm.func @sme(%p: !llvm.ptr, %s: i32, %b: vector<[16]xi8>, %w: vector<[4]xi32>,
 
 // -----
 
+// CHECK-LABEL: llvm.func @sme_halves
+llvm.func @sme_halves(%p: !llvm.ptr, %s: i32, %h: vector<[8]xf16>, %f: vector<[4]xf32>,
+                      %pg: vector<[4]xi1>) {
+  // CHECK: cq4p_intr.aarch64.sve.ptrue.c16 : () -> !llvm.target<"aarch64.svcount">
+  %pn16 = cq4p_intr.aarch64.sve.ptrue.c16 : () -> !llvm.target<"aarch64.svcount">
+  // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4 {{.*}} -> !llvm.struct<(vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>)>
+  %0 = cq4p_intr.aarch64.sve.ld1.pn.x4 %pn16, %p : (!llvm.target<"aarch64.svcount">, !llvm.ptr) -> !llvm.struct<(vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>)>
+  // CHECK: cq4p_intr.aarch64.sve.fcvt.f32f16 %{{.*}}, %{{.*}}, %{{.*}} : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+  %1 = cq4p_intr.aarch64.sve.fcvt.f32f16 %f, %pg, %h : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+  // CHECK: cq4p_intr.aarch64.sve.fcvtlt.f32f16
+  %2 = cq4p_intr.aarch64.sve.fcvtlt.f32f16 %f, %pg, %h : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+  // CHECK: cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 {{.*}} {lane = 7 : i32}
+  cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 %s, %h, %h, %h, %h, %h {lane = 7 : i32} : (i32, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>) -> ()
+  llvm.return
+}
+
+// -----
+
 // CHECK-LABEL: llvm.func @x86
 llvm.func @x86(%b16: vector<16xi8>, %b32: vector<32xi8>, %b64: vector<64xi8>,
                %w8: vector<8xi16>, %w16: vector<16xi16>, %w32: vector<32xi16>,

@@ -68,6 +68,26 @@ llvm.func @sme(%p: !llvm.ptr, %s: i32, %b: vector<[16]xi8>, %w: vector<[4]xi32>,
 
 // -----
 
+// The fp16 operations of the rotation leaf: PTRUE PN.H, the four-vector
+// LD1H, FCVT/FCVTLT of the even and odd halves, the multi-vector FMLAL.
+// CHECK-LABEL: define void @sme_halves
+llvm.func @sme_halves(%p: !llvm.ptr, %s: i32, %h: vector<[8]xf16>, %f: vector<[4]xf32>,
+                      %pg: vector<[4]xi1>) {
+  // CHECK: %[[PN16:.*]] = call target("aarch64.svcount") @llvm.aarch64.sve.ptrue.c16()
+  %pn16 = cq4p_intr.aarch64.sve.ptrue.c16 : () -> !llvm.target<"aarch64.svcount">
+  // CHECK: call { <vscale x 8 x half>, <vscale x 8 x half>, <vscale x 8 x half>, <vscale x 8 x half> } @llvm.aarch64.sve.ld1.pn.x4.nxv8f16(target("aarch64.svcount") %[[PN16]], ptr %0)
+  %0 = cq4p_intr.aarch64.sve.ld1.pn.x4 %pn16, %p : (!llvm.target<"aarch64.svcount">, !llvm.ptr) -> !llvm.struct<(vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>)>
+  // CHECK: call <vscale x 4 x float> @llvm.aarch64.sve.fcvt.f32f16(<vscale x 4 x float> %3, <vscale x 4 x i1> %4, <vscale x 8 x half> %2)
+  %1 = cq4p_intr.aarch64.sve.fcvt.f32f16 %f, %pg, %h : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+  // CHECK: call <vscale x 4 x float> @llvm.aarch64.sve.fcvtlt.f32f16(<vscale x 4 x float> %3, <vscale x 4 x i1> %4, <vscale x 8 x half> %2)
+  %2 = cq4p_intr.aarch64.sve.fcvtlt.f32f16 %f, %pg, %h : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+  // CHECK: call void @llvm.aarch64.sme.fmlal.lane.vg2x4.nxv8f16(i32 %1, <vscale x 8 x half> %2, <vscale x 8 x half> %2, <vscale x 8 x half> %2, <vscale x 8 x half> %2, <vscale x 8 x half> %2, i32 7)
+  cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 %s, %h, %h, %h, %h, %h {lane = 7 : i32} : (i32, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>) -> ()
+  llvm.return
+}
+
+// -----
+
 // CHECK-LABEL: define void @x86
 llvm.func @x86(%b16: vector<16xi8>, %b32: vector<32xi8>, %b64: vector<64xi8>,
                %w8: vector<8xi16>, %w16: vector<16xi16>, %w32: vector<32xi16>,

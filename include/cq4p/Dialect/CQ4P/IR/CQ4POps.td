@@ -702,8 +702,9 @@ def CQ4P_RescaleOp : CQ4P_Op<"rescale"> {
 def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
   let summary = "decodes embedding rows from orthogonal panels";
   let description = [{
-    `out[i, j] = sum_c R[j][c] * cb[idx(ids[i], c)] * norm[ids[i]] * isr[j]`
-    for every id, from the panel bytes, the fp16 rotation (read as the
+    `out[i, j] = ((sum_c R[j][c] * cb[idx(ids[i], c)]) * norm[ids[i]]) * isr[j]`
+    for every id (the sum a chain of fused multiply-adds in c order, whose
+    fp16 x fp16 products are exact), from the panel bytes, the fp16 rotation (read as the
     file's rotation_t, `R[j][c] = rotation_t[c][j]`, whose rows run along
     the outputs), the raw fp16 codebook and the unfolded fp16 norms
     (FORMAT.md section 5).

@@ -67,6 +67,8 @@ def CQ4PIntr_I8x16 : VectorOfLengthAndType<[16], [I8]>;
 def CQ4PIntr_NxI8x16 : ScalableVectorOfLengthAndType<[16], [I8]>;
 def CQ4PIntr_NxI32x4 : ScalableVectorOfLengthAndType<[4], [I32]>;
 def CQ4PIntr_NxF32x4 : ScalableVectorOfLengthAndType<[4], [F32]>;
+def CQ4PIntr_NxF16x8 : ScalableVectorOfLengthAndType<[8], [F16]>;
+def CQ4PIntr_NxI1x4 : ScalableVectorOfLengthAndType<[4], [I1]>;
 def CQ4PIntr_NxI1x16 : ScalableVectorOfLengthAndType<[16], [I1]>;
 
 //===----------------------------------------------------------------------===//
@@ -246,6 +248,19 @@ def CQ4PIntr_SvePtrueC8Op
   }];
 }
 
+def CQ4PIntr_SvePtrueC16Op
+    : CQ4PIntr_Op<"aarch64.sve.ptrue.c16", [Pure]> {
+  let results = (outs CQ4PIntr_SvCount:$res);
+  let summary = "an all-true predicate-as-counter for 16-bit elements (PTRUE PN.H)";
+  let description = [{
+    Example:
+
+    ```mlir
+    %pn = cq4p_intr.aarch64.sve.ptrue.c16 : () -> !llvm.target<"aarch64.svcount">
+    ```
+  }];
+}
+
 def CQ4PIntr_SvePtrueC32Op
     : CQ4PIntr_Op<"aarch64.sve.ptrue.c32", [Pure]> {
   let results = (outs CQ4PIntr_SvCount:$res);
@@ -299,7 +314,35 @@ class CQ4PIntr_SveLoadPn<int count, Type element>
 
 def CQ4PIntr_SveLd1PnX2Op : CQ4PIntr_SveLoadPn<2, CQ4PIntr_NxI8x16>;
 def CQ4PIntr_SveLd1PnX4Op : CQ4PIntr_SveLoadPn<4,
-    AnyTypeOf<[CQ4PIntr_NxI8x16, CQ4PIntr_NxF32x4]>>;
+    AnyTypeOf<[CQ4PIntr_NxI8x16, CQ4PIntr_NxF32x4, CQ4PIntr_NxF16x8]>>;
+
+// FCVT and FCVTLT from fp16 to fp32: the even (bottom) or odd (top) fp16
+// elements of a vector widened into its 32-bit lanes.
+class CQ4PIntr_SveWidenHalves<string mnemonic, string half>
+    : CQ4PIntr_Op<"aarch64.sve." # mnemonic # ".f32f16", [Pure]>,
+      Arguments<(ins CQ4PIntr_NxF32x4:$inactive, CQ4PIntr_NxI1x4:$predicate,
+                 CQ4PIntr_NxF16x8:$halves)> {
+  let results = (outs CQ4PIntr_NxF32x4:$res);
+  let summary = "the " # half # " fp16 elements widened to fp32 (" #
+                !toupper(mnemonic) # ")";
+  let description = [{
+    Lane i of the result is element 2i (FCVT) or 2i + 1 (FCVTLT) of
+    `halves` widened to fp32 (exact), where `predicate` is set, else lane i
+    of `inactive`.
+
+    Example:
+
+    ```mlir
+    %even = cq4p_intr.aarch64.sve.fcvt.f32f16 %undef, %pg, %h
+        : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+    %odd = cq4p_intr.aarch64.sve.fcvtlt.f32f16 %undef, %pg, %h
+        : (vector<[4]xf32>, vector<[4]xi1>, vector<[8]xf16>) -> vector<[4]xf32>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveFcvtF32F16Op : CQ4PIntr_SveWidenHalves<"fcvt", "even (bottom)">;
+def CQ4PIntr_SveFcvtltF32F16Op : CQ4PIntr_SveWidenHalves<"fcvtlt", "odd (top)">;
 
 def CQ4PIntr_SveSt1PnX4Op
     : CQ4PIntr_Op<"aarch64.sve.st1.pn.x4",
@@ -432,6 +475,34 @@ def CQ4PIntr_SmeFmlaLaneVg1x4Op
     cq4p_intr.aarch64.sme.fmla.lane.vg1x4 %s, %z0, %z1, %z2, %z3, %a {lane = 1 : i32}
         : (i32, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>,
            vector<[4]xf32>, vector<[4]xf32>) -> ()
+    ```
+  }];
+}
+
+def CQ4PIntr_SmeFmlalLaneVg2x4Op
+    : CQ4PIntr_Op<"aarch64.sme.fmlal.lane.vg2x4",
+                  [AllTypesMatch<["v0", "v1", "v2", "v3", "indexed"]>], 0, [],
+                  /*overloadedOperands=*/[1],
+                  /*immArgPositions=*/[6], /*immArgAttrNames=*/["lane"]>,
+      Arguments<(ins I32:$slice,
+                 CQ4PIntr_NxF16x8:$v0, CQ4PIntr_NxF16x8:$v1,
+                 CQ4PIntr_NxF16x8:$v2, CQ4PIntr_NxF16x8:$v3,
+                 CQ4PIntr_NxF16x8:$indexed,
+                 ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<7>]>:$lane)> {
+  let summary = "ZA vector pairs += fp16 products widened to fp32 (multi-vector FMLAL by lane)";
+  let description = [{
+    For i < 4 (at a 512-bit vector length): ZA array vector `slice` + 16i
+    += the even fp16 elements of `vi` times the fp16 element `lane` of each
+    128-bit segment of `indexed`, and ZA array vector `slice` + 16i + 1 +=
+    the odd ones; each product of two fp16 values is exact in fp32 and is
+    added with one rounding. `slice` must be even.
+
+    Example:
+
+    ```mlir
+    cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 %s, %z0, %z1, %z2, %z3, %a {lane = 5 : i32}
+        : (i32, vector<[8]xf16>, vector<[8]xf16>, vector<[8]xf16>,
+           vector<[8]xf16>, vector<[8]xf16>) -> ()
     ```
   }];
 }
