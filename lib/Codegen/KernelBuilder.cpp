@@ -126,10 +126,11 @@ mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
                        {"group_end", index}};
     refs.push_back(kernels.getOrCreate(
         quantize, [&](OpBuilder &b, Location loc, ValueRange args) {
-          QuantizeActivationsOp::create(b, loc, args[0], args[1], args[2],
-                                        args[3], args[4], args[5], args[6],
-                                        args[7], args[8],
-                                        b.getI64IntegerAttr(gs));
+          QuantizeActivationsOp::create(b, loc, args[0], /*up=*/Value(),
+                                        args[1], args[2], args[3], args[4],
+                                        args[5], args[6], args[7], args[8],
+                                        b.getI64IntegerAttr(gs),
+                                        /*gating=*/ActivationAttr());
         }));
   }
 
@@ -166,6 +167,44 @@ mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
   return refs;
 }
 
+FlatSymbolRefAttr mlir::cq4p::createGatedQuantizeKernel(KernelBuilder &kernels,
+                                                        WeightType w,
+                                                        Activation activation) {
+  MLIRContext *ctx = w.getContext();
+  Type f32 = Float32Type::get(ctx), f16 = Float16Type::get(ctx);
+  Type i8 = IntegerType::get(ctx, 8), i32 = IntegerType::get(ctx, 32);
+  Type index = IndexType::get(ctx);
+  int64_t k = w.getK(), gs = w.getGroupSize(), ng = w.getNumGroups();
+  KernelSpec spec;
+  spec.describeWeight(w);
+  spec.n = 1; // the activation transform does not depend on N
+  spec.minRows = 1;
+  spec.maxRows = 0;
+  spec.name = "cq4p_quantize_glu_" + stringifyActivation(activation).str() +
+              "_" + std::to_string(k) + "_gs" + std::to_string(gs) +
+              "_hadamard";
+  spec.op = "quantize_glu";
+  MemRefType rowsType = MemRefType::get({kDynamic, k}, f32);
+  MemRefType signsType = MemRefType::get({gs}, i8);
+  spec.params = {{"gate", rowsType},
+                 {"up", rowsType},
+                 {"weight.input_scale_recip", MemRefType::get({k}, f16)},
+                 {"weight.left_signs", signsType},
+                 {"weight.right_signs", signsType},
+                 {"weight.permutation", MemRefType::get({gs}, i32)},
+                 {"act", MemRefType::get({kDynamic, k}, i8)},
+                 {"act_scales", MemRefType::get({kDynamic, ng}, f32)},
+                 {"rows", index},
+                 {"group_begin", index},
+                 {"group_end", index}};
+  return kernels.getOrCreate(
+      spec, [&](OpBuilder &b, Location loc, ValueRange args) {
+        QuantizeActivationsOp::create(
+            b, loc, args[0], args[1], args[2], args[3], args[4], args[5],
+            args[6], args[7], args[9], args[10], b.getI64IntegerAttr(gs),
+            ActivationAttr::get(ctx, activation));
+      });
+}
 
 FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
                                                  WeightType w) {

@@ -33,7 +33,7 @@ void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target
   // A model graph: its kernels and the planned prefill and decode steps.
   pm.addPass(createCQ4PLowerModel(
       CQ4PLowerModelOptions{options.prefillChunk, options.kvCache,
-                            options.fuseDenseMlp}));
+                            options.fuseDenseMlp, options.gateInTransform}));
   // Graph-level ops to kernel functions over buffers (M-dispatch).
   pm.addPass(createCQ4PLowerToKernels(CQ4PLowerToKernelsOptions{true}));
   // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.

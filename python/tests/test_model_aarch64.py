@@ -15,7 +15,9 @@ aarch64-sme2, run by the cross-built cq4p-run under QEMU 11.1 (SME2 with a
 - SME2's decode attention over more than one 256-key softmax block (a
   300-token prompt);
 - a prompt longer than the prefill chunk (full chunks plus a tail), past a
-  sliding window (gemma3's 8, gemma4's 16).
+  sliding window (gemma3's 8, gemma4's 16);
+- the gating formed in the down projection's activation transform gives the
+  logits of the separate gating pass bit for bit, on each target.
 
 Needs $CQ4P_AARCH64_RUN (build/aarch64/bin/cq4p-run), $CQ4P_QEMU and the
 cross sysroot; test/run_suites.py sets them for the aarch64 build.
@@ -94,6 +96,27 @@ def test_neon_and_sme2_logits_are_equal_bit_for_bit_with_an_fp16_cache(
     assert neon.size == NEW_TOKENS * config["vocab_size"]
     differing = int(np.count_nonzero(neon.view(np.uint32) != sme2.view(np.uint32)))
     assert differing == 0, f"{differing} of {neon.size} logits differ between NEON and SME2"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("target", list(CPU))
+def test_the_gating_in_the_down_projections_transform_keeps_the_logits(
+        arch, target, synthetic_model, tmp_path):
+    # The down projection's activation transform forms act(gate) * up from
+    # the gate and up rows (the default) instead of reading a row a gating
+    # pass wrote (--gate-in-transform=false): the same logits bit for bit on
+    # each target, over a chunked prefill and decode steps.
+    _, bundle, config = synthetic_model(arch)
+    prompt = synthetic.prompt(config, PROMPT_TOKENS, seed=4)
+    logits = []
+    for name, flags in (("fused", []), ("pass", ["--gate-in-transform=false"])):
+        work = tmp_path / name
+        work.mkdir()
+        logits.append(run_on_aarch64(str(bundle), target, str(work), prompt, flags,
+                                     new_tokens=4)[1])
+    assert logits[0].size == 4 * config["vocab_size"]
+    differing = int(np.count_nonzero(logits[0].view(np.uint32) != logits[1].view(np.uint32)))
+    assert differing == 0, f"{differing} of {logits[0].size} logits differ"
 
 
 def greedy_oracle(bundle, prompt, new_tokens):

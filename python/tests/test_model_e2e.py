@@ -126,6 +126,35 @@ def test_the_fused_dense_mlp_computes_the_same_logits(compiled, tmp_path, arch):
     assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_the_gating_in_the_down_projections_transform_computes_the_same_logits(
+        compiled, tmp_path, arch):
+    # By default the down projection's activation transform forms act(gate)
+    # * up as it loads the gate and up rows (silu for llama, gelu_tanh for
+    # gemma3); --gate-in-transform=false runs the gating as its own pass
+    # and the transform reads its row. Logits equal bit for bit, over a
+    # chunked prefill and decode steps.
+    bundle, library, config = compiled(arch)
+    separate = compile_model(bundle, str(tmp_path / "libmodel-glu-pass.so"),
+                             options=("--gate-in-transform=false",))
+    # The libraries' LLVM IR: the fused transform only by default (the
+    # gating kernel itself is inlined into its task).
+    for options, fused in ((("--gate-in-transform=false",), False), ((), True)):
+        ir = subprocess.run([tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"),
+                             "--target=host", "--prefill-chunk", str(CHUNK), "--emit=llvm",
+                             *options, "-o", "-"], capture_output=True, text=True, check=True)
+        assert ("@cq4p_quantize_glu_" in ir.stdout) == fused
+    prompt = synthetic.prompt(config, 2 * CHUNK + 3, seed=3)
+    outputs = []
+    for path in (library, separate):
+        with native.NativeModel(bundle, path, threads=2) as model:
+            steps = [model.prefill(prompt)]
+            for _ in range(4):
+                steps.append(model.decode(int(np.argmax(steps[-1]))))
+            outputs.append(np.stack(steps))
+    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+
+
 def test_an_unknown_kv_cache_type_is_refused(synthetic_model, tmp_path):
     _, bundle, _ = synthetic_model("llama")
     result = subprocess.run([tools.find_tool("cq4p-compile"), str(bundle / "model.mlir"),

@@ -148,6 +148,13 @@ static cl::opt<bool> fuseDenseMlp(
              "dispatch sharing one quantized activation (off by default: on "
              "some phones it costs decode time)"),
     cl::init(false), cl::cat(category));
+static cl::opt<bool> gateInTransform(
+    "gate-in-transform",
+    cl::desc("A model's gating (act(gate) * up) formed by the down "
+             "projection's activation transform as it loads the gate and up "
+             "rows (default); =false runs it as a separate pass (the same "
+             "bits: for comparisons)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<std::string>
     tuneCpu("tune-cpu",
             cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
@@ -1013,6 +1020,7 @@ int compile() {
   options.prefillChunk = prefillChunk;
   options.kvCache = *kvDtype;
   options.fuseDenseMlp = fuseDenseMlp;
+  options.gateInTransform = gateInTransform;
   {
     // The model's planning, kernel outlining and tiling, the same for
     // every variant: run once.

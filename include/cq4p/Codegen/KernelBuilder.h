@@ -72,6 +72,13 @@ SmallVector<FlatSymbolRefAttr> createLinearKernels(KernelBuilder &kernels,
                                                    WeightType w, bool gemv,
                                                    bool gemm);
 
+/// The Hadamard activation transform of a linear over `w` whose input is
+/// the gating `act(gate) * up` of two rows, formed as each group is loaded
+/// (kernel op `quantize_glu`: gate, up, the weight's transform regions,
+/// act, act_scales, rows, group_begin, group_end). `w` must be Hadamard.
+FlatSymbolRefAttr createGatedQuantizeKernel(KernelBuilder &kernels,
+                                            WeightType w, Activation activation);
+
 /// The embedding row decoder of `w`.
 FlatSymbolRefAttr createEmbeddingKernel(KernelBuilder &kernels, WeightType w);
 

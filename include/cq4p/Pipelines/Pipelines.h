@@ -44,6 +44,11 @@ struct KernelPipelineOptions
       llvm::cl::desc("A model's gate and up projections and gating in one "
                      "dispatch (opt-in)"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> gateInTransform{
+      *this, "gate-in-transform",
+      llvm::cl::desc("A model's gating formed by the down projection's "
+                     "activation transform (false: a separate pass)"),
+      llvm::cl::init(true)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
       llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),

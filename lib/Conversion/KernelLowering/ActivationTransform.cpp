@@ -30,6 +30,12 @@
 // the outer loop, rows the inner one, so isr * left is formed once per group
 // whatever M is.
 //
+// Gated (a dense MLP's down projection): the input x = act(gate) * up is
+// formed lane by lane as the gate and up pieces are loaded, with cq4p.glu's
+// operations in its order (silu: g / (1 + exp(-g)); the exp and tanh are the
+// same polynomials as the model kernels'), so the bytes equal those of a
+// glu row written out and quantized, without the row's store and reload.
+//
 //===----------------------------------------------------------------------===//
 
 #include "ActivationTransform.h"
@@ -38,6 +44,7 @@
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -74,6 +81,37 @@ Value concatVectors(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
     level = std::move(next);
   }
   return level.front();
+}
+
+/// act(g) * u lane by lane, cq4p.glu's formula in its order: silu(g) =
+/// g / (1 + exp(-g)), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g +
+/// 0.044715 g^3))).
+Value gateLanes(OpBuilder &b, Location loc, Activation activation, Value g,
+                Value u) {
+  auto type = cast<VectorType>(g.getType());
+  auto constant = [&](float value) {
+    return splat(b, loc, type, b.getF32FloatAttr(value));
+  };
+  auto mul = [&](Value x, Value y) {
+    return Value(arith::MulFOp::create(b, loc, x, y));
+  };
+  auto add = [&](Value x, Value y) {
+    return Value(arith::AddFOp::create(b, loc, x, y));
+  };
+  Value activated;
+  if (activation == Activation::silu) {
+    activated = arith::DivFOp::create(
+        b, loc, g,
+        add(constant(1.0f),
+            math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g))));
+  } else {
+    Value cube = mul(mul(g, g), g);
+    Value inner = mul(constant(0.7978845608028654f),
+                      add(g, mul(constant(0.044715f), cube)));
+    activated = mul(mul(constant(0.5f), g),
+                    add(constant(1.0f), math::TanhOp::create(b, loc, inner)));
+  }
+  return mul(activated, u);
 }
 
 /// act_scales[row, g] = max(maxAbs / 127, 1e-10), the contract's group
@@ -360,8 +398,13 @@ struct QuantizeActivationsVectorLowering
     for (int64_t first = 0; first < pieces; first += block) {
       MutableArrayRef<Value> part(w.data() + first, block);
       for (int64_t blk = first / kLanes; blk < (first + block) / kLanes; ++blk) {
-        SmallVector<Value> x = loadDeinterleaved(
-            b, loc, op.getX(), ValueRange{row, at(kBase, blk * kChunk)});
+        SmallVector<Value, 2> at16 = {row, at(kBase, blk * kChunk)};
+        SmallVector<Value> x = loadDeinterleaved(b, loc, op.getX(), at16);
+        if (Value up = op.getUp()) {
+          SmallVector<Value> u = loadDeinterleaved(b, loc, up, at16);
+          for (int64_t a = 0; a < kLanes; ++a)
+            x[a] = gateLanes(b, loc, *op.getGating(), x[a], u[a]);
+        }
         for (int64_t a = 0; a < kLanes; ++a)
           w[blk * kLanes + a] =
               arith::MulFOp::create(b, loc, x[a], isrLeft[blk * kLanes + a]);
@@ -633,10 +676,13 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
     b.setInsertionPointToStart(rowLoop.getBody());
     Value row = rowLoop.getInductionVar();
     SmallVector<Value> w;
-    for (int64_t v = 0; v < vectors; ++v)
-      w.push_back(arith::MulFOp::create(
-          b, loc, loadFloats(b, loc, op.getX(), {row, at(kBase, v * lanes)}),
-          isrLeft[v]));
+    for (int64_t v = 0; v < vectors; ++v) {
+      Value x = loadFloats(b, loc, op.getX(), {row, at(kBase, v * lanes)});
+      if (Value up = op.getUp())
+        x = gateLanes(b, loc, *op.getGating(), x,
+                      loadFloats(b, loc, up, {row, at(kBase, v * lanes)}));
+      w.push_back(arith::MulFOp::create(b, loc, x, isrLeft[v]));
+    }
     // The stages in the contract's order: h = 1, 2, ... inside vectors, then
     // between them.
     for (int64_t h = 1, stage = 0; h < std::min(lanes, gs); h *= 2, ++stage) {

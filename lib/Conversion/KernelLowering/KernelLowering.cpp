@@ -1227,10 +1227,13 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   populateActivationTransformPatterns(patterns, target);
   patterns.add<RescaleLowering>(ctx, rescaleLanes(target));
   patterns.add<AttentionLowering>(ctx);
-  // The attention's exp as a polynomial: vector code instead of a libm
-  // call per lane, and the same bits on every target.
-  populateMathPolynomialApproximationPatterns(
-      patterns, [](StringRef name) { return name == "exp" || name == "math.exp"; });
+  // The attention's exp and a gated transform's exp and tanh as
+  // polynomials: vector code instead of a libm call per lane, and the same
+  // bits on every target (the model kernels' polynomials).
+  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+    return name == "exp" || name == "math.exp" || name == "tanh" ||
+           name == "math.tanh";
+  });
 }
 
 LogicalResult mlir::cq4p::lowerCQ4PKernels(func::FuncOp func, DotTarget target) {

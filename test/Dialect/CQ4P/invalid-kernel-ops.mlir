@@ -98,6 +98,32 @@ func.func @quantize_signs(%x: memref<?x64xf32>, %isr: memref<64xf16>, %l: memref
 
 // -----
 
+func.func @quantize_up_alone(%x: memref<?x64xf32>, %u: memref<?x64xf32>, %isr: memref<64xf16>,
+                             %l: memref<32xi8>, %r: memref<32xi8>, %p: memref<32xi32>,
+                             %a: memref<?x64xi8>, %s: memref<?x2xf32>, %i: index) {
+  // expected-error @+1 {{'cq4p.quantize_activations' op expected the up rows and the gating activation together (got up rows alone)}}
+  cq4p.quantize_activations %x gated by %u : memref<?x64xf32>, %isr, %l, %r, %p, %a, %s, %i, %i
+      {group_size = 32 : i64}
+      : memref<?x64xf32>, memref<64xf16>, memref<32xi8>, memref<32xi8>, memref<32xi32>,
+        memref<?x64xi8>, memref<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @quantize_up_shape(%x: memref<?x64xf32>, %u: memref<?x128xf32>, %isr: memref<64xf16>,
+                             %l: memref<32xi8>, %r: memref<32xi8>, %p: memref<32xi32>,
+                             %a: memref<?x64xi8>, %s: memref<?x2xf32>, %i: index) {
+  // expected-error @+1 {{'cq4p.quantize_activations' op expected dimension 1 of the up rows to be 64, got 128}}
+  cq4p.quantize_activations %x gated by %u : memref<?x128xf32>, %isr, %l, %r, %p, %a, %s, %i, %i
+      {gating = #cq4p.activation<silu>, group_size = 32 : i64}
+      : memref<?x64xf32>, memref<64xf16>, memref<32xi8>, memref<32xi8>, memref<32xi32>,
+        memref<?x64xi8>, memref<?x2xf32>
+  return
+}
+
+// -----
+
 func.func @rotation(%x: memref<?x256xf32>, %isr: memref<256xf16>, %rt: memref<256x128xf16>,
                     %a: memref<?x256xi8>, %s: memref<?x2xf32>, %i: index) {
   // expected-error @+1 {{'cq4p.rotate_quantize_activations' op expected dimension 1 of the rotation to be 256, got 128}}

@@ -1,8 +1,18 @@
 // RUN: cq4p-opt %s -cq4p-lower-model=prefill-chunk=8 | FileCheck %s
+// RUN: cq4p-opt %s -cq4p-lower-model=prefill-chunk=8 | FileCheck %s --check-prefix=KERNEL
 // RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 kv-cache=f16" | FileCheck %s --check-prefix=F16
 // RUN: not cq4p-opt %s -cq4p-lower-model="kv-cache=bf16" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 fuse-dense-mlp" | FileCheck %s --check-prefix=FUSED
+
+// RUN: cq4p-opt %s -cq4p-lower-model="prefill-chunk=8 gate-in-transform=false" | FileCheck %s --check-prefix=PASS
+
+// gate-in-transform=false: the gating as its own pass over rows, then the
+// ungated transform reads its row.
+// PASS-LABEL: cq4p.step @decode
+// PASS: cq4p.dispatch @cq4p_glu_silu_256 <rows> {{.*}} pointers [{{.*}}, #cq4p.place<workspace, [[M:(offset = [0-9]+, )?]]row_bytes = 1024>] scalars [rows]
+// PASS-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard <range> work [0, 2] pointers [#cq4p.place<binding, index = 9>, #cq4p.place<workspace, [[M]]row_bytes = 1024>,
+// PASS-NOT: cq4p_quantize_glu
 
 // BAD: for the --kv-cache option: Cannot find option named 'bf16'!
 
@@ -52,11 +62,12 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128
-// CHECK-NEXT: cq4p.dispatch @cq4p_glu_silu_256
-// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_256_gs128_hadamard
-// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x256_gs128
+// The gating is formed by the down projection's activation transform from
+// the gate and up rows (no cq4p_glu pass, no gated row in the workspace).
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 7>, {{.*}}, #cq4p.place<workspace, [[G:(offset = [0-9]+, )?]]row_bytes = 1024>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 8>, {{.*}}, #cq4p.place<workspace, [[U:(offset = [0-9]+, )?]]row_bytes = 1024>]
+// CHECK-NEXT: cq4p.dispatch @cq4p_quantize_glu_silu_256_gs128_hadamard <range> work [0, 2] pointers [#cq4p.place<binding, index = 9>, #cq4p.place<workspace, [[G]]row_bytes = 1024>, #cq4p.place<workspace, [[U]]row_bytes = 1024>, #cq4p.place<workspace, [[A2:(offset = [0-9]+, )?]]row_bytes = 256>, #cq4p.place<workspace, [[S2:(offset = [0-9]+, )?]]row_bytes = 8>] scalars [rows, begin, end]{{$}}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x256_gs128 {{.*}} pointers [#cq4p.place<binding, index = 9>, #cq4p.place<workspace, [[A2]]row_bytes = 256>, #cq4p.place<workspace, [[S2]]row_bytes = 8>,
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16_e{{[0-9]+}} <rows> work [0, 1] pointers [#cq4p.place<workspace, offset = {{[0-9]+}}, row_bytes = 512, last_row>, #cq4p.place<binding, index = 10>, {{.*}}] scalars [rows] {single_row}
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_orthogonal
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 11>, {{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
@@ -66,8 +77,15 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemm_128x128_gs128
+// CHECK: cq4p.dispatch @cq4p_quantize_glu_silu_256_gs128_hadamard <range> work [0, 2] {{.*}} scalars [rows, begin, end]{{$}}
+// CHECK-NEXT: cq4p.dispatch @cq4p_gemm_residual_128x256_gs128
 // CHECK: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}}#cq4p.place<logits
 // CHECK-NEXT: {{^  \}$}}
+// CHECK-NOT: cq4p_glu_
+// The fused transform's kernel: gate and up rows, the weight's regions.
+// KERNEL: func.func @cq4p_quantize_glu_silu_256_gs128_hadamard(%{{.*}}: memref<?x256xf32>, %{{.*}}: memref<?x256xf32>, %{{.*}}: memref<256xf16>, %{{.*}}: memref<128xi8>, %{{.*}}: memref<128xi8>, %{{.*}}: memref<128xi32>, %{{.*}}: memref<?x256xi8>, %{{.*}}: memref<?x2xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
+// KERNEL-SAME: op = "quantize_glu"
+// KERNEL-NEXT: cq4p.quantize_activations %{{.*}} gated by %{{.*}} : memref<?x256xf32>, {{.*}} {gating = #cq4p.activation<silu>, group_size = 128 : i64}
 
 module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
   func.func @forward(%ids: tensor<?xi64>, %pos: index,

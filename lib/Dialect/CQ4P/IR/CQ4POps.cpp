@@ -231,6 +231,14 @@ LogicalResult QuantizeActivationsOp::verify() {
   if (!verifyActivationOperands(check, *this, getX(), getInputScaleRecip(),
                                 getAct(), getActScales(), gs))
     return failure();
+  if (bool(getUp()) != bool(getGatingAttr()))
+    return emitOpError() << "expected the up rows and the gating activation "
+                            "together (got "
+                         << (getUp() ? "up rows" : "a gating activation")
+                         << " alone)";
+  if (Value up = getUp())
+    check.dim("the up rows", up, 0, dimOf(getX(), 0))
+        .dim("the up rows", up, 1, dimOf(getX(), 1));
   return check.dim("the left signs", getLeftSigns(), 0, gs)
       .dim("the right signs", getRightSigns(), 0, gs)
       .dim("the permutation", getPermutation(), 0, gs)

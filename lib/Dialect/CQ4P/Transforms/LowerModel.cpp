@@ -33,7 +33,12 @@
 //   %h2 = arith.addf %h, %o : tensor<?x512xf32>
 //
 // is one `cq4p_gemm_residual_512x512_gs128` dispatch instead of a matmul
-// and a `cq4p_add_512` pass. The order of dispatches is the graph's order.
+// and a `cq4p_add_512` pass. A gating whose only users are Hadamard
+// linears (a dense MLP's down projection) is not a pass either: the
+// linear's activation transform reads the gate and up rows and forms
+// act(gate) * up as it loads each group (`cq4p_quantize_glu_silu_...`), so
+// the gated row is never written (the gate and up rows live until then).
+// The order of dispatches is the graph's order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -140,9 +145,10 @@ public:
   };
   StepPlanner(func::FuncOp forward, KernelBuilder &kernels, int64_t maxRows,
               DictionaryAttr model, Type cacheElement, bool fuseDenseMlp,
-              OpBuilder &stepBuilder)
+              bool gateInTransform, OpBuilder &stepBuilder)
       : forward(forward), kernels(kernels), maxRows(maxRows), model(model),
         cacheElement(cacheElement), fuseDenseMlp(fuseDenseMlp),
+        gateInTransform(gateInTransform),
         b(stepBuilder) {}
 
   LogicalResult plan();
@@ -163,6 +169,10 @@ private:
   /// gate = linear(x), up = linear(x), glu(gate, up) as one dispatch, when
   /// `gate` is the gate of such a pattern.
   bool planDenseMlp(LinearOp gate, int64_t index);
+  /// Marks the gatings whose result only Hadamard linears read: their
+  /// activation transform forms the gated row (`gated`), and the gate and
+  /// up rows live until the last of them.
+  void planGatedTransforms();
   /// The residual `linear`'s result is added to, when that add can run in
   /// the matmul's epilogue (the result's only use, the residual already
   /// computed in the workspace); null otherwise.
@@ -283,6 +293,7 @@ private:
   DictionaryAttr model;
   Type cacheElement; ///< f32 or f16
   bool fuseDenseMlp;
+  bool gateInTransform;
   OpBuilder &b;
   /// Ops a fused dispatch has already computed.
   llvm::DenseSet<Operation *> fused;
@@ -300,6 +311,8 @@ private:
   llvm::DenseMap<Value, Place> places;
   llvm::DenseMap<Value, int64_t> lastUse;
   llvm::DenseSet<Value> donated;
+  /// Gatings computed by their users' activation transforms, by result.
+  llvm::DenseMap<Value, GluOp> gated;
   std::map<std::string, Quantized> quantized;
   /// Slots to release after the op of the given index.
   std::map<int64_t, SmallVector<int>> deferred;
@@ -435,6 +448,7 @@ LogicalResult StepPlanner::plan() {
         lastUse[result] = std::max(lastUse.lookup(result), order[user]);
   if (failed(placeSpecialValues()))
     return failure();
+  planGatedTransforms();
 
   // Which linears share an activation transform, and until when.
   for (Operation &op : body)
@@ -486,6 +500,29 @@ LogicalResult StepPlanner::plan() {
   return success();
 }
 
+void StepPlanner::planGatedTransforms() {
+  // The dense-MLP fusion computes its gating in the matmul's epilogue.
+  if (fuseDenseMlp || !gateInTransform)
+    return;
+  for (auto glu : forward.getBody().front().getOps<GluOp>()) {
+    Value result = glu.getResult();
+    if (result.use_empty() || places.count(result))
+      continue;
+    bool linearsOnly = llvm::all_of(result.getUsers(), [&](Operation *user) {
+      auto linear = dyn_cast<LinearOp>(user);
+      return linear && linear.getInput() == result &&
+             linear->getBlock() == glu->getBlock() &&
+             linear.getWeight().getType().getRotation() == Rotation::hadamard;
+    });
+    if (!linearsOnly)
+      continue;
+    gated[result] = glu;
+    int64_t last = lastUse.lookup(result);
+    for (Value input : {glu.getGate(), glu.getUp()})
+      lastUse[input] = std::max(lastUse.lookup(input), last);
+  }
+}
+
 StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
                                               FlatSymbolRefAttr kernel,
                                               int64_t index) {
@@ -497,9 +534,14 @@ StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
     q.act = workspacePlace(newSlot(rows * w.getK()), w.getK());
     q.scales = workspacePlace(newSlot(rows * w.getNumGroups() * 4),
                               w.getNumGroups() * 4);
-    dispatch(kernel, DispatchSplit::range, {0, w.getNumGroups()},
-             {weight, places[x], q.act, q.scales}, {kRows, kBegin, kEnd},
-             singleRow(x));
+    SmallVector<Place> pointers = {weight, places[x]};
+    if (GluOp glu = gated.lookup(x)) {
+      kernel = createGatedQuantizeKernel(kernels, w, glu.getActivation());
+      pointers = {weight, places[glu.getGate()], places[glu.getUp()]};
+    }
+    pointers.append({q.act, q.scales});
+    dispatch(kernel, DispatchSplit::range, {0, w.getNumGroups()}, pointers,
+             {kRows, kBegin, kEnd}, singleRow(x));
   }
   return q;
 }
@@ -781,6 +823,20 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
   }
 
   if (auto glu = dyn_cast<GluOp>(op)) {
+    if (gated.count(glu.getResult())) {
+      // Its users' transform reads the gate and up rows: they are released
+      // after the last of them.
+      int64_t last = lastUse.lookup(glu.getResult());
+      for (Value input : {glu.getGate(), glu.getUp()}) {
+        Place &place = places[input];
+        if (lastUse.lookup(input) == last && place.slot >= 0 &&
+            !place.lastRow && !donated.contains(input)) {
+          deferred[last].push_back(place.slot);
+          place.slot = -1;
+        }
+      }
+      return success();
+    }
     Place gate = places[glu.getGate()], up = places[glu.getUp()];
     Place out = placeResult(glu.getResult(), index, {glu.getGate(), glu.getUp()});
     rowsDispatch(createGluKernel(kernels, glu.getGate().getType().getDimSize(1),
@@ -916,7 +972,7 @@ public:
       step.getBody().emplaceBlock();
       OpBuilder stepBuilder = OpBuilder::atBlockEnd(&step.getBody().front());
       StepPlanner planner(forward, kernels, rows, model, cacheElement,
-                          fuseDenseMlp, stepBuilder);
+                          fuseDenseMlp, gateInTransform, stepBuilder);
       if (failed(planner.plan()))
         return signalPassFailure();
       workspace = std::max(workspace, planner.workspaceBytes());

@@ -442,6 +442,12 @@ def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
     Every backend runs this same op, so all of them see the same int8
     activations and produce identical int32 partials.
 
+    Gated (`gated by %up` with a `gating` activation): the input is
+    `act(x) * up` element by element, `x` the gate, formed as each group is
+    loaded with `cq4p.glu`'s formula and rounding order, so the quantized
+    bytes are those of a `cq4p.glu` row quantized afterwards (the gating
+    of a dense MLP fused into its down projection's transform).
+
     Example:
 
     ```mlir
@@ -453,6 +459,7 @@ def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
   }];
   let arguments = (ins
     Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$x,
+    Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$up,
     Arg<MemRefRankOf<[F16], [1]>, "", [MemRead]>:$input_scale_recip,
     Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$left_signs,
     Arg<MemRefRankOf<[I8], [1]>, "", [MemRead]>:$right_signs,
@@ -461,10 +468,11 @@ def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
     Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$act_scales,
     Index:$group_begin,
     Index:$group_end,
-    I64Attr:$group_size
+    I64Attr:$group_size,
+    OptionalAttr<CQ4P_ActivationAttr>:$gating
   );
   let assemblyFormat = [{
-    $x `,` $input_scale_recip `,` $left_signs `,` $right_signs `,`
+    $x (`gated` `by` $up^ `:` type($up))? `,` $input_scale_recip `,` $left_signs `,` $right_signs `,`
     $permutation `,` $act `,` $act_scales `,` $group_begin `,` $group_end
     attr-dict `:` type($x) `,` type($input_scale_recip) `,` type($left_signs)
     `,` type($right_signs) `,` type($permutation) `,` type($act) `,`

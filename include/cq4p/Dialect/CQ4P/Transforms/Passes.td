@@ -62,6 +62,10 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
            "Gate and up projections in one dispatch with one quantized "
            "activation, the gating applied per super-block right after "
            "their rescale (opt-in: it costs decode time on some cores)">,
+    Option<"gateInTransform", "gate-in-transform", "bool", /*default=*/"true",
+           "A gating that only Hadamard linears read is formed by their "
+           "activation transform from the gate and up rows (no gating pass; "
+           "false keeps the separate pass, the same bits)">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
