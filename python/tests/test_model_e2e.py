@@ -107,6 +107,20 @@ def test_an_fp16_kv_cache_keeps_the_oracles_tokens(synthetic_model, tmp_path, ar
     assert worst <= LOGIT_TOLERANCE
 
 
+def assert_same_logits(bundle, libraries, prompt):
+    """The libraries' logits over a chunked prefill of `prompt` and 4 greedy
+    decode steps are equal bit for bit."""
+    outputs = []
+    for path in libraries:
+        with native.NativeModel(bundle, path, threads=2) as model:
+            steps = [model.prefill(prompt)]
+            for _ in range(4):
+                steps.append(model.decode(int(np.argmax(steps[-1]))))
+            outputs.append(np.stack(steps))
+    for other in outputs[1:]:
+        assert np.array_equal(outputs[0].view(np.uint32), other.view(np.uint32))
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_the_fused_dense_mlp_computes_the_same_logits(compiled, tmp_path, arch):
     # --fuse-dense-mlp runs the same matmuls and gating per super-block in
@@ -115,15 +129,7 @@ def test_the_fused_dense_mlp_computes_the_same_logits(compiled, tmp_path, arch):
     bundle, library, config = compiled(arch)
     fused = compile_model(bundle, str(tmp_path / "libmodel-fused.so"),
                           options=("--fuse-dense-mlp",))
-    prompt = synthetic.prompt(config, 2 * CHUNK + 3, seed=2)
-    outputs = []
-    for path in (library, fused):
-        with native.NativeModel(bundle, path, threads=2) as model:
-            steps = [model.prefill(prompt)]
-            for _ in range(4):
-                steps.append(model.decode(int(np.argmax(steps[-1]))))
-            outputs.append(np.stack(steps))
-    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+    assert_same_logits(bundle, (library, fused), synthetic.prompt(config, 2 * CHUNK + 3, seed=2))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -144,15 +150,8 @@ def test_the_gating_in_the_down_projections_transform_computes_the_same_logits(
                              "--target=host", "--prefill-chunk", str(CHUNK), "--emit=llvm",
                              *options, "-o", "-"], capture_output=True, text=True, check=True)
         assert ("@cq4p_quantize_glu_" in ir.stdout) == fused
-    prompt = synthetic.prompt(config, 2 * CHUNK + 3, seed=3)
-    outputs = []
-    for path in (library, separate):
-        with native.NativeModel(bundle, path, threads=2) as model:
-            steps = [model.prefill(prompt)]
-            for _ in range(4):
-                steps.append(model.decode(int(np.argmax(steps[-1]))))
-            outputs.append(np.stack(steps))
-    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+    assert_same_logits(bundle, (library, separate),
+                       synthetic.prompt(config, 2 * CHUNK + 3, seed=3))
 
 
 def test_an_unknown_kv_cache_type_is_refused(synthetic_model, tmp_path):
