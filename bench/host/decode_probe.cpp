@@ -7,15 +7,30 @@
 // which a step reads one row. 1 thread reads them all; n threads each read
 // a contiguous share of the bytes, as a step's dispatches split them.
 //
-//   cq4p-bench-decode-probe BUNDLE THREADS REPS
+//   cq4p-bench-decode-probe BUNDLE THREADS REPS [LIBRARY]
 //
 // Prints "bytes B" and then "probe T GB/s" per thread count 1..THREADS
 // (median of REPS full reads after one warm-up read).
+//
+// With LIBRARY (the bundle's compiled model), the probe and the model's
+// decode steps alternate, one read of the bytes then one decode step (a
+// greedy sample and its step, as cq4p-run times them), REPS pairs per
+// thread count after one warm-up pair; prints per thread count
+//
+//   pairs T decode D GB/s probe P GB/s ratio R% (Rmin-Rmax)
+//
+// D and P the medians of each, R the median over the pairs of the step's
+// bytes per second over the probe's just before it. On a machine whose
+// memory bandwidth drifts with its neighbours' load, the ratio of
+// neighbouring measurements is what stays put.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ReadProbe.h"
 
+#include "cq4p/runtime/Bundle.h"
+#include "cq4p/runtime/KernelLibrary.h"
+#include "cq4p/runtime/Model.h"
 #include "cq4p/runtime/TensorFile.h"
 
 #include <algorithm>
@@ -70,11 +85,86 @@ std::vector<std::vector<Span>> split(const std::vector<Span> &spans, size_t tota
   return out;
 }
 
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+/// The read of `parts` (one per thread), timed.
+double timedRead(const std::vector<std::vector<Span>> &parts, volatile uint64_t &sink) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> workers;
+  std::vector<uint64_t> sums(parts.size());
+  for (size_t t = 1; t < parts.size(); ++t)
+    workers.emplace_back([&, t] { sums[t] = readAll(parts[t].data(), parts[t].size()); });
+  sums[0] = readAll(parts[0].data(), parts[0].size());
+  for (std::thread &worker : workers)
+    worker.join();
+  double elapsed = secondsSince(start);
+  for (uint64_t sum : sums)
+    sink = sink + sum;
+  return elapsed;
+}
+
+/// Probe reads and decode steps in alternation (the LIBRARY mode above).
+int pairs(const char *bundlePath, const char *libraryPath, const std::vector<Span> &spans,
+          size_t total, int maxThreads, int reps, volatile uint64_t &sink) {
+  auto fail = [](const Status &status) {
+    std::fprintf(stderr, "cq4p-bench-decode-probe: %s\n", status.message().c_str());
+    return 1;
+  };
+  std::unique_ptr<Bundle> bundle;
+  if (Status status = Bundle::open(bundlePath, bundle); !status)
+    return fail(status);
+  std::unique_ptr<KernelLibrary> library;
+  if (Status status = KernelLibrary::open(libraryPath, library); !status)
+    return fail(status);
+  const int64_t prompt[] = {1, 2, 3, 4};
+  for (int threads = 1; threads <= maxThreads; ++threads) {
+    ModelOptions options;
+    options.threads = threads;
+    options.context = 4 + reps + 2;
+    std::unique_ptr<Model> model;
+    if (Status status = Model::open(*bundle, *library, options, model); !status)
+      return fail(status);
+    if (Status status = model->prefill(prompt, 4); !status)
+      return fail(status);
+    std::vector<std::vector<Span>> parts = split(spans, total, threads);
+    Rng rng;
+    std::vector<double> probeSeconds, stepSeconds, ratios;
+    for (int rep = 0; rep <= reps; ++rep) {
+      double probe = timedRead(parts, sink);
+      auto start = std::chrono::steady_clock::now();
+      int64_t id = 0;
+      if (Status status = model->sample(SamplingOptions{}, rng, id); !status)
+        return fail(status);
+      if (Status status = model->decode(id); !status)
+        return fail(status);
+      double step = secondsSince(start);
+      if (rep == 0) // the first pair warms the caches and the TLB
+        continue;
+      probeSeconds.push_back(probe);
+      stepSeconds.push_back(step);
+      ratios.push_back(probe / step);
+    }
+    auto [lowest, highest] = std::minmax_element(ratios.begin(), ratios.end());
+    std::printf("pairs %d decode %.2f GB/s probe %.2f GB/s ratio %.1f%% (%.1f-%.1f)\n",
+                threads, double(total) / median(stepSeconds) / 1e9,
+                double(total) / median(probeSeconds) / 1e9, 100.0 * median(ratios),
+                100.0 * *lowest, 100.0 * *highest);
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: cq4p-bench-decode-probe BUNDLE THREADS REPS\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: cq4p-bench-decode-probe BUNDLE THREADS REPS [LIBRARY]\n");
     return 2;
   }
   int maxThreads = std::atoi(argv[2]), reps = std::atoi(argv[3]);
@@ -108,6 +198,8 @@ int main(int argc, char **argv) {
   }
   std::printf("bytes %zu\n", total);
   volatile uint64_t sink = 0;
+  if (argc == 5)
+    return pairs(argv[1], argv[4], spans, total, maxThreads, reps, sink);
   for (int threads = 1; threads <= maxThreads; ++threads) {
     std::vector<std::vector<Span>> parts = split(spans, total, threads);
     std::vector<double> seconds;

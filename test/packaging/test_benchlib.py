@@ -300,6 +300,11 @@ def test_model_host_rows_from_measurements():
     assert model.roofline_rows("demo", host) == [
         "| %s | 1 | 9.4 MB | 20.0 | 0.3 GB/s | 1.2 GB/s | 25%% | m |" % demo,
         "| %s | 2 | 9.4 MB | 30.0 | 0.6 GB/s | 2.4 GB/s | 25%% | m |" % demo]
+    # Paired measurements carry the median of the pairs' ratios, which is
+    # not the ratio of the medians.
+    paired = dict(host, roofline={"1": [0.3, 1.2, 0.4]})
+    assert model.roofline_rows("demo", paired) == [
+        "| %s | 1 | 9.4 MB | 20.0 | 0.3 GB/s | 1.2 GB/s | 40%% | m |" % demo]
     perf = {"measured": "m", "shares": {"matmul kernels": 60.0, "attention": 20.0,
                                         "rest (steps, runtime, libc)": 20.0}}
     assert model.profile_row("demo", perf) == (
