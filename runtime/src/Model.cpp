@@ -160,14 +160,10 @@ namespace {
 /// max and or reductions; a loop over floats with early exits or NaN-aware
 /// comparisons stays scalar): every logit becomes an integer key ordered as
 /// the floats are, with -0.0 and +0.0 equal, and a flag says whether any
-/// logit is NaN or an infinity. Decode calls it twice per token over the
-/// whole vocabulary, so it costs a fraction of the scalar loops it fronts.
-struct LogitScan {
-  int32_t bestKey = std::numeric_limits<int32_t>::min();
-  /// Start of the first block holding bestKey.
-  size_t bestBlock = 0;
-  bool nonFinite = false;
-};
+/// logit is NaN or an infinity. A step's check scans its logits once, and
+/// sampling them reuses that scan, so a decode token costs one pass over the
+/// vocabulary before the greedy pick, a fraction of the scalar loops it
+/// fronts.
 
 int32_t orderedKey(uint32_t bits) {
   // Negative floats order backwards as integers: flip their magnitude
@@ -214,7 +210,8 @@ size_t firstBest(const float *logits, const LogitScan &scan) {
 } // namespace
 
 Status Sampler::sample(const float *logits, size_t vocab,
-                       const SamplingOptions &options, Rng &rng, int64_t &id) {
+                       const SamplingOptions &options, Rng &rng, int64_t &id,
+                       const LogitScan *scanned) {
   if (vocab == 0 || vocab > order_.size())
     return Status(CQ4P_ERROR_ARGUMENT,
                   "sampling: vocabulary of " + str(vocab) +
@@ -223,7 +220,7 @@ Status Sampler::sample(const float *logits, size_t vocab,
   if (Status status = validate(options); !status)
     return status;
   size_t best = 0;
-  LogitScan scan = scanLogits(logits, vocab);
+  LogitScan scan = scanned != nullptr ? *scanned : scanLogits(logits, vocab);
   if (!scan.nonFinite) {
     best = firstBest(logits, scan);
   } else {
@@ -641,6 +638,7 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
                       " (at most " + signedStr(most) +
                       " a step) does not fit the context of " +
                       signedStr(context_) + " positions");
+  scanned_ = false; // the step rewrites the logits
   cq4p_step_args args = {};
   args.bindings = bindings_.data();
   args.kv_cache = kvCache_;
@@ -658,8 +656,10 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
   return checkFaults();
 }
 
-Status Model::checkLogits() const {
-  if (!scanLogits(logits_.data(), logits_.size()).nonFinite)
+Status Model::checkLogits() {
+  scan_ = scanLogits(logits_.data(), logits_.size());
+  scanned_ = true;
+  if (!scan_.nonFinite)
     return Status::ok();
   for (size_t i = 0; i < logits_.size(); ++i)
     if (!std::isfinite(logits_[i]))
@@ -841,7 +841,8 @@ Status Model::sample(const Claim &held, const SamplingOptions &options,
                      Rng &rng, int64_t &id) {
   if (Status status = checkClaim(held, "sample"); !status)
     return status;
-  return sampler_.sample(logits_.data(), logits_.size(), options, rng, id);
+  return sampler_.sample(logits_.data(), logits_.size(), options, rng, id,
+                         scanned_ ? &scan_ : nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -915,7 +916,8 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
     return Status::ok();
 
   int64_t id = 0;
-  if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id);
+  if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id,
+                               scanned_ ? &scan_ : nullptr);
       !status)
     return status;
   auto first = std::chrono::steady_clock::now();
@@ -927,7 +929,8 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
       break;
     if (status = checkLogits(); !status)
       break;
-    if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id);
+    if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id,
+                                 scanned_ ? &scan_ : nullptr);
         !status)
       break;
     out.generatedTokens = index + 1;

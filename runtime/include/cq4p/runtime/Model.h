@@ -73,6 +73,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -124,6 +125,16 @@ private:
   uint64_t state_[4];
 };
 
+/// What one pass over a row of logits learns (Model.cpp's scan): the
+/// largest logit as an integer key ordered as the floats are (-0.0 and +0.0
+/// equal), the start of the first block of logits that holds it, and
+/// whether any logit is NaN or an infinity.
+struct LogitScan {
+  int32_t bestKey = std::numeric_limits<int32_t>::min();
+  size_t bestBlock = 0;
+  bool nonFinite = false;
+};
+
 /// Picks a token id from logits. Scratch is sized once (reserve); sample()
 /// never allocates.
 class Sampler {
@@ -140,8 +151,11 @@ public:
   /// the smallest prefix of them, largest first, whose probability reaches
   /// top_p; one draw of `rng` picks among those. Ties between equal logits
   /// go to the lower id throughout. NaN or +inf logits are refused by index.
+  /// `scanned`, when given, is the scan of these very logits (the model's
+  /// check of its own step's logits), which then are not scanned again.
   Status sample(const float *logits, size_t vocab,
-                const SamplingOptions &options, Rng &rng, int64_t &id);
+                const SamplingOptions &options, Rng &rng, int64_t &id,
+                const LogitScan *scanned = nullptr);
 
 private:
   std::vector<uint32_t> order_;
@@ -274,7 +288,7 @@ private:
   Status checkClaim(const Claim &claim, const char *call) const;
   /// Fails, naming the position and the id, when a logit is NaN or
   /// infinite.
-  Status checkLogits() const;
+  Status checkLogits();
   Status generateClaimed(const int64_t *prompt, int64_t promptCount,
                          int64_t maxNewTokens, const SamplingOptions &sampling,
                          TokenCallback callback, void *context,
@@ -302,6 +316,10 @@ private:
   void *workspace_ = nullptr;
   uint64_t workspaceMapped_ = 0;
   std::vector<float> logits_;
+  /// The scan of logits_ by the last step's check; valid until the next
+  /// step writes logits_.
+  LogitScan scan_;
+  bool scanned_ = false;
   Sampler sampler_;
   int64_t context_ = 0;
   int64_t position_ = 0;
