@@ -76,6 +76,7 @@
 #include "Addresses.h"
 #include "DecodeAttention.h"
 #include "PrefillAttention.h"
+#include "StreamingQuantize.h"
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
@@ -1388,6 +1389,16 @@ public:
           });
       op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
     }
+    // The Hadamard activation transform in a streaming leaf, one call per
+    // kernel call (StreamingQuantize.cpp); other group sizes keep the NEON
+    // lowering.
+    SmallVector<QuantizeActivationsOp> quantizes;
+    module.walk([&](QuantizeActivationsOp op) {
+      if (hasStreamingQuantize(op))
+        quantizes.push_back(op);
+    });
+    for (QuantizeActivationsOp op : quantizes)
+      lowerToStreamingQuantize(module, symbols, op);
     // Attention with outer products where the head dim fills whole 64-wide
     // chunks of the four fp32 tiles and the keys and values are fp32; the
     // shared lowering otherwise.
