@@ -205,7 +205,9 @@ TEST(ActivationTransform, EveryHostLevelsQuantizeKernelsMatchTheScalarContract) 
 #endif
 
 #ifdef CQ4P_TEST_SME2_KERNEL_LIBRARY
-// The SME2 library's quantize kernels are its NEON side: the same bits.
+// The SME2 library's quantize kernels: a streaming leaf (16 lanes, TBL
+// butterflies, SQCVT, two-vector TBL) for groups of 64, 128 and 256, the
+// NEON lowering for groups of 32; held to the same scalar contract.
 TEST(ActivationTransform, Sme2LibraryQuantizeKernelsMatchTheScalarContract) {
   checkLibrary(CQ4P_TEST_SME2_KERNEL_LIBRARY);
 }

@@ -76,6 +76,7 @@
 #include "Addresses.h"
 #include "DecodeAttention.h"
 #include "PrefillAttention.h"
+#include "StreamingQuantize.h"
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
@@ -1341,6 +1342,42 @@ FailureOr<scf::ForOp> recordedRescaleLoop(PanelPartialsOp op) {
   return loop;
 }
 
+/// A model's small per-row kernels (RMSNorm, residual add) are 16-lane
+/// fixed-length vector code (ModelKernels.cpp). On SME2
+/// their bodies move into a streaming leaf, `<kernel>_sme_body`, which
+/// cq4p-export-kernels gives the 512-bit vector length (vscale_range 4):
+/// each 16-lane operation is then one SVE instruction instead of four NEON
+/// ones. The same operations in the same order on the same lanes, so the
+/// bits are NEON's; the kernel keeps its signature and calls the leaf once.
+void streamSmallKernels(ModuleOp module, SymbolTable &symbols) {
+  // Not the rotary embedding: its cos and sin are libm calls per lane,
+  // each of which would leave and re-enter streaming mode.
+  static constexpr StringLiteral kStreamed[] = {"rms_norm", "add"};
+  SmallVector<func::FuncOp> kernels;
+  module.walk([&](func::FuncOp func) {
+    auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
+    auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
+    if (op && llvm::is_contained(kStreamed, op.getValue()) && !func.isExternal() &&
+        func.getNumResults() == 0)
+      kernels.push_back(func);
+  });
+  for (func::FuncOp kernel : kernels) {
+    Location loc = kernel.getLoc();
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    auto leaf = func::FuncOp::create(b, loc, (kernel.getSymName() + "_sme_body").str(),
+                                     kernel.getFunctionType());
+    leaf.setPrivate();
+    leaf->setAttr("cq4p.sme_leaf", b.getUnitAttr());
+    leaf->setAttr("cq4p.sme_fixed_lanes", b.getUnitAttr());
+    leaf.getBody().takeBody(kernel.getBody());
+    Block *entry = kernel.addEntryBlock();
+    OpBuilder call = OpBuilder::atBlockBegin(entry);
+    func::CallOp::create(call, loc, leaf, entry->getArguments());
+    func::ReturnOp::create(call, loc);
+    symbols.insert(leaf);
+  }
+}
+
 class ConvertCQ4PToArmSME
     : public mlir::cq4p::impl::ConvertCQ4PToArmSMEBase<ConvertCQ4PToArmSME> {
 public:
@@ -1388,6 +1425,17 @@ public:
           });
       op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
     }
+    streamSmallKernels(module, symbols);
+    // The Hadamard activation transform in a streaming leaf, one call per
+    // kernel call (StreamingQuantize.cpp); other group sizes keep the NEON
+    // lowering.
+    SmallVector<QuantizeActivationsOp> quantizes;
+    module.walk([&](QuantizeActivationsOp op) {
+      if (hasStreamingQuantize(op))
+        quantizes.push_back(op);
+    });
+    for (QuantizeActivationsOp op : quantizes)
+      lowerToStreamingQuantize(module, symbols, op);
     // Attention with outer products where the head dim fills whole 64-wide
     // chunks of the four fp32 tiles and the keys and values are fp32; the
     // shared lowering otherwise.

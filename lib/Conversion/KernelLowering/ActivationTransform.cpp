@@ -906,3 +906,8 @@ void mlir::cq4p::populateActivationTransformPatterns(RewritePatternSet &patterns
     return;
   }
 }
+
+Value mlir::cq4p::gatedInput(OpBuilder &b, Location loc, Activation activation,
+                             Value g, Value u) {
+  return gateLanes(b, loc, activation, g, u);
+}

@@ -4,6 +4,7 @@
 #define CQ4P_LIB_CONVERSION_ACTIVATIONTRANSFORM_H
 
 #include "cq4p/Conversion/Passes.h"
+#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
 namespace mlir::cq4p {
 
@@ -12,6 +13,12 @@ namespace mlir::cq4p {
 /// the contract's fp32 operations in the contract's order.
 void populateActivationTransformPatterns(RewritePatternSet &patterns,
                                          DotTarget target);
+
+/// A gated transform's input act(g) * u lane by lane, cq4p.glu's formula in
+/// its order (fixed or scalable fp32 vectors): the vector lowerings and the
+/// SME2 streaming transform share it, so their bytes agree.
+Value gatedInput(OpBuilder &b, Location loc, Activation activation, Value g,
+                 Value u);
 
 } // namespace mlir::cq4p
 

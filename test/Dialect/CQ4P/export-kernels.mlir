@@ -17,11 +17,17 @@
 // CHECK-SAME: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK: llvm.call @cq4p_attention_impl(
 // CHECK-LABEL: llvm.func internal @cq4p_attention_impl(
-// CHECK-LABEL: llvm.func internal @leaf()
+// CHECK-LABEL: llvm.func internal @leaf() attributes
 // CHECK-SAME: arm_locally_streaming
 // CHECK-SAME: arm_new_za
 // CHECK-SAME: passthrough = ["aarch64_new_zt0"]
 // CHECK-NOT: cq4p.sme_leaf
+// A leaf of 16-lane fixed-length vector code runs at the 512-bit vector
+// length the SME2 target assumes (vscale 4), so LLVM keeps a 16-lane vector
+// in one Z register.
+// CHECK-LABEL: llvm.func internal @fixed_lanes_leaf() vscale_range(4, 4)
+// CHECK-SAME: arm_locally_streaming
+// CHECK-NOT: cq4p.sme_fixed_lanes
 // CHECK: llvm.mlir.global private constant @__cq4p_kernel_name_0("cq4p_attention\00")
 // CHECK: llvm.mlir.global private constant @__cq4p_kernel_descs() {{.*}} : !llvm.array<1 x struct<"cq4p_kernel_desc", (ptr, i32, i32, i64, i64, i64, i32, i32, i32, i32, ptr, i32, i32)>>
 // CHECK-DAG: llvm.mlir.constant(5 : i32) : i32
@@ -38,6 +44,9 @@ module {
     llvm.return
   }
   llvm.func @leaf() attributes {cq4p.sme_leaf} {
+    llvm.return
+  }
+  llvm.func @fixed_lanes_leaf() attributes {cq4p.sme_leaf, cq4p.sme_fixed_lanes} {
     llvm.return
   }
 }

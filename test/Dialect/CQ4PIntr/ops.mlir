@@ -125,3 +125,20 @@ llvm.func @x86(%b16: vector<16xi8>, %b32: vector<32xi8>, %b64: vector<64xi8>,
   %14 = cq4p_intr.x86.avx512.mask.cvtps2dq.512 %f16, %d16, %m {rounding = 8 : i32} : (vector<16xf32>, vector<16xi32>, i16) -> vector<16xi32>
   llvm.return
 }
+
+// -----
+
+// CHECK-LABEL: llvm.func @sve_transform
+llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[16]xi8>) {
+  // CHECK: cq4p_intr.aarch64.sve.tbl %{{.*}}, %{{.*}} : (vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  %0 = cq4p_intr.aarch64.sve.tbl %f, %w : (vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  // CHECK: cq4p_intr.aarch64.sve.tbl2 {{.*}} : (vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> vector<[16]xi8>
+  %1 = cq4p_intr.aarch64.sve.tbl2 %b, %b, %b : (vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> vector<[16]xi8>
+  // CHECK: cq4p_intr.aarch64.sve.frintn.x4 {{.*}} -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+  %2 = cq4p_intr.aarch64.sve.frintn.x4 %f, %f, %f, %f : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+  // CHECK: cq4p_intr.aarch64.sve.fcvtzs.x4 {{.*}} -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>)>
+  %3 = cq4p_intr.aarch64.sve.fcvtzs.x4 %f, %f, %f, %f : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>) -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>)>
+  // CHECK: cq4p_intr.aarch64.sve.sqcvt.x4 {{.*}} -> vector<[16]xi8>
+  %4 = cq4p_intr.aarch64.sve.sqcvt.x4 %w, %w, %w, %w : (vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>) -> vector<[16]xi8>
+  llvm.return
+}

@@ -124,3 +124,22 @@ llvm.func @x86(%b16: vector<16xi8>, %b32: vector<32xi8>, %b64: vector<64xi8>,
   %14 = cq4p_intr.x86.avx512.mask.cvtps2dq.512 %f16, %d16, %m {rounding = 8 : i32} : (vector<16xf32>, vector<16xi32>, i16) -> vector<16xi32>
   llvm.return
 }
+
+// -----
+
+// The streaming activation transform's TBL (one fp32 vector, and two byte
+// vectors as one table), FRINTN, FCVTZS and SQCVT of four vectors.
+// CHECK-LABEL: define void @sve_transform
+llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[16]xi8>) {
+  // CHECK: call <vscale x 4 x float> @llvm.aarch64.sve.tbl.nxv4f32(<vscale x 4 x float> %0, <vscale x 4 x i32> %1)
+  %0 = cq4p_intr.aarch64.sve.tbl %f, %w : (vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  // CHECK: call <vscale x 16 x i8> @llvm.aarch64.sve.tbl2.nxv16i8(<vscale x 16 x i8> %2, <vscale x 16 x i8> %2, <vscale x 16 x i8> %2)
+  %1 = cq4p_intr.aarch64.sve.tbl2 %b, %b, %b : (vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> vector<[16]xi8>
+  // CHECK: call { <vscale x 4 x float>, <vscale x 4 x float>, <vscale x 4 x float>, <vscale x 4 x float> } @llvm.aarch64.sve.frintn.x4.nxv4f32(<vscale x 4 x float> %0, <vscale x 4 x float> %0, <vscale x 4 x float> %0, <vscale x 4 x float> %0)
+  %2 = cq4p_intr.aarch64.sve.frintn.x4 %f, %f, %f, %f : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+  // CHECK: call { <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32>, <vscale x 4 x i32> } @llvm.aarch64.sve.fcvtzs.x4.nxv4i32.nxv4f32(<vscale x 4 x float> %0, <vscale x 4 x float> %0, <vscale x 4 x float> %0, <vscale x 4 x float> %0)
+  %3 = cq4p_intr.aarch64.sve.fcvtzs.x4 %f, %f, %f, %f : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>) -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>)>
+  // CHECK: call <vscale x 16 x i8> @llvm.aarch64.sve.sqcvt.x4.nxv4i32(<vscale x 4 x i32> %1, <vscale x 4 x i32> %1, <vscale x 4 x i32> %1, <vscale x 4 x i32> %1)
+  %4 = cq4p_intr.aarch64.sve.sqcvt.x4 %w, %w, %w, %w : (vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>) -> vector<[16]xi8>
+  llvm.return
+}

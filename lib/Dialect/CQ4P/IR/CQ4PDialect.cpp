@@ -252,7 +252,7 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     return verifyKernel(op, attr);
   if (name == "cq4p.kernels")
     return verifyKernels(op, attr);
-  if (name == "cq4p.sme_leaf")
+  if (name == "cq4p.sme_leaf" || name == "cq4p.sme_fixed_lanes")
     return verifySmeLeaf(op, attr);
   if (name == "cq4p.sme_rotation")
     return verifySmeRotation(op, attr);

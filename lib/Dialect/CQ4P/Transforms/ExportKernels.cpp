@@ -164,6 +164,16 @@ private:
     func->removeAttr("sym_visibility");
     func.setArmLocallyStreaming(true);
     func.setArmNewZa(true);
+    // A leaf of fixed-length 16-lane vector code (a model's small per-row
+    // kernels) runs at the 512-bit streaming vector length the SME2 target
+    // assumes: with vscale known, LLVM keeps a 16-lane vector in one Z
+    // register instead of four 128-bit pieces.
+    if (func->hasAttr("cq4p.sme_fixed_lanes")) {
+      func.setVscaleRangeAttr(LLVM::VScaleRangeAttr::get(
+          func.getContext(), IntegerAttr::get(IntegerType::get(func.getContext(), 32), 4),
+          IntegerAttr::get(IntegerType::get(func.getContext(), 32), 4)));
+      func->removeAttr("cq4p.sme_fixed_lanes");
+    }
     SmallVector<Attribute> passthrough;
     if (ArrayAttr existing = func.getPassthroughAttr())
       passthrough.append(existing.begin(), existing.end());

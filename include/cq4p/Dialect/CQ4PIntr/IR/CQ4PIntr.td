@@ -385,6 +385,104 @@ def CQ4PIntr_SveScvtfX4Op
   }];
 }
 
+// The streaming activation transform's lane permutations and its
+// rounding and narrowing of four vectors at a time.
+
+def CQ4PIntr_SveTblOp
+    : CQ4PIntr_Op<"aarch64.sve.tbl", [Pure], 1, /*overloadedResults=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxF32x4:$table, CQ4PIntr_NxI32x4:$indices)> {
+  let results = (outs CQ4PIntr_NxF32x4:$res);
+  let summary = "a lane permutation of one fp32 vector (SVE TBL)";
+  let description = [{
+    Lane i of the result is lane `indices[i]` of `table`, zero where the
+    index is out of range.
+
+    Example:
+
+    ```mlir
+    %t = cq4p_intr.aarch64.sve.tbl %v, %i
+        : (vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveTbl2Op
+    : CQ4PIntr_Op<"aarch64.sve.tbl2", [Pure], 1, /*overloadedResults=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxI8x16:$table0, CQ4PIntr_NxI8x16:$table1,
+                 CQ4PIntr_NxI8x16:$indices)> {
+  let results = (outs CQ4PIntr_NxI8x16:$res);
+  let summary = "a byte lookup in a table of two vectors (SVE2 TBL, two registers)";
+  let description = [{
+    Byte i of the result is byte `indices[i]` of `table0` followed by
+    `table1`, zero where the index is at or beyond their two vector lengths.
+
+    Example:
+
+    ```mlir
+    %t = cq4p_intr.aarch64.sve.tbl2 %a, %b, %i
+        : (vector<[16]xi8>, vector<[16]xi8>, vector<[16]xi8>) -> vector<[16]xi8>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveFrintnX4Op
+    : CQ4PIntr_Op<"aarch64.sve.frintn.x4", [Pure], 4, /*overloadedResults=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxF32x4:$v0, CQ4PIntr_NxF32x4:$v1,
+                 CQ4PIntr_NxF32x4:$v2, CQ4PIntr_NxF32x4:$v3)> {
+  let results = (outs CQ4PIntr_MultiVector<4, CQ4PIntr_NxF32x4>:$res);
+  let summary = "four fp32 vectors rounded to integers, ties to even (multi-vector FRINTN)";
+  let description = [{
+    Example:
+
+    ```mlir
+    %r = cq4p_intr.aarch64.sve.frintn.x4 %a, %b, %c, %d
+        : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)
+        -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>,
+                         vector<[4]xf32>)>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveFcvtzsX4Op
+    : CQ4PIntr_Op<"aarch64.sve.fcvtzs.x4", [Pure], 4,
+                  /*overloadedResults=*/[0], /*overloadedOperands=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxF32x4:$v0, CQ4PIntr_NxF32x4:$v1,
+                 CQ4PIntr_NxF32x4:$v2, CQ4PIntr_NxF32x4:$v3)> {
+  let results = (outs CQ4PIntr_MultiVector<4, CQ4PIntr_NxI32x4>:$res);
+  let summary = "four fp32 vectors to int32 toward zero, saturating (multi-vector FCVTZS)";
+  let description = [{
+    Example:
+
+    ```mlir
+    %i = cq4p_intr.aarch64.sve.fcvtzs.x4 %a, %b, %c, %d
+        : (vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)
+        -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>,
+                         vector<[4]xi32>)>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveSqcvtX4Op
+    : CQ4PIntr_Op<"aarch64.sve.sqcvt.x4", [Pure], 1, [],
+                  /*overloadedOperands=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxI32x4:$v0, CQ4PIntr_NxI32x4:$v1,
+                 CQ4PIntr_NxI32x4:$v2, CQ4PIntr_NxI32x4:$v3)> {
+  let results = (outs CQ4PIntr_NxI8x16:$res);
+  let summary = "four int32 vectors saturated to one vector of int8 (multi-vector SQCVT)";
+  let description = [{
+    Each word saturated to a signed byte; the bytes of `v0` first, then
+    those of `v1`, `v2` and `v3`.
+
+    Example:
+
+    ```mlir
+    %b = cq4p_intr.aarch64.sve.sqcvt.x4 %a, %b, %c, %d
+        : (vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>)
+        -> vector<[16]xi8>
+    ```
+  }];
+}
+
 def CQ4PIntr_SmeLdrZtOp
     : CQ4PIntr_Op<"aarch64.sme.ldr.zt", [], 0, [], [],
                   /*immArgPositions=*/[0], /*immArgAttrNames=*/["zt"]>,
