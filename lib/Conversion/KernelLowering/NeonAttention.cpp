@@ -52,7 +52,10 @@
 #include "NeonAttention.h"
 #include "LoweringHelpers.h"
 
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -114,20 +117,52 @@ struct Neon {
   void store(Value v, Value memref, ValueRange indices) {
     vector::StoreOp::create(b, loc, v, memref, indices);
   }
-  /// Cache row `row`'s 16 values from column `column` as 4 fp32 vectors
-  /// (an fp16 row: two 8-lane loads, each widened by FCVTL and FCVTL2).
-  SmallVector<Value> loadSlice(Value cache, Value row, Value column) {
+  /// The address of cache[row][column], as an LLVM pointer that LLVM
+  /// cannot see through (cq4p_intr.opaque). A quad's four key or value rows
+  /// lie a cache row apart (kvHeads x D elements, beyond LDP's 1 KiB reach
+  /// at 8 KV heads of 64 fp32): left visible, the four rows' loads share one
+  /// base and rows 1-3 take single-register LDRs at large offsets; each row
+  /// its own base loads two registers per LDP.
+  Value rowPointer(Value cache, Value row, Value column) {
     auto type = cast<MemRefType>(cache.getType());
+    int64_t bytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+    auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, cache);
+    Value element = addi(metadata.getOffset(),
+                         addi(muli(row, metadata.getStrides()[0]), column));
+    Value address = addi(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, cache),
+                         muli(element, index(bytes)));
+    Value pointer = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()),
+        Value(arith::IndexCastUIOp::create(b, loc, b.getI64Type(), address)));
+    return cq4p_intr::OpaqueOp::create(b, loc, pointer.getType(), pointer);
+  }
+  /// The vector of `type` at `pointer` + `elements` (of the cache's type).
+  Value loadAt(VectorType type, Value pointer, Value elements) {
+    Value at = LLVM::GEPOp::create(
+        b, loc, pointer.getType(), type.getElementType(), pointer,
+        ArrayRef<LLVM::GEPArg>{
+            Value(arith::IndexCastOp::create(b, loc, b.getI64Type(), elements))});
+    return LLVM::LoadOp::create(b, loc, type, at, /*alignment=*/4);
+  }
+  /// 16 values of a cache row from `column` as 4 fp32 vectors (an fp16
+  /// row: two 8-lane loads, each widened by FCVTL and FCVTL2): `row` a
+  /// rowPointer, or with `cache` a row index.
+  SmallVector<Value> loadSlice(Type element, Value row, Value column,
+                               Value cache = {}) {
+    auto loadVector = [&](VectorType type, Value at) -> Value {
+      if (cache)
+        return vector::LoadOp::create(b, loc, type, cache, ValueRange{row, at});
+      return loadAt(type, row, at);
+    };
     SmallVector<Value> slice;
-    if (type.getElementType().isF32()) {
+    if (element.isF32()) {
       for (int64_t i = 0; i < kSlice; i += 4)
-        slice.push_back(load(cache, {row, addi(column, index(i))}));
+        slice.push_back(loadVector(vec(), addi(column, index(i))));
       return slice;
     }
-    auto halves = VectorType::get({8}, type.getElementType());
+    auto halves = VectorType::get({8}, element);
     for (int64_t i = 0; i < kSlice; i += 8) {
-      Value eight = vector::LoadOp::create(b, loc, halves, cache,
-                                           ValueRange{row, addi(column, index(i))});
+      Value eight = loadVector(halves, addi(column, index(i)));
       for (int64_t part = 0; part < 8; part += 4) {
         Value four = vector::ExtractStridedSliceOp::create(
             b, loc, eight, ArrayRef<int64_t>{part}, ArrayRef<int64_t>{4},
@@ -200,6 +235,7 @@ struct Operands {
 void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Value kv,
                Value h0, int64_t count) {
   int64_t d = x.d;
+  Type element = cast<MemRefType>(x.keys.getType()).getElementType();
   Value kvBase = e.muli(kv, e.index(d));
   SmallVector<Value> qBase;
   for (int64_t g = 0; g < count; ++g)
@@ -247,9 +283,12 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     int64_t pair = count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += pair) {
       auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes) {
-        SmallVector<Value> zeros(4 * pair, zero(m));
-        auto accs = m.loop(m.index(0), m.index(d), kSlice, zeros,
-                           [&](Neon &s, Value c, ValueRange carried) {
+        SmallVector<Value> rows;
+        for (int64_t k = 0; k < 4; ++k)
+          rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
+        // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
+        // starts the sums with a product: no zeroed registers).
+        auto slice = [&](Neon &s, Value c, ValueRange carried) {
           SmallVector<Value> acc(carried);
           SmallVector<SmallVector<Value>> query(pair);
           for (int64_t h = 0; h < pair; ++h)
@@ -257,14 +296,18 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
               query[h].push_back(
                   s.load(x.q, {r, s.addi(qBase[g0 + h], s.addi(c, s.index(i)))}));
           for (int64_t k = 0; k < 4; ++k) {
-            SmallVector<Value> key =
-                s.loadSlice(x.keys, keyRow(s, j, k, clamped), s.addi(kvBase, c));
+            SmallVector<Value> key = s.loadSlice(element, rows[k], c);
             for (int64_t h = 0; h < pair; ++h)
-              for (int64_t i = 0; i < 4; ++i)
-                acc[4 * h + k] = s.fma(query[h][i], key[i], acc[4 * h + k]);
+              for (int64_t i = 0; i < 4; ++i) {
+                Value &sum = acc[4 * h + k];
+                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
+              }
           }
           return acc;
-        });
+        };
+        SmallVector<Value> accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
+        accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
+                      [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
         SmallVector<Value> next;
         for (int64_t h = 0; h < pair; ++h) {
           Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
@@ -326,8 +369,10 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
             weights.push_back(clamped ? m.select(inTail(m), w, zero(m)) : w);
           }
           for (int64_t k = 0; k < 4; ++k) {
-            SmallVector<Value> value =
-                m.loadSlice(x.values, keyRow(m, j, k, clamped), m.addi(kvBase, c));
+            // By row index: the weights' lanes keep the loads apart, so
+            // separate row pointers would pair none of them and cost adds.
+            SmallVector<Value> value = m.loadSlice(element, keyRow(m, j, k, clamped),
+                                                   m.addi(kvBase, c), x.values);
             for (int64_t h = 0; h < set; ++h) {
               Value w = m.lane(weights[h], k);
               for (int64_t i = 0; i < 4; ++i)

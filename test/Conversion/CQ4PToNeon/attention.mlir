@@ -5,7 +5,7 @@
 // from the window's start with the softmax's running max and sum carried
 // between blocks. Q K^T a pair of heads and four keys at a time, 16 dims
 // per step (8 accumulators; an fp16 key slice loaded once and widened for
-// both heads), folded by FADDPs into the four keys' scores in a stack
+// both heads; each key row from a pointer of its own), folded by FADDPs into the four keys' scores in a stack
 // buffer; the exponentials in place; P V by lanes of the weights into the
 // heads' accumulators (a stack buffer of heads x dims). No libm exp.
 // CHECK-LABEL: func.func @cached_attention
@@ -23,24 +23,30 @@
 // CHECK: scf.for %[[B0:.*]] = %[[FIRST]] to %[[END]] step %{{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32)
 // CHECK: %[[WHOLE:.*]] = arith.andi
 // CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[WHOLE]] step %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>)
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
-// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// Each key row its own base pointer (LDP with small offsets).
 // CHECK: %[[ROW:.*]] = arith.addi %[[B0]], %[[J]]
-// CHECK: %[[KEY:.*]] = vector.load %[[K]][%[[ROW]], %{{.*}}] : memref<?x128xf16>, vector<8xf16>
+// CHECK: memref.extract_aligned_pointer_as_index %[[K]]
+// CHECK: %[[KPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
+// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// CHECK: %[[KEY:.*]] = llvm.load %[[KPTR]] {{.*}} -> vector<8xf16>
 // CHECK: %[[HALF:.*]] = vector.extract_strided_slice %[[KEY]] {offsets = [0]
 // CHECK: %[[WIDE:.*]] = arith.extf %[[HALF]] : vector<4xf16> to vector<4xf32>
-// CHECK: math.fma %{{.*}}, %[[WIDE]], %{{.*}} : vector<4xf32>
-// CHECK: math.fma %{{.*}}, %[[WIDE]], %{{.*}} : vector<4xf32>
+// The first 16 dims start the sums with products, the rest add to them.
+// CHECK: arith.mulf %{{.*}}, %[[WIDE]] : vector<4xf32>
+// CHECK: arith.mulf %{{.*}}, %[[WIDE]] : vector<4xf32>
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
+// CHECK: llvm.getelementptr %[[KPTR]]
+// CHECK: math.fma
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 2, 4, 6] : vector<4xf32>, vector<4xf32>
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [1, 3, 5, 7] : vector<4xf32>, vector<4xf32>
 // CHECK: vector.store %{{.*}}, %[[S]][%[[J]]] : memref<512xf32>, vector<4xf32>
 // CHECK: arith.maximumf %{{.*}} : vector<4xf32>
 // The last, partial quad: its lanes past the end are -inf.
-// CHECK: scf.if
+// CHECK: %[[TAIL:.*]]:2 = scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>)
 // CHECK: arith.cmpi {{.*}} : vector<4xi32>
 // CHECK: arith.select
-// CHECK: vector.reduction <maximumf>
-// CHECK: vector.reduction <maximumf>
+// CHECK: vector.reduction <maximumf>, %[[TAIL]]#0
+// CHECK: vector.reduction <maximumf>, %[[TAIL]]#1
 // CHECK: scf.for
 // CHECK: vector.load %[[S]]
 // CHECK: arith.shli
@@ -70,13 +76,15 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // One head per KV head, an fp32 cache: Q K^T one head at a time (four
 // accumulators), the keys read as fp32 vectors.
 // CHECK-LABEL: func.func @single_heads
-// CHECK-SAME: %{{[^:]*}}: memref<?x64xf32>, %[[K:[^:]*]]: memref<?x64xf32>
+// CHECK-SAME: %{{[^:]*}}: memref<?x64xf32>, %[[K:[^:]*]]: memref<?x64xf32>, %[[V:[^:]*]]: memref<?x64xf32>
 // CHECK-DAG: memref.alloca() : memref<256xf32>
 // CHECK-DAG: memref.alloca() : memref<32xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (f32, f32)
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>)
+// CHECK: %[[KPTR:.*]] = cq4p_intr.opaque
+// CHECK: llvm.load %[[KPTR]] {{.*}} -> vector<4xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
-// CHECK: vector.load %[[K]][%{{.*}}] : memref<?x64xf32>, vector<4xf32>
+// CHECK: vector.load %[[V]][%{{.*}}] : memref<?x64xf32>, vector<4xf32>
 // CHECK-NOT: arith.extf
 // CHECK: return
 func.func @single_heads(%q: memref<?x64xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
