@@ -5,8 +5,9 @@
 // divide 16), per query row and GQA group, in 4-lane fp32 vectors (one q
 // register each) sized for the 32 NEON registers. The 16-lane vector code
 // (ModelKernels.cpp, the host's) holds a head's query, its 16 accumulators
-// and a tile's score fold tree at once, which do not fit: its decode spilled
-// about half of what it executed. Here each pass keeps only one part live.
+// and a tile's score fold tree at once, which do not fit (its NEON
+// disassembly held 3,131 stack loads and stores). Here each pass keeps only
+// one part live.
 //
 // Per query row r (position p, keys [first, p] with first the sliding
 // window's start) and KV head, the group's G query heads walk the keys in
@@ -31,7 +32,8 @@
 //
 // So per (query head, key) and 64 dims: 16 FMLAs for Q K^T and 16 for P V,
 // key and value loads shared by 2 and up to 4 heads, the query reloaded
-// once per 4 keys, 3/4 of a FADDP, and about 4 instructions of softmax.
+// once per 4 keys, 3/4 of a FADDP, and 7 instructions of softmax
+// (bench/attention-results.md has the counts).
 // With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
 // every head that uses it.
 //
