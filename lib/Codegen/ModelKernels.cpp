@@ -7,7 +7,8 @@
 // Rows are independent, so the steps split them across threads; the
 // attention splits its heads. The attention kernel is one cq4p.attention
 // over the KV cache, which each target lowers (SME2 prefill as FMOPA
-// tiles); its vector lowering, emitVectorAttention, lives here.
+// tiles, AArch64 in 4-lane NEON code: NeonAttention.cpp); its 16-lane
+// vector lowering, emitVectorAttention (the host's), lives here.
 //
 // Vectors are 16 fp32 lanes (one zmm, four q registers). Sums are kept in
 // 16 lanes and folded by halves (16 -> 8 -> 4 -> 2 -> 1), an order that

@@ -12,8 +12,8 @@ aarch64-sme2, run by the cross-built cq4p-run under QEMU 11.1 (SME2 with a
   attention both run as the same vector code: the SME2 library then
   computes the same int32 partials in its streaming leaves and shares every
   fp32 step);
-- SME2's decode attention over more than one 256-key softmax block (a
-  300-token prompt);
+- SME2's and NEON's decode attention over more than one 256-key softmax
+  block (a 300-token prompt; NEON with an fp32 and an fp16 cache);
 - a prompt longer than the prefill chunk (full chunks plus a tail), past a
   sliding window (gemma3's 8, gemma4's 16);
 - the gating formed in the down projection's activation transform gives the
@@ -151,16 +151,21 @@ def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_mo
     assert_targets_agree(results, vocab, gn.LOGIT_TOLERANCE)
 
 
-def test_sme2_decode_across_softmax_blocks_matches_the_oracle(synthetic_model, tmp_path):
+@pytest.mark.parametrize("target, flags", [("aarch64-sme2", []), ("aarch64-neon", []),
+                                           ("aarch64-neon", ["--kv-cache=f16"])])
+def test_decode_across_softmax_blocks_matches_the_oracle(target, flags, synthetic_model,
+                                                         tmp_path):
     # SME2's streaming decode attention (lib/Conversion/CQ4PToArmSME/
-    # DecodeAttention.cpp) takes the softmax in blocks of 256 keys: a
-    # 300-token prompt puts every decode step's keys (301 to 304) across two
-    # blocks, the last tile of 16 partial.
+    # DecodeAttention.cpp) and the NEON code (lib/Conversion/KernelLowering/
+    # NeonAttention.cpp) take the softmax in blocks of 256 keys: a 300-token
+    # prompt puts every decode step's keys (301 to 304) across two blocks,
+    # the last tile of 16 (NEON: quad of 4) partial, and NEON's prefill
+    # chunks past the first 256 rows across two blocks too.
     _, bundle, config = synthetic_model("llama")
     vocab, new_tokens = config["vocab_size"], 4
     prompt = [(7 * i + 3) % vocab for i in range(300)]
     expected_ids, expected_logits = greedy_oracle(bundle, prompt, new_tokens)
-    ids, logits = run_on_aarch64(str(bundle), "aarch64-sme2", str(tmp_path), prompt,
+    ids, logits = run_on_aarch64(str(bundle), target, str(tmp_path), prompt, flags,
                                  new_tokens=new_tokens)
     assert ids == expected_ids, f"{ids} != oracle {expected_ids}"
     for number, (got, want) in enumerate(zip(logits.reshape(new_tokens, vocab),

@@ -38,6 +38,7 @@
 #include "ActivationTransform.h"
 #include "CQ4PToVector/HostKernels.h"
 #include "LoweringHelpers.h"
+#include "NeonAttention.h"
 
 #include "cq4p/Codegen/ModelKernels.h"
 #include "cq4p/Conversion/Passes.h"
@@ -1067,13 +1068,15 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   RotationBlocking blocking;
 };
 
-/// cq4p.attention on every target but SME2's prefill: the 16-lane vector
-/// code models run (ModelKernels.cpp), for head dims that fill whole
-/// vectors; for other head dims (single tensors only), per query head and
-/// token, fp32 scores (4-wide dot products), a max-subtracted softmax, then
-/// the values weighted by it. The runtime's threads split the heads.
+/// cq4p.attention on every target but SME2's streaming leaves: on AArch64
+/// the 4-lane NEON code (NeonAttention.cpp), on the host the 16-lane vector
+/// code (ModelKernels.cpp), for head dims that fill whole vectors; for
+/// other head dims (single tensors only), per query head and token, fp32
+/// scores (4-wide dot products), a max-subtracted softmax, then the values
+/// weighted by it. The runtime's threads split the heads.
 struct AttentionLowering : public OpRewritePattern<AttentionOp> {
-  using OpRewritePattern::OpRewritePattern;
+  AttentionLowering(MLIRContext *ctx, DotTarget target)
+      : OpRewritePattern(ctx), target(target) {}
 
   LogicalResult matchAndRewrite(AttentionOp op,
                                 PatternRewriter &rewriter) const override {
@@ -1081,6 +1084,11 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
     OpBuilder &b = rewriter;
     int64_t dim = op.getHeadDim(), window = op.getWindow();
     int64_t group = op.getNumHeads() / op.getNumKvHeads();
+    if (target == DotTarget::Neon && hasNeonAttention(op)) {
+      emitNeonAttention(b, op);
+      rewriter.eraseOp(op);
+      return success();
+    }
     if (dim % 16 == 0) {
       emitVectorAttention(b, loc, op.getQ(), op.getK(), op.getV(), op.getOut(),
                           op.getPosition(), op.getHeadBegin(), op.getHeadEnd(),
@@ -1214,6 +1222,8 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
     rewriter.eraseOp(op);
     return success();
   }
+
+  DotTarget target;
 };
 
 } // namespace
@@ -1226,7 +1236,7 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
       ctx, rotationBlocking(target));
   populateActivationTransformPatterns(patterns, target);
   patterns.add<RescaleLowering>(ctx, rescaleLanes(target));
-  patterns.add<AttentionLowering>(ctx);
+  patterns.add<AttentionLowering>(ctx, target);
   // The attention's exp and a gated transform's exp and tanh as
   // polynomials: vector code instead of a libm call per lane, and the same
   // bits on every target (the model kernels' polynomials).

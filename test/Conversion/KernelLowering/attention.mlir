@@ -1,11 +1,10 @@
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-neon | FileCheck %s
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-vector | FileCheck %s
 
-// cq4p.attention on NEON and the host (and SME2's one-row calls): the
-// 16-lane vector code of a flash-attention decode, per query row at
+// cq4p.attention on the host (NEON's 4-lane code: CQ4PToNeon/attention.mlir):
+// the 16-lane vector code of a flash-attention decode, per query row at
 // %pos + r and head: keys in tiles of 16 from the window's start, their
 // scores one vector, the running max and sum rescaled once per tile; exp a
-// polynomial (no libm call), the same on every target.
+// polynomial (no libm call).
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention

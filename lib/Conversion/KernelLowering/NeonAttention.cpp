@@ -1,0 +1,477 @@
+//===- NeonAttention.cpp - cq4p.attention in 128-bit NEON steps -----------===//
+//
+// cq4p.attention on AArch64 NEON (and on SME2 wherever its streaming leaves
+// do not take it: an fp16 cache, or a one-row call whose GQA group does not
+// divide 16), per query row and GQA group, in 4-lane fp32 vectors (one q
+// register each) sized for the 32 NEON registers. The 16-lane vector code
+// (ModelKernels.cpp, the host's) holds a head's query, its 16 accumulators
+// and a tile's score fold tree at once, which do not fit (its NEON
+// disassembly held 3,131 stack loads and stores). Here each pass keeps only
+// one part live.
+//
+// Per query row r (position p, keys [first, p] with first the sliding
+// window's start) and KV head, the group's G query heads walk the keys in
+// blocks of up to 256 with an online softmax between blocks:
+//
+//   Q K^T   per pair of heads (or one head if G is odd), four keys at a time:
+//           per 16 dims, the two heads' query slices (8 registers) and each
+//           key's slice (4 registers, loaded once for both heads) into 8
+//           accumulators acc[h][k] += q[h] * key[k], lane-wise FMLAs; then
+//           per head 3 FADDPs fold the 4 accumulators into the 4 keys'
+//           scores (lane k = key k), stored to a stack buffer S[h][j] and
+//           max'ed into a running 4-lane max
+//   softmax per head: m' = max(m, the block's max) (raw scores: scale > 0,
+//           so the max commutes with scaling), c = exp(scale m - scale m'),
+//           S[h][j] = exp(scale S[h][j] - scale m') in place, 4 keys per
+//           step (one FMA and a 13-instruction polynomial), l = l c + sum
+//   P V     per up to 4 heads and 16 dims: the heads' 16 accumulators
+//           (a stack buffer of G x D, times c), per key its value slice (4
+//           registers, loaded once for the heads) and per head one FMLA by
+//           element (the key's weight, a lane of S[h][j..j+3]) per register
+//   out[h] = acc[h] / l[h]
+//
+// So per (query head, key) and 64 dims: 16 FMLAs for Q K^T and 16 for P V,
+// key and value loads shared by 2 and up to 4 heads, the query reloaded
+// once per 4 keys, 3/4 of a FADDP, and 7 instructions of softmax
+// (bench/attention-results.md has the counts).
+// With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
+// every head that uses it.
+//
+// Keys come in quads: a block's whole quads in a loop, then its last,
+// partial quad (if any) with key rows past the end clamped to the block's
+// first (in bounds), their scores -inf and their weights 0. exp is taken
+// for arguments <= 0 (clamped below at -87, exp(-87) = 1.6e-38: a masked
+// key adds nothing the sums can see).
+//
+// The sums run in another order than the 16-lane code's (4-lane partials
+// folded pairwise), exp(scale s - scale m) is one rounding and another
+// polynomial: the results are within the model tolerance of the host's, not
+// bit-identical. NEON and SME2 run this same code (the same Armv8.2-A
+// instructions), so their logits stay equal bit for bit where both use it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NeonAttention.h"
+#include "LoweringHelpers.h"
+
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::cq4p;
+
+namespace {
+
+constexpr int64_t kBlockKeys = 256; // keys per softmax block
+constexpr int64_t kSlice = 16;      // dims per step: 4 fp32 registers
+constexpr float kLowest = -std::numeric_limits<float>::infinity();
+
+/// 4-lane fp32 steps over an OpBuilder at a location.
+struct Neon {
+  OpBuilder &b;
+  Location loc;
+
+  VectorType vec() { return VectorType::get({4}, b.getF32Type()); }
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32(float v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v)); }
+  Value splat(Value scalar) { return vector::BroadcastOp::create(b, loc, vec(), scalar); }
+  Value lanes(float v) { return splat(f32(v)); }
+  Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value max(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
+  Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
+  Value lessThan(Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+  }
+  Value select(Value c, Value x, Value y) { return arith::SelectOp::create(b, loc, c, x, y); }
+
+  /// Lane k of v in every lane (FMLA by element when it feeds an FMA).
+  Value lane(Value v, int64_t k) {
+    return vector::ShuffleOp::create(b, loc, v, v, ArrayRef<int64_t>{k, k, k, k});
+  }
+  /// [x0 + x1, x2 + x3, y0 + y1, y2 + y3]: one FADDP.
+  Value pairwise(Value x, Value y) {
+    return add(vector::ShuffleOp::create(b, loc, x, y, ArrayRef<int64_t>{0, 2, 4, 6}),
+               vector::ShuffleOp::create(b, loc, x, y, ArrayRef<int64_t>{1, 3, 5, 7}));
+  }
+  Value sum(Value v) {
+    Value halves = pairwise(v, v);
+    return vector::ExtractOp::create(b, loc, pairwise(halves, halves),
+                                     ArrayRef<int64_t>{0});
+  }
+  Value maxOf(Value v) {
+    return vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXIMUMF, v);
+  }
+
+  Value load(Value memref, ValueRange indices) {
+    return vector::LoadOp::create(b, loc, vec(), memref, indices);
+  }
+  void store(Value v, Value memref, ValueRange indices) {
+    vector::StoreOp::create(b, loc, v, memref, indices);
+  }
+  /// The address of cache[row][column], as an LLVM pointer that LLVM
+  /// cannot see through (cq4p_intr.opaque). A quad's four key or value rows
+  /// lie a cache row apart (kvHeads x D elements, beyond LDP's 1 KiB reach
+  /// at 8 KV heads of 64 fp32): left visible, the four rows' loads share one
+  /// base and rows 1-3 take single-register LDRs at large offsets; each row
+  /// its own base loads two registers per LDP.
+  Value rowPointer(Value cache, Value row, Value column) {
+    auto type = cast<MemRefType>(cache.getType());
+    int64_t bytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+    auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, cache);
+    Value element = addi(metadata.getOffset(),
+                         addi(muli(row, metadata.getStrides()[0]), column));
+    Value address = addi(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, cache),
+                         muli(element, index(bytes)));
+    Value pointer = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()),
+        Value(arith::IndexCastUIOp::create(b, loc, b.getI64Type(), address)));
+    return cq4p_intr::OpaqueOp::create(b, loc, pointer.getType(), pointer);
+  }
+  /// The vector of `type` at `pointer` + `elements` (of the cache's type).
+  Value loadAt(VectorType type, Value pointer, Value elements) {
+    Value at = LLVM::GEPOp::create(
+        b, loc, pointer.getType(), type.getElementType(), pointer,
+        ArrayRef<LLVM::GEPArg>{
+            Value(arith::IndexCastOp::create(b, loc, b.getI64Type(), elements))});
+    return LLVM::LoadOp::create(b, loc, type, at, /*alignment=*/4);
+  }
+  /// 16 values of a cache row from `column` as 4 fp32 vectors (an fp16
+  /// row: two 8-lane loads, each widened by FCVTL and FCVTL2): `row` a
+  /// rowPointer, or with `cache` a row index.
+  SmallVector<Value> loadSlice(Type element, Value row, Value column,
+                               Value cache = {}) {
+    auto loadVector = [&](VectorType type, Value at) -> Value {
+      if (cache)
+        return vector::LoadOp::create(b, loc, type, cache, ValueRange{row, at});
+      return loadAt(type, row, at);
+    };
+    SmallVector<Value> slice;
+    if (element.isF32()) {
+      for (int64_t i = 0; i < kSlice; i += 4)
+        slice.push_back(loadVector(vec(), addi(column, index(i))));
+      return slice;
+    }
+    auto halves = VectorType::get({8}, element);
+    for (int64_t i = 0; i < kSlice; i += 8) {
+      Value eight = loadVector(halves, addi(column, index(i)));
+      for (int64_t part = 0; part < 8; part += 4) {
+        Value four = vector::ExtractStridedSliceOp::create(
+            b, loc, eight, ArrayRef<int64_t>{part}, ArrayRef<int64_t>{4},
+            ArrayRef<int64_t>{1});
+        slice.push_back(arith::ExtFOp::create(b, loc, vec(), four));
+      }
+    }
+    return slice;
+  }
+
+  /// exp(x) for x <= 0, within 3e-7 relative: x clamped below at -87,
+  /// x = k ln 2 + r with |r| <= ln 2 / 2 (k rounded by adding 1.5 * 2^23,
+  /// which leaves k in the sum's low bits; ln 2 in two parts so that k ln 2's
+  /// first part is exact), exp(r) as its degree-6 Taylor polynomial (error
+  /// under r^7 / 7! = 1.2e-7), times 2^k by adding k << 23 to its bits.
+  Value expNonPositive(Value x) {
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = max(x, lanes(-87.0f));
+    Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
+    Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
+    Value r = fma(k, lanes(-0.693359375f), x);
+    r = fma(k, lanes(2.12194440e-4f), r);
+    Value p = fma(r, lanes(1.0f / 720), lanes(1.0f / 120));
+    for (float c : {1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+      p = fma(p, r, lanes(c));
+    auto ivec = VectorType::get({4}, b.getI32Type());
+    Value shifted = arith::ShLIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, ivec, t),
+        vector::BroadcastOp::create(
+            b, loc, ivec, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+    return arith::BitcastOp::create(
+        b, loc, vec(),
+        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ivec, p), shifted));
+  }
+
+  using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
+  /// for (i = lb; i < ub; i += step) state = body(i, state)
+  SmallVector<Value> loop(Value lb, Value ub, int64_t step, ValueRange inits, Body body) {
+    auto forOp = scf::ForOp::create(
+        b, loc, lb, ub, index(step), inits,
+        [&](OpBuilder &nb, Location nl, Value i, ValueRange state) {
+          Neon n{nb, nl};
+          scf::YieldOp::create(nb, nl, body(n, i, state));
+        });
+    return SmallVector<Value>(forOp.getResults());
+  }
+  /// cond ? then() : state
+  SmallVector<Value> when(Value cond, ValueRange state,
+                          function_ref<SmallVector<Value>(Neon &)> then) {
+    auto ifOp = scf::IfOp::create(
+        b, loc, cond,
+        [&](OpBuilder &nb, Location nl) {
+          Neon n{nb, nl};
+          scf::YieldOp::create(nb, nl, then(n));
+        },
+        [&](OpBuilder &nb, Location nl) { scf::YieldOp::create(nb, nl, state); });
+    return SmallVector<Value>(ifOp.getResults());
+  }
+};
+
+/// The heads of one call: q, the cache, the output and the stack buffers.
+struct Operands {
+  Value q, keys, values, out, scores, accums;
+  int64_t d;
+  float scale;
+};
+
+/// Query heads [h0, h0 + count) of KV head `kv` (count: the group, or 1)
+/// over keys [first, end) of query row r.
+void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Value kv,
+               Value h0, int64_t count) {
+  int64_t d = x.d;
+  Type element = cast<MemRefType>(x.keys.getType()).getElementType();
+  Value kvBase = e.muli(kv, e.index(d));
+  SmallVector<Value> qBase;
+  for (int64_t g = 0; g < count; ++g)
+    qBase.push_back(e.muli(e.addi(h0, e.index(g)), e.index(d)));
+  auto zero = [](Neon &n) { return n.lanes(0.0f); };
+  e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
+    n.store(zero(n), x.accums, {i});
+    return SmallVector<Value>{};
+  });
+  SmallVector<Value> init;
+  for (int64_t g = 0; g < count; ++g)
+    init.append({e.f32(kLowest), e.f32(0.0f)});
+
+  auto blocks = e.loop(first, end, kBlockKeys, init, [&](Neon &n, Value b0, ValueRange st) {
+    Value keysIn = arith::MinSIOp::create(n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, b0),
+                                          n.index(kBlockKeys));
+    Value whole = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-4));
+    Value tail = arith::SubIOp::create(n.b, n.loc, keysIn, whole);
+    Value hasTail = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, tail,
+                                          n.index(0));
+    Value padded = arith::AndIOp::create(n.b, n.loc, n.addi(keysIn, n.index(3)),
+                                         n.index(-4));
+    // Lanes of the partial quad past the block's end.
+    auto inTail = [&](Neon &m) {
+      SmallVector<int32_t> numbers = {0, 1, 2, 3};
+      auto ivec = VectorType::get({4}, m.b.getI32Type());
+      Value laneNumbers = arith::ConstantOp::create(
+          m.b, m.loc, DenseElementsAttr::get(ivec, ArrayRef<int32_t>(numbers)));
+      Value count = arith::IndexCastOp::create(m.b, m.loc, m.b.getI32Type(), tail);
+      return m.lessThan(laneNumbers, vector::BroadcastOp::create(m.b, m.loc, ivec, count));
+    };
+    // Key j + k of the block (a clamped quad's rows past the end: its first).
+    auto keyRow = [&](Neon &m, Value j, int64_t k, bool clamped) {
+      Value at = m.addi(j, m.index(k));
+      if (clamped)
+        at = m.select(m.lessThan(at, keysIn), at, j);
+      return m.addi(b0, at);
+    };
+    auto scoreAt = [&](Neon &m, int64_t g, Value j) {
+      return m.addi(m.index(g * kBlockKeys), j);
+    };
+
+    // Q K^T, a pair of heads (or one) at a time.
+    SmallVector<Value> blockMax(count);
+    int64_t pair = count % 2 == 0 ? 2 : 1;
+    for (int64_t g0 = 0; g0 < count; g0 += pair) {
+      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes) {
+        SmallVector<Value> rows;
+        for (int64_t k = 0; k < 4; ++k)
+          rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
+        // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
+        // starts the sums with a product: no zeroed registers).
+        auto slice = [&](Neon &s, Value c, ValueRange carried) {
+          SmallVector<Value> acc(carried);
+          SmallVector<SmallVector<Value>> query(pair);
+          for (int64_t h = 0; h < pair; ++h)
+            for (int64_t i = 0; i < kSlice; i += 4)
+              query[h].push_back(
+                  s.load(x.q, {r, s.addi(qBase[g0 + h], s.addi(c, s.index(i)))}));
+          for (int64_t k = 0; k < 4; ++k) {
+            SmallVector<Value> key = s.loadSlice(element, rows[k], c);
+            for (int64_t h = 0; h < pair; ++h)
+              for (int64_t i = 0; i < 4; ++i) {
+                Value &sum = acc[4 * h + k];
+                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
+              }
+          }
+          return acc;
+        };
+        SmallVector<Value> accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
+        accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
+                      [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
+        SmallVector<Value> next;
+        for (int64_t h = 0; h < pair; ++h) {
+          Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
+                                    m.pairwise(accs[4 * h + 2], accs[4 * h + 3]));
+          if (clamped)
+            scores = m.select(inTail(m), scores, m.lanes(kLowest));
+          m.store(scores, x.scores, {scoreAt(m, g0 + h, j)});
+          next.push_back(m.max(maxes[h], scores));
+        }
+        return next;
+      };
+      SmallVector<Value> maxes(pair, n.lanes(kLowest));
+      maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
+        return quad(m, j, false, st);
+      });
+      maxes = n.when(hasTail, maxes, [&](Neon &m) { return quad(m, whole, true, maxes); });
+      for (int64_t h = 0; h < pair; ++h)
+        blockMax[g0 + h] = n.maxOf(maxes[h]);
+    }
+
+    // The softmax: weights in place of the scores, the running max and sum.
+    Value scale = n.lanes(x.scale);
+    SmallVector<Value> next, corrections;
+    for (int64_t g = 0; g < count; ++g) {
+      Value maxOld = st[2 * g];
+      Value maxNew = n.max(maxOld, blockMax[g]);
+      Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, n.mul(maxNew, n.f32(x.scale))));
+      Value correction = vector::ExtractOp::create(
+          n.b, n.loc, n.expNonPositive(n.fma(n.splat(maxOld), scale, shift)),
+          ArrayRef<int64_t>{0});
+      auto sums = n.loop(n.index(0), padded, 4, {zero(n)}, [&](Neon &m, Value j, ValueRange acc) {
+        Value at = scoreAt(m, g, j);
+        Value p = m.expNonPositive(m.fma(m.load(x.scores, {at}), scale, shift));
+        m.store(p, x.scores, {at});
+        return SmallVector<Value>{m.add(acc[0], p)};
+      });
+      next.append({maxNew, n.add(n.mul(st[2 * g + 1], correction), n.sum(sums[0]))});
+      corrections.push_back(correction);
+    }
+
+    // P V, up to 4 heads at a time, 16 dims at a time.
+    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
+    for (int64_t g0 = 0; g0 < count; g0 += set) {
+      n.loop(n.index(0), n.index(d), kSlice, {}, [&](Neon &s, Value c, ValueRange) {
+        auto accAt = [&](Neon &m, int64_t h, int64_t i) {
+          return m.addi(m.index((g0 + h) * d + i), c);
+        };
+        SmallVector<Value> acc;
+        for (int64_t h = 0; h < set; ++h) {
+          Value correction = s.splat(corrections[g0 + h]);
+          for (int64_t i = 0; i < kSlice; i += 4)
+            acc.push_back(s.mul(s.load(x.accums, {accAt(s, h, i)}), correction));
+        }
+        auto quad = [&](Neon &m, Value j, bool clamped, ValueRange carried) {
+          SmallVector<Value> sums(carried);
+          SmallVector<Value> weights;
+          for (int64_t h = 0; h < set; ++h) {
+            Value w = m.load(x.scores, {scoreAt(m, g0 + h, j)});
+            weights.push_back(clamped ? m.select(inTail(m), w, zero(m)) : w);
+          }
+          for (int64_t k = 0; k < 4; ++k) {
+            // By row index: the weights' lanes keep the loads apart, so
+            // separate row pointers would pair none of them and cost adds.
+            SmallVector<Value> value = m.loadSlice(element, keyRow(m, j, k, clamped),
+                                                   m.addi(kvBase, c), x.values);
+            for (int64_t h = 0; h < set; ++h) {
+              Value w = m.lane(weights[h], k);
+              for (int64_t i = 0; i < 4; ++i)
+                sums[4 * h + i] = m.fma(value[i], w, sums[4 * h + i]);
+            }
+          }
+          return sums;
+        };
+        acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
+          return quad(m, j, false, carried);
+        });
+        acc = s.when(hasTail, acc, [&](Neon &m) { return quad(m, whole, true, acc); });
+        for (int64_t h = 0; h < set; ++h)
+          for (int64_t i = 0; i < 4; ++i)
+            s.store(acc[4 * h + i], x.accums, {accAt(s, h, 4 * i)});
+        return SmallVector<Value>{};
+      });
+    }
+    return next;
+  });
+
+  for (int64_t g = 0; g < count; ++g) {
+    Value inverse = e.splat(arith::DivFOp::create(e.b, e.loc, e.f32(1.0f), blocks[2 * g + 1]));
+    e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
+      Value v = n.load(x.accums, {n.addi(n.index(g * d), c)});
+      n.store(n.mul(v, inverse), x.out, {r, n.addi(qBase[g], c)});
+      return SmallVector<Value>{};
+    });
+  }
+}
+
+} // namespace
+
+bool mlir::cq4p::hasNeonAttention(AttentionOp op) {
+  return op.getHeadDim() % kSlice == 0 && op.getScale().convertToFloat() > 0.0f;
+}
+
+void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
+  Location loc = op.getLoc();
+  int64_t d = op.getHeadDim(), window = op.getWindow();
+  int64_t group = op.getNumHeads() / op.getNumKvHeads();
+  auto f32 = b.getF32Type();
+  Operands x{op.getQ(),
+             op.getK(),
+             op.getV(),
+             op.getOut(),
+             entryAlloca(b, op, MemRefType::get({group * kBlockKeys}, f32)),
+             entryAlloca(b, op, MemRefType::get({group * d}, f32)),
+             d,
+             op.getScale().convertToFloat()};
+  Neon e{b, loc};
+  Value position = op.getPosition() ? op.getPosition() : e.index(0);
+  Value rows = memref::DimOp::create(b, loc, x.q, 0);
+  Value headBegin = op.getHeadBegin(), headEnd = op.getHeadEnd();
+  e.loop(e.index(0), rows, 1, {}, [&](Neon &n, Value r, ValueRange) {
+    Value end = n.addi(n.addi(position, r), n.index(1));
+    Value first = n.index(0);
+    if (window > 0)
+      // Keys j > p - window: from max(0, p + 1 - window).
+      first = arith::MaxSIOp::create(
+          n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, n.index(window)), n.index(0));
+    if (group == 1) {
+      n.loop(headBegin, headEnd, 1, {}, [&](Neon &m, Value h, ValueRange) {
+        emitHeads(m, x, r, first, end, h, h, 1);
+        return SmallVector<Value>{};
+      });
+      return SmallVector<Value>{};
+    }
+    // KV heads [headBegin / group, ceil(headEnd / group)); a group cut by
+    // the head range takes its heads one at a time.
+    Value groupSize = n.index(group);
+    Value kvFirst = arith::DivUIOp::create(n.b, n.loc, headBegin, groupSize);
+    Value kvEnd = arith::CeilDivUIOp::create(n.b, n.loc, headEnd, groupSize);
+    n.loop(kvFirst, kvEnd, 1, {}, [&](Neon &m, Value kv, ValueRange) {
+      Value groupFirst = m.muli(kv, groupSize);
+      Value from = arith::MaxSIOp::create(m.b, m.loc, headBegin, groupFirst);
+      Value to = arith::MinSIOp::create(m.b, m.loc, headEnd, m.addi(groupFirst, groupSize));
+      Value whole = arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::eq,
+                                          arith::SubIOp::create(m.b, m.loc, to, from),
+                                          groupSize);
+      scf::IfOp::create(
+          m.b, m.loc, whole,
+          [&](OpBuilder &tb, Location tl) {
+            Neon t{tb, tl};
+            emitHeads(t, x, r, first, end, kv, from, group);
+            scf::YieldOp::create(tb, tl);
+          },
+          [&](OpBuilder &fb, Location fl) {
+            Neon f{fb, fl};
+            f.loop(from, to, 1, {}, [&](Neon &o, Value h, ValueRange) {
+              emitHeads(o, x, r, first, end, kv, h, 1);
+              return SmallVector<Value>{};
+            });
+            scf::YieldOp::create(fb, fl);
+          });
+      return SmallVector<Value>{};
+    });
+    return SmallVector<Value>{};
+  });
+}
