@@ -37,6 +37,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PrefillAttention.h"
+#include "KernelLowering/LoweringHelpers.h"
 #include "Addresses.h"
 
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
@@ -89,36 +90,8 @@ struct Lanes {
   Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
   Value lanes(float v) { return splat(f32(v)); }
 
-  /// exp(x) for x <= 0, within 3e-7 relative (the softmax's arguments;
-  /// where a lane's x may be larger the caller discards the result): x
-  /// clamped below at -87 (exp(-87) is 1.6e-38, nothing the sums can
-  /// see), x = k ln 2 + r with k an integer and |r| <= ln 2 / 2, exp(r) as
-  /// its Taylor polynomial of degree 6 (error under r^7 / 7! = 1.2e-7),
-  /// times 2^k by adding k to its exponent field. The integer k is rounded
-  /// by adding 1.5 * 2^23, which leaves k in the sum's low bits, so that
-  /// the shift by 23 of the sum's bits is k's exponent increment. 13
-  /// instructions where math.exp's polynomial, which handles every x,
-  /// takes 24.
-  Value expNonPositive(Value x) {
-    const float magic = 12582912.0f; // 1.5 * 2^23
-    x = arith::MaximumFOp::create(b, loc, x, lanes(-87.0f));
-    Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
-    Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
-    // r = x - k ln 2, ln 2 in two parts (Cody and Waite) so that k ln 2's
-    // first part is exact.
-    Value r = fma(k, lanes(-0.693359375f), x);
-    r = fma(k, lanes(2.12194440e-4f), r);
-    Value p = fma(r, lanes(1.0f / 720), lanes(1.0f / 120));
-    for (float c : {1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
-      p = fma(p, r, lanes(c));
-    Value shifted = arith::ShLIOp::create(
-        b, loc, arith::BitcastOp::create(b, loc, ivec, t),
-        vector::BroadcastOp::create(b, loc, ivec,
-                                    arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
-    return arith::BitcastOp::create(
-        b, loc, vec,
-        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ivec, p), shifted));
-  }
+  /// exp(x) for x <= 0 (LoweringHelpers.h).
+  Value expNonPositive(Value x) { return mlir::cq4p::expNonPositive(b, loc, x); }
 
   /// The four rows at `address` (multi-vector LD1W) and back (ST1W).
   SmallVector<Value> loadQuad(Value address) {

@@ -164,17 +164,6 @@ private:
   Value allWords;
 };
 
-/// One butterfly stage between vectors `distance` apart: the sum into the
-/// lower vector, lower - upper into the upper one.
-void butterflies(OpBuilder &b, Location loc, MutableArrayRef<Value> w, size_t distance) {
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (i & distance)
-      continue;
-    Value u = w[i], v = w[i + distance];
-    w[i] = arith::AddFOp::create(b, loc, u, v);
-    w[i + distance] = arith::SubFOp::create(b, loc, u, v);
-  }
-}
 
 /// The leaf's body; `args` are the op's operands in its order.
 void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,

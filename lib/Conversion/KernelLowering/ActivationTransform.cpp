@@ -166,18 +166,6 @@ void transposeBlocks(OpBuilder &b, Location loc, MutableArrayRef<Value> w) {
   }
 }
 
-/// One butterfly stage between pieces `distance` apart: the sum into the
-/// lower piece, the difference (lower - upper) into the upper one.
-void butterflies(OpBuilder &b, Location loc, MutableArrayRef<Value> w,
-                 size_t distance) {
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (i & distance)
-      continue;
-    Value u = w[i], v = w[i + distance];
-    w[i] = arith::AddFOp::create(b, loc, u, v);
-    w[i + distance] = arith::SubFOp::create(b, loc, u, v);
-  }
-}
 
 /// The output permutation act[k0 + j] = natural[perm[j]] of one group,
 /// with lookup indices computed once per call.
@@ -904,6 +892,17 @@ void mlir::cq4p::populateActivationTransformPatterns(RewritePatternSet &patterns
     patterns.add<QuantizeActivationsVectorLowering>(patterns.getContext(),
                                                      target);
     return;
+  }
+}
+
+void mlir::cq4p::butterflies(OpBuilder &b, Location loc, MutableArrayRef<Value> w,
+                              size_t distance) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (i & distance)
+      continue;
+    Value u = w[i], v = w[i + distance];
+    w[i] = arith::AddFOp::create(b, loc, u, v);
+    w[i + distance] = arith::SubFOp::create(b, loc, u, v);
   }
 }
 

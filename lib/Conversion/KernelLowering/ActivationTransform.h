@@ -20,6 +20,12 @@ void populateActivationTransformPatterns(RewritePatternSet &patterns,
 Value gatedInput(OpBuilder &b, Location loc, Activation activation, Value g,
                  Value u);
 
+/// One butterfly stage of the Hadamard transform between the vectors of `w`
+/// `distance` apart: the sum into the lower one, lower - upper into the
+/// upper one (the contract's a + b and a - b), fixed or scalable vectors.
+void butterflies(OpBuilder &b, Location loc, MutableArrayRef<Value> w,
+                 size_t distance);
+
 } // namespace mlir::cq4p
 
 #endif // CQ4P_LIB_CONVERSION_ACTIVATIONTRANSFORM_H

@@ -5,7 +5,9 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::cq4p {
@@ -27,6 +29,45 @@ inline Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
   b.setInsertionPointToStart(
       &op->getParentOfType<func::FuncOp>().getBody().front());
   return memref::AllocaOp::create(b, op->getLoc(), type);
+}
+
+/// exp(x) lane by lane for x <= 0 (a softmax's arguments; where a lane's x
+/// may be larger the caller discards the result), within 3e-7 relative, on
+/// fp32 vectors fixed or scalable: x clamped below at -87 (exp(-87) is
+/// 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an integer and
+/// |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite, so that k ln 2's
+/// first part is exact), exp(r) as its Taylor polynomial of degree 6 (error
+/// under r^7 / 7! = 1.2e-7), times 2^k by adding k to its exponent field.
+/// k is rounded by adding 1.5 * 2^23, which leaves it in the sum's low bits,
+/// so that the sum's bits shifted left by 23 are k's exponent increment. 13
+/// instructions where math.exp's polynomial, which handles every x, takes
+/// 24. NEON's attention and SME2's prefill attention leaf share it.
+inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
+  auto type = cast<VectorType>(x.getType());
+  auto ints = type.clone(b.getI32Type());
+  auto lanes = [&](float value) -> Value {
+    return vector::BroadcastOp::create(
+        b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
+  };
+  auto fma = [&](Value p, Value q, Value r) -> Value {
+    return math::FmaOp::create(b, loc, p, q, r);
+  };
+  const float magic = 12582912.0f; // 1.5 * 2^23
+  x = arith::MaximumFOp::create(b, loc, x, lanes(-87.0f));
+  Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
+  Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
+  Value r = fma(k, lanes(-0.693359375f), x);
+  r = fma(k, lanes(2.12194440e-4f), r);
+  Value p = fma(r, lanes(1.0f / 720), lanes(1.0f / 120));
+  for (float c : {1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = fma(p, r, lanes(c));
+  Value shifted = arith::ShLIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, ints, t),
+      vector::BroadcastOp::create(
+          b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+  return arith::BitcastOp::create(
+      b, loc, type,
+      arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
 }
 
 } // namespace mlir::cq4p

@@ -175,30 +175,8 @@ struct Neon {
     return slice;
   }
 
-  /// exp(x) for x <= 0, within 3e-7 relative: x clamped below at -87,
-  /// x = k ln 2 + r with |r| <= ln 2 / 2 (k rounded by adding 1.5 * 2^23,
-  /// which leaves k in the sum's low bits; ln 2 in two parts so that k ln 2's
-  /// first part is exact), exp(r) as its degree-6 Taylor polynomial (error
-  /// under r^7 / 7! = 1.2e-7), times 2^k by adding k << 23 to its bits.
-  Value expNonPositive(Value x) {
-    const float magic = 12582912.0f; // 1.5 * 2^23
-    x = max(x, lanes(-87.0f));
-    Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
-    Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
-    Value r = fma(k, lanes(-0.693359375f), x);
-    r = fma(k, lanes(2.12194440e-4f), r);
-    Value p = fma(r, lanes(1.0f / 720), lanes(1.0f / 120));
-    for (float c : {1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
-      p = fma(p, r, lanes(c));
-    auto ivec = VectorType::get({4}, b.getI32Type());
-    Value shifted = arith::ShLIOp::create(
-        b, loc, arith::BitcastOp::create(b, loc, ivec, t),
-        vector::BroadcastOp::create(
-            b, loc, ivec, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
-    return arith::BitcastOp::create(
-        b, loc, vec(),
-        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ivec, p), shifted));
-  }
+  /// exp(x) for x <= 0 (LoweringHelpers.h).
+  Value expNonPositive(Value x) { return mlir::cq4p::expNonPositive(b, loc, x); }
 
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
   /// for (i = lb; i < ub; i += step) state = body(i, state)
