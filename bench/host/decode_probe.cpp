@@ -204,24 +204,11 @@ int main(int argc, char **argv) {
     std::vector<std::vector<Span>> parts = split(spans, total, threads);
     std::vector<double> seconds;
     for (int rep = 0; rep <= reps; ++rep) {
-      auto start = std::chrono::steady_clock::now();
-      std::vector<std::thread> workers;
-      std::vector<uint64_t> sums(static_cast<size_t>(threads));
-      for (int t = 1; t < threads; ++t)
-        workers.emplace_back([&, t] { sums[t] = readAll(parts[t].data(), parts[t].size()); });
-      sums[0] = readAll(parts[0].data(), parts[0].size());
-      for (std::thread &worker : workers)
-        worker.join();
-      double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      for (uint64_t sum : sums)
-        sink = sink + sum;
+      double elapsed = timedRead(parts, sink);
       if (rep > 0) // the first read warms the page cache and the TLB
         seconds.push_back(elapsed);
     }
-    std::sort(seconds.begin(), seconds.end());
-    double median = seconds[seconds.size() / 2];
-    std::printf("probe %d %.2f GB/s\n", threads, double(total) / median / 1e9);
+    std::printf("probe %d %.2f GB/s\n", threads, double(total) / median(seconds) / 1e9);
   }
   return 0;
 }

@@ -674,6 +674,12 @@ Status Model::checkLogits() {
   return Status::ok();
 }
 
+Status Model::sampleLogits(const SamplingOptions &options, Rng &rng,
+                           int64_t &id) {
+  return sampler_.sample(logits_.data(), logits_.size(), options, rng, id,
+                         scanned_ ? &scan_ : nullptr);
+}
+
 Status Model::prefillChecked(const int64_t *ids, int64_t count) {
   int64_t chunk = prefillChunk();
   for (int64_t done = 0; done < count; done += chunk)
@@ -841,8 +847,7 @@ Status Model::sample(const Claim &held, const SamplingOptions &options,
                      Rng &rng, int64_t &id) {
   if (Status status = checkClaim(held, "sample"); !status)
     return status;
-  return sampler_.sample(logits_.data(), logits_.size(), options, rng, id,
-                         scanned_ ? &scan_ : nullptr);
+  return sampleLogits(options, rng, id);
 }
 
 //===----------------------------------------------------------------------===//
@@ -916,9 +921,7 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
     return Status::ok();
 
   int64_t id = 0;
-  if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id,
-                               scanned_ ? &scan_ : nullptr);
-      !status)
+  if (status = sampleLogits(sampling, rng, id); !status)
     return status;
   auto first = std::chrono::steady_clock::now();
   out.timeToFirstTokenSeconds = secondsBetween(start, first);
@@ -929,9 +932,7 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
       break;
     if (status = checkLogits(); !status)
       break;
-    if (status = sampler_.sample(logits_.data(), logits_.size(), sampling, rng, id,
-                                 scanned_ ? &scan_ : nullptr);
-        !status)
+    if (status = sampleLogits(sampling, rng, id); !status)
       break;
     out.generatedTokens = index + 1;
     more = callback(context, index, id);

@@ -289,6 +289,8 @@ private:
   /// Fails, naming the position and the id, when a logit is NaN or
   /// infinite.
   Status checkLogits();
+  /// Samples the model's own logits, with the last check's scan of them.
+  Status sampleLogits(const SamplingOptions &options, Rng &rng, int64_t &id);
   Status generateClaimed(const int64_t *prompt, int64_t promptCount,
                          int64_t maxNewTokens, const SamplingOptions &sampling,
                          TokenCallback callback, void *context,
