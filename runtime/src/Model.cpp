@@ -538,19 +538,21 @@ Status Model::bindTensors(const Bundle &bundle) {
 // Steps
 //===----------------------------------------------------------------------===//
 
-int64_t Model::parallelRanges(int64_t count, int threads) {
+int64_t Model::parallelRanges(int64_t count, int threads, int64_t rows) {
   if (count <= 0)
     return 0;
   if (threads <= 1)
     return 1;
-  return std::min<int64_t>(count, int64_t(threads) * kRangesPerThread);
+  int64_t perThread = rows == 1 ? kDecodeRangesPerThread : kRangesPerThread;
+  return std::min<int64_t>(count, int64_t(threads) * perThread);
 }
 
 void Model::parallelFor(void *pool, cq4p_task_fn task,
                         const cq4p_step_args *args, int64_t count) {
   auto *threads = static_cast<ThreadPool *>(pool);
   int64_t ranges =
-      parallelRanges(count, threads != nullptr ? threads->threadCount() : 1);
+      parallelRanges(count, threads != nullptr ? threads->threadCount() : 1,
+                     args->rows);
   if (ranges == 0)
     return;
   if (ranges == 1) {

@@ -362,22 +362,29 @@ void logRange(const cq4p_step_args *args, int64_t begin, int64_t end) {
 }
 
 TEST(ModelParallelFor, SplitsIntoNonEmptyRangesCoveringEveryItemOnce) {
-  EXPECT_EQ(Model::parallelRanges(0, 4), 0);
-  EXPECT_EQ(Model::parallelRanges(1, 4), 1);
-  EXPECT_EQ(Model::parallelRanges(100, 1), 1);
-  EXPECT_EQ(Model::parallelRanges(5, 2), 5);
-  EXPECT_EQ(Model::parallelRanges(100, 3), 12);
+  // Prefill rows: 4 ranges a thread; one decode row: 16.
+  EXPECT_EQ(Model::parallelRanges(0, 4, 8), 0);
+  EXPECT_EQ(Model::parallelRanges(1, 4, 8), 1);
+  EXPECT_EQ(Model::parallelRanges(100, 1, 8), 1);
+  EXPECT_EQ(Model::parallelRanges(5, 2, 8), 5);
+  EXPECT_EQ(Model::parallelRanges(100, 3, 8), 12);
+  EXPECT_EQ(Model::parallelRanges(100, 3, 1), 48);
+  EXPECT_EQ(Model::parallelRanges(100, 1, 1), 1);
+  EXPECT_EQ(Model::parallelRanges(20, 2, 1), 20);
   for (int threads = 1; threads <= 4; ++threads) {
     std::unique_ptr<ThreadPool> pool;
     ASSERT_TRUE(ThreadPool::create(threads, pool));
+    for (int64_t rows : {1, 8})
     for (int64_t count : {0, 1, 2, 3, 7, 8, 9, 31, 100, 200}) {
       SCOPED_TRACE(std::to_string(threads) + " threads, " +
-                   std::to_string(count) + " items");
+                   std::to_string(count) + " items, " + std::to_string(rows) +
+                   " rows");
       RangeLog log;
       cq4p_step_args args = {};
       args.workspace = &log;
+      args.rows = rows;
       Model::parallelFor(pool.get(), logRange, &args, count);
-      EXPECT_EQ(log.calls.load(), Model::parallelRanges(count, threads));
+      EXPECT_EQ(log.calls.load(), Model::parallelRanges(count, threads, rows));
       EXPECT_EQ(log.empty.load(), 0);
       for (int64_t i = 0; i < count; ++i)
         ASSERT_EQ(log.covered[i].load(), 1) << "item " << i;

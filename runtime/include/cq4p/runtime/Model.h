@@ -169,8 +169,17 @@ public:
   /// (max_position_embeddings).
   static constexpr int64_t kDefaultContext = 2048;
   /// Range tasks per thread in parallelFor: enough that a slow thread
-  /// costs little, few enough that each range amortises its hand-out.
+  /// costs little, few enough that each range amortises its hand-out (a
+  /// GEMM task rearranges its tiles' activations once per task).
   static constexpr int64_t kRangesPerThread = 4;
+  /// The same for a one-row step (decode): its loops are short (a GEMV of
+  /// K = 2048 streams 1-16 MiB in tens of microseconds at two threads), so
+  /// the thread that finishes first waits up to a whole range for the
+  /// other; 16 ranges a thread cut the caller's waits at 2 threads from
+  /// about 8% of a decode step to under 3% (the 16-layer hidden-2048 model
+  /// of bench/model, AMD EPYC), where a range's own cost, a GEMV's
+  /// activation rearrangement of one row, stays under a microsecond.
+  static constexpr int64_t kDecodeRangesPerThread = 16;
   /// The stack one thread running a step's tasks may use, as measured
   /// (docs/MODEL.md, "Stack"; `cq4p-run --measure-stack`): a row tile of
   /// up to max(prefill_chunk, kStackTileRows) rows of the widest K, in
@@ -272,9 +281,10 @@ public:
   /// pool.
   static void parallelFor(void *pool, cq4p_task_fn task,
                           const cq4p_step_args *args, int64_t count);
-  /// min(count, threads * kRangesPerThread); 1 for one thread; 0 for an
+  /// min(count, threads * ranges per thread: kDecodeRangesPerThread for a
+  /// one-row step, kRangesPerThread otherwise); 1 for one thread; 0 for an
   /// empty loop. Never an empty range.
-  static int64_t parallelRanges(int64_t count, int threads);
+  static int64_t parallelRanges(int64_t count, int threads, int64_t rows);
 
 private:
   Model() = default;
