@@ -246,16 +246,18 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
   };
 
   // A GEMV streams its panels once: the lines kPrefetchBytes ahead of each
-  // step are prefetched (one hint per 64-byte line), clamped to the tensor,
-  // so the stream keeps running across the 4 KiB pages where the hardware
-  // prefetchers stop.
-  Value flatPanels, lastLine;
+  // step are prefetched (one hint per 64-byte line), so the stream keeps
+  // running across the 4 KiB pages where the hardware prefetchers stop. The
+  // step's 1 KiB ahead is clamped to the tensor's last 1 KiB once, its 16
+  // lines at constant offsets from there.
+  constexpr int64_t kStepBytes = 8 * CQ4P_KG_BLOCK_BYTES;
+  Value flatPanels, lastStep;
   if (rows == 1) {
     int64_t total = panelsType.getNumElements();
     flatPanels = memref::CollapseShapeOp::create(
         b, loc, op.getPanels(),
         ArrayRef<ReassociationIndices>{ReassociationIndices{0, 1, 2, 3}});
-    lastLine = cIndex(b, loc, total - 64);
+    lastStep = cIndex(b, loc, std::max<int64_t>(0, total - kStepBytes));
   }
   auto emitPass = [&](Value pass) {
     int64_t accsPerRow = 2 * chunksPerPass;
@@ -285,18 +287,18 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
                     g),
                 cIndex(b, loc, kgPerGroup)),
             kgBase);
-        Value ahead = arith::AddIOp::create(
+        Value ahead = arith::MinUIOp::create(
             b, loc,
-            arith::MulIOp::create(b, loc, block,
-                                  cIndex(b, loc, CQ4P_KG_BLOCK_BYTES)),
-            cIndex(b, loc, kPrefetchBytes));
-        for (int64_t line = 0; line < 8 * CQ4P_KG_BLOCK_BYTES; line += 64)
+            arith::AddIOp::create(
+                b, loc,
+                arith::MulIOp::create(b, loc, block,
+                                      cIndex(b, loc, CQ4P_KG_BLOCK_BYTES)),
+                cIndex(b, loc, kPrefetchBytes)),
+            lastStep);
+        for (int64_t line = 0; line < kStepBytes; line += 64)
           memref::PrefetchOp::create(
               b, loc, flatPanels,
-              ValueRange{arith::MinUIOp::create(
-                  b, loc,
-                  arith::AddIOp::create(b, loc, ahead, cIndex(b, loc, line)),
-                  lastLine)},
+              ValueRange{arith::AddIOp::create(b, loc, ahead, cIndex(b, loc, line))},
               /*isWrite=*/false, /*localityHint=*/kPrefetchLocality,
               /*isDataCache=*/true);
       }
