@@ -60,10 +60,21 @@
 // chain of fused multiply-adds in index order, as in the vector code, so
 // NEON and SME2 give the same bits.
 //
+// The embedding's prompt rows (a chunk of at least 32 of 64 rows) have a
+// leaf of their own, `<kernel>_sme_embedding` (cq4p.sme_embedding_mopa on
+// the op), which decodes them from the panels itself: FP32 outer products
+// into the four 32-bit tiles, 64 rows x 16 outputs, for which each c's 64
+// values must be one vector over rows. The rows' 4-bit indices are
+// transposed through ZA as a byte tile (horizontal slices in, vertical
+// out), then per c one four-vector LUTI4 from ZT0 (the 16 levels as fp32)
+// yields the 64 rows' levels and four FMOPA add their products with
+// rotation_t's 16 widened values: 1,024 exact products per 4 FMOPA against
+// 128 per FMLAL, the same chain of adds (see buildEmbeddingMopaLeafBody).
+//
 // ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
 // by `str za` and single-vector MOVA through the ArmSME dialect's typed
 // operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
-// `.str`, `.read.horiz`),
+// `.st1w.horiz`, `.str`, `.read.horiz`, `.read.vert`, `.write.horiz`),
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
 // with predicates-as-counters, LD1RQ, FCVT/FCVTLT, the multi-vector FMLAL

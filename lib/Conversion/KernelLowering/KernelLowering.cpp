@@ -965,7 +965,11 @@ struct RotateQuantizeActivationsLowering
 /// The row's norm is its first group's (an orthogonal file repeats it over
 /// its virtual groups; the runtime checks that). The sums wait in the
 /// output rows themselves, so the stack holds only the decoded rows (fp16
-/// for the SME2 leaf's FMLAL, fp32 for the vector code).
+/// for the SME2 leaf's FMLAL, fp32 for the vector code). With SME2's
+/// outer-product leaf (kSmeEmbeddingMopaAttrName), chunks of its 64 rows:
+/// one of at least kSmeEmbeddingMopaMinRows rows is the leaf's whole (it
+/// decodes from the panels; the stack holds its [K][32] bytes of transposed
+/// indices), a shorter one is decoded here for the FMLAL leaf.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
       : OpRewritePattern(ctx), blocking(blocking) {}
