@@ -47,11 +47,12 @@ pytestmark = pytest.mark.skipif(
     reason="needs the aarch64 build's cq4p-run ($CQ4P_AARCH64_RUN) and QEMU 11.1 ($CQ4P_QEMU)")
 
 
-def run_on_aarch64(bundle, target, work, prompt, flags=(), new_tokens=NEW_TOKENS):
+def run_on_aarch64(bundle, target, work, prompt, flags=(), new_tokens=NEW_TOKENS, chunk=CHUNK,
+                   threads=2):
     library = os.path.join(work, f"model-{target}.so")
     compiled = subprocess.run(
         [tools.find_tool("cq4p-compile"), os.path.join(bundle, "model.mlir"), f"--target={target}",
-         f"--prefill-chunk={CHUNK}", *flags, "-o", library], capture_output=True, text=True,
+         f"--prefill-chunk={chunk}", *flags, "-o", library], capture_output=True, text=True,
         check=False)
     assert compiled.returncode == 0, compiled.stderr
     logits_file = os.path.join(work, f"logits-{target}.bin")
@@ -61,7 +62,7 @@ def run_on_aarch64(bundle, target, work, prompt, flags=(), new_tokens=NEW_TOKENS
         backend = ["--backend", "neon"]
     command = [QEMU, "-L", SYSROOT, "-cpu", CPU[target], RUNNER, "--bundle", bundle,
                "--library", library, *backend, "--prompt-ids", " ".join(map(str, prompt)),
-               "-n", str(new_tokens), "--threads", "2", "--logits-out", logits_file]
+               "-n", str(new_tokens), "--threads", str(threads), "--logits-out", logits_file]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     if target == "aarch64-sme2":
@@ -83,15 +84,21 @@ def assert_targets_agree(results, vocab, tolerance):
             f"step {number}: NEON and SME2 max |diff| / std {error:.4f} > {tolerance}")
 
 
+# Prefill chunks of 16 (the embedding's rows through SME2's FMLAL leaf), and
+# of 64 over 100 tokens on one thread: a whole chunk and one of 36 rows,
+# each one embedding call through its outer-product leaf (calls of at least
+# 32 rows; more threads would split a chunk's rows into 4 ranges each).
+@pytest.mark.parametrize("chunk, tokens, threads", [(CHUNK, PROMPT_TOKENS, 2), (64, 100, 1)])
 def test_neon_and_sme2_logits_are_equal_bit_for_bit_with_an_fp16_cache(
-        synthetic_model, tmp_path):
+        chunk, tokens, threads, synthetic_model, tmp_path):
     # An fp16 KV cache: both targets run the attention as the same vector
     # code (SME2's outer products read fp32 rows), so every fp32 step is
     # shared and the int32 partials are equal.
     _, bundle, config = synthetic_model("llama")
-    prompt = [(5 * i + 2) % config["vocab_size"] for i in range(PROMPT_TOKENS)]
+    prompt = [(5 * i + 2) % config["vocab_size"] for i in range(tokens)]
     results = {target: run_on_aarch64(str(bundle), target, str(tmp_path), prompt,
-                                      ["--kv-cache=f16"]) for target in CPU}
+                                      ["--kv-cache=f16"], chunk=chunk, threads=threads)
+               for target in CPU}
     neon, sme2 = results["aarch64-neon"][1], results["aarch64-sme2"][1]
     assert neon.size == NEW_TOKENS * config["vocab_size"]
     differing = int(np.count_nonzero(neon.view(np.uint32) != sme2.view(np.uint32)))

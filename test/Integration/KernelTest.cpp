@@ -514,6 +514,43 @@ TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
   }
 }
 
+// The embedding's prompt rows on SME2: chunks of 64 rows, those of at least
+// 32 through the outer-product leaf (indices transposed through ZA, LUTI4,
+// FP32 FMOPA), the rest through the FMLAL leaf. Counts below, at and past
+// the threshold, a whole chunk, a chunk and one row, and two chunks and a
+// short one: the same bits as NEON's vector code and within the fp64
+// oracle's bounds, ids repeated and spread over the vocab.
+TEST(Sme2, EmbeddingPromptRowsAgreeWithNeonBitForBit) {
+  if (!cpuRunsSme2(detectCpuFeatures()))
+    GTEST_SKIP() << "this CPU does not run SME2 at 512 bits";
+  std::unique_ptr<KernelLibrary> sme2;
+  Status opened = KernelLibrary::open(CQ4P_TEST_SME2_KERNEL_LIBRARY, sme2);
+  ASSERT_TRUE(opened) << opened.message();
+  uint32_t seed = 700;
+  std::vector<RotationCase> cases(std::begin(kRotationCases), std::end(kRotationCases));
+  cases.push_back({1024, 1536});
+  for (const RotationCase &c : cases) {
+    MappedLayer layer(c.n, c.k, 128, true, seed++);
+    ASSERT_TRUE(layer.file);
+    std::vector<uint64_t> counts = {1, 17, 31, 32, 50, 64, 65, 130};
+    if (c.k == 1536)
+      counts = {17, 33, 130};
+    for (uint64_t m : counts) {
+      SCOPED_TRACE(::testing::Message() << m << " rows, K " << c.k);
+      std::vector<int64_t> ids = spreadIds(m, c.n);
+      std::vector<float> neonRows = embedWith(library(), *layer.file, ids);
+      std::vector<float> smeRows = embedWith(*sme2, *layer.file, ids);
+      ASSERT_EQ(neonRows.size(), smeRows.size());
+      EXPECT_EQ(0, std::memcmp(neonRows.data(), smeRows.data(), smeRows.size() * 4));
+      Errors rows = compare(smeRows, embeddingOracle(*layer.file, ids));
+      measured()["sme2 embedding prompt " + std::to_string(m) + " rows x" +
+                 std::to_string(c.k)] = rows;
+      EXPECT_LE(rows.maxAbs, 1e-2);
+      EXPECT_LT(rows.relative, 1e-3);
+    }
+  }
+}
+
 // The rotations' streaming leaf (multi-vector FMLA into ZA) against the
 // NEON vector code: each sum is the same chain of fused multiply-adds, so
 // the embedding rows and the lm_head's y are equal bit for bit, and within

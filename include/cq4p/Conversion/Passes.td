@@ -89,6 +89,12 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     one multi-vector FMLA by lane per 64 outputs and row after extending
     LD1H and FCVT that four rows share; each sum is the vector code's chain
     of fused multiply-adds, so the outputs equal NEON's bit for bit.
+    `cq4p.decode_embedding` (K a multiple of 64) also gets a leaf for
+    prompt rows, `cq4p.sme_embedding_mopa`, which the lowering calls for
+    chunks of at least 32 of its 64 rows: the rows' indices transposed
+    through ZA, then per c one LUTI4 of the 64 rows' levels (fp32, from
+    ZT0) and four non-widening FP32 FMOPA with rotation_t's widened row,
+    the same exact products and the same chain of adds.
   }];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_sme::ArmSMEDialect",
                            "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect",

@@ -60,10 +60,21 @@
 // chain of fused multiply-adds in index order, as in the vector code, so
 // NEON and SME2 give the same bits.
 //
+// The embedding's prompt rows (a chunk of at least 32 of 64 rows) have a
+// leaf of their own, `<kernel>_sme_embedding` (cq4p.sme_embedding_mopa on
+// the op), which decodes them from the panels itself: FP32 outer products
+// into the four 32-bit tiles, 64 rows x 16 outputs, for which each c's 64
+// values must be one vector over rows. The rows' 4-bit indices are
+// transposed through ZA as a byte tile (horizontal slices in, vertical
+// out), then per c one four-vector LUTI4 from ZT0 (the 16 levels as fp32)
+// yields the 64 rows' levels and four FMOPA add their products with
+// rotation_t's 16 widened values: 1,024 exact products per 4 FMOPA against
+// 128 per FMLAL, the same chain of adds (see buildEmbeddingMopaLeafBody).
+//
 // ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
 // by `str za` and single-vector MOVA through the ArmSME dialect's typed
 // operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
-// `.str`, `.read.horiz`),
+// `.st1w.horiz`, `.str`, `.read.horiz`, `.read.vert`, `.write.horiz`),
 // translated to the same LLVM intrinsics. ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), SVE2.1/SME2 loads and stores
 // with predicates-as-counters, LD1RQ, FCVT/FCVTLT, the multi-vector FMLAL
@@ -186,6 +197,29 @@ public:
                                       lhs, rhs);
   }
 
+  /// Horizontal slice `slice` (a register) of the byte tile za0.b <-
+  /// `bytes` (MOVA).
+  void writeByteTileRow(Value slice, Value bytes) {
+    arm_sme::aarch64_sme_write_horiz::create(b, loc, uint32_t(0), slice, allTrue(16),
+                                             bytes);
+  }
+
+  /// Vertical slice `slice` (a register) of the byte tile za0.b: byte
+  /// `slice` of each of its 64 rows (MOVA).
+  Value readByteTileColumn(Value slice) {
+    if (!undefinedBytes)
+      undefinedBytes = LLVM::PoisonOp::create(b, loc, nxv16i8);
+    return arm_sme::aarch64_sme_read_vert::create(b, loc, nxv16i8, undefinedBytes,
+                                                  allTrue(16), uint32_t(0), slice);
+  }
+
+  /// Horizontal slice `slice` (a register) of the 32-bit tile za<tile>.s
+  /// to the 16 words at `address` (ST1W).
+  void storeTileRow(int64_t tile, Value slice, Value address) {
+    arm_sme::aarch64_sme_st1w_horiz::create(b, loc, allTrue(4), address, uint32_t(tile),
+                                            slice);
+  }
+
   /// Horizontal slice `slice` of the 32-bit tile za<tile>.s (MOVA).
   Value readTileRow(int64_t tile, int64_t slice, Value predicate) {
     if (!undefinedWords)
@@ -209,6 +243,14 @@ public:
   std::pair<Value, Value> lookupPairInZt0(Value packed) {
     return unpackPair(cq4p_intr::SmeLuti4LaneZtX2Op::create(
         b, loc, pairType(nxv16i8), /*zt=*/0, packed, /*segment=*/0));
+  }
+
+  /// The 64 nibbles of half `segment` of `packed` looked up as the fp32
+  /// entries of ZT0, nibble j to element j % 16 of vector j / 16 (LUTI4 to
+  /// four vectors).
+  SmallVector<Value> lookupQuadF32InZt0(Value packed, int64_t segment) {
+    return unpack(cq4p_intr::SmeLuti4LaneZtX4Op::create(
+        b, loc, quadType(nxv4f32()), /*zt=*/0, packed, uint32_t(segment)));
   }
 
   /// ZA array vectors slice + 16i, i < 4, += 4-way dot products of
@@ -412,6 +454,7 @@ private:
   Value allHalvesCounter;
   Value allWordsCounter;
   Value undefinedWords; ///< the inactive lanes of a MOVA (all are active)
+  Value undefinedBytes;
   Value undefinedF32;
 };
 
@@ -1144,6 +1187,173 @@ void buildRotationLeafBody(OpBuilder &b, Location loc, int64_t k, bool halfValue
   }
 }
 
+/// cq4p.decode_embedding's prompt rows on SME2: a chunk of `count` <= 64
+/// rows, out[first + r][j] = sum_{c < k} matrix[c][j] * cb[idx(ids[first +
+/// r], c)] in c order from 0.0 (the sums only: the caller scales them).
+/// Arguments: matrix (rotation_t, k x k fp16), panels, codebook (16 fp16),
+/// ids, nibbles ([k][32] bytes of scratch), out, first, count.
+///
+/// The outer products need, for each c, the 64 rows' values as vectors
+/// over rows, so the rows' 4-bit indices are transposed first, through ZA
+/// as one 64 x 64 byte tile per 64 values of c: each row's 32 index bytes
+/// (two per kg-block, 128 bytes apart in its panel; copied by halfwords)
+/// widened to one byte per index and written as a horizontal slice, the
+/// tile's vertical slices (index c of the 64 rows) packed back to two
+/// indices a byte, 32 bytes per c. Then, with ZT0 holding the 16 levels as
+/// fp32, for every 16 outputs from j0: per c, one LUTI4 turns the 64 rows'
+/// indices into their levels (four fp32 vectors, exact), an extending LD1H
+/// and FCVT widen rotation_t[c][j0, j0 + 16) (exact), and four FMOPA add
+/// the outer products to ZA tiles 0-3 (rows 16q .. 16q + 15). Each product
+/// of two fp16 values is exact in fp32 and each FMOPA adds it with one
+/// rounding: every sum is the same chain of adds in c order as the FMLAL
+/// leaf's and the vector code's, the same bits. The tiles' rows that hold
+/// ids are stored to `out` (ST1W); the others are never read.
+void buildEmbeddingMopaLeafBody(OpBuilder &b, Location loc, int64_t k,
+                                ValueRange args) {
+  Value matrix = args[0], panels = args[1], codebook = args[2], ids = args[3],
+        nibbles = args[4], out = args[5], first = args[6], count = args[7];
+  LeafBuilder leaf(b, loc);
+  Value c0 = leaf.index(0), c1 = leaf.index(1);
+  auto i16 = b.getI16Type();
+  auto nxv8i8 = VectorType::get({8}, b.getI8Type(), {true});
+  auto nxv8i16 = VectorType::get({8}, i16, {true});
+  auto splat16 = [&](int64_t v) -> Value {
+    return arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(nxv8i16, b.getIntegerAttr(i16, v)));
+  };
+  Value lowNibble = splat16(0x0F), four = splat16(4), eight = splat16(8);
+  Value halves = memref::AllocaOp::create(b, loc, MemRefType::get({32}, b.getI8Type()));
+  Value levels = memref::AllocaOp::create(b, loc, MemRefType::get({16}, b.getF32Type()));
+  Value halvesBase = leaf.base(halves), panelsBase = leaf.base(panels),
+        nibblesBase = leaf.base(nibbles), matrixBase = leaf.base(matrix),
+        outBase = leaf.base(out);
+  int64_t superBlockBytes = k / CQ4P_KG_BLOCK_K * 128; // one channel's kg-blocks
+  int64_t values = 64;                                 // of c per byte tile
+
+  // Phase 1: nibbles[c][i / 2] holds row i's index of c (low nibble for
+  // even i); rows past `count` hold stale indices, which only feed ZA rows
+  // that are not stored.
+  leaf.zeroZa();
+  auto tiles = scf::ForOp::create(b, loc, c0, leaf.index(k / values), c1);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(tiles.getBody());
+    Value tile = tiles.getInductionVar();
+    auto rows = scf::ForOp::create(b, loc, c0, count, c1);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(rows.getBody());
+      Value r = rows.getInductionVar();
+      Value id = memref::LoadOp::create(
+          b, loc, ids, ValueRange{arith::AddIOp::create(b, loc, first, r)});
+      Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
+      Value superBlock = arith::DivUIOp::create(b, loc, row, leaf.index(CQ4P_PANEL_CHANNELS));
+      Value channel = arith::RemUIOp::create(b, loc, row, leaf.index(CQ4P_PANEL_CHANNELS));
+      // kg-blocks 16 tile .. 16 tile + 15 of the row: 2 bytes each, 128
+      // bytes apart.
+      Value byteOffset = arith::AddIOp::create(
+          b, loc,
+          arith::AddIOp::create(
+              b, loc, arith::MulIOp::create(b, loc, superBlock, leaf.index(superBlockBytes)),
+              arith::MulIOp::create(b, loc, tile, leaf.index(values / 4 * 128))),
+          arith::MulIOp::create(b, loc, channel, leaf.index(2)));
+      Value source = leaf.offset(panelsBase, byteOffset);
+      for (int64_t t = 0; t < values / 4; ++t) {
+        Value pair = LLVM::LoadOp::create(b, loc, i16, leaf.offset(source, leaf.index(128 * t)),
+                                          /*alignment=*/1);
+        LLVM::StoreOp::create(b, loc, pair, leaf.offset(halvesBase, leaf.index(2 * t)),
+                              /*alignment=*/1);
+      }
+      // One index a byte, low nibble first: halfword h of the widened
+      // bytes becomes (h & 15) | (h >> 4) << 8.
+      Value packed = LLVM::ZExtOp::create(
+          b, loc, nxv8i16, LLVM::LoadOp::create(b, loc, nxv8i8, halvesBase, /*alignment=*/1));
+      Value spread = arith::OrIOp::create(
+          b, loc, arith::AndIOp::create(b, loc, packed, lowNibble),
+          arith::ShLIOp::create(b, loc, arith::ShRUIOp::create(b, loc, packed, four),
+                                eight));
+      leaf.writeByteTileRow(leaf.toI32(r),
+                            LLVM::BitcastOp::create(b, loc, leaf.nxv16i8, spread));
+    }
+    // Column c of the tile: the 64 rows' indices of c; halfword h | h >> 4
+    // holds two of them in its low byte, which the truncating store keeps.
+    auto columns = scf::ForOp::create(b, loc, c0, leaf.index(values), c1);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(columns.getBody());
+      Value column = columns.getInductionVar();
+      Value bytes = leaf.readByteTileColumn(leaf.toI32(column));
+      Value pairs = LLVM::BitcastOp::create(b, loc, nxv8i16, bytes);
+      Value both = arith::OrIOp::create(b, loc, pairs,
+                                        arith::ShRUIOp::create(b, loc, pairs, four));
+      Value c = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, tile, leaf.index(values)), column);
+      LLVM::StoreOp::create(
+          b, loc, LLVM::TruncOp::create(b, loc, nxv8i8, both),
+          leaf.offset(nibblesBase, arith::MulIOp::create(b, loc, c, leaf.index(32))),
+          /*alignment=*/1);
+    }
+  }
+
+  // Phase 2: ZT0 <- the levels as fp32, then the outer products per 16
+  // outputs.
+  LLVM::StoreOp::create(b, loc, leaf.loadHalvesAsF32(leaf.base(codebook), 0),
+                        leaf.base(levels), /*alignment=*/4);
+  leaf.loadZt0(leaf.base(levels));
+  Value predicate = leaf.allTrue(4);
+  auto blocks = scf::ForOp::create(b, loc, c0, leaf.index(k / 16), c1);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(blocks.getBody());
+  Value j0 = arith::MulIOp::create(b, loc, blocks.getInductionVar(), leaf.index(16));
+  leaf.zeroZa();
+  Value columnBase =
+      leaf.offset(matrixBase, arith::MulIOp::create(b, loc, j0, leaf.index(2)));
+  // Two values of c per 64-byte load of their indices, eight per iteration.
+  constexpr int64_t kUnroll = 8;
+  auto loop = scf::ForOp::create(b, loc, c0, leaf.index(k), leaf.index(kUnroll));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value c = loop.getInductionVar();
+    Value indexBase =
+        leaf.offset(nibblesBase, arith::MulIOp::create(b, loc, c, leaf.index(32)));
+    Value rowsBase =
+        leaf.offset(columnBase, arith::MulIOp::create(b, loc, c, leaf.index(2 * k)));
+    Value indices;
+    for (int64_t u = 0; u < kUnroll; ++u) {
+      if (u % 2 == 0)
+        indices = LLVM::LoadOp::create(b, loc, leaf.nxv16i8,
+                                       leaf.vectorOffset(indexBase, u / 2),
+                                       /*alignment=*/1);
+      SmallVector<Value> rowValues = leaf.lookupQuadF32InZt0(indices, u % 2);
+      Value outputs =
+          leaf.loadHalvesAsF32(leaf.offset(rowsBase, leaf.index(u * 2 * k)), 0);
+      for (int64_t q = 0; q < 4; ++q)
+        leaf.floatOuterProduct(q, predicate, rowValues[q], outputs);
+    }
+  }
+  // The rows that hold ids: tile q's slices below count - 16q.
+  for (int64_t q = 0; q < 4; ++q) {
+    Value present = arith::MinSIOp::create(
+        b, loc,
+        arith::MaxSIOp::create(b, loc,
+                               arith::SubIOp::create(b, loc, count, leaf.index(16 * q)),
+                               c0),
+        leaf.index(16));
+    auto stores = scf::ForOp::create(b, loc, c0, present, c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(stores.getBody());
+    Value i = stores.getInductionVar();
+    Value row = arith::AddIOp::create(
+        b, loc, first, arith::AddIOp::create(b, loc, leaf.index(16 * q), i));
+    Value element = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, row, leaf.index(k)), j0);
+    leaf.storeTileRow(q, leaf.toI32(i),
+                      leaf.offset(outBase, arith::MulIOp::create(b, loc, element,
+                                                                 leaf.index(4))));
+  }
+}
+
 /// A private streaming leaf `name` with `types`, built by `body` once.
 func::FuncOp getOrCreateLeaf(ModuleOp module, SymbolTable &symbols,
                              StringRef name, TypeRange types, Location loc,
@@ -1424,6 +1634,21 @@ public:
             buildRotationLeafBody(b, op->getLoc(), k, halfValues, args);
           });
       op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
+      // Prompt rows of the embedding: FP32 outer products (64 values of c
+      // per byte tile of the transpose).
+      if (auto embedding = dyn_cast<DecodeEmbeddingOp>(op); embedding && k % 64 == 0) {
+        SmallVector<Type> mopaTypes{
+            matrixType, embedding.getPanels().getType(), embedding.getCodebook().getType(),
+            embedding.getIds().getType(), MemRefType::get({k, 32}, b.getI8Type()),
+            embedding.getOut().getType(), index, index};
+        func::FuncOp mopa = getOrCreateLeaf(
+            module, symbols,
+            op->getParentOfType<func::FuncOp>().getSymName().str() + "_sme_embedding",
+            mopaTypes, op->getLoc(), [&](OpBuilder &b, ValueRange args) {
+              buildEmbeddingMopaLeafBody(b, op->getLoc(), k, args);
+            });
+        op->setAttr(kSmeEmbeddingMopaAttrName, FlatSymbolRefAttr::get(mopa));
+      }
     }
     streamSmallKernels(module, symbols);
     // The Hadamard activation transform in a streaming leaf, one call per

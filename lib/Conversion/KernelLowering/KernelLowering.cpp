@@ -995,7 +995,11 @@ struct RotateQuantizeActivationsLowering
 /// The row's norm is its first group's (an orthogonal file repeats it over
 /// its virtual groups; the runtime checks that). The sums wait in the
 /// output rows themselves, so the stack holds only the decoded rows (fp16
-/// for the SME2 leaf's FMLAL, fp32 for the vector code).
+/// for the SME2 leaf's FMLAL, fp32 for the vector code). With SME2's
+/// outer-product leaf (kSmeEmbeddingMopaAttrName), chunks of its 64 rows:
+/// one of at least kSmeEmbeddingMopaMinRows rows is the leaf's whole (it
+/// decodes from the panels; the stack holds its [K][32] bytes of transposed
+/// indices), a shorter one is decoded here for the FMLAL leaf.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   DecodeEmbeddingLowering(MLIRContext *ctx, RotationBlocking blocking)
       : OpRewritePattern(ctx), blocking(blocking) {}
@@ -1018,58 +1022,91 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
     int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/1);
     auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName);
+    auto mopaLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeEmbeddingMopaAttrName);
+    // With SME2's outer-product leaf, chunks of its 64 rows; the FMLAL
+    // leaf's fp16 rows then only ever hold a chunk of fewer than
+    // kSmeEmbeddingMopaMinRows (the last).
+    int64_t decodedRows = chunk;
+    Value nibbles;
+    if (mopaLeaf) {
+      chunk = kSmeEmbeddingMopaRows;
+      decodedRows = kSmeEmbeddingMopaMinRows - 1;
+      nibbles = entryAlloca(b, op, MemRefType::get({k, 32}, b.getI8Type()));
+    }
     Type levelType = smeLeaf ? Type(b.getF16Type()) : Type(b.getF32Type());
-    Value decoded = entryAlloca(b, op, MemRefType::get({chunk, k}, levelType));
+    Value decoded = entryAlloca(b, op, MemRefType::get({decodedRows, k}, levelType));
     forChunks(b, loc, rowsOf(b, loc, op.getIds()), chunk,
               [&](OpBuilder &b, Value first, Value count) {
-      forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
-        Value i = arith::AddIOp::create(b, loc, first, r);
-        Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
-        Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
-        Value sb = arith::DivUIOp::create(b, loc, row, c64);
-        Value channel = arith::RemUIOp::create(b, loc, row, c64);
-        // v[c] = cb[idx(row, c)]: the row's two bytes of each kg-block
-        // hold its 4 K values, low nibble first.
-        forRange(b, loc, c0, cIndex(b, loc, k / gs), [&](OpBuilder &b, Value g) {
-          Value groupBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
-          forRange(b, loc, c0, cIndex(b, loc, kgPerGroup), [&](OpBuilder &b, Value kg) {
-            Value base = arith::AddIOp::create(
-                b, loc, groupBase, arith::MulIOp::create(b, loc, kg, c4));
-            for (int64_t half = 0; half < 2; ++half) {
-              Value byteIndex = arith::AddIOp::create(
-                  b, loc, arith::MulIOp::create(b, loc, channel, cIndex(b, loc, 2)),
-                  cIndex(b, loc, half));
-              Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
-                                                  ValueRange{sb, g, kg, byteIndex});
-              for (int64_t nibble = 0; nibble < 2; ++nibble) {
-                Value index =
-                    nibble == 0
-                        ? Value(arith::AndIOp::create(
-                              b, loc, byte,
-                              arith::ConstantOp::create(b, loc,
-                                                        b.getI8IntegerAttr(0x0F))))
-                        : Value(arith::ShRUIOp::create(
-                              b, loc, byte,
-                              arith::ConstantOp::create(b, loc,
-                                                        b.getI8IntegerAttr(4))));
-                Value levelIndex =
-                    arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
-                Value level =
-                    smeLeaf ? Value(memref::LoadOp::create(b, loc, op.getCodebook(),
-                                                           levelIndex))
-                            : loadAsF32(b, loc, op.getCodebook(), levelIndex);
-                memref::StoreOp::create(
-                    b, loc, level, decoded,
-                    ValueRange{r, arith::AddIOp::create(
-                                      b, loc, base,
-                                      cIndex(b, loc, 2 * half + nibble))});
+      // Fewer rows: decoded to fp16 levels here, then the FMLAL leaf.
+      auto decodeAndRotate = [&](OpBuilder &b) {
+        forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+          Value i = arith::AddIOp::create(b, loc, first, r);
+          Value id = memref::LoadOp::create(b, loc, op.getIds(), i);
+          Value row = arith::IndexCastOp::create(b, loc, b.getIndexType(), id);
+          Value sb = arith::DivUIOp::create(b, loc, row, c64);
+          Value channel = arith::RemUIOp::create(b, loc, row, c64);
+          // v[c] = cb[idx(row, c)]: the row's two bytes of each kg-block
+          // hold its 4 K values, low nibble first.
+          forRange(b, loc, c0, cIndex(b, loc, k / gs), [&](OpBuilder &b, Value g) {
+            Value groupBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
+            forRange(b, loc, c0, cIndex(b, loc, kgPerGroup), [&](OpBuilder &b, Value kg) {
+              Value base = arith::AddIOp::create(
+                  b, loc, groupBase, arith::MulIOp::create(b, loc, kg, c4));
+              for (int64_t half = 0; half < 2; ++half) {
+                Value byteIndex = arith::AddIOp::create(
+                    b, loc, arith::MulIOp::create(b, loc, channel, cIndex(b, loc, 2)),
+                    cIndex(b, loc, half));
+                Value byte = memref::LoadOp::create(b, loc, op.getPanels(),
+                                                    ValueRange{sb, g, kg, byteIndex});
+                for (int64_t nibble = 0; nibble < 2; ++nibble) {
+                  Value index =
+                      nibble == 0
+                          ? Value(arith::AndIOp::create(
+                                b, loc, byte,
+                                arith::ConstantOp::create(b, loc,
+                                                          b.getI8IntegerAttr(0x0F))))
+                          : Value(arith::ShRUIOp::create(
+                                b, loc, byte,
+                                arith::ConstantOp::create(b, loc,
+                                                          b.getI8IntegerAttr(4))));
+                  Value levelIndex =
+                      arith::IndexCastUIOp::create(b, loc, b.getIndexType(), index);
+                  Value level =
+                      smeLeaf ? Value(memref::LoadOp::create(b, loc, op.getCodebook(),
+                                                             levelIndex))
+                              : loadAsF32(b, loc, op.getCodebook(), levelIndex);
+                  memref::StoreOp::create(
+                      b, loc, level, decoded,
+                      ValueRange{r, arith::AddIOp::create(
+                                        b, loc, base,
+                                        cIndex(b, loc, 2 * half + nibble))});
+                }
               }
-            }
+            });
           });
         });
-      });
-      rotateRows(b, loc, op.getRotationT(), decoded, op.getOut(), first, count,
-                 c0, cK, k, k, blocking, smeLeaf);
+        rotateRows(b, loc, op.getRotationT(), decoded, op.getOut(), first, count,
+                   c0, cK, k, k, blocking, smeLeaf);
+      };
+      if (mopaLeaf) {
+        auto many = scf::IfOp::create(
+            b, loc,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, count,
+                                  cIndex(b, loc, kSmeEmbeddingMopaMinRows)),
+            /*withElseRegion=*/true);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(many.thenBlock());
+          func::CallOp::create(b, loc, mopaLeaf, TypeRange{},
+                               ValueRange{op.getRotationT(), op.getPanels(),
+                                          op.getCodebook(), op.getIds(), nibbles,
+                                          op.getOut(), first, count});
+          b.setInsertionPointToStart(many.elseBlock());
+          decodeAndRotate(b);
+        }
+      } else {
+        decodeAndRotate(b);
+      }
       // out[j] = ((sum_c R[j][c] * v[c]) * norm[row]) * isr[j]
       forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
         Value i = arith::AddIOp::create(b, loc, first, r);

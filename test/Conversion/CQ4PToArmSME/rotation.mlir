@@ -61,6 +61,7 @@ func.func @cq4p_quantize_256_orthogonal(%x: memref<?x256xf32>, %isr: memref<256x
 // row (exact fp16 products into ZA vector pairs), no conversion.
 // CHECK-LABEL: func.func @cq4p_embedding_100x128
 // CHECK: cq4p.decode_embedding
+// CHECK-SAME: cq4p.sme_embedding_mopa = @cq4p_embedding_100x128_sme_embedding
 // CHECK-SAME: cq4p.sme_rotation = @cq4p_embedding_100x128_sme_rotation
 // CHECK-LABEL: func.func private @cq4p_embedding_100x128_sme_rotation
 // CHECK-SAME: (%{{.*}}: memref<128x128xf16>, %{{.*}}: memref<?x128xf16>, %{{.*}}: memref<?x128xf32>
@@ -73,7 +74,53 @@ func.func @cq4p_quantize_256_orthogonal(%x: memref<?x256xf32>, %isr: memref<256x
 // CHECK: cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 {{.*}} {lane = 1 : i32}
 // CHECK: cq4p_intr.aarch64.sme.read.vg1x4
 // CHECK: vector.interleave
+//
+// Prompt rows (a chunk of at least 32 of its 64 rows): the outer-product
+// leaf. Per 64 values of c, each row's 16 kg-blocks' index bytes (16
+// halfword loads 128 bytes apart) widened to one index a byte and written
+// as a horizontal slice of the byte tile, whose vertical slices (the 64
+// rows' indices of one c) are packed back to nibbles (truncating store of
+// h | h >> 4). Then ZT0 <- the levels as fp32 and, per 16 outputs, per c:
+// a four-vector LUTI4 (the 64 rows' levels), an extending load and FCVT of
+// rotation_t's 16 fp16 values, four FP32 FMOPA (no widening FMOPA, no
+// FMLAL); the rows that exist stored from the tiles' horizontal slices.
+// CHECK-LABEL: func.func private @cq4p_embedding_100x128_sme_embedding
+// CHECK-SAME: (%{{.*}}: memref<128x128xf16>, %{{.*}}: memref<2x1x32x128xi8>, %{{.*}}: memref<16xf16>, %{{.*}}: memref<?xi64>, %{{.*}}: memref<128x32xi8>, %{{.*}}: memref<?x128xf32>, %{{.*}}: index, %{{.*}}: index)
+// CHECK-SAME: attributes {cq4p.sme_leaf}
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step %c1
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %{{.*}} step %c1
+// CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 1 : i64} : !llvm.ptr -> i16
+// CHECK: llvm.zext %{{.*}} : vector<[8]xi8> to vector<[8]xi16>
+// CHECK: "arm_sme.intr.write.horiz"({{.*}}) <{tile_id = 0 : i32}> : (i32, vector<[16]xi1>, vector<[16]xi8>) -> ()
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c1
+// CHECK: "arm_sme.intr.read.vert"({{.*}}) <{tile_id = 0 : i32}> : (vector<[16]xi8>, vector<[16]xi1>, i32) -> vector<[16]xi8>
+// CHECK: llvm.trunc %{{.*}} : vector<[8]xi16> to vector<[8]xi8>
+// CHECK: cq4p_intr.aarch64.sme.ldr.zt
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c8{{.*}} step %c1
+// CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c128{{.*}} step %c8
+// CHECK: cq4p_intr.aarch64.sme.luti4.lane.zt.x4 %{{.*}} {segment = 0 : i32, zt = 0 : i32} : (vector<[16]xi8>) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+// CHECK: llvm.fpext %{{.*}} : vector<[4]xf16> to vector<[4]xf32>
+// CHECK: "arm_sme.intr.mopa"({{.*}}) <{tile_id = 0 : i32}> : (vector<[4]xi1>, vector<[4]xi1>, vector<[4]xf32>, vector<[4]xf32>) -> ()
+// CHECK: "arm_sme.intr.mopa"({{.*}}) <{tile_id = 1 : i32}>
+// CHECK: "arm_sme.intr.mopa"({{.*}}) <{tile_id = 2 : i32}>
+// CHECK: "arm_sme.intr.mopa"({{.*}}) <{tile_id = 3 : i32}>
+// CHECK: cq4p_intr.aarch64.sme.luti4.lane.zt.x4 %{{.*}} {segment = 1 : i32, zt = 0 : i32}
+// CHECK-COUNT-4: "arm_sme.intr.mopa"
+// CHECK-NOT: mopa.wide
+// CHECK-NOT: fmlal
+// CHECK: "arm_sme.intr.st1w.horiz"({{.*}}) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.st1w.horiz"({{.*}}) <{tile_id = 3 : i32}>
 // CALL-LABEL: func.func @cq4p_embedding_100x128
+// CALL: memref.alloca() : memref<31x128xf16>
+// CALL: %[[NIBBLES:.*]] = memref.alloca() : memref<128x32xi8>
+// CALL: scf.for %[[FIRST:.*]] = %c0{{.*}} to %{{.*}} step %c64
+// CALL: %[[COUNT:.*]] = arith.minui
+// CALL: %[[MANY:.*]] = arith.cmpi uge, %[[COUNT]], %c32
+// CALL: scf.if %[[MANY]] {
+// CALL: call @cq4p_embedding_100x128_sme_embedding(%{{.*}}, %[[NIBBLES]], %{{.*}}, %[[FIRST]], %[[COUNT]]) : (memref<128x128xf16>, memref<2x1x32x128xi8>, memref<16xf16>, memref<?xi64>, memref<128x32xi8>, memref<?x128xf32>, index, index) -> ()
+// CALL: } else {
 // CALL: call @cq4p_embedding_100x128_sme_rotation(%{{.*}}) : (memref<128x128xf16>, memref<?x128xf16>, memref<?x128xf32>, index, index, index, index) -> ()
 // CALL-NOT: math.fma
 func.func @cq4p_embedding_100x128(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,

@@ -88,6 +88,13 @@ func.func @rotation() attributes {cq4p.sme_rotation = @leaf} {
 
 // -----
 
+// expected-error @+1 {{'cq4p.sme_embedding_mopa' expected a symbol on cq4p.decode_embedding}}
+func.func @embedding() attributes {cq4p.sme_embedding_mopa = @leaf} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{unknown cq4p attribute 'cq4p.kernal'}}
 func.func @typo() attributes {cq4p.kernal = {}} {
   return

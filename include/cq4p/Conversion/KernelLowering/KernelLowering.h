@@ -31,6 +31,19 @@ enum class DotTarget {
 /// below then calls instead of emitting the vector code.
 inline constexpr llvm::StringLiteral kSmeRotationAttrName = "cq4p.sme_rotation";
 
+/// cq4p.decode_embedding on SME2: the streaming leaf that decodes a chunk of
+/// at least kSmeEmbeddingMopaMinRows (at most kSmeEmbeddingMopaRows) rows
+/// straight from the panels and rotates them with FP32 outer products; the
+/// lowering calls it for such chunks and keeps the kSmeRotationAttrName leaf
+/// (FMLAL by lane) for fewer rows, which it counts fewer instructions for.
+inline constexpr llvm::StringLiteral kSmeEmbeddingMopaAttrName = "cq4p.sme_embedding_mopa";
+/// Rows of the outer-product leaf's pass: four 16-row fp32 ZA tiles.
+inline constexpr int64_t kSmeEmbeddingMopaRows = 64;
+/// The fewest rows the outer-product leaf takes: its cost hardly depends on
+/// the rows (the outer products cover all 64), the FMLAL leaf's grows with
+/// them.
+inline constexpr int64_t kSmeEmbeddingMopaMinRows = 32;
+
 /// Patterns lowering cq4p kernel ops (panel_dot for `target`, and the
 /// target-independent rescale, activation quantization and embedding
 /// decode) to scf, vector, arith, math, memref and target intrinsics.

@@ -239,6 +239,15 @@ LogicalResult verifySmeRotation(Operation *op, NamedAttribute attr) {
   return success();
 }
 
+/// The embedding's outer-product leaf for prompt rows (set by
+/// convert-cq4p-to-arm-sme, read by the kernel lowering).
+LogicalResult verifySmeEmbeddingMopa(Operation *op, NamedAttribute attr) {
+  if (!isa<FlatSymbolRefAttr>(attr.getValue()) || !isa<DecodeEmbeddingOp>(op))
+    return op->emitError() << "'" << attr.getName().getValue()
+                           << "' expected a symbol on cq4p.decode_embedding";
+  return success();
+}
+
 } // namespace
 
 LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
@@ -256,6 +265,8 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     return verifySmeLeaf(op, attr);
   if (name == "cq4p.sme_rotation")
     return verifySmeRotation(op, attr);
+  if (name == "cq4p.sme_embedding_mopa")
+    return verifySmeEmbeddingMopa(op, attr);
   return op->emitError() << "unknown cq4p attribute '" << name << "'";
 }
 

@@ -525,6 +525,31 @@ def CQ4PIntr_SmeLuti4LaneZtX2Op
   }];
 }
 
+def CQ4PIntr_SmeLuti4LaneZtX4Op
+    : CQ4PIntr_Op<"aarch64.sme.luti4.lane.zt.x4", [], 4,
+                  /*overloadedResults=*/[0], [],
+                  /*immArgPositions=*/[0, 2],
+                  /*immArgAttrNames=*/["zt", "segment"]>,
+      Arguments<(ins ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<0>]>:$zt,
+                 CQ4PIntr_NxI8x16:$indices,
+                 ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<1>]>:$segment)> {
+  let results = (outs CQ4PIntr_MultiVector<4, CQ4PIntr_NxF32x4>:$res);
+  let summary = "4-bit indices looked up in ZT0 into four fp32 vectors (LUTI4)";
+  let description = [{
+    The 64 nibbles of the half `segment` of `indices` (at a 512-bit vector
+    length) looked up as 32-bit entries of ZT0, nibble j to element j of
+    the four vectors in order.
+
+    Example:
+
+    ```mlir
+    %quad = cq4p_intr.aarch64.sme.luti4.lane.zt.x4 %packed {segment = 1 : i32, zt = 0 : i32}
+        : (vector<[16]xi8>) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>,
+                                             vector<[4]xf32>, vector<[4]xf32>)>
+    ```
+  }];
+}
+
 def CQ4PIntr_SmeSdotLaneZa32Vg1x4Op
     : CQ4PIntr_Op<"aarch64.sme.sdot.lane.za32.vg1x4",
                   [AllTypesMatch<["v0", "v1", "v2", "v3", "indexed"]>], 0, [],
