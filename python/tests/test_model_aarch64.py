@@ -85,10 +85,11 @@ def assert_targets_agree(results, vocab, tolerance):
 
 
 # Prefill chunks of 16 (the embedding's rows through SME2's FMLAL leaf), and
-# of 64 over 100 tokens on one thread: a whole chunk and one of 36 rows,
-# each one embedding call through its outer-product leaf (calls of at least
-# 32 rows; more threads would split a chunk's rows into 4 ranges each).
-@pytest.mark.parametrize("chunk, tokens, threads", [(CHUNK, PROMPT_TOKENS, 2), (64, 100, 1)])
+# of 128 over 160 tokens: a whole chunk, whose embedding dispatch splits into
+# two ranges of 64 rows (its grain) shared by the two threads, then one of
+# 32 rows, each range one call of the embedding's outer-product leaf (calls
+# of at least 32 rows).
+@pytest.mark.parametrize("chunk, tokens, threads", [(CHUNK, PROMPT_TOKENS, 2), (128, 160, 2)])
 def test_neon_and_sme2_logits_are_equal_bit_for_bit_with_an_fp16_cache(
         chunk, tokens, threads, synthetic_model, tmp_path):
     # An fp16 KV cache: both targets run the attention as the same vector

@@ -11,6 +11,7 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
                                       kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
   llvm.func @gemv(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64)
   llvm.func @rope(!llvm.ptr, !llvm.ptr, i64, i64)
+  llvm.func @rows_kernel(!llvm.ptr, i64)
 
   cq4p.step @decode attributes {max_rows = 1 : i64} {
     cq4p.dispatch @gemv <range> work [0, 8]
@@ -24,6 +25,8 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
         pointers [#cq4p.place<workspace, row_bytes = 256>,
                   #cq4p.place<keys, index = 0, cache_offset = 256, row_bytes = 128, at_position>]
         scalars [rows, position]
+    cq4p.dispatch @rows_kernel <rows> work [1, 0]
+        pointers [#cq4p.place<workspace, row_bytes = 512>] scalars [rows] {grain = 4 : i64}
   }
 }
 
@@ -67,11 +70,31 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
 // CHECK: %[[AT:.*]] = llvm.add %[[POS]], %[[BEGIN]]
 // CHECK: llvm.call @rope(%{{.*}}, %{{.*}}, %[[COUNT]], %[[AT]])
 
+// A grain of 4 rows: the task's range is in blocks of 4, its end cut at the
+// step's rows.
+// CHECK-LABEL: llvm.func internal @__cq4p_task_prefill_1(
+// CHECK-SAME: %[[ARGS:.*]]: !llvm.ptr, %[[BEGIN:.*]]: i64, %[[END:.*]]: i64)
+// CHECK: %[[C4:.*]] = llvm.mlir.constant(4 : i64)
+// CHECK: %[[FIRST:.*]] = llvm.mul %[[BEGIN]], %[[C4]]
+// CHECK: %[[BLOCK_END:.*]] = llvm.mul %[[END]], %[[C4]]
+// CHECK: %[[ROWS:.*]] = llvm.load %{{.*}} : !llvm.ptr -> i64
+// CHECK: %[[PAST:.*]] = llvm.icmp "sgt" %[[BLOCK_END]], %{{.*}}
+// CHECK: %[[LAST:.*]] = llvm.select %[[PAST]], %{{.*}}, %[[BLOCK_END]]
+// CHECK: %[[AHEAD:.*]] = llvm.mul %[[FIRST]], %{{.*}}
+// CHECK: %[[COUNT:.*]] = llvm.sub %[[LAST]], %[[FIRST]]
+// CHECK: llvm.call @rows_kernel(%{{.*}}, %[[COUNT]])
+
 // One row runs the decode step.
 // CHECK-LABEL: llvm.func internal @cq4p_step_prefill(
 // CHECK: llvm.cond_br
 // CHECK: llvm.call @cq4p_step_decode(
 // CHECK: llvm.mlir.addressof @__cq4p_task_prefill_0
+// The grain's dispatch hands out ceil(rows / 4) blocks.
+// CHECK: %[[C3:.*]] = llvm.mlir.constant(3 : i64)
+// CHECK: %[[UP:.*]] = llvm.add %{{.*}}, %[[C3]]
+// CHECK: %[[BLOCKS:.*]] = llvm.udiv %[[UP]], %{{.*}}
+// CHECK: %[[TASK1:.*]] = llvm.mlir.addressof @__cq4p_task_prefill_1
+// CHECK: llvm.call %{{.*}}(%{{.*}}, %[[TASK1]], %{{.*}}, %[[BLOCKS]])
 
 // The descriptor: the kv dtype (2, f16), the target (2, aarch64-neon) and
 // the features (1).

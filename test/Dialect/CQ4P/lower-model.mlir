@@ -73,7 +73,8 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_256x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 11>, {{.*}}, #cq4p.place<logits, row_bytes = 1024>] scalars [rows, begin, end] {single_row}
 // CHECK-NEXT: {{^  \}$}}
 // CHECK-LABEL: cq4p.step @prefill attributes {max_rows = 8 : i64, single_row = @decode} {
-// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128
+// The embedding's rows in ranges of 64 (SME2's outer-product leaf's block).
+// CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 <rows> {{.*}} scalars [rows] {grain = 64 : i64}
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemm_128x128_gs128

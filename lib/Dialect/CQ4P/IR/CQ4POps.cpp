@@ -749,6 +749,13 @@ LogicalResult ShortConvOp::verify() {
 LogicalResult DispatchOp::verify() {
   if (getWork().size() != 2 || getWork()[0] < 0 || getWork()[1] < 0)
     return emitOpError() << "expected work = [rows factor >= 0, constant >= 0]";
+  if (std::optional<int64_t> grain = getGrain()) {
+    if (*grain < 1)
+      return emitOpError() << "expected a grain of at least 1 row, found "
+                           << *grain;
+    if (getSplit() != DispatchSplit::rows)
+      return emitOpError() << "expected a grain only with a rows split";
+  }
   return success();
 }
 

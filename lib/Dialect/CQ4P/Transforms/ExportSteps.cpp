@@ -10,7 +10,8 @@
 //                 ...] scalars [rows, begin, end]
 //
 // becomes a call of `args->parallel_for(args->pool, task, args, 8)` in the
-// step, and
+// step (for a `rows` split with a `grain`, of the count in blocks of grain
+// rows, the task turning its block range back into rows), and
 //
 //   task(args, begin, end):
 //     cq4p_gemv_512x512_gs128(args->bindings[3], args->workspace + 0, ...,
@@ -62,6 +63,16 @@ private:
   Value constant(OpBuilder &b, Location loc, int64_t value) {
     return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
   }
+  /// A dispatch's work items, work[0] * rows + work[1].
+  Value workCount(OpBuilder &b, Location loc, DispatchOp dispatch, Value rows) {
+    ArrayRef<int64_t> work = dispatch.getWork();
+    Value count = constant(b, loc, work[1]);
+    if (work[0])
+      count = LLVM::AddOp::create(
+          b, loc, LLVM::MulOp::create(b, loc, rows, constant(b, loc, work[0])),
+          count);
+    return count;
+  }
   Value byteOffset(OpBuilder &b, Location loc, Value base, Value bytes) {
     return LLVM::GEPOp::create(b, loc, ptr, IntegerType::get(ctx, 8), base,
                                ArrayRef<LLVM::GEPArg>{bytes});
@@ -104,6 +115,16 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
   Value args = block->getArgument(0), begin = block->getArgument(1),
         end = block->getArgument(2);
   bool rowsSplit = dispatch.getSplit() == DispatchSplit::rows;
+  if (std::optional<int64_t> grain = dispatch.getGrain(); grain && *grain > 1) {
+    // The parallel-for split ceil(rows / grain) blocks: back to rows, the
+    // last block cut at the step's rows.
+    Value cGrain = constant(b, loc, *grain);
+    begin = LLVM::MulOp::create(b, loc, begin, cGrain);
+    Value blockEnd = LLVM::MulOp::create(b, loc, end, cGrain);
+    Value total = workCount(b, loc, dispatch, field(b, loc, args, StepArgs::rows));
+    Value past = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::sgt, blockEnd, total);
+    end = LLVM::SelectOp::create(b, loc, past, total, blockEnd);
+  }
   Value stepRows = dispatch.getSingleRow() ? constant(b, loc, 1)
                                            : field(b, loc, args, StepArgs::rows);
   Value position = field(b, loc, args, StepArgs::position);
@@ -235,12 +256,11 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::step(StepOp stepOp) {
                                              {ptr, ptr, ptr, i64});
   for (auto [dispatch, fn] :
        llvm::zip(stepOp.getBody().front().getOps<DispatchOp>(), tasks)) {
-    ArrayRef<int64_t> work = dispatch.getWork();
-    Value count = constant(b, loc, work[1]);
-    if (work[0])
-      count = LLVM::AddOp::create(
-          b, loc,
-          LLVM::MulOp::create(b, loc, rows, constant(b, loc, work[0])), count);
+    Value count = workCount(b, loc, dispatch, rows);
+    if (std::optional<int64_t> grain = dispatch.getGrain(); grain && *grain > 1)
+      count = LLVM::UDivOp::create(
+          b, loc, LLVM::AddOp::create(b, loc, count, constant(b, loc, *grain - 1)),
+          constant(b, loc, *grain));
     Value taskAddress = LLVM::AddressOfOp::create(b, loc, fn);
     SmallVector<Value> callArgs = {parallelFor, pool, taskAddress, args, count};
     LLVM::CallOp::create(b, loc, forType, callArgs);

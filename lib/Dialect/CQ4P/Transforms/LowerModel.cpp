@@ -44,6 +44,7 @@
 
 #include "cq4p/Codegen/KernelBuilder.h"
 #include "cq4p/Codegen/ModelKernels.h"
+#include "cq4p/Conversion/KernelLowering/KernelLowering.h"
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
@@ -68,6 +69,9 @@ using namespace mlir;
 using namespace mlir::cq4p;
 
 namespace {
+
+/// Rows per range of the token embedding's dispatch (but the last).
+constexpr int64_t kEmbeddingGrain = kSmeEmbeddingMopaRows;
 
 constexpr int64_t kAlignment = 64;
 
@@ -250,7 +254,8 @@ private:
 
   void dispatch(FlatSymbolRefAttr kernel, DispatchSplit split,
                 std::array<int64_t, 2> work, ArrayRef<Place> pointers,
-                ArrayRef<DispatchScalar> scalars, bool single) {
+                ArrayRef<DispatchScalar> scalars, bool single,
+                int64_t grain = 1) {
     MLIRContext *ctx = b.getContext();
     SmallVector<Attribute> pointerAttrs, scalarAttrs;
     for (const Place &place : pointers)
@@ -261,14 +266,17 @@ private:
                        DispatchSplitAttr::get(ctx, split),
                        b.getDenseI64ArrayAttr(work), b.getArrayAttr(pointerAttrs),
                        b.getArrayAttr(scalarAttrs), /*serial=*/nullptr,
-                       single ? b.getUnitAttr() : nullptr);
+                       single ? b.getUnitAttr() : nullptr,
+                       grain > 1 ? b.getI64IntegerAttr(grain) : nullptr);
   }
-  /// A kernel over rows (a rows split), of `rowsOf`'s row count.
+  /// A kernel over rows (a rows split), of `rowsOf`'s row count, its ranges
+  /// whole multiples of `grain` rows but the last.
   void rowsDispatch(FlatSymbolRefAttr kernel, Value rowsOf,
-                    ArrayRef<Place> pointers, ArrayRef<DispatchScalar> scalars) {
+                    ArrayRef<Place> pointers, ArrayRef<DispatchScalar> scalars,
+                    int64_t grain = 1) {
     bool single = singleRow(rowsOf);
     dispatch(kernel, DispatchSplit::rows, {single ? 0 : 1, single ? 1 : 0},
-             pointers, scalars, single);
+             pointers, scalars, single, single ? 1 : grain);
   }
 
   /// A layer's KV cache: where its keys and values start (bytes per
@@ -681,9 +689,12 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
                                << " would read past it";
     Value out = embedding.getResult();
     Place place = placeResult(out, index, {});
+    // Ranges of 64 rows: the orthogonal row decode reads the whole K x K
+    // rotation once per call (per stack chunk of rows), and SME2's outer
+    // products take prompt rows 64 at a time (kSmeEmbeddingMopaRows).
     rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType()),
                  out, {Place::binding(*binding), places[embedding.getIds()], place},
-                 {kRows});
+                 {kRows}, kEmbeddingGrain);
     if (FloatAttr scale = embedding.getScaleAttr())
       rowsDispatch(createScaleKernel(kernels,
                                      cast<ShapedType>(out.getType()).getDimSize(1),

@@ -400,7 +400,10 @@ def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
     in `scalars`: `rows` (the rows of this call: the step's, 1 with
     `single_row`, or the range's for a `rows` split), `position` (plus the
     range's first row for a `rows` split), `begin`, `end` (the range, for a
-    `range` split) or `context`.
+    `range` split) or `context`. With `grain` (a `rows` split only), every
+    range but the last holds a multiple of `grain` rows: a kernel that
+    works on blocks of rows (SME2's embedding outer products take 64) gets
+    whole blocks however many threads share the call.
 
     Example:
 
@@ -417,7 +420,7 @@ def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
                        CQ4P_DispatchSplitAttr:$split,
                        DenseI64ArrayAttr:$work, CQ4P_PlaceArrayAttr:$pointers,
                        CQ4P_DispatchScalarArrayAttr:$scalars, UnitAttr:$serial,
-                       UnitAttr:$single_row);
+                       UnitAttr:$single_row, OptionalAttr<I64Attr>:$grain);
   let assemblyFormat = [{
     $kernel $split `work` $work `pointers` $pointers
     `scalars` custom<Scalars>($scalars) attr-dict
