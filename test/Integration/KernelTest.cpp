@@ -514,6 +514,28 @@ TEST(Sme2, AgreesWithNeonBitForBitOverTheShapeGrid) {
   }
 }
 
+namespace {
+
+/// The embedding rows of `count` spread ids of `file` through NEON's vector
+/// code (the test library) and through `sme2`: the same bits, within the
+/// format's 1e-2 of the fp64 oracle (recorded as `label`).
+Errors expectEmbeddingRowsAgreeWithNeon(const KernelLibrary &sme2,
+                                        const TensorFile &file, uint64_t count,
+                                        const std::string &label) {
+  std::vector<int64_t> ids = spreadIds(count, file.n());
+  std::vector<float> neonRows = embedWith(library(), file, ids);
+  std::vector<float> smeRows = embedWith(sme2, file, ids);
+  EXPECT_EQ(neonRows.size(), smeRows.size());
+  if (neonRows.size() == smeRows.size())
+    EXPECT_EQ(0, std::memcmp(neonRows.data(), smeRows.data(), smeRows.size() * 4));
+  Errors rows = compare(smeRows, embeddingOracle(file, ids));
+  measured()[label] = rows;
+  EXPECT_LE(rows.maxAbs, 1e-2);
+  return rows;
+}
+
+} // namespace
+
 // The embedding's prompt rows on SME2: chunks of 64 rows, those of at least
 // 32 through the outer-product leaf (indices transposed through ZA, LUTI4,
 // FP32 FMOPA), the rest through the FMLAL leaf. Counts below, at and past
@@ -537,15 +559,9 @@ TEST(Sme2, EmbeddingPromptRowsAgreeWithNeonBitForBit) {
       counts = {17, 33, 130};
     for (uint64_t m : counts) {
       SCOPED_TRACE(::testing::Message() << m << " rows, K " << c.k);
-      std::vector<int64_t> ids = spreadIds(m, c.n);
-      std::vector<float> neonRows = embedWith(library(), *layer.file, ids);
-      std::vector<float> smeRows = embedWith(*sme2, *layer.file, ids);
-      ASSERT_EQ(neonRows.size(), smeRows.size());
-      EXPECT_EQ(0, std::memcmp(neonRows.data(), smeRows.data(), smeRows.size() * 4));
-      Errors rows = compare(smeRows, embeddingOracle(*layer.file, ids));
-      measured()["sme2 embedding prompt " + std::to_string(m) + " rows x" +
-                 std::to_string(c.k)] = rows;
-      EXPECT_LE(rows.maxAbs, 1e-2);
+      Errors rows = expectEmbeddingRowsAgreeWithNeon(
+          *sme2, *layer.file, m,
+          "sme2 embedding prompt " + std::to_string(m) + " rows x" + std::to_string(c.k));
       EXPECT_LT(rows.relative, 1e-3);
     }
   }
@@ -571,15 +587,9 @@ TEST(Sme2, RotationsAgreeWithNeonBitForBit) {
         c.k == 1536 ? std::vector<uint64_t>{1, 7, 15} : kRotationRows;
     for (uint64_t m : counts) {
       SCOPED_TRACE(::testing::Message() << m << " rows, K " << c.k);
-      std::vector<int64_t> ids = spreadIds(m, c.n);
-      std::vector<float> neonRows = embedWith(library(), *layer.file, ids);
-      std::vector<float> smeRows = embedWith(*sme2, *layer.file, ids);
-      ASSERT_EQ(neonRows.size(), smeRows.size());
-      EXPECT_EQ(0, std::memcmp(neonRows.data(), smeRows.data(), smeRows.size() * 4));
-      Errors rows = compare(smeRows, embeddingOracle(*layer.file, ids));
-      measured()["sme2 embedding " + std::to_string(m) + " rows x" +
-                 std::to_string(c.k)] = rows;
-      EXPECT_LE(rows.maxAbs, 1e-2);
+      expectEmbeddingRowsAgreeWithNeon(
+          *sme2, *layer.file, m,
+          "sme2 embedding " + std::to_string(m) + " rows x" + std::to_string(c.k));
       std::vector<float> x = gaussianRows(m, c.k, seed++);
       for (int threads : {1, 2}) {
         std::vector<float> neonY = lmHeadWith(library(), *layer.file, x, m, threads);
