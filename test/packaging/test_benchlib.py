@@ -313,6 +313,36 @@ def test_model_host_rows_from_measurements():
     assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 5
 
 
+def test_model_llamacpp_section_against_the_faster_llamacpp():
+    # llama.cpp mapped and read into memory (-mmp 0): a column each, and
+    # cq4p's ratios against the better of the two on each measure.
+    model = load_script(SOURCE / "bench" / "model")
+    medians, ranges = {}, {}
+    values = {"llama.cpp Q4_0": [100.0, 10.0, 1000.0],
+              "llama.cpp Q4_0, -mmp 0": [80.0, 20.0, 1250.0],
+              "cq4p default": [200.0, 30.0, 500.0], "cq4p native": [400.0, 40.0, 250.0]}
+    for label, value in values.items():
+        for threads in (1, 2):
+            medians["%s|%d" % (label, threads)] = [v * threads for v in value]
+            ranges["%s|%d" % (label, threads)] = [[v, v] for v in value]
+    entry = {"measured": "m", "llamacpp": "b1 (build 1)", "runs": 3, "agreement": "a",
+             "medians": medians, "ranges": ranges}
+    (section,) = model.peer_sections({"2048": {"llamacpp": entry}})
+    name = model.describe("2048")
+    assert section[2] == ("| model | threads | measure | llama.cpp Q4_0 | llama.cpp Q4_0, -mmp 0 "
+                          "| cq4p default | cq4p native |")
+    assert section[3] == "|---|---:|---|---:|---:|---:|---:|"
+    assert section[4] == ("| %s | 1 | prefill tok/s | 100.0 (100.0-100.0) | 80.0 (80.0-80.0) | "
+                          "200.0 (200.0-200.0): 2.00x | 400.0 (400.0-400.0): 4.00x |" % name)
+    assert section[5] == ("| %s | 1 | decode tok/s | 10.0 (10.0-10.0) | 20.0 (20.0-20.0) | "
+                          "30.0 (30.0-30.0): 1.50x | 40.0 (40.0-40.0): 2.00x |" % name)
+    assert section[6] == ("| %s | 1 | time to first token, ms | 1000 (1000-1000) | "
+                          "1250 (1250-1250) | 500 (500-500): 0.50x | 250 (250-250): 0.25x |" % name)
+    assert section[-1] == ("| %s | 2 / 1 | cq4p native | prefill 2.00x, decode 2.00x | | | |" %
+                           name)
+    assert len(section) == 4 + 6 + 4
+
+
 def test_model_llamacpp_section_from_measurements():
     model = load_script(SOURCE / "bench" / "model")
     medians, ranges = {}, {}
