@@ -176,9 +176,9 @@ public:
   /// K = 2048 streams 1-16 MiB in tens of microseconds at two threads), so
   /// the thread that finishes first waits up to a whole range for the
   /// other; 16 ranges a thread cut the caller's waits at 2 threads from
-  /// about 8% of a decode step to under 3% (the 16-layer hidden-2048 model
-  /// of bench/model, AMD EPYC), where a range's own cost, a GEMV's
-  /// activation rearrangement of one row, stays under a microsecond.
+  /// 7-10% of a decode run to about 3% (the 16-layer hidden-2048 model of
+  /// bench/model, AMD EPYC), where a range's own cost, a GEMV's activation
+  /// rearrangement of one row, stays under a microsecond.
   static constexpr int64_t kDecodeRangesPerThread = 16;
   /// The stack one thread running a step's tasks may use, as measured
   /// (docs/MODEL.md, "Stack"; `cq4p-run --measure-stack`): a row tile of
