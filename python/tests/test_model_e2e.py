@@ -121,6 +121,36 @@ def assert_same_logits(bundle, libraries, prompt):
         assert np.array_equal(outputs[0].view(np.uint32), other.view(np.uint32))
 
 
+def test_attention_splits_whole_kv_groups_at_any_thread_count(tmp_path):
+    # Eight KV heads of two query heads each: the attention dispatch's
+    # ranges hold whole groups (cq4p-lower-model gives it a grain of 2
+    # heads), so a group's heads walk the cache together however many
+    # threads share it. One, two and three threads (twelve ranges asked
+    # for, eight groups to give) compute the oracle's logits within the
+    # tolerance, and the same bits, over a chunked prefill and decode steps.
+    shape = synthetic.Shape(hidden=256, ffn=512, vocab=512, layers=1, heads=16, kv_heads=8,
+                            head_dim=16)
+    config = synthetic.write_model(str(tmp_path / "checkpoint"), "llama", shape=shape, seed=4)
+    bundle = str(tmp_path / "bundle")
+    with open(os.devnull, "w") as quiet:
+        cv.convert(str(tmp_path / "checkpoint"), bundle, progress=quiet)
+    library = compile_model(bundle, str(tmp_path / "libmodel.so"))
+    prompt = synthetic.prompt(config, 2 * CHUNK + 3, seed=5)
+    expected = rf.Reference.from_bundle(bundle).prefill(prompt)[-1]
+    outputs = []
+    for threads in (1, 2, 3):
+        with native.NativeModel(bundle, library, threads=threads) as model:
+            steps = [model.prefill(prompt)]
+            for _ in range(4):
+                steps.append(model.decode(int(np.argmax(steps[-1]))))
+        outputs.append(np.stack(steps))
+    error = relative(outputs[0][0], expected)
+    print(f"16 heads over 8 KV heads: last-position logits max |diff| / std = {error:.4f}")
+    assert error <= LOGIT_TOLERANCE
+    for other in outputs[1:]:
+        assert np.array_equal(outputs[0].view(np.uint32), other.view(np.uint32))
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_the_fused_dense_mlp_computes_the_same_logits(compiled, tmp_path, arch):
     # --fuse-dense-mlp runs the same matmuls and gating per super-block in

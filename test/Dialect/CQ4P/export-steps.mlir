@@ -27,6 +27,11 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
         scalars [rows, position]
     cq4p.dispatch @rows_kernel <rows> work [1, 0]
         pointers [#cq4p.place<workspace, row_bytes = 512>] scalars [rows] {grain = 4 : i64}
+    cq4p.dispatch @gemv <range> work [0, 6]
+        pointers [#cq4p.place<binding, index = 3>, #cq4p.place<workspace>,
+                  #cq4p.place<workspace, offset = 1024, row_bytes = 128>,
+                  #cq4p.place<workspace, offset = 2048, row_bytes = 4>]
+        scalars [rows, begin, end] {grain = 4 : i64}
   }
 }
 
@@ -84,6 +89,18 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
 // CHECK: %[[COUNT:.*]] = llvm.sub %[[LAST]], %[[FIRST]]
 // CHECK: llvm.call @rows_kernel(%{{.*}}, %[[COUNT]])
 
+// A range split's grain: the kernel's begin and end are in work items, the
+// last block cut at the count (6).
+// CHECK-LABEL: llvm.func internal @__cq4p_task_prefill_2(
+// CHECK-SAME: %[[ARGS:.*]]: !llvm.ptr, %[[BEGIN:.*]]: i64, %[[END:.*]]: i64)
+// CHECK: %[[C4:.*]] = llvm.mlir.constant(4 : i64)
+// CHECK: %[[FIRST:.*]] = llvm.mul %[[BEGIN]], %[[C4]]
+// CHECK: %[[BLOCK_END:.*]] = llvm.mul %[[END]], %[[C4]]
+// CHECK: %[[C6:.*]] = llvm.mlir.constant(6 : i64)
+// CHECK: %[[PAST:.*]] = llvm.icmp "sgt" %[[BLOCK_END]], %[[C6]]
+// CHECK: %[[LAST:.*]] = llvm.select %[[PAST]], %[[C6]], %[[BLOCK_END]]
+// CHECK: llvm.call @gemv(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[FIRST]], %[[LAST]])
+
 // One row runs the decode step.
 // CHECK-LABEL: llvm.func internal @cq4p_step_prefill(
 // CHECK: llvm.cond_br
@@ -95,6 +112,9 @@ module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab =
 // CHECK: %[[BLOCKS:.*]] = llvm.udiv %[[UP]], %{{.*}}
 // CHECK: %[[TASK1:.*]] = llvm.mlir.addressof @__cq4p_task_prefill_1
 // CHECK: llvm.call %{{.*}}(%{{.*}}, %[[TASK1]], %{{.*}}, %[[BLOCKS]])
+// Six items in blocks of 4: ceil(6 / 4) = 2 blocks.
+// CHECK: %[[TASK2:.*]] = llvm.mlir.addressof @__cq4p_task_prefill_2
+// CHECK: llvm.call %{{.*}}(%{{.*}}, %[[TASK2]], %{{.*}}, %{{.*}})
 
 // The descriptor: the kv dtype (2, f16), the target (2, aarch64-neon) and
 // the features (1).

@@ -67,13 +67,13 @@ cq4p.step @decode attributes {max_rows = 1 : i64} {
 // -----
 
 cq4p.step @prefill attributes {max_rows = 8 : i64} {
-  // expected-error @+1 {{'cq4p.dispatch' op expected a grain of at least 1 row, found 0}}
+  // expected-error @+1 {{'cq4p.dispatch' op expected a grain of at least 1 work item, found 0}}
   cq4p.dispatch @k <rows> work [1, 0] pointers [] scalars [rows] {grain = 0 : i64}
 }
 
 // -----
 
 cq4p.step @prefill attributes {max_rows = 8 : i64} {
-  // expected-error @+1 {{'cq4p.dispatch' op expected a grain only with a rows split}}
-  cq4p.dispatch @k <range> work [0, 8] pointers [] scalars [begin, end] {grain = 4 : i64}
+  // expected-error @+1 {{'cq4p.dispatch' op expected no grain on a serial dispatch (one call over all its work)}}
+  cq4p.dispatch @k <range> work [0, 8] pointers [] scalars [begin, end] {grain = 4 : i64, serial}
 }

@@ -57,7 +57,7 @@
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_64x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 4>, #cq4p.place<workspace, offset = [[A]]{{.*}}, #cq4p.place<values, cache_offset = 256, row_bytes = 256, at_position>]
 // CHECK-NEXT: cq4p.dispatch @cq4p_rope_128_d64_f{{[0-9a-f]+}} <rows> {{.*}} pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position]
 // CHECK-NEXT: cq4p.dispatch @cq4p_rope_64_d64_f{{[0-9a-f]+}} {{.*}} pointers [#cq4p.place<workspace, offset = [[K]], row_bytes = 256>, #cq4p.place<keys, row_bytes = 256, at_position>]
-// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} <range> work [0, 2] pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position, context, begin, end]
+// CHECK-NEXT: cq4p.dispatch @cq4p_cached_attention_h2_kv1_d64_w0_s{{[0-9]+}} <range> work [0, 2] pointers [#cq4p.place<workspace, offset = [[Q]], row_bytes = 512>, #cq4p.place<keys, row_bytes = 256>, #cq4p.place<values, cache_offset = 256, row_bytes = 256>, #cq4p.place<workspace, offset = [[Q]], row_bytes = 512>] scalars [rows, position, context, begin, end]{{$}}
 // CHECK-NEXT: cq4p.dispatch @cq4p_quantize_128_gs128_hadamard
 // CHECK-NEXT: cq4p.dispatch @cq4p_gemv_residual_128x128_gs128
 // CHECK-NEXT: cq4p.dispatch @cq4p_rms_norm_128_d128_f16

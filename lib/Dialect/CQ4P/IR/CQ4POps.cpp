@@ -751,10 +751,11 @@ LogicalResult DispatchOp::verify() {
     return emitOpError() << "expected work = [rows factor >= 0, constant >= 0]";
   if (std::optional<int64_t> grain = getGrain()) {
     if (*grain < 1)
-      return emitOpError() << "expected a grain of at least 1 row, found "
+      return emitOpError() << "expected a grain of at least 1 work item, found "
                            << *grain;
-    if (getSplit() != DispatchSplit::rows)
-      return emitOpError() << "expected a grain only with a rows split";
+    if (getSerial())
+      return emitOpError() << "expected no grain on a serial dispatch (one call "
+                              "over all its work)";
   }
   return success();
 }

@@ -10,8 +10,8 @@
 //                 ...] scalars [rows, begin, end]
 //
 // becomes a call of `args->parallel_for(args->pool, task, args, 8)` in the
-// step (for a `rows` split with a `grain`, of the count in blocks of grain
-// rows, the task turning its block range back into rows), and
+// step (for a dispatch with a `grain`, of the count in blocks of grain
+// work items, the task turning its block range back into items), and
 //
 //   task(args, begin, end):
 //     cq4p_gemv_512x512_gs128(args->bindings[3], args->workspace + 0, ...,
@@ -116,8 +116,8 @@ FailureOr<LLVM::LLVMFuncOp> StepExporter::task(DispatchOp dispatch,
         end = block->getArgument(2);
   bool rowsSplit = dispatch.getSplit() == DispatchSplit::rows;
   if (std::optional<int64_t> grain = dispatch.getGrain(); grain && *grain > 1) {
-    // The parallel-for split ceil(rows / grain) blocks: back to rows, the
-    // last block cut at the step's rows.
+    // The parallel-for split ceil(count / grain) blocks: back to work
+    // items (rows, or the range's), the last block cut at the count.
     Value cGrain = constant(b, loc, *grain);
     begin = LLVM::MulOp::create(b, loc, begin, cGrain);
     Value blockEnd = LLVM::MulOp::create(b, loc, end, cGrain);

@@ -400,10 +400,11 @@ def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
     in `scalars`: `rows` (the rows of this call: the step's, 1 with
     `single_row`, or the range's for a `rows` split), `position` (plus the
     range's first row for a `rows` split), `begin`, `end` (the range, for a
-    `range` split) or `context`. With `grain` (a `rows` split only), every
-    range but the last holds a multiple of `grain` rows: a kernel that
-    works on blocks of rows (SME2's embedding outer products take 64) gets
-    whole blocks however many threads share the call.
+    `range` split) or `context`. With `grain`, every range but the last
+    holds a multiple of `grain` work items: a kernel that works on blocks
+    of rows (SME2's embedding outer products take 64) or of a range (the
+    query heads that share a KV head, which attention walks the cache
+    with together) gets whole blocks however many threads share the call.
 
     Example:
 
