@@ -491,28 +491,52 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       for (int64_t c = 0; c < chunks; ++c)
         init.push_back(e2.splatc(0.0f));
     }
-    auto tiles = scf::ForOp::create(
-        b2, l2, first, end, e2.index(kLanes), init,
+    // The whole tiles (flat addressing, no masks), then the last one if
+    // it is partial.
+    auto tile = [&](OpBuilder &b3, Location l3, Value t, ValueRange state,
+                    bool masked) {
+      Emitter e3{b3, l3};
+      // Lanes past the last key are masked: their key row is clamped to
+      // the tile's first (in bounds), their weight is 0.
+      Value valid, tileBase;
+      SmallVector<Value> keyRows;
+      if (masked) {
+        Value remaining = arith::IndexCastOp::create(
+            b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
+        valid = arith::CmpIOp::create(
+            b3, l3, arith::CmpIPredicate::slt, lanes,
+            vector::BroadcastOp::create(b3, l3, laneType, remaining));
+        for (int64_t i = 0; i < kLanes; ++i) {
+          Value j = e3.addi(t, e3.index(i));
+          Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
+          keyRows.push_back(arith::SelectOp::create(b3, l3, inside, j, t));
+        }
+      } else {
+        tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
+      }
+      SmallVector<Value> next;
+      for (int64_t g = 0; g < count; ++g)
+        next.append(headTile(b3, l3, keyRows, valid, kvBase, qv[g],
+                             state.slice(g * stride, stride), tileBase));
+      return next;
+    };
+    Value whole = e2.addi(
+        first, e2.muli(arith::DivUIOp::create(b2, l2, arith::SubIOp::create(b2, l2, end, first),
+                                              e2.index(kLanes)),
+                       e2.index(kLanes)));
+    auto wholeTiles = scf::ForOp::create(
+        b2, l2, first, whole, e2.index(kLanes), init,
         [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
-          Emitter e3{b3, l3};
-          // Lanes past the last key are masked: their key row is
-          // clamped to the tile's first (in bounds), their weight is 0.
-          Value remaining = arith::IndexCastOp::create(
-              b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
-          Value valid = arith::CmpIOp::create(
-              b3, l3, arith::CmpIPredicate::slt, lanes,
-              vector::BroadcastOp::create(b3, l3, laneType, remaining));
-          SmallVector<Value> keyRows;
-          for (int64_t i = 0; i < kLanes; ++i) {
-            Value j = e3.addi(t, e3.index(i));
-            Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
-            keyRows.push_back(arith::SelectOp::create(b3, l3, inside, j, t));
-          }
-          SmallVector<Value> next;
-          for (int64_t g = 0; g < count; ++g)
-            next.append(headTile(b3, l3, keyRows, valid, kvBase, qv[g],
-                                 state.slice(g * stride, stride)));
-          scf::YieldOp::create(b3, l3, next);
+          scf::YieldOp::create(b3, l3, tile(b3, l3, t, state, /*masked=*/false));
+        });
+    auto tiles = scf::IfOp::create(
+        b2, l2, arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::slt, whole, end),
+        [&](OpBuilder &b3, Location l3) {
+          scf::YieldOp::create(b3, l3,
+                               tile(b3, l3, whole, wholeTiles.getResults(), /*masked=*/true));
+        },
+        [&](OpBuilder &b3, Location l3) {
+          scf::YieldOp::create(b3, l3, wholeTiles.getResults());
         });
     for (int64_t g = 0; g < count; ++g) {
       Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(g * stride + 1)));
