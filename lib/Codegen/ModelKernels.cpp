@@ -409,6 +409,30 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
                   vector::ShuffleOp::create(en.b, en.loc, x, y, high));
   };
 
+  // Tile [t, t + 16) of a walk over keys before `end` that may pass it:
+  // its key rows (clamped to the tile's first past `end`, in bounds) in
+  // keyRows, and the mask of its lanes before `end`.
+  auto maskedTile = [&](Emitter &en, Value t, Value end,
+                        SmallVectorImpl<Value> &keyRows) -> Value {
+    Value remaining = arith::IndexCastOp::create(
+        en.b, en.loc, en.b.getI32Type(), arith::SubIOp::create(en.b, en.loc, end, t));
+    Value valid = arith::CmpIOp::create(
+        en.b, en.loc, arith::CmpIPredicate::slt, lanes,
+        vector::BroadcastOp::create(en.b, en.loc, laneType, remaining));
+    for (int64_t i = 0; i < kLanes; ++i) {
+      Value j = en.addi(t, en.index(i));
+      Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
+      keyRows.push_back(arith::SelectOp::create(en.b, en.loc, inside, j, t));
+    }
+    return valid;
+  };
+  // The end of the whole tiles of keys [first, end).
+  auto wholeTilesEnd = [&](Emitter &en, Value first, Value end) -> Value {
+    Value tiles = arith::DivUIOp::create(
+        en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, first), en.index(kLanes));
+    return en.addi(first, en.muli(tiles, en.index(kLanes)));
+  };
+
   // One query head's step over a tile of 16 keys (rows keyRows, lanes
   // `valid` or all when null) from its state (running max, sum,
   // accumulators) to its next.
@@ -496,34 +520,20 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     auto tile = [&](OpBuilder &b3, Location l3, Value t, ValueRange state,
                     bool masked) {
       Emitter e3{b3, l3};
-      // Lanes past the last key are masked: their key row is clamped to
-      // the tile's first (in bounds), their weight is 0.
+      // Lanes past the last key are masked: their weight is 0.
       Value valid, tileBase;
       SmallVector<Value> keyRows;
-      if (masked) {
-        Value remaining = arith::IndexCastOp::create(
-            b3, l3, b3.getI32Type(), arith::SubIOp::create(b3, l3, end, t));
-        valid = arith::CmpIOp::create(
-            b3, l3, arith::CmpIPredicate::slt, lanes,
-            vector::BroadcastOp::create(b3, l3, laneType, remaining));
-        for (int64_t i = 0; i < kLanes; ++i) {
-          Value j = e3.addi(t, e3.index(i));
-          Value inside = arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::slt, j, end);
-          keyRows.push_back(arith::SelectOp::create(b3, l3, inside, j, t));
-        }
-      } else {
+      if (masked)
+        valid = maskedTile(e3, t, end, keyRows);
+      else
         tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
-      }
       SmallVector<Value> next;
       for (int64_t g = 0; g < count; ++g)
         next.append(headTile(b3, l3, keyRows, valid, kvBase, qv[g],
                              state.slice(g * stride, stride), tileBase));
       return next;
     };
-    Value whole = e2.addi(
-        first, e2.muli(arith::DivUIOp::create(b2, l2, arith::SubIOp::create(b2, l2, end, first),
-                                              e2.index(kLanes)),
-                       e2.index(kLanes)));
+    Value whole = wholeTilesEnd(e2, first, end);
     auto wholeTiles = scf::ForOp::create(
         b2, l2, first, whole, e2.index(kLanes), init,
         [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
@@ -581,21 +591,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       Emitter e2{b2, l2};
       Value valid;
       SmallVector<Value> keyRows;
-      if (masked) {
-        Value remaining = arith::IndexCastOp::create(
-            b2, l2, b2.getI32Type(), arith::SubIOp::create(b2, l2, end, t));
-        valid = arith::CmpIOp::create(
-            b2, l2, arith::CmpIPredicate::slt, lanes,
-            vector::BroadcastOp::create(b2, l2, laneType, remaining));
-      }
-      for (int64_t i = 0; i < kLanes; ++i) {
-        Value j = e2.addi(t, e2.index(i));
-        if (masked) {
-          Value inside = arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::slt, j, end);
-          j = arith::SelectOp::create(b2, l2, inside, j, t);
-        }
-        keyRows.push_back(j);
-      }
+      if (masked)
+        valid = maskedTile(e2, t, end, keyRows);
       e2.loop(headBegin, headEnd, 1, [&](OpBuilder &b3, Location l3, Value h) {
         Emitter e3{b3, l3};
         Value kvBase = e3.muli(arith::DivUIOp::create(b3, l3, h, groupSize), e3.index(d));
@@ -617,10 +614,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
           e3.store(next[2 + c], accBuf, {h, e3.index(c * kLanes)});
       });
     };
-    Value whole = e1.addi(
-        first, e1.muli(arith::DivUIOp::create(b1, l1, arith::SubIOp::create(b1, l1, end, first),
-                                              e1.index(kLanes)),
-                       e1.index(kLanes)));
+    Value whole = wholeTilesEnd(e1, first, end);
     e1.loop(first, whole, kLanes, [&](OpBuilder &b2, Location l2, Value t) {
       tileAll(b2, l2, t, /*masked=*/false);
     });
