@@ -4,20 +4,38 @@
 // the 16-lane vector code of a flash-attention decode, per query row at
 // %pos + r and head: keys in tiles of 16 from the window's start, their
 // scores one vector, the running max and sum rescaled once per tile; exp a
-// polynomial (no libm call).
+// polynomial (no libm call). A whole tile loads its keys through the flat
+// cache (one index plus constants), the partial last tile by rows, masked.
+// One row (a decode step) takes the tiles outermost, every head of the
+// range per tile, their states in stack buffers.
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
+// CHECK: %[[FLATK:.*]] = memref.collapse_shape %{{.*}} {{\[\[}}0, 1]] : memref<?x128xf16> into memref<?xf16>
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
+// CHECK: %[[ONE:.*]] = arith.cmpi eq, %[[ROWS]], %c1
+// CHECK: scf.if %[[ONE]] {
+// CHECK: %[[END1:.*]] = arith.addi %[[POS]], %c1
+// CHECK: %[[START1:.*]] = arith.subi %[[END1]], %c32
+// CHECK: %[[FIRST1:.*]] = arith.maxsi %[[START1]], %c0
+// CHECK: memref.alloca() : memref<4x64xf32>
+// CHECK: scf.for %{{.*}} = %[[FIRST1]] to %{{.*}} step %c16 {
+// CHECK-NEXT: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
+// CHECK: arith.extf
+// CHECK: scf.if
+// CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
+// CHECK: } else {
 // CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]]
 // CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[R]]
 // CHECK: %[[END:.*]] = arith.addi %[[P]], %c1
 // CHECK: %[[START:.*]] = arith.subi %[[END]], %c32
 // CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %c0
 // CHECK: scf.for %[[H:.*]] =
-// CHECK: scf.for %{{.*}} = %[[FIRST]] to %[[END]] step %c16
-// CHECK: vector.load %{{.*}} : memref<?x128xf16>, vector<16xf16>
-// CHECK: arith.extf
+// CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16
+// CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
+// CHECK: scf.if
+// CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK-NOT: math.exp
 // CHECK-NOT: call
 // CHECK: return
@@ -35,11 +53,12 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // CHECK-LABEL: func.func @prefill_attention
 // CHECK-NOT: cq4p.attention
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
+// CHECK: } else {
 // CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]]
 // CHECK: %[[END:.*]] = arith.addi %[[R]], %c1
 // CHECK: scf.for %[[H:.*]] =
-// CHECK: scf.for %{{.*}} = %c0 to %[[END]] step %c16
-// CHECK: vector.load %{{.*}} : memref<?x64xf32>, vector<16xf32>
+// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c16
+// CHECK: vector.load %{{.*}} : memref<?xf32>, vector<16xf32>
 // CHECK-NOT: math.exp
 // CHECK: return
 func.func @prefill_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
