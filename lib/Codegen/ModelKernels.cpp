@@ -30,6 +30,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::cq4p;
@@ -556,6 +557,18 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     }
   };
 
+  // The keys query position p attends to: [first, end), end = p + 1, first
+  // 0 or, with a window, max(0, p + 1 - window) (keys j > p - window).
+  auto keysOf = [&](Emitter &en, Value p) -> std::pair<Value, Value> {
+    Value end = en.addi(p, en.index(1));
+    Value first = en.index(0);
+    if (window > 0)
+      first = arith::MaxSIOp::create(
+          en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
+          en.index(0));
+    return {first, end};
+  };
+
   // One row (a decode step): tiles outermost, and per tile every head of
   // the range in turn, their states in stack buffers between tiles; a
   // whole tile addresses its keys and values by one flat index plus
@@ -568,11 +581,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   auto oneRow = [&](OpBuilder &b1, Location l1) {
     Emitter e1{b1, l1};
     Value r = e1.index(0);
-    Value end = e1.addi(position, e1.index(1));
-    Value first = e1.index(0);
-    if (window > 0)
-      first = arith::MaxSIOp::create(
-          b1, l1, arith::SubIOp::create(b1, l1, end, e1.index(window)), e1.index(0));
+    Value first, end;
+    std::tie(first, end) = keysOf(e1, position);
     Type f32 = b1.getF32Type();
     Value maxBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads}, f32));
     Value sumBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads}, f32));
@@ -645,14 +655,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   b.setInsertionPoint(byRows.elseBlock()->getTerminator());
   e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
     Emitter e1{b1, l1};
-    Value p = e1.addi(position, r);
-    Value end = e1.addi(p, e1.index(1));
-    Value first = e1.index(0);
-    if (window > 0) {
-      // Keys j > p - window: from max(0, p + 1 - window).
-      Value start = arith::SubIOp::create(b1, l1, end, e1.index(window));
-      first = arith::MaxSIOp::create(b1, l1, start, e1.index(0));
-    }
+    Value first, end;
+    std::tie(first, end) = keysOf(e1, e1.addi(position, r));
     Value groupSize = e1.index(group);
     auto oneByOne = [&](OpBuilder &b2, Location l2, Value kv, Value from,
                         Value to) {
