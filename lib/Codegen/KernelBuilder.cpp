@@ -10,6 +10,9 @@
 
 #include "cq4p/format.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -207,9 +210,11 @@ FlatSymbolRefAttr mlir::cq4p::createGatedQuantizeKernel(KernelBuilder &kernels,
 }
 
 FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
-                                                 WeightType w) {
+                                                 WeightType w,
+                                                 int64_t rowsPerId) {
   MLIRContext *ctx = w.getContext();
   Type f32 = Float32Type::get(ctx), f16 = Float16Type::get(ctx);
+  Type i64 = IntegerType::get(ctx, 64);
   int64_t n = w.getN(), k = w.getK();
   KernelSpec spec;
   spec.name = "cq4p_embedding_" + std::to_string(n) + "x" + std::to_string(k);
@@ -223,11 +228,53 @@ FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
       {"weight.codebook", MemRefType::get({CQ4P_CODEBOOK_LEVELS}, f16)},
       {"weight.rotation_t", MemRefType::get({k, k}, f16)},
       {"weight.input_scale_recip", MemRefType::get({k}, f16)},
-      {"ids", MemRefType::get({kDynamic}, IntegerType::get(ctx, 64))},
+      {"ids", MemRefType::get({kDynamic}, i64)},
       {"out", MemRefType::get({kDynamic, k}, f32)}};
+  if (rowsPerId == 1)
+    return kernels.getOrCreate(
+        spec, [&](OpBuilder &b, Location loc, ValueRange args) {
+          DecodeEmbeddingOp::create(b, loc, args[0], args[1], args[2], args[3],
+                                    args[4], args[5], args[6]);
+        });
+  // R rows per id: the ids' rows id * R + l listed in a stack buffer (R
+  // per id, 8 bytes each: a chunk of 128 ids and R = 35 is 35 KiB) and the
+  // output's [rows, R * K] seen as [rows * R, K], then the one row decoder
+  // of every target over them.
+  spec.name += "_r" + std::to_string(rowsPerId);
+  spec.op = "embedding_rows";
+  spec.params.back().type = MemRefType::get({kDynamic, rowsPerId * k}, f32);
+  spec.params.push_back({"rows", IndexType::get(ctx)});
   return kernels.getOrCreate(
       spec, [&](OpBuilder &b, Location loc, ValueRange args) {
+        Value ids = args[5], out = args[6], rows = args[7];
+        Value per = arith::ConstantIndexOp::create(b, loc, rowsPerId);
+        Value perI64 = arith::ConstantIntOp::create(b, loc, i64, rowsPerId);
+        Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+        Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+        Value total = arith::MulIOp::create(b, loc, rows, per);
+        Value tableRows = memref::AllocaOp::create(
+            b, loc, MemRefType::get({kDynamic}, i64), ValueRange{total});
+        auto loop = scf::ForOp::create(b, loc, c0, rows, c1);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value i = loop.getInductionVar();
+          Value first = arith::MulIOp::create(
+              b, loc, memref::LoadOp::create(b, loc, ids, ValueRange{i}), perI64);
+          Value at = arith::MulIOp::create(b, loc, i, per);
+          auto inner = scf::ForOp::create(b, loc, c0, per, c1);
+          b.setInsertionPointToStart(inner.getBody());
+          Value l = inner.getInductionVar();
+          Value row = arith::AddIOp::create(
+              b, loc, first, arith::IndexCastOp::create(b, loc, i64, l));
+          memref::StoreOp::create(b, loc, row, tableRows,
+                                  ValueRange{arith::AddIOp::create(b, loc, at, l)});
+        }
+        Value flat = memref::ReinterpretCastOp::create(
+            b, loc, MemRefType::get({kDynamic, k}, f32), out, /*offset=*/b.getIndexAttr(0),
+            /*sizes=*/ArrayRef<OpFoldResult>{total, b.getIndexAttr(k)},
+            /*strides=*/ArrayRef<OpFoldResult>{b.getIndexAttr(k), b.getIndexAttr(1)});
         DecodeEmbeddingOp::create(b, loc, args[0], args[1], args[2], args[3],
-                                  args[4], args[5], args[6]);
+                                  args[4], tableRows, flat);
       });
 }

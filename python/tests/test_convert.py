@@ -115,6 +115,26 @@ def test_bf16_is_widened_exactly(tmp_path):
     assert values[0] == 1.0078125 and values[1] == -99840.0
 
 
+def test_a_streamed_checkpoint_holds_the_values_given(tmp_path):
+    """write_streamed (checkpoints larger than memory) block by block: the
+    values read back are the BF16 rounding of those given, every block in
+    its place."""
+    rng = np.random.default_rng(4)
+    values = {"a": rng.standard_normal((37, 5), dtype=np.float32),
+              "b": rng.standard_normal((3,), dtype=np.float32)}
+    path = tmp_path / "x.safetensors"
+    st.write_streamed(str(path), {name: v.shape for name, v in values.items()},
+                      lambda name, shape, begin, end: values[name][begin:end], block_rows=8)
+    entries = {entry.name: entry for entry in st.read_header(str(path))}
+    for name, v in values.items():
+        bits = v.view(np.uint32).astype(np.uint64)
+        rounded = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)
+        assert np.array_equal(st.load(entries[name]).view(np.uint32), rounded)
+    with pytest.raises(ValueError, match="rows 0..8 came as"):
+        st.write_streamed(str(path), {"a": (37, 5)},
+                          lambda name, shape, begin, end: values["a"][:1], block_rows=8)
+
+
 def test_convert_refuses_an_existing_bundle_unless_forced(spiked_model, tmp_path, capsys):
     root, _, _ = spiked_model
     out = tmp_path / "bundle"

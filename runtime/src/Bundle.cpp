@@ -97,6 +97,33 @@ std::string formatShape(const uint64_t *dims, size_t count) {
   return text + "]";
 }
 
+/// Gemma 4's per-layer embedding table is stored as rows of one layer each
+/// ([vocab * layers, width], the checkpoint's [vocab, layers * width] in
+/// manifest original_shape). A CQ4 table stored with the checkpoint's rows
+/// is the layout converters wrote before, whose one layers * width wide
+/// rotation each token read: refused, naming the fix.
+template <typename Refuse>
+Status checkPerLayerTable(const json::Value &entry, const BundleTensor &tensor,
+                          const Refuse &refuse, const std::string &where) {
+  static constexpr char kSuffix[] = "embed_tokens_per_layer.weight";
+  const std::string &name = tensor.name;
+  size_t suffix = sizeof(kSuffix) - 1;
+  if (tensor.dtype != "CQ4" || tensor.shape.size() != 2 || name.size() < suffix ||
+      name.compare(name.size() - suffix, suffix, kSuffix) != 0)
+    return Status::ok();
+  const json::Value *original = entry.get("original_shape");
+  if (!original || original->kind != json::Value::Kind::Array ||
+      original->array.size() != 2 || !original->array[0].isInteger ||
+      uint64_t(original->array[0].integer) != tensor.shape[0])
+    return Status::ok();
+  return refuse(where + ": the per-layer embedding table is stored as one " +
+                formatShape(tensor.shape.data(), 2) +
+                " orthogonal tensor, a layout this cq4p no longer runs (a " +
+                std::to_string(tensor.shape[1]) + " x " + std::to_string(tensor.shape[1]) +
+                " rotation read for every token); reconvert the checkpoint with "
+                "`python -m cq4p convert`, which stores it as rows of one layer each");
+}
+
 const char *precisionName(uint32_t precision) {
   switch (precision) {
   case CQ4P_PRECISION_FP16: return "FP16";
@@ -370,6 +397,8 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out,
                               "\"shape\"");
       tensor.shape.push_back(static_cast<uint64_t>(dim.integer));
     }
+    if (Status status = checkPerLayerTable(entry, tensor, refuse, where); !status)
+      return status;
     const json::Value *sha256 = entry.get("sha256");
     if (sha256 && (sha256->kind != json::Value::Kind::String ||
                    !isSha256Hex(sha256->string)))

@@ -79,8 +79,11 @@ SmallVector<FlatSymbolRefAttr> createLinearKernels(KernelBuilder &kernels,
 FlatSymbolRefAttr createGatedQuantizeKernel(KernelBuilder &kernels,
                                             WeightType w, Activation activation);
 
-/// The embedding row decoder of `w`.
-FlatSymbolRefAttr createEmbeddingKernel(KernelBuilder &kernels, WeightType w);
+/// The embedding row decoder of `w`. With `rowsPerId` R > 1, a model
+/// kernel (op "embedding_rows", not in the kernel table) that decodes rows
+/// id * R .. id * R + R - 1 of each id side by side into an R * K wide row.
+FlatSymbolRefAttr createEmbeddingKernel(KernelBuilder &kernels, WeightType w,
+                                        int64_t rowsPerId = 1);
 
 /// memref<SB x ng x gs/4 x 128 x i8>: the panel bytes.
 MemRefType panelsType(WeightType w);

@@ -56,6 +56,7 @@ temporary directory is removed, a temporary left by a killed conversion
 and an existing bundle (--force) is replaced only by a complete new one.
 """
 
+import dataclasses
 import glob
 import json
 import math
@@ -416,9 +417,24 @@ def _quantized_native(name, entry, rotation, seed, input_scale):
         raise ConvertError(f"tensor {name}: {error}") from None
 
 
-def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto"):
+def split_rows(entry, rows_per_row):
+    """The entry of a [N, R * W] table read as [N * R, W] (the same bytes,
+    row-major): Gemma 4's per-layer embeddings, a token's row of `layers`
+    slices stored as `layers` rows of one layer each, so that each has its
+    own norm and one W x W rotation serves them all (docs/MODEL.md)."""
+    n, k = entry.shape
+    if k % rows_per_row:
+        raise ConvertError(f"{entry.path}: tensor {entry.name} has {k} columns, not "
+                           f"{rows_per_row} slices of equal width")
+    return dataclasses.replace(entry, shape=(n * rows_per_row, k // rows_per_row))
+
+
+def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="auto",
+                   rows_per_row=1):
     """Writes one tensor's file; returns (manifest entry with the sha256 of
-    the bytes written, progress text)."""
+    the bytes written, progress text). With `rows_per_row` R > 1 (an
+    orthogonal table), each checkpoint row is stored as R rows (split_rows);
+    the manifest's original_shape stays the checkpoint's."""
     name, shape = entry.name, entry.shape
     stem = bd.logical_file(name)
     if 0 in shape:
@@ -426,6 +442,16 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     if len(shape) > ly.MAX_DIMS:
         raise ConvertError(f"{entry.path}: tensor {name} has {len(shape)} dims, at most "
                            f"{ly.MAX_DIMS} can be stored")
+    checkpoint_shape = shape
+    if rows_per_row > 1:
+        if legacy is not None:
+            raise ConvertError(f"tensor {name}: stored as rows of one layer each, which "
+                               f"needs packed panels (not --legacy)")
+        if name in calibration:
+            raise ConvertError(f"calibration statistics for {name}: an embedding table "
+                               f"takes none")
+        entry = split_rows(entry, rows_per_row)
+        shape = entry.shape
     if len(shape) == 2 and is_orthogonal_tensor(name):
         rotation, layout = qz.ORTHOGONAL, orthogonal_layout(*shape, legacy)
     elif is_hadamard_tensor(name, shape):
@@ -459,7 +485,10 @@ def convert_tensor(directory, entry, seed, calibration, legacy=None, quantizer="
     line = f"CQ4 {rotation} {layout} {weight.n}x{weight.k}"
     if weight.k != shape[1]:
         line += f" (K padded from {shape[1]})"
-    return {"name": name, "file": stem, "shape": stored, "original_shape": list(shape),
+    if rows_per_row > 1:
+        line += f" ({rows_per_row} rows per checkpoint row)"
+    return {"name": name, "file": stem, "shape": stored,
+            "original_shape": list(checkpoint_shape),
             "dtype": "CQ4", "rotation": rotation, "layout": layout, "group_size": gs,
             "sha256": sha256}, line
 
@@ -686,6 +715,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     skipped = [entry.name for entry in entries if entry.name not in wanted]
     entries = [entry for entry in entries if entry.name in wanted]
     statistics = read_calibration(calibration)
+    split = spec.split_tables()
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     remove_stale_temporaries(out, progress)
@@ -704,7 +734,7 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
             begin = time.perf_counter()
             try:
                 record, line = convert_tensor(temporary, entry, seed, statistics, legacy,
-                                              quantizer)
+                                              quantizer, split.get(entry.name, 1))
             except bd.BundleError as error:
                 raise ConvertError(f"{entry.path}: {error}") from error
             records[number - 1] = record

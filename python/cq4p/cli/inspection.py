@@ -114,7 +114,12 @@ def _bundle_line(directory, record, deep=False):
                 rotation = "orthogonal" if tensor.orthogonal else "hadamard"
                 kind += f" {rotation} {tensor.layout} gs {tensor.group_size}"
             original = record.get("original_shape")
-            if original and list(original) != list(tensor.dims):
+            if original and len(original) == 2 and len(tensor.dims) == 2 and \
+                    original[0] != tensor.dims[0]:
+                # A table stored as rows of one layer each.
+                shape += (f" ({tensor.dims[0] // original[0]} rows per checkpoint row of "
+                          f"{'x'.join(map(str, original))})")
+            elif original and list(original) != list(tensor.dims):
                 # A K the converter zero-padded: the model's true shape.
                 shape += f" (true shape {'x'.join(map(str, original))})"
             return True, f"{name}: {os.path.basename(tensor.path)} {kind} {shape}"

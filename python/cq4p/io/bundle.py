@@ -250,8 +250,24 @@ def _check_manifest(path, content):
             refuse(f"{where}: expected \"shape\" to list 1 to {MAX_SHAPE_DIMS} dimensions")
         if not all(_is_integer(dim) and 0 < dim < 1 << 63 for dim in shape):
             refuse(f"{where}: expected positive integer dimensions in \"shape\"")
+        if _is_whole_per_layer_table(name, entry, shape):
+            refuse(f"{where}: the per-layer embedding table is stored as one "
+                   f"[{shape[0]}, {shape[1]}] orthogonal tensor, a layout this cq4p no longer "
+                   f"runs (a {shape[1]} x {shape[1]} rotation read for every token); "
+                   f"reconvert the checkpoint with `python -m cq4p convert`, which stores it "
+                   f"as rows of one layer each")
         if "sha256" in entry and not _is_sha256(entry["sha256"]):
             refuse(f"{where}: expected \"sha256\" to be 64 lowercase hex digits")
+
+
+def _is_whole_per_layer_table(name, entry, shape):
+    """Gemma 4's per-layer embedding table stored with the checkpoint's rows
+    ([vocab, layers * width], one wide rotation), the layout converters
+    wrote before it was stored as rows of one layer each."""
+    original = entry.get("original_shape")
+    return (entry.get("dtype") == "CQ4" and name.endswith("embed_tokens_per_layer.weight")
+            and len(shape) == 2 and isinstance(original, list) and len(original) == 2
+            and _is_integer(original[0]) and original[0] == shape[0])
 
 
 def _is_sha256(text):

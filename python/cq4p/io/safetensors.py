@@ -151,6 +151,41 @@ def load(entry):
     return values.reshape(entry.shape)
 
 
+def _encoded(array, dtype):
+    """The bytes of a float32 array as `dtype` (BF16: rounded to nearest even)."""
+    array = np.asarray(array, dtype=np.float32)
+    if dtype == "BF16":
+        bits = array.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return rounded.astype("<u2").tobytes()
+    return array.astype(DTYPES[dtype]).tobytes()
+
+
+def write_streamed(path, shapes, rows, dtype="BF16", block_rows=4096):
+    """Writes a safetensors file of {name: shape} whose values come a block
+    of rows at a time from `rows(name, shape, begin, end)` (float32
+    [end - begin, *shape[1:]]): a checkpoint larger than memory (Gemma 4's
+    per-layer table is 2.35 G values) in block_rows rows of memory."""
+    header, offset = {}, 0
+    width = DTYPES[dtype].itemsize
+    for name, shape in shapes.items():
+        size = int(np.prod(shape, dtype=np.int64)) * width
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header).encode("utf-8")
+    with open(path, "wb") as out:
+        out.write(len(encoded).to_bytes(LENGTH_BYTES, "little"))
+        out.write(encoded)
+        for name, shape in shapes.items():
+            for begin in range(0, shape[0], block_rows):
+                end = min(shape[0], begin + block_rows)
+                block = np.asarray(rows(name, shape, begin, end), dtype=np.float32)
+                if block.shape != (end - begin, *shape[1:]):
+                    raise ValueError(f"{name}: rows {begin}..{end} came as {block.shape}")
+                out.write(_encoded(block, dtype))
+
+
 def write(path, tensors, dtype="F32", metadata=None):
     """Writes {name: array} as a safetensors file of one dtype (BF16: fp32
     rounded to nearest even); used to make test checkpoints."""
@@ -159,12 +194,7 @@ def write(path, tensors, dtype="F32", metadata=None):
         header[METADATA_KEY] = metadata
     for name, array in tensors.items():
         array = np.asarray(array, dtype=np.float32)
-        if dtype == "BF16":
-            bits = array.view(np.uint32).astype(np.uint64)
-            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-            blob = rounded.astype("<u2").tobytes()
-        else:
-            blob = array.astype(DTYPES[dtype]).tobytes()
+        blob = _encoded(array, dtype)
         header[name] = {"dtype": dtype, "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)

@@ -362,6 +362,15 @@ class ModelSpec:
         """The PLE context norm [ple_width], applied per layer's group."""
         return self.prefix + "per_layer_projection_norm.weight" if self.ple_width else None
 
+    def split_tables(self):
+        """{tensor name: R} of the tables stored as R rows per checkpoint
+        row: Gemma 4's per-layer embeddings, one row per token and layer
+        ([ple_vocab * layers, ple_width]), so that a token's rows share one
+        ple_width x ple_width rotation."""
+        if not self.ple_width:
+            return {}
+        return {self.ple_embedding_name: self.num_layers}
+
     def global_tensors(self):
         """{role: (name, shape)} of the tensors outside the layers: "embed",
         "ple_embed", "ple_projection", "ple_norm", "final_norm", "lm_head"

@@ -91,6 +91,9 @@ class GraphError(ValueError):
     """A bundle tensor the graph cannot bind as it is stored."""
 
 
+REPACK_PER_LAYER = "reconvert the checkpoint with `python -m cq4p convert`"
+
+
 def _argument_type(entry):
     if entry["dtype"] == "CQ4":
         if entry.get("layout") != "panels":
@@ -303,13 +306,21 @@ def _per_layer_inputs(graph, h):
     spec = graph.spec
     table, table_type = graph.bind(spec.ple_embedding_name, "ple_embed", "CQ4")
     width = spec.num_layers * spec.ple_width
-    graph.define("ple_tok_rows", table_type.k)
-    scale = " " + attributes(scale=f32(spec.ple_embedding_scale))
-    graph.emit(f"%ple_tok_rows = cq4p.embedding %ids, %{table}{scale} : tensor<?xi64>, "
+    # The table is stored as rows of one layer each ([vocab * layers,
+    # ple_width]): a token's rows are `layers` consecutive ones, decoded
+    # side by side (cq4p.embedding rows_per_id).
+    if table_type.n != spec.ple_vocab * spec.num_layers:
+        raise GraphError(f"tensor {spec.ple_embedding_name}: stored as {table_type.n} x "
+                         f"{table_type.k}, expected {spec.ple_vocab * spec.num_layers} rows "
+                         f"(one per token and layer); {REPACK_PER_LAYER}")
+    graph.define("ple_tok_rows", spec.num_layers * table_type.k)
+    attrs = attributes(rows_per_id=i64(spec.num_layers), scale=f32(spec.ple_embedding_scale))
+    graph.emit(f"%ple_tok_rows = cq4p.embedding %ids, %{table} {attrs} : tensor<?xi64>, "
                f"{table_type} -> {graph.type_of('ple_tok_rows')}")
     tok = "ple_tok_rows"
-    if table_type.k != width:
-        tok = graph.columns("ple_tok", tok, 0, width)
+    if table_type.k != spec.ple_width:  # a width the converter padded
+        raise GraphError(f"tensor {spec.ple_embedding_name}: rows of {table_type.k}, "
+                         f"expected the per-layer width {spec.ple_width}")
     ctx = graph.linear("ple_ctx", h, spec.ple_projection_name, "ple_projection")
     ctx = graph.scale("ple_ctx_scaled", ctx, factor=spec.ple_projection_scale)
     ctx = graph.norm("ple_ctx_norm", ctx, spec.ple_norm_name, "ple_norm")

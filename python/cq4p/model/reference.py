@@ -33,11 +33,15 @@ import re
 
 import numpy as np
 
+from cq4p.format import panels as pn
 from cq4p.io import bundle as bd
 from cq4p.io import reader as rd
 from cq4p.io import safetensors as st
 
 SLIDING = "sliding_attention"
+# Tables the model only indexes by token id: from a bundle, rows are
+# dequantized when read (PanelRows).
+LAZY_TABLE = "embed_tokens_per_layer.weight"
 
 
 def bf16(value):
@@ -390,13 +394,58 @@ class _Weights(dict):
                                  f"do not have ({len(self)} tensors)")
 
 
+class PanelRows:
+    """The rows of an orthogonal CQ4 panel table, dequantized when indexed
+    (`table[ids]`, FORMAT.md section 2's meaning, as `dequantize` computes
+    it row by row): a table read only by token ids (Gemma 4's per-layer
+    embeddings, 2.35 G values at E2B's widths, 9.4 GB as float32) never
+    held whole. `rows_per_id` stored rows make one row of the checkpoint's
+    shape (the table stored as rows of one layer each)."""
+
+    def __init__(self, path, shape):
+        self.tensor = rd.read_tensor(path)
+        if not (self.tensor.orthogonal and self.tensor.layout == "panels"):
+            raise bd.BundleError(f"{path}: expected orthogonal CQ4 panels")
+        self.shape = tuple(shape)
+        self.rows_per_id = self.tensor.n // self.shape[0]
+        k = self.tensor.k
+        if self.rows_per_id * self.shape[0] != self.tensor.n or \
+                self.rows_per_id * k < self.shape[1]:
+            raise bd.BundleError(f"{path}: {self.tensor.n} x {k} stored rows do not make "
+                                 f"{list(self.shape)}")
+        self.levels = np.asarray(self.tensor.codebook, np.float16).astype(np.float32)
+        self.rotation_t = np.asarray(self.tensor.rotation, np.float16).astype(np.float32).T
+        self.scale = np.asarray(self.tensor.input_scale, np.float16).astype(np.float32)
+        self.norms = self.tensor.group_norms()[:, 0]
+        gs = self.tensor.group_size
+        self.panels = np.asarray(self.tensor.data, np.uint8).reshape(
+            -1, k // gs, gs // pn.KG_K, pn.KG_BYTES)
+
+    def __getitem__(self, ids):
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):
+            raise IndexError(f"row ids outside 0 to {self.shape[0] - 1}")
+        rows = (ids[:, None] * self.rows_per_id + np.arange(self.rows_per_id)).reshape(-1)
+        block, channel = rows // pn.CHANNELS, rows % pn.CHANNELS
+        # Row c's 4 K values of a kg-block are nibbles 4c .. 4c + 3: bytes 2c
+        # and 2c + 1, low nibble first.
+        low = self.panels[block, :, :, 2 * channel]
+        high = self.panels[block, :, :, 2 * channel + 1]
+        nibbles = np.stack([low & 0x0F, low >> 4, high & 0x0F, high >> 4], axis=-1)
+        values = self.levels[nibbles.reshape(rows.size, -1)]
+        norms = self.norms[rows].astype(np.float32)[:, None]
+        decoded = ((values @ self.rotation_t) * norms) / self.scale
+        return decoded.reshape(ids.size, -1)[:, :self.shape[1]]
+
+
 class Reference:
     """A model over numpy weights, with a KV cache (and LFM2 conv states)."""
 
     def __init__(self, config, weights):
         """`config`: config.json's contents; `weights`: {tensor name: array}."""
         self.config = Config(config)
-        self.weights = _Weights((name, np.asarray(value, dtype=np.float32))
+        self.weights = _Weights((name, value if isinstance(value, PanelRows)
+                                 else np.asarray(value, dtype=np.float32))
                                 for name, value in weights.items())
         embeddings = [name for name in self.weights if name.endswith("embed_tokens.weight")]
         if len(embeddings) != 1:
@@ -427,6 +476,9 @@ class Reference:
             if path is None:
                 raise bd.BundleError(f"{directory}: no file for tensor {entry['name']}")
             shape = entry["original_shape"]
+            if entry["name"].endswith(LAZY_TABLE):
+                weights[entry["name"]] = PanelRows(path, shape)
+                continue
             with rd.read_tensor(path) as tensor:
                 values = tensor.dequantize()
             if len(shape) == 2 and values.ndim == 2 and values.shape[1] > shape[1]:

@@ -165,6 +165,36 @@ func.func @embedding_width(%ids: tensor<?xi64>,
 
 // -----
 
+func.func @embedding_rows_width(%ids: tensor<?xi64>,
+                                %w: !cq4p.weight<192x128, gs = 128, orthogonal, panels>) {
+  // expected-error @+1 {{'cq4p.embedding' op expected the result's width (256) to equal the weight's K (128) times rows_per_id (3)}}
+  %r = cq4p.embedding %ids, %w {rows_per_id = 3 : i64} : tensor<?xi64>,
+      !cq4p.weight<192x128, gs = 128, orthogonal, panels> -> tensor<?x256xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_rows_divide(%ids: tensor<?xi64>,
+                                 %w: !cq4p.weight<64x128, gs = 128, orthogonal, panels>) {
+  // expected-error @+1 {{'cq4p.embedding' op expected rows_per_id (3) to be at least 1 and to divide the table's rows (64)}}
+  %r = cq4p.embedding %ids, %w {rows_per_id = 3 : i64} : tensor<?xi64>,
+      !cq4p.weight<64x128, gs = 128, orthogonal, panels> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_rows_zero(%ids: tensor<?xi64>,
+                               %w: !cq4p.weight<64x128, gs = 128, orthogonal, panels>) {
+  // expected-error @+1 {{'cq4p.embedding' op expected rows_per_id (0) to be at least 1 and to divide the table's rows (64)}}
+  %r = cq4p.embedding %ids, %w {rows_per_id = 0 : i64} : tensor<?xi64>,
+      !cq4p.weight<64x128, gs = 128, orthogonal, panels> -> tensor<?x0xf32>
+  return
+}
+
+// -----
+
 func.func @decode_embedding_norms(%p: memref<1x2x32x128xi8>, %n: memref<64x1xf16>,
                                   %cb: memref<16xf16>, %r: memref<256x256xf16>,
                                   %isr: memref<256xf16>, %ids: memref<?xi64>,

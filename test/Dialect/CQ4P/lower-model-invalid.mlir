@@ -237,3 +237,44 @@ module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 2
     return %l : tensor<1x256xf32>
   }
 }
+
+// -----
+
+// Gemma 4's per-layer table as one row per token (the layout converters
+// wrote before it was stored as rows of one layer each).
+module attributes {cq4p.model = {architecture = "gemma4", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "model.language_model.embed_tokens.weight"},
+      %ple: !cq4p.weight<256x256, gs = 128, orthogonal, panels> {cq4p.tensor = "model.language_model.embed_tokens_per_layer.weight"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{the per-layer embedding table 'model.language_model.embed_tokens_per_layer.weight' is stored as one [256 x 256] orthogonal tensor, a layout this cq4p no longer compiles (a 256 x 256 rotation read for every token); reconvert the checkpoint with `python -m cq4p convert`, which stores it as rows of one layer each}}
+    %p = cq4p.embedding %ids, %ple : tensor<?xi64>, !cq4p.weight<256x256, gs = 128, orthogonal, panels> -> tensor<?x256xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %h, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}
+
+// -----
+
+// A table with rows per id must hold that many rows for every id of the vocab.
+module attributes {cq4p.model = {architecture = "gemma4", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"},
+      %ple: !cq4p.weight<512x128, gs = 128, orthogonal, panels> {cq4p.tensor = "p"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{expected the table's rows (512, 4 per id) to cover the model's vocab (256): ids up to 255 would read past it}}
+    %p = cq4p.embedding %ids, %ple {rows_per_id = 4 : i64} : tensor<?xi64>, !cq4p.weight<512x128, gs = 128, orthogonal, panels> -> tensor<?x512xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %h, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %h[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}

@@ -126,11 +126,23 @@ LogicalResult EmbeddingOp::verify() {
                          << formatDim(resultType.getDimSize(0))
                          << ") to equal the number of ids ("
                          << formatDim(idsType.getDimSize(0)) << ")";
-  if (resultType.getDimSize(1) != weightType.getK())
-    return emitOpError() << "expected the result's width ("
-                         << formatDim(resultType.getDimSize(1))
-                         << ") to equal the weight's K (" << weightType.getK()
-                         << ")";
+  std::optional<uint64_t> rowsPerId = getRowsPerId();
+  if (rowsPerId && (int64_t(*rowsPerId) < 1 ||
+                    weightType.getN() % int64_t(*rowsPerId) != 0))
+    return emitOpError() << "expected rows_per_id (" << int64_t(*rowsPerId)
+                         << ") to be at least 1 and to divide the table's rows ("
+                         << weightType.getN() << ")";
+  int64_t rows = getRowsPerIdOrOne();
+  if (resultType.getDimSize(1) != rows * weightType.getK()) {
+    InFlightDiagnostic error = emitOpError()
+                               << "expected the result's width ("
+                               << formatDim(resultType.getDimSize(1))
+                               << ") to equal the weight's K (" << weightType.getK()
+                               << ")";
+    if (rows > 1)
+      error << " times rows_per_id (" << rows << ")";
+    return error;
+  }
   return success();
 }
 

@@ -210,6 +210,27 @@ private:
     return int64_t(arg.getArgNumber() - 2);
   }
 
+  /// Gemma 4's per-layer embedding table is run as rows of one layer each
+  /// (`rows_per_id`, one K x K rotation of the per-layer width). A graph
+  /// that decodes it as one row per token (K = layers x width, the layout
+  /// converters wrote before) would read a K x K rotation per token (321 MB
+  /// of them in the file at E2B's widths): refused, naming the fix.
+  LogicalResult checkPerLayerTable(EmbeddingOp embedding) {
+    auto arg = cast<BlockArgument>(embedding.getWeight());
+    auto name = forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cq4p.tensor");
+    if (!name || !name.getValue().ends_with("embed_tokens_per_layer.weight") ||
+        embedding.getRowsPerIdOrOne() > 1)
+      return success();
+    WeightType table = embedding.getWeight().getType();
+    return embedding.emitOpError()
+           << "the per-layer embedding table '" << name.getValue() << "' is stored as one ["
+           << table.getN() << " x " << table.getK()
+           << "] orthogonal tensor, a layout this cq4p no longer compiles (a " << table.getK()
+           << " x " << table.getK()
+           << " rotation read for every token); reconvert the checkpoint with `python -m "
+              "cq4p convert`, which stores it as rows of one layer each";
+  }
+
   LogicalResult checkPosition(Operation *op, Value position) {
     if (position != forward.getArgument(1))
       return op->emitOpError()
@@ -699,17 +720,23 @@ LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
     // have a row for each, or a kernel would read past its mapping.
     int64_t vocab = model.getAs<IntegerAttr>("vocab").getInt();
     int64_t tableRows = embedding.getWeight().getType().getN();
-    if (tableRows < vocab)
+    int64_t rowsPerId = embedding.getRowsPerIdOrOne();
+    if (tableRows / rowsPerId < vocab)
       return op->emitOpError() << "expected the table's rows (" << tableRows
+                               << (rowsPerId > 1 ? ", " + std::to_string(rowsPerId) +
+                                                       " per id"
+                                                 : std::string())
                                << ") to cover the model's vocab (" << vocab
                                << "): ids up to " << vocab - 1
                                << " would read past it";
+    if (failed(checkPerLayerTable(embedding)))
+      return failure();
     Value out = embedding.getResult();
     Place place = placeResult(out, index, {});
     // Ranges of 64 rows: the orthogonal row decode reads the whole K x K
     // rotation once per call (per stack chunk of rows), and SME2's outer
     // products take prompt rows 64 at a time (kSmeEmbeddingMopaRows).
-    rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType()),
+    rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType(), rowsPerId),
                  out, {Place::binding(*binding), places[embedding.getIds()], place},
                  {kRows}, kEmbeddingGrain);
     if (FloatAttr scale = embedding.getScaleAttr())

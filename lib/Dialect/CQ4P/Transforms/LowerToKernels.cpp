@@ -143,8 +143,8 @@ private:
   }
 
   void lowerEmbedding(EmbeddingOp embedding, KernelBuilder &kernels) {
-    FlatSymbolRefAttr ref =
-        createEmbeddingKernel(kernels, embedding.getWeight().getType());
+    FlatSymbolRefAttr ref = createEmbeddingKernel(
+        kernels, embedding.getWeight().getType(), embedding.getRowsPerIdOrOne());
     embedding->setAttr("cq4p.kernels", ArrayAttr::get(&getContext(), {ref}));
   }
 };

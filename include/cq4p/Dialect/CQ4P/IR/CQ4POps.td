@@ -58,15 +58,32 @@ def CQ4P_EmbeddingOp : CQ4P_Op<"embedding", [Pure]> {
     * norm[ids[i]] * isr[j]` (FORMAT.md section 5), with the file's rotation,
     raw codebook and unfolded fp16 norms.
 
+    With `rows_per_id = R`, each id names R consecutive rows of the table,
+    laid side by side: `out[i, l*K + j]` is row `ids[i] * R + l`'s value j,
+    so the result is R * K wide. A table whose checkpoint rows are R slices
+    of K (Gemma 4's per-layer embeddings: 35 layers of 256 per token) is
+    stored as R times as many rows of K, each with its own norm, one K x K
+    rotation for all of them, and a token's R rows in one or two panels.
+
     Example:
 
     ```mlir
     %rows = cq4p.embedding %ids, %table : tensor<?xi64>,
         !cq4p.weight<262144x1536, gs = 128, orthogonal, panels> -> tensor<?x1536xf32>
+    %ple = cq4p.embedding %ids, %per_layer {rows_per_id = 35 : i64} : tensor<?xi64>,
+        !cq4p.weight<9175040x256, gs = 128, orthogonal, panels> -> tensor<?x8960xf32>
     ```
   }];
   let arguments = (ins RankedTensorOf<[I64]>:$ids, CQ4P_WeightType:$weight,
-                       OptionalAttr<F32Attr>:$scale);
+                       OptionalAttr<F32Attr>:$scale,
+                       OptionalAttr<I64Attr>:$rows_per_id);
+  let extraClassDeclaration = [{
+    /// Rows of the table per id (1 without `rows_per_id`).
+    int64_t getRowsPerIdOrOne() {
+      std::optional<uint64_t> rows = getRowsPerId();
+      return rows ? int64_t(*rows) : 1;
+    }
+  }];
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $ids `,` $weight attr-dict `:` type($ids) `,` qualified(type($weight))
