@@ -7,6 +7,7 @@
 #include "CApiHandles.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 using namespace cq4p::runtime;
@@ -65,6 +66,36 @@ struct CallbackBridge {
            bridge->callback(bridge->context, id, text, length) != 0;
   }
 };
+
+/// The options of a cq4p_chat_options of `options->size` bytes (cq4p.h:
+/// the fields it covers; past the ones known here, zeros only).
+Status chatOptions(const cq4p_chat_options *options, const char *function,
+                   ChatOptions &out) {
+  out = ChatOptions();
+  if (options == nullptr)
+    return Status::ok();
+  size_t size = options->size;
+  if (size < sizeof(options->size))
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  std::string(function) + ": cq4p_chat_options.size: expected >= " +
+                      std::to_string(sizeof(options->size)) + " (sizeof(cq4p_chat_options) is " +
+                      std::to_string(sizeof(cq4p_chat_options)) + "), found " +
+                      std::to_string(size));
+  const unsigned char *bytes = reinterpret_cast<const unsigned char *>(options);
+  for (size_t i = sizeof(cq4p_chat_options); i < size; ++i)
+    if (bytes[i] != 0)
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    std::string(function) + ": cq4p_chat_options of " + std::to_string(size) +
+                        " bytes sets byte " + std::to_string(i) + ", past the " +
+                        std::to_string(sizeof(cq4p_chat_options)) +
+                        " this runtime knows (an option it does not implement)");
+  auto covers = [&](size_t offset, size_t length) { return offset + length <= size; };
+  if (covers(offsetof(cq4p_chat_options, enable_thinking), sizeof(int32_t)))
+    out.enableThinking = options->enable_thinking != 0;
+  if (covers(offsetof(cq4p_chat_options, show_thinking), sizeof(int32_t)))
+    out.showThinking = options->show_thinking != 0;
+  return Status::ok();
+}
 
 Status modelTokenizer(cq4p_model *model, const Tokenizer *&out) {
   if (!model->tokenizer) {
@@ -209,26 +240,41 @@ int cq4p_tokenizer_render_chat(const cq4p_tokenizer *tokenizer, const char *cons
                                const char *const *contents, size_t count,
                                int add_generation_prompt, char *text, size_t capacity,
                                size_t *length, char *error, size_t error_size) {
+  return cq4p_tokenizer_render_chat_with(tokenizer, roles, contents, count,
+                                         add_generation_prompt, nullptr, text, capacity,
+                                         length, error, error_size);
+}
+
+int cq4p_tokenizer_render_chat_with(const cq4p_tokenizer *tokenizer,
+                                    const char *const *roles, const char *const *contents,
+                                    size_t count, int add_generation_prompt,
+                                    const cq4p_chat_options *options, char *text,
+                                    size_t capacity, size_t *length, char *error,
+                                    size_t error_size) {
+  const char *function = options == nullptr ? "cq4p_tokenizer_render_chat"
+                                            : "cq4p_tokenizer_render_chat_with";
   if (tokenizer == nullptr || length == nullptr ||
       (count > 0 && (roles == nullptr || contents == nullptr)))
-    return nullArgument("cq4p_tokenizer_render_chat",
-                        "a tokenizer, the messages and a length pointer", error, error_size);
+    return nullArgument(function, "a tokenizer, the messages and a length pointer", error,
+                        error_size);
+  ChatOptions chat;
+  if (Status status = chatOptions(options, function, chat); !status)
+    return fail(status, error, error_size);
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < count; ++i) {
     if (roles[i] == nullptr || contents[i] == nullptr)
-      return nullArgument("cq4p_tokenizer_render_chat", "every role and content", error,
-                          error_size);
+      return nullArgument(function, "every role and content", error, error_size);
     messages.push_back({roles[i], contents[i]});
   }
   std::string out;
   if (Status status = tokenizer->tokenizer->renderChat(messages, true,
-                                                       add_generation_prompt != 0, out);
+                                                       add_generation_prompt != 0, chat, out);
       !status)
     return fail(status, error, error_size);
   *length = out.size();
   if (text == nullptr || out.size() + 1 > capacity)
     return fail(Status(CQ4P_ERROR_ARGUMENT,
-                       "cq4p_tokenizer_render_chat: the text needs " +
+                       std::string(function) + ": the text needs " +
                            std::to_string(out.size() + 1) + " bytes, room for " +
                            std::to_string(capacity)),
                 error, error_size);
@@ -274,18 +320,28 @@ int cq4p_model_generate_text(cq4p_model *model, const cq4p_tokenizer *tokenizer,
 int cq4p_chat_open(cq4p_model *model, const cq4p_tokenizer *tokenizer,
                    const char *system_prompt, cq4p_chat **out, char *error,
                    size_t error_size) {
+  return cq4p_chat_open_with(model, tokenizer, system_prompt, nullptr, out, error,
+                             error_size);
+}
+
+int cq4p_chat_open_with(cq4p_model *model, const cq4p_tokenizer *tokenizer,
+                        const char *system_prompt, const cq4p_chat_options *options,
+                        cq4p_chat **out, char *error, size_t error_size) {
+  const char *function = options == nullptr ? "cq4p_chat_open" : "cq4p_chat_open_with";
   if (model == nullptr || out == nullptr)
-    return nullArgument("cq4p_chat_open", "a model and an output pointer", error,
-                        error_size);
+    return nullArgument(function, "a model and an output pointer", error, error_size);
   *out = nullptr;
+  ChatOptions chat;
+  if (Status status = chatOptions(options, function, chat); !status)
+    return fail(status, error, error_size);
   const Tokenizer *t = tokenizer != nullptr ? tokenizer->tokenizer.get() : nullptr;
   if (t == nullptr)
     if (Status status = modelTokenizer(model, t); !status)
       return fail(status, error, error_size);
-  if (t->chatFormat() == ChatFormat::None)
-    return fail(t->chatStatus(), error, error_size);
+  if (Status status = t->checkChatOptions(chat); !status)
+    return fail(status, error, error_size);
   *out = new cq4p_chat{model, std::make_unique<ChatSession>(
-                                  *model->model, *t, system_prompt ? system_prompt : "")};
+                                  *model->model, *t, system_prompt ? system_prompt : "", chat)};
   return CQ4P_OK;
 }
 

@@ -13,28 +13,67 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+/// How many trailing bytes of `text` could begin `stop` (a proper prefix).
+size_t heldFor(std::string_view text, std::string_view stop) {
+  for (size_t length = std::min(stop.size() - 1, text.size()); length > 0; --length)
+    if (text.substr(text.size() - length) == stop.substr(0, length))
+      return length;
+  return 0;
+}
+
 /// How many trailing bytes of `text` could begin one of `stops`.
 size_t heldForStops(const std::string &text,
                     const std::vector<std::string> &stops) {
   size_t held = 0;
   for (const std::string &stop : stops)
-    for (size_t length = std::min(stop.size() - 1, text.size()); length > held;
-         --length)
-      if (text.compare(text.size() - length, length, stop, 0, length) == 0) {
-        held = length;
-        break;
-      }
+    held = std::max(held, heldFor(text, stop));
   return held;
 }
 
-/// generateText under a claim the caller holds on `model` from the first
-/// step to the last, so the callback cannot step the model in between.
-Status generateClaimed(Model &model, const Model::Claim &claim,
-                       const Tokenizer &tokenizer,
-                       const std::vector<int64_t> &prompt,
-                       const TextOptions &options, TextCallback callback,
-                       void *context, GenerateStats *stats,
-                       TextResult *result) {
+/// Holds Gemma 4's thought channels back from the delivered text: each
+/// <|channel>...<channel|>, markers included, is dropped (an unclosed one
+/// to the end), and text that may be the start of a marker is held until
+/// it is not. The markers are ASCII, so a cut never splits a character.
+class ThoughtFilter {
+public:
+  explicit ThoughtFilter(bool active) : active_(active) {}
+
+  /// Appends to `out` what of `text` may be delivered; `final`: nothing
+  /// follows (a held partial marker outside a thought is text).
+  void push(std::string_view text, std::string &out, bool final) {
+    if (!active_) {
+      out.append(text);
+      return;
+    }
+    pending_.append(text);
+    for (;;) {
+      std::string_view marker = inside_ ? kThoughtClose : kThoughtOpen;
+      size_t at = pending_.find(marker);
+      if (at != std::string::npos) {
+        if (!inside_)
+          out.append(pending_, 0, at);
+        pending_.erase(0, at + marker.size());
+        inside_ = !inside_;
+        continue;
+      }
+      size_t keep = final ? 0 : heldFor(pending_, marker);
+      if (!inside_)
+        out.append(pending_, 0, pending_.size() - keep);
+      pending_.erase(0, pending_.size() - keep);
+      return;
+    }
+  }
+
+private:
+  bool active_;
+  bool inside_ = false;
+  std::string pending_;
+};
+
+/// The refusals of a generation, before anything runs: a prompt of
+/// `promptSize` ids at `position`.
+Status checkGeneration(const Model &model, int64_t position, size_t promptSize,
+                       const TextOptions &options) {
   if (options.maxNewTokens < 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "generate: max new tokens: expected >= 0, found " +
@@ -44,19 +83,32 @@ Status generateClaimed(Model &model, const Model::Claim &claim,
   for (const std::string &stop : options.stopStrings)
     if (stop.empty())
       return Status(CQ4P_ERROR_ARGUMENT, "generate: a stop string is empty");
-  if (prompt.empty() && model.position() == 0)
+  if (promptSize == 0 && position == 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "generate: expected a prompt of at least one token, found none");
   int64_t decodeSteps = std::max<int64_t>(options.maxNewTokens - 1, 0);
-  int64_t needed = model.position() + int64_t(prompt.size()) + decodeSteps;
+  int64_t needed = position + int64_t(promptSize) + decodeSteps;
   if (needed > model.context())
     return Status(CQ4P_ERROR_ARGUMENT,
-                  "context overflow: " + std::to_string(model.position()) +
-                      " positions used, a prompt of " +
-                      std::to_string(prompt.size()) + " tokens and " +
-                      std::to_string(options.maxNewTokens) +
+                  "context overflow: " + std::to_string(position) +
+                      " positions used, a prompt of " + std::to_string(promptSize) +
+                      " tokens and " + std::to_string(options.maxNewTokens) +
                       " new tokens need " + std::to_string(needed) +
                       " positions > context " + std::to_string(model.context()));
+  return Status::ok();
+}
+
+/// generateText under a claim the caller holds on `model` from the first
+/// step to the last, so the callback cannot step the model in between.
+Status generateClaimed(Model &model, const Model::Claim &claim,
+                       const Tokenizer &tokenizer,
+                       const std::vector<int64_t> &prompt,
+                       const TextOptions &options, TextCallback callback,
+                       void *context, GenerateStats *stats,
+                       TextResult *result, bool holdThoughts = false) {
+  if (Status status = checkGeneration(model, model.position(), prompt.size(), options);
+      !status)
+    return status;
 
   GenerateStats local;
   GenerateStats &out = stats != nullptr ? *stats : local;
@@ -78,6 +130,7 @@ Status generateClaimed(Model &model, const Model::Claim &claim,
 
   Rng rng(options.sampling.seed);
   TextDecoder decoder(tokenizer);
+  ThoughtFilter thoughts(holdThoughts);
   std::string held; // decoded, not yet delivered (a stop string may start)
   std::chrono::steady_clock::time_point first;
   bool more = true;
@@ -105,13 +158,13 @@ Status generateClaimed(Model &model, const Model::Claim &claim,
       stopAt = std::min(stopAt, held.find(stop));
     std::string deliver;
     if (stopAt != std::string::npos) {
-      deliver = held.substr(0, stopAt);
+      thoughts.push(std::string_view(held).substr(0, stopAt), deliver, false);
       held.clear();
       res.stoppedAtStopString = true;
       more = false;
     } else {
       size_t keep = heldForStops(held, options.stopStrings);
-      deliver = held.substr(0, held.size() - keep);
+      thoughts.push(std::string_view(held).substr(0, held.size() - keep), deliver, false);
       held.erase(0, held.size() - keep);
     }
     res.text += deliver;
@@ -123,13 +176,14 @@ Status generateClaimed(Model &model, const Model::Claim &claim,
   }
   if (out.generatedTokens > 0)
     out.decodeSeconds = secondsSince(first);
-  if (!res.stoppedAtStopString) {
+  if (!res.stoppedAtStopString)
     decoder.finish(held);
-    if (!held.empty()) {
-      res.text += held;
-      if (callback != nullptr)
-        callback(context, -1, held.data(), held.size());
-    }
+  std::string rest;
+  thoughts.push(held, rest, true);
+  if (!rest.empty()) {
+    res.text += rest;
+    if (callback != nullptr)
+      callback(context, -1, rest.data(), rest.size());
   }
   return status;
 }
@@ -163,19 +217,24 @@ Status generateText(Model &model, const Model::Claim &held,
 Status ChatSession::send(const std::string &user, const TextOptions &options,
                          TextCallback callback, void *context,
                          GenerateStats *stats, TextResult *result) {
-  if (tokenizer_.chatFormat() == ChatFormat::None)
-    return tokenizer_.chatStatus();
-  std::vector<ChatMessage> messages;
+  if (Status status = tokenizer_.checkChatOptions(options_); !status)
+    return status;
   bool start = turns_ == 0;
-  if (start && !system_.empty())
+  // After a reply that held a thought, the whole conversation again.
+  bool rerender = !start && replyHadThought_;
+  std::vector<ChatMessage> messages;
+  if (rerender)
+    messages = messages_;
+  else if (start && !system_.empty())
     messages.push_back({"system", system_});
   messages.push_back({"user", user});
   std::string turn;
-  if (Status status = tokenizer_.renderChat(messages, start, true, turn); !status)
+  if (Status status = tokenizer_.renderChat(messages, start || rerender, true, options_, turn);
+      !status)
     return status;
 
   std::vector<int64_t> prompt;
-  if (!start) {
+  if (!start && !rerender) {
     // Close the previous reply: its last id (not yet in the cache), then
     // the end of an assistant turn unless that id was it.
     std::vector<int64_t> close;
@@ -195,7 +254,10 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   Model::Claim held;
   if (Status status = model_.claim("chat", held); !status)
     return status;
-  if (start) {
+  if (start || rerender) {
+    // Refused before the cache is given up.
+    if (Status status = checkGeneration(model_, 0, prompt.size(), options); !status)
+      return status;
     if (Status status = model_.reset(held); !status)
       return status;
   } else if (model_.position() != int64_t(history_.size()) - (lastId_ >= 0 ? 1 : 0))
@@ -208,16 +270,38 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   // What the cache will hold: the history without the last sampled id, then
   // the new turn.
   int64_t before = model_.position();
+  bool hold = tokenizer_.chatHasThoughts() && !options_.showThinking;
   Status status = generateClaimed(model_, held, tokenizer_, prompt, options,
-                                  callback, context, stats, &res);
+                                  callback, context, stats, &res, hold);
   if (!status && model_.position() == before && res.ids.empty())
-    return status; // refused before anything ran: the conversation is as it was
-  if (!start && lastId_ >= 0)
+    return status; // refused before anything ran (after a reset, the next turn re-renders)
+  if (start || rerender)
+    history_.clear();
+  else if (lastId_ >= 0)
     history_.pop_back();
   history_.insert(history_.end(), prompt.begin(), prompt.end());
   history_.insert(history_.end(), res.ids.begin(), res.ids.end());
+  lastPrompt_ = std::move(prompt);
   lastId_ = res.ids.empty() ? -1 : res.ids.back();
   ++turns_;
+  if (tokenizer_.chatHasThoughts()) {
+    // The reply as text, without the stop id that ended it (ids the model
+    // has and the tokenizer lacks decode to nothing, as they streamed).
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i + (res.stoppedAtStopId ? 1 : 0) < res.ids.size(); ++i)
+      if (res.ids[i] < tokenizer_.vocabSize())
+        ids.push_back(res.ids[i]);
+    std::string reply;
+    if (Status decoded = tokenizer_.decode(ids.data(), ids.size(), reply); !decoded && status)
+      status = decoded;
+    if (!rerender)
+      messages_.insert(messages_.end(), messages.begin(), messages.end());
+    else
+      messages_ = messages;
+    messages_.push_back({"assistant", reply});
+    replyHadThought_ = reply.find(kThoughtOpen) != std::string::npos ||
+                       reply.find(kThoughtClose) != std::string::npos;
+  }
   return status;
 }
 

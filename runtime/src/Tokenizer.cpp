@@ -520,6 +520,9 @@ struct Tokenizer::Impl {
   ChatFormat chat = ChatFormat::None;
   Status chatStatus;
   bool chatAddsBos = false;
+  /// Gemma 4: the template writes the empty thought channel after the
+  /// generation prompt when thinking is off (its larger models' templates).
+  bool chatEmptyThought = false;
   std::string bosText;
 
   mutable std::mutex cacheMutex;
@@ -1657,6 +1660,8 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
        ChatFormat::ChatMlQwen},
       {ChatFormat::Llama3, "<|start_header_id|>", "Cutting Knowledge Date",
        ChatFormat::Llama31},
+      // Before Gemma 3's marker: a template may mention both.
+      {ChatFormat::Gemma4, "<|turn>", nullptr, ChatFormat::None},
       {ChatFormat::Gemma, "<start_of_turn>", nullptr, ChatFormat::None},
   };
   if (templateText.empty()) {
@@ -1675,11 +1680,18 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
       chatStatus = Status(CQ4P_ERROR_UNSUPPORTED,
                           "chat: the chat template is not one cq4p knows (it has none of "
                           "<|im_start|> (ChatML), <|start_header_id|> (Llama 3), "
-                          "<start_of_turn> (Gemma); cq4p runs no template engine): " +
+                          "<|turn> (Gemma 4), <start_of_turn> (Gemma); cq4p runs no "
+                          "template engine): " +
                               showText(templateText.substr(0, 80)));
   }
+  if (chat == ChatFormat::Gemma4) {
+    // The empty thought channel, as the template's text spells it: inside a
+    // Jinja string ("\n" escaped) or written out (a real newline).
+    for (const char *empty : {"<|channel>thought\\n<channel|>", "<|channel>thought\n<channel|>"})
+      chatEmptyThought |= templateText.find(empty) != std::string::npos;
+  }
   if (chat != ChatFormat::None) {
-    const char *needed[3] = {};
+    const char *needed[4] = {};
     switch (chat) {
     case ChatFormat::ChatMl:
     case ChatFormat::ChatMlQwen:
@@ -1696,6 +1708,14 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
       needed[0] = "<start_of_turn>";
       needed[1] = "<end_of_turn>";
       break;
+    case ChatFormat::Gemma4:
+      needed[0] = "<|turn>";
+      needed[1] = "<turn|>";
+      if (chatEmptyThought) {
+        needed[2] = "<|channel>";
+        needed[3] = "<channel|>";
+      }
+      break;
     case ChatFormat::None:
       break;
     }
@@ -1711,7 +1731,7 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
   }
   if (chat != ChatFormat::None) {
     chatAddsBos = chat == ChatFormat::Llama3 || chat == ChatFormat::Llama31 ||
-                  chat == ChatFormat::Gemma ||
+                  chat == ChatFormat::Gemma || chat == ChatFormat::Gemma4 ||
                   templateText.find("bos_token") != std::string::npos;
     if (chatAddsBos && bosText.empty()) {
       chatStatus = Status(CQ4P_ERROR_UNSUPPORTED,
@@ -1722,7 +1742,8 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
     }
   }
   // The end of a turn stops generation too.
-  const char *endOfTurn = chat == ChatFormat::Gemma ? "<end_of_turn>"
+  const char *endOfTurn = chat == ChatFormat::Gemma    ? "<end_of_turn>"
+                          : chat == ChatFormat::Gemma4 ? "<turn|>"
                           : chat == ChatFormat::Llama3 || chat == ChatFormat::Llama31
                               ? "<|eot_id|>"
                           : chat != ChatFormat::None ? "<|im_end|>"
@@ -1749,6 +1770,7 @@ const char *chatFormatName(ChatFormat format) {
   case ChatFormat::Llama3: return "Llama 3";
   case ChatFormat::Llama31: return "Llama 3.1";
   case ChatFormat::Gemma: return "Gemma";
+  case ChatFormat::Gemma4: return "Gemma 4";
   }
   return "unknown";
 }
@@ -1929,29 +1951,87 @@ ChatFormat Tokenizer::chatFormat() const { return impl_->chat; }
 const Status &Tokenizer::chatStatus() const { return impl_->chatStatus; }
 
 namespace {
-std::string trimmed(const std::string &text) {
-  const char *space = " \t\n\r\f\v";
-  size_t first = text.find_first_not_of(space);
-  if (first == std::string::npos)
-    return "";
-  size_t last = text.find_last_not_of(space);
-  return text.substr(first, last - first + 1);
+/// What Jinja's trim strips (Python's str.strip()): the characters for
+/// which str.isspace() holds.
+bool isJinjaSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
+         cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/// `text` (valid UTF-8) without its leading and trailing white space.
+std::string trimmed(std::string_view text) {
+  if (findInvalidUtf8(text) != std::string_view::npos)
+    return std::string(text); // not text a template could have been given
+  size_t first = 0, length = 0;
+  while (first < text.size() && isJinjaSpace(decodeAt(text, first, length)))
+    first += length;
+  size_t end = first;
+  for (size_t i = first; i < text.size(); i += length)
+    if (!isJinjaSpace(decodeAt(text, i, length)))
+      end = i + length;
+  return std::string(text.substr(first, end - first));
 }
 } // namespace
+
+std::string stripThoughts(std::string_view reply) {
+  // As Gemma 4's templates do: split at each close; of a part holding an
+  // open, keep what comes before it.
+  std::string kept;
+  for (size_t begin = 0;;) {
+    size_t close = reply.find(kThoughtClose, begin);
+    std::string_view part = reply.substr(begin, close == std::string_view::npos
+                                                    ? std::string_view::npos
+                                                    : close - begin);
+    kept.append(part.substr(0, part.find(kThoughtOpen)));
+    if (close == std::string_view::npos)
+      break;
+    begin = close + kThoughtClose.size();
+  }
+  return trimmed(kept);
+}
+
+Status Tokenizer::checkChatOptions(const ChatOptions &options) const {
+  const Impl &impl = *impl_;
+  if (impl.chat == ChatFormat::None)
+    return impl.chatStatus;
+  if (!options.enableThinking)
+    return Status::ok();
+  if (impl.chat != ChatFormat::Gemma4)
+    return Status(CQ4P_ERROR_UNSUPPORTED,
+                  std::string("chat: thinking: the ") + chatFormatName(impl.chat) +
+                      " format has no thinking switch cq4p knows (Gemma 4's has)");
+  for (const char *token : {"<|think|>", "<|channel>", "<channel|>"})
+    if (impl.idOf(token) < 0)
+      return Status(CQ4P_ERROR_UNSUPPORTED,
+                    std::string("chat: thinking needs the token ") + token +
+                        ", which the vocabulary lacks");
+  return Status::ok();
+}
+
+bool Tokenizer::chatHasThoughts() const { return impl_->chat == ChatFormat::Gemma4; }
 
 Status Tokenizer::renderChat(const std::vector<ChatMessage> &messages,
                              bool start, bool addGenerationPrompt,
                              std::string &text) const {
+  return renderChat(messages, start, addGenerationPrompt, ChatOptions(), text);
+}
+
+Status Tokenizer::renderChat(const std::vector<ChatMessage> &messages,
+                             bool start, bool addGenerationPrompt,
+                             const ChatOptions &options, std::string &text) const {
   const Impl &impl = *impl_;
-  if (impl.chat == ChatFormat::None)
-    return impl.chatStatus;
+  if (Status status = checkChatOptions(options); !status)
+    return status;
+  bool gemma4 = impl.chat == ChatFormat::Gemma4;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string &role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant")
+    bool developer = gemma4 && role == "developer";
+    if (role != "system" && role != "user" && role != "assistant" && !developer)
       return Status(CQ4P_ERROR_ARGUMENT, "chat: message " + std::to_string(i) +
                                              ": role: expected system, user or "
                                              "assistant, found " + showText(role));
-    if (role == "system" && (i != 0 || !start))
+    if ((role == "system" || developer) && (i != 0 || !start))
       return Status(CQ4P_ERROR_ARGUMENT,
                     "chat: a system message only opens the conversation "
                     "(found one at message " + std::to_string(i) + ")");
@@ -1961,7 +2041,8 @@ Status Tokenizer::renderChat(const std::vector<ChatMessage> &messages,
   }
   size_t first = 0;
   std::string system;
-  bool hasSystem = !messages.empty() && messages[0].role == "system";
+  bool hasSystem = !messages.empty() &&
+                   (messages[0].role == "system" || messages[0].role == "developer");
   if (hasSystem) {
     system = messages[0].content;
     first = 1;
@@ -2015,6 +2096,28 @@ Status Tokenizer::renderChat(const std::vector<ChatMessage> &messages,
     if (addGenerationPrompt)
       text += "<start_of_turn>model\n";
     break;
+  case ChatFormat::Gemma4:
+    // MODELS.md section 6.1a: a system turn of its own, past replies
+    // without their thoughts, consecutive replies as one model turn.
+    if (start && (hasSystem || options.enableThinking))
+      text += "<|turn>system\n" + std::string(options.enableThinking ? "<|think|>\n" : "") +
+              trimmed(system) + "<turn|>\n";
+    for (size_t i = first; i < messages.size(); ++i) {
+      bool reply = messages[i].role == "assistant";
+      bool continued = reply && i > first && messages[i - 1].role == "assistant";
+      if (!continued)
+        text += "<|turn>" + std::string(reply ? "model" : messages[i].role) + "\n";
+      text += reply ? stripThoughts(messages[i].content) : trimmed(messages[i].content);
+      bool closed = !(reply && i + 1 < messages.size() && messages[i + 1].role == "assistant");
+      if (closed)
+        text += "<turn|>\n";
+    }
+    if (addGenerationPrompt) {
+      text += "<|turn>model\n";
+      if (impl.chatEmptyThought && !options.enableThinking)
+        text += std::string(kThoughtOpen) + "thought\n" + std::string(kThoughtClose);
+    }
+    break;
   case ChatFormat::None:
     break;
   }
@@ -2028,6 +2131,7 @@ std::string Tokenizer::endOfAssistantTurn() const {
   case ChatFormat::Llama3:
   case ChatFormat::Llama31: return "<|eot_id|>";
   case ChatFormat::Gemma: return "<end_of_turn>\n";
+  case ChatFormat::Gemma4: return "<turn|>\n";
   case ChatFormat::None: return "";
   }
   return "";

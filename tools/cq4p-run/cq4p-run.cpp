@@ -27,14 +27,17 @@
 //   cq4p-run --bundle B --library libmodel.so --prompt "text" [-n 128]
 //            [--stop STRING]... [--ignore-eos] [the sampling flags above]
 //   cq4p-run --bundle B --library libmodel.so --chat [--system "text"]
+//            [--think] [--show-thinking]
 //
 // --prompt tokenizes the text (with the post-processor's BOS), generates
 // until -n tokens, a stop id (EOS, end of turn) or a --stop string, and
 // streams the text to stdout as it is produced; the ids and the rates go
 // to stderr. --chat reads one user turn per line of stdin and streams each
 // reply in the bundle's chat format, every turn continuing from the KV
-// cache of the previous one (TextGeneration.h); the rates of each turn go
-// to stderr.
+// cache of the previous one (TextGeneration.h); each turn's prompt ids, the
+// ids generated and the rates go to stderr. --think enables Gemma 4's
+// thinking (<|think|> in its system turn); the model's thought channel is
+// held back from stdout unless --show-thinking.
 //
 // Per tensor (without --prompt-ids):
 //
@@ -124,6 +127,7 @@ struct Options {
   // From text.
   bool text = false; ///< --prompt given
   bool chat = false; ///< --chat
+  ChatOptions chatOptions; ///< --think, --show-thinking
   std::string prompt, system, tokenizer;
   std::vector<std::string> stops;
   bool ignoreEos = false;
@@ -143,8 +147,8 @@ int usage(const std::string &message) {
                "[--seed s] [--logits-out FILE] [--measure-stack] [--backend auto|neon|sme2] "
                "[--sme2-library LIB] [--require-digest]\n"
                "       cq4p-run --bundle DIR --library LIB --prompt TEXT | --chat "
-               "[--system TEXT] [--tokenizer DIR] [-n N] [--stop S]... "
-               "[--ignore-eos] [the sampling flags]\n"
+               "[--system TEXT] [--think] [--show-thinking] [--tokenizer DIR] [-n N] "
+               "[--stop S]... [--ignore-eos] [the sampling flags]\n"
                "       cq4p-run --bundle DIR --library LIB [--tensor NAME] "
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
@@ -318,12 +322,13 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
     printRates(stats);
     return 0;
   }
-  if (tokenizer->chatFormat() == ChatFormat::None)
-    return refuse(tokenizer->chatStatus().message());
-  std::fprintf(stderr, "cq4p-run: chat (%s format); one turn per line, end "
+  if (Status status = tokenizer->checkChatOptions(options.chatOptions); !status)
+    return refuse(status.message());
+  std::fprintf(stderr, "cq4p-run: chat (%s format%s); one turn per line, end "
                        "with end of input\n",
-               chatFormatName(tokenizer->chatFormat()));
-  ChatSession session(model, *tokenizer, options.system);
+               chatFormatName(tokenizer->chatFormat()),
+               options.chatOptions.enableThinking ? ", thinking" : "");
+  ChatSession session(model, *tokenizer, options.system, options.chatOptions);
   std::string line;
   for (int c; (c = std::fgetc(stdin)) != EOF || !line.empty();) {
     if (c != EOF && c != '\n') {
@@ -332,11 +337,19 @@ int runText(const Options &options, const Bundle &bundle, Model &model) {
     }
     if (!line.empty()) {
       GenerateStats stats;
-      if (Status status = session.send(line, text, streamText, nullptr, &stats);
+      TextResult result;
+      if (Status status = session.send(line, text, streamText, nullptr, &stats, &result);
           !status)
         return refuse(status.message());
       std::printf("\n");
       std::fflush(stdout);
+      std::fprintf(stderr, "prompt ids:");
+      for (int64_t id : session.lastPrompt())
+        std::fprintf(stderr, " %lld", (long long)id);
+      std::fprintf(stderr, "\nids:");
+      for (int64_t id : result.ids)
+        std::fprintf(stderr, " %lld", (long long)id);
+      std::fprintf(stderr, "\n");
       printRates(stats);
     }
     line.clear();
@@ -523,8 +536,8 @@ int main(int argc, char **argv) {
         arg == "--prefill-chunk" || arg == "--temperature" ||
         arg == "--top-k" || arg == "--top-p" || arg == "--seed" ||
         arg == "--logits-out" || arg == "--stop" || arg == "--system" ||
-        arg == "--tokenizer" || arg == "--ignore-eos" ||
-        arg == "--measure-stack")
+        arg == "--tokenizer" || arg == "--ignore-eos" || arg == "--think" ||
+        arg == "--show-thinking" || arg == "--measure-stack")
       options.modelFlags.push_back(arg);
     if (arg == "--bundle" || arg == "--library" || arg == "--tensor" ||
         arg == "--input" || arg == "--output" || arg == "--sme2-library") {
@@ -591,6 +604,10 @@ int main(int argc, char **argv) {
       options.chat = options.generate = true;
     } else if (arg == "--ignore-eos") {
       options.ignoreEos = true;
+    } else if (arg == "--think") {
+      options.chatOptions.enableThinking = true;
+    } else if (arg == "--show-thinking") {
+      options.chatOptions.showThinking = true;
     } else if (arg == "-n" || arg == "--max-new-tokens") {
       const char *text = value();
       if (!text || !parseInt(text, 0, 1 << 30, number))
@@ -696,8 +713,10 @@ int main(int argc, char **argv) {
       if (flag == "--stop" || flag == "--system" || flag == "--tokenizer" ||
           flag == "--ignore-eos")
         return usage(flag + " needs --prompt or --chat");
-  if (!options.chat && !options.system.empty())
-    return usage("--system needs --chat");
+  if (!options.chat)
+    for (const std::string &flag : options.modelFlags)
+      if (flag == "--system" || flag == "--think" || flag == "--show-thinking")
+        return usage(flag + " needs --chat");
   if ((!options.input.empty() || !options.output.empty()) &&
       options.tensor.empty())
     return usage("--input and --output need --tensor");

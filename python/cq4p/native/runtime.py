@@ -511,6 +511,18 @@ class TextOptions(ctypes.Structure):
                 ("ignore_stop_ids", ctypes.c_int)]
 
 
+class ChatOptions(ctypes.Structure):
+    """struct cq4p_chat_options (versioned by its size field)."""
+
+    _fields_ = [("size", ctypes.c_uint32), ("enable_thinking", ctypes.c_int32),
+                ("show_thinking", ctypes.c_int32)]
+
+
+def _chat_options(enable_thinking=False, show_thinking=False):
+    return ChatOptions(ctypes.sizeof(ChatOptions), int(bool(enable_thinking)),
+                       int(bool(show_thinking)))
+
+
 TEXT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                  ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
 _ERR = [ctypes.c_char_p, ctypes.c_size_t]
@@ -532,6 +544,11 @@ TEXT_FUNCTIONS = {
                                     ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
                                     ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _SIZEP]
                                    + _ERR, ctypes.c_int),
+    "cq4p_tokenizer_render_chat_with": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+                                         ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                         ctypes.c_int, ctypes.POINTER(ChatOptions),
+                                         ctypes.c_char_p, ctypes.c_size_t, _SIZEP] + _ERR,
+                                        ctypes.c_int),
     "cq4p_model_tokenizer": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + _ERR,
                              ctypes.c_int),
     "cq4p_model_generate_text": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
@@ -539,6 +556,9 @@ TEXT_FUNCTIONS = {
                                   ctypes.POINTER(GenerateStats)] + _ERR, ctypes.c_int),
     "cq4p_chat_open": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
                         ctypes.POINTER(ctypes.c_void_p)] + _ERR, ctypes.c_int),
+    "cq4p_chat_open_with": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+                             ctypes.POINTER(ChatOptions), ctypes.POINTER(ctypes.c_void_p)]
+                            + _ERR, ctypes.c_int),
     "cq4p_chat_send": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(TextOptions),
                         TEXT_CALLBACK, ctypes.c_void_p, ctypes.POINTER(GenerateStats)] + _ERR,
                        ctypes.c_int),
@@ -643,8 +663,10 @@ class NativeTokenizer(_Handle):
             _check(code, error)
             return text.raw[:length.value].decode("utf-8")
 
-    def render_chat(self, messages, add_generation_prompt=True):
-        """The text of [{"role", "content"}] in the tokenizer's chat format."""
+    def render_chat(self, messages, add_generation_prompt=True, enable_thinking=False):
+        """The text of [{"role", "content"}] in the tokenizer's chat format;
+        enable_thinking: Gemma 4's thinking (refused by other formats)."""
+        options = _chat_options(enable_thinking)
         roles = (ctypes.c_char_p * max(len(messages), 1))(
             *[m["role"].encode("utf-8") for m in messages])
         contents = (ctypes.c_char_p * max(len(messages), 1))(
@@ -654,9 +676,10 @@ class NativeTokenizer(_Handle):
             text = ctypes.create_string_buffer(capacity)
             length = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-            code = self._lib.cq4p_tokenizer_render_chat(
-                self._handle, roles, contents, len(messages), int(add_generation_prompt), text,
-                capacity, ctypes.byref(length), error, ERROR_BUFFER_BYTES)
+            code = self._lib.cq4p_tokenizer_render_chat_with(
+                self._handle, roles, contents, len(messages), int(add_generation_prompt),
+                ctypes.byref(options), text, capacity, ctypes.byref(length), error,
+                ERROR_BUFFER_BYTES)
             if code == fmt.CQ4P_ERROR_ARGUMENT and length.value + 1 > capacity:
                 capacity = length.value + 1
                 continue
@@ -730,17 +753,23 @@ def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0
 
 class NativeChat(_Handle):
     """A conversation through the C API (cq4p_chat_*): each send() prefills
-    only the new turn after the previous one's KV cache."""
+    only the new turn after the previous one's KV cache. Gemma 4:
+    enable_thinking puts <|think|> in the system turn; the model's thought
+    channel is left out of the text send() returns and streams unless
+    show_thinking."""
 
-    def __init__(self, model, system_prompt=None, tokenizer=None):
+    def __init__(self, model, system_prompt=None, tokenizer=None, enable_thinking=False,
+                 show_thinking=False):
         self._handle = None
         self._model = model
         self._lib = text_library()
         handle = ctypes.c_void_p()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_chat_open(model._handle, tokenizer._handle if tokenizer else None,
-                                        utf8("system prompt", system_prompt) if system_prompt else None,
-                                        ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
+        options = _chat_options(enable_thinking, show_thinking)
+        code = self._lib.cq4p_chat_open_with(
+            model._handle, tokenizer._handle if tokenizer else None,
+            utf8("system prompt", system_prompt) if system_prompt else None,
+            ctypes.byref(options), ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
         _check(code, error)
         self._handle = handle
 

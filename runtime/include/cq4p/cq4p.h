@@ -317,7 +317,7 @@ typedef struct cq4p_tokenizer_info {
   int64_t stop_ids[16];  /* the first 16 of them */
   uint32_t prefix_count; /* ids added before the text (add_special) */
   int64_t prefix_ids[4];
-  char chat_format[48];  /* "ChatML", "Llama 3", "Gemma"...; "none" */
+  char chat_format[48];  /* "ChatML", "Llama 3", "Gemma", "Gemma 4"...; "none" */
 } cq4p_tokenizer_info;
 
 /* Opens tokenizer_json; tokenizer_config, generation_config and
@@ -380,6 +380,37 @@ CQ4P_API int cq4p_tokenizer_render_chat(const cq4p_tokenizer *tokenizer,
                                         size_t *length, char *error,
                                         size_t error_size);
 
+/* A chat's options beyond its messages. Versioned by its size: the caller
+ * sets `size` to sizeof(cq4p_chat_options) as its header declares it; the
+ * runtime reads the fields that size covers (later ones keep their
+ * defaults, zero) and refuses a larger struct whose bytes past the fields
+ * it knows are not all zero (an option it cannot honour). Fields are only
+ * ever appended. A NULL pointer is the defaults.
+ *
+ * Gemma 4 (docs/TOKENIZER.md): with enable_thinking the system turn opens
+ * with <|think|> and the model reasons in its thought channel
+ * (<|channel>thought\n...<channel|>) before it answers; other formats
+ * refuse it. The thought channel is held back from the streamed text
+ * unless show_thinking (then delivered as the model wrote it, markers
+ * included); no callback ever receives part of a marker. */
+typedef struct cq4p_chat_options {
+  uint32_t size;           /* sizeof(cq4p_chat_options) */
+  int32_t enable_thinking; /* nonzero: Gemma 4's thinking */
+  int32_t show_thinking;   /* nonzero: deliver the thought channel too */
+} cq4p_chat_options;
+
+/* cq4p_tokenizer_render_chat with options (enable_thinking; a "developer"
+ * first message is Gemma 4's system turn too). */
+CQ4P_API int cq4p_tokenizer_render_chat_with(const cq4p_tokenizer *tokenizer,
+                                             const char *const *roles,
+                                             const char *const *contents,
+                                             size_t count,
+                                             int add_generation_prompt,
+                                             const cq4p_chat_options *options,
+                                             char *text, size_t capacity,
+                                             size_t *length, char *error,
+                                             size_t error_size);
+
 /* Called with each generated id and the text it completes (length may be
  * 0: the bytes of a character still to be finished, or text that may be
  * the start of a stop string, are held). At the end, text still held is
@@ -418,6 +449,14 @@ typedef struct cq4p_chat cq4p_chat;
 CQ4P_API int cq4p_chat_open(cq4p_model *model, const cq4p_tokenizer *tokenizer,
                             const char *system_prompt, cq4p_chat **out,
                             char *error, size_t error_size);
+/* cq4p_chat_open with options (above); options the chat format does not
+ * take (thinking outside Gemma 4) are refused here, by name. */
+CQ4P_API int cq4p_chat_open_with(cq4p_model *model,
+                                 const cq4p_tokenizer *tokenizer,
+                                 const char *system_prompt,
+                                 const cq4p_chat_options *options,
+                                 cq4p_chat **out, char *error,
+                                 size_t error_size);
 CQ4P_API int cq4p_chat_send(cq4p_chat *chat, const char *user_text,
                             const cq4p_text_options *options,
                             cq4p_text_fn callback, void *context,

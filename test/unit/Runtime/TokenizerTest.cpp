@@ -5,7 +5,10 @@
 // byte-level BPE with a Llama-3-style split and BOS <|startoftext|> = 1,
 // <|im_end|> = 7; SmolLM2's GPT-2 ByteLevel pre-tokenizer; Gemma 4's
 // SentencePiece-style BPE with byte fallback and its new special tokens
-// (<|image>=255999, <|audio>=256000, <|turn>, <turn|>). The real Qwen3,
+// (<|image>=255999, <|audio>=256000, <|turn>, <turn|>, the thought channel's
+// <|channel>, <channel|> and <|think|>) and its chat format (MODELS.md
+// section 6.1a; python/tests/test_gemma4_chat.py checks it against Jinja2
+// and through cq4p-run --chat). The real Qwen3,
 // Llama 3 and Gemma 3 files are checked against an independent encoder in
 // python/tests/test_tokenizer_corpus.py. Also: streaming decoding, and the
 // refusals of what the tokenizer does not implement.
@@ -208,8 +211,10 @@ TEST(Tokenizer, SmolLm2Gpt2SplitKeepsWordsApart) {
   EXPECT_FALSE(t->chatStatus());
 }
 
-/// Gemma 4's special tokens in a SentencePiece-style BPE with byte fallback.
-void writeGemma4(Files &files, const std::string &chatTemplate) {
+/// Gemma 4's special tokens in a SentencePiece-style BPE with byte fallback;
+/// `leaveOut`: a special token the vocabulary lacks.
+void writeGemma4(Files &files, const std::string &chatTemplate,
+                 const std::string &eos = "<turn|>", const std::string &leaveOut = "") {
   Json vocab = Json::object();
   std::vector<std::string> first = {"<pad>", "<eos>", "<bos>", "<unk>"};
   for (size_t i = 0; i < first.size(); ++i)
@@ -232,11 +237,14 @@ void writeGemma4(Files &files, const std::string &chatTemplate) {
     mergeList.push_back({a, b});
   }
   Json added = Json::array({addedToken(0, "<pad>"), addedToken(1, "<eos>"),
-                            addedToken(2, "<bos>"), addedToken(3, "<unk>"),
-                            addedToken(105, "<|turn>"), addedToken(106, "<turn|>"),
-                            addedToken(107, "<|channel>"), addedToken(108, "<channel|>"),
-                            addedToken(109, "<|tool_call>"),
-                            addedToken(255999, "<|image>"), addedToken(256000, "<|audio>")});
+                            addedToken(2, "<bos>"), addedToken(3, "<unk>")});
+  const std::pair<int, const char *> gemma4[] = {
+      {98, "<|think|>"},   {105, "<|turn>"},      {106, "<turn|>"},
+      {107, "<|channel>"}, {108, "<channel|>"},   {109, "<|tool_call>"},
+      {255999, "<|image>"}, {256000, "<|audio>"}};
+  for (const auto &[id, token] : gemma4)
+    if (token != leaveOut)
+      added.push_back(addedToken(id, token));
   Json root = {
       {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
       {"added_tokens", added},
@@ -263,7 +271,7 @@ void writeGemma4(Files &files, const std::string &chatTemplate) {
                  {"vocab", vocab}, {"merges", mergeList}}}};
   files.write("tokenizer.json", root.dump());
   files.write("tokenizer_config.json",
-              Json({{"bos_token", "<bos>"}, {"eos_token", "<turn|>"},
+              Json({{"bos_token", "<bos>"}, {"eos_token", eos},
                     {"add_bos_token", true}, {"backend", "tokenizers"}})
                   .dump());
   files.write("chat_template.jinja", chatTemplate);
@@ -300,11 +308,151 @@ TEST(Tokenizer, Gemma4SpecialTokensAndByteFallback) {
   ASSERT_TRUE(t->decode(spaced.data(), spaced.size(), text));
   EXPECT_EQ(text, " hello hello");
 
-  // Its chat template is not one cq4p knows: chat is refused by name, the
-  // tokenizer still works.
+  EXPECT_EQ(t->chatFormat(), ChatFormat::Gemma4);
+}
+
+// Gemma 4's templates as far as cq4p reads them: the markers, and whether
+// the empty thought channel follows the generation prompt (a string of the
+// template, "\n" escaped as Jinja source has it).
+const char *kGemma4Template =
+    "{{- bos_token -}}{%- for m in messages -%}{{- '<|turn>' + m['role'] + '\\n' -}}"
+    "{{- m['content'] | trim -}}{{- '<turn|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}";
+const char *kGemma4EmptyThoughtTemplate =
+    "{{- bos_token -}}{%- for m in messages -%}{{- '<|turn>' + m['role'] + '\\n' -}}"
+    "{{- m['content'] | trim -}}{{- '<turn|>\\n' -}}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}"
+    "{%- if not enable_thinking -%}{{- '<|channel>thought\\n<channel|>' -}}{%- endif -%}"
+    "{%- endif -%}";
+
+std::string render(const Tokenizer &t, const std::vector<ChatMessage> &messages,
+                   bool thinking = false) {
+  std::string text;
+  ChatOptions options;
+  options.enableThinking = thinking;
+  Status s = t.renderChat(messages, true, true, options, text);
+  EXPECT_TRUE(s) << s.message();
+  return text;
+}
+
+TEST(Tokenizer, Gemma4ChatLayout) {
+  Files files;
+  writeGemma4(files, kGemma4Template, "<eos>");
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+  ASSERT_EQ(t->chatFormat(), ChatFormat::Gemma4);
+  EXPECT_STREQ(chatFormatName(t->chatFormat()), "Gemma 4");
+  // EOS and the end of a turn both stop generation.
+  EXPECT_EQ(t->stopIds(), std::vector<int64_t>({1, 106}));
+  EXPECT_EQ(t->endOfAssistantTurn(), "<turn|>\n");
+
+  EXPECT_EQ(render(*t, {{"user", " hi\n"}}),
+            "<bos><|turn>user\nhi<turn|>\n<|turn>model\n");
+  // A system turn of its own, and <|think|> when thinking is on (with or
+  // without a system message); "developer" opens it as "system" does.
+  EXPECT_EQ(render(*t, {{"system", " Be brief. "}, {"user", "hi"}}),
+            "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n");
+  EXPECT_EQ(render(*t, {{"developer", "Be brief."}, {"user", "hi"}}, true),
+            "<bos><|turn>system\n<|think|>\nBe brief.<turn|>\n<|turn>user\nhi<turn|>\n"
+            "<|turn>model\n");
+  EXPECT_EQ(render(*t, {{"user", "hi"}}, true),
+            "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n");
+  // Past replies lose their thoughts; consecutive replies are one turn.
+  EXPECT_EQ(render(*t, {{"user", "a"},
+                        {"assistant", "<|channel>thought\nhmm<channel|> Yes. "},
+                        {"assistant", "And no."},
+                        {"user", "b"}}),
+            "<bos><|turn>user\na<turn|>\n<|turn>model\nYes.And no.<turn|>\n"
+            "<|turn>user\nb<turn|>\n<|turn>model\n");
+  // A later turn (start false): no BOS, no system turn.
+  std::string later;
+  ASSERT_TRUE(t->renderChat({{"user", "again"}}, false, true, later));
+  EXPECT_EQ(later, "<|turn>user\nagain<turn|>\n<|turn>model\n");
+
+  // A system message only opens the conversation.
+  std::string text;
+  s = t->renderChat({{"user", "a"}, {"developer", "b"}}, true, true, text);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(s.message().find("found one at message 1"), std::string::npos) << s.message();
+}
+
+TEST(Tokenizer, Gemma4EmptyThoughtChannelFollowsTheTemplate) {
+  Files files;
+  writeGemma4(files, kGemma4EmptyThoughtTemplate);
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  ASSERT_EQ(t->chatFormat(), ChatFormat::Gemma4);
+  EXPECT_EQ(render(*t, {{"user", "hi"}}),
+            "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+  // Thinking on: the bare opener, where the model writes its thought.
+  EXPECT_EQ(render(*t, {{"user", "hi"}}, true),
+            "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n");
+
+  // The same template spelled with real newlines.
+  Files written;
+  std::string spelled = kGemma4EmptyThoughtTemplate;
+  for (size_t at; (at = spelled.find("\\n")) != std::string::npos;)
+    spelled.replace(at, 2, "\n");
+  writeGemma4(written, spelled);
+  ASSERT_TRUE(written.open(t));
+  EXPECT_EQ(render(*t, {{"user", "hi"}}),
+            "<bos><|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+
+  // Gemma 4's marker is looked for before Gemma 3's.
+  Files both;
+  writeGemma4(both, std::string(kGemma4Template) + "{# not <start_of_turn> #}");
+  ASSERT_TRUE(both.open(t));
+  EXPECT_EQ(t->chatFormat(), ChatFormat::Gemma4);
+}
+
+TEST(Tokenizer, Gemma4RefusesWhatItLacksByName) {
+  for (const char *token : {"<|turn>", "<turn|>"}) {
+    Files files;
+    writeGemma4(files, kGemma4Template, "<eos>", token);
+    std::unique_ptr<Tokenizer> t;
+    ASSERT_TRUE(files.open(t));
+    EXPECT_EQ(t->chatFormat(), ChatFormat::None);
+    EXPECT_EQ(t->chatStatus().message(),
+              std::string("chat: the Gemma 4 template needs the token ") + token +
+                  ", which the vocabulary lacks");
+  }
+  // Thinking needs <|think|>; the empty thought channel needs its markers.
+  Files noThink;
+  writeGemma4(noThink, kGemma4Template, "<eos>", "<|think|>");
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(noThink.open(t));
+  EXPECT_TRUE(t->checkChatOptions(ChatOptions()));
+  ChatOptions thinking;
+  thinking.enableThinking = true;
+  std::string text;
+  Status s = t->renderChat({{"user", "hi"}}, true, true, thinking, text);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_EQ(s.message(), "chat: thinking needs the token <|think|>, which the vocabulary lacks");
+  Files noChannel;
+  writeGemma4(noChannel, kGemma4EmptyThoughtTemplate, "<eos>", "<channel|>");
+  ASSERT_TRUE(noChannel.open(t));
   EXPECT_EQ(t->chatFormat(), ChatFormat::None);
-  EXPECT_EQ(t->chatStatus().code(), CQ4P_ERROR_UNSUPPORTED);
-  EXPECT_NE(t->chatStatus().message().find("not one cq4p knows"), std::string::npos);
+  EXPECT_NE(t->chatStatus().message().find("needs the token <channel|>"), std::string::npos);
+
+  // Other formats have no thinking switch.
+  Files lfm2;
+  writeLfm2(lfm2);
+  ASSERT_TRUE(lfm2.open(t));
+  s = t->checkChatOptions(thinking);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_EQ(s.message(),
+            "chat: thinking: the ChatML format has no thinking switch cq4p knows (Gemma 4's has)");
+}
+
+TEST(Tokenizer, StripThoughtsAsGemma4sTemplatesDo) {
+  EXPECT_EQ(stripThoughts("<|channel>thought\nabc<channel|>Answer"), "Answer");
+  EXPECT_EQ(stripThoughts(" A <|channel>x<channel|> B <|channel>y<channel|>\n"), "A  B");
+  // An unclosed thought runs to the end; a stray close is dropped.
+  EXPECT_EQ(stripThoughts("Yes<|channel>thought\nstill"), "Yes");
+  EXPECT_EQ(stripThoughts("a<channel|>b"), "ab");
+  // Jinja's trim: Python's white space, U+3000 and U+00A0 included.
+  EXPECT_EQ(stripThoughts("\xE3\x80\x80x\xC2\xA0"), "x");
 }
 
 TEST(Tokenizer, StreamingNeverSplitsACharacter) {

@@ -16,6 +16,16 @@
 //     user's turn, after the ids already in the KV cache. history() is the
 //     whole sequence, so a fresh prefill of it reproduces the cache.
 //
+// Gemma 4's thought channel (<|channel>thought\n...<channel|>, before the
+// answer) is held back from the delivered text unless ChatOptions::
+// showThinking: the callback and TextResult::text get the answer alone,
+// never part of a marker. Stop strings are matched on the model's whole
+// text, thought included, so showing it never changes where a reply ends.
+// Gemma 4's templates drop a past reply's thoughts from the conversation;
+// the KV cache cannot drop positions, so the turn after a reply that held
+// a thought re-renders the conversation (its replies without thoughts) and
+// prefills it from position 0.
+//
 // As in Model::generate, the last id sampled is not decoded (it is not in
 // the cache); a chat's next turn prefills it first.
 //
@@ -69,8 +79,12 @@ Status generateText(Model &model, const Model::Claim &held,
 
 class ChatSession {
 public:
-  ChatSession(Model &model, const Tokenizer &tokenizer, std::string system)
-      : model_(model), tokenizer_(tokenizer), system_(std::move(system)) {}
+  /// tokenizer.checkChatOptions(options) says whether send() will take
+  /// `options` (send refuses them otherwise).
+  ChatSession(Model &model, const Tokenizer &tokenizer, std::string system,
+              ChatOptions options = ChatOptions())
+      : model_(model), tokenizer_(tokenizer), system_(std::move(system)),
+        options_(options) {}
 
   /// One user turn and the streamed reply.
   Status send(const std::string &user, const TextOptions &options,
@@ -78,13 +92,22 @@ public:
               TextResult *result = nullptr);
   /// The conversation's ids: prefilled and sampled, in order.
   const std::vector<int64_t> &history() const { return history_; }
+  /// The ids the last send() prefilled: the close of the previous reply and
+  /// the new turn, or the whole conversation when it was prefilled anew.
+  const std::vector<int64_t> &lastPrompt() const { return lastPrompt_; }
   int64_t turns() const { return turns_; }
 
 private:
   Model &model_;
   const Tokenizer &tokenizer_;
   std::string system_;
+  ChatOptions options_;
+  /// The conversation as text (a reply as the model wrote it), for the
+  /// re-rendering that drops a reply's thoughts.
+  std::vector<ChatMessage> messages_;
+  bool replyHadThought_ = false;
   std::vector<int64_t> history_;
+  std::vector<int64_t> lastPrompt_;
   int64_t lastId_ = -1; ///< sampled, not yet in the cache
   int64_t turns_ = 0;
 };

@@ -53,6 +53,7 @@ enum class ChatFormat {
   Llama3,     ///< <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
   Llama31,    ///< Llama 3.1/3.2: a system header with the knowledge dates
   Gemma,      ///< <start_of_turn>user\n...<end_of_turn>\n, "model" replies
+  Gemma4,     ///< <|turn>user\n...<turn|>\n, a system turn, a thought channel
 };
 
 const char *chatFormatName(ChatFormat format);
@@ -69,9 +70,29 @@ struct TokenizerFiles {
 };
 
 struct ChatMessage {
-  std::string role; ///< "system", "user" or "assistant"
+  std::string role; ///< "system", "user" or "assistant" (Gemma 4: "developer" first too)
   std::string content;
 };
+
+/// Gemma 4's thought channel: the model's reasoning comes between these
+/// markers, before its answer (docs/TOKENIZER.md).
+inline constexpr std::string_view kThoughtOpen = "<|channel>";
+inline constexpr std::string_view kThoughtClose = "<channel|>";
+
+/// A conversation's options beyond its messages.
+struct ChatOptions {
+  /// Gemma 4: <|think|> in the system turn, so that the model reasons in
+  /// its thought channel before it answers. Other formats refuse it.
+  bool enableThinking = false;
+  /// Deliver the thought channel, markers included, with the answer; by
+  /// default it is held back (the answer alone is streamed).
+  bool showThinking = false;
+};
+
+/// What Gemma 4's templates keep of a past reply: the text outside its
+/// thought channels (each <|channel>...<channel|>; an unclosed one runs to
+/// the end), trimmed.
+std::string stripThoughts(std::string_view reply);
 
 class Tokenizer {
 public:
@@ -129,6 +150,14 @@ public:
   /// (BOS, a default system turn) when `start`.
   Status renderChat(const std::vector<ChatMessage> &messages, bool start,
                     bool addGenerationPrompt, std::string &text) const;
+  Status renderChat(const std::vector<ChatMessage> &messages, bool start,
+                    bool addGenerationPrompt, const ChatOptions &options,
+                    std::string &text) const;
+  /// Whether the chat format takes `options` (thinking: Gemma 4 with a
+  /// <|think|> token); the refusal names the format or the token.
+  Status checkChatOptions(const ChatOptions &options) const;
+  /// Whether the model's replies may hold a thought channel (Gemma 4).
+  bool chatHasThoughts() const;
   /// The text that closes an assistant turn whose ids are already known.
   std::string endOfAssistantTurn() const;
 
