@@ -41,9 +41,9 @@ from test_model_e2e import compile_model
 
 VOCAB = 512
 # The model under the chat: any synthetic family of VOCAB tokens follows its
-# successor chain. (gemma4's bundles wait for the converter and compiler in
-# progress to agree on its per-layer embedding's layout.)
-MODEL_ARCH = "llama32"
+# successor chain; Gemma 4's own (per-layer embeddings, shared KV, soft-capped
+# logits), as a Gemma 4 bundle is what the chat format is for.
+MODEL_ARCH = "gemma4"
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 GEMMA4_SPECIALS = ["<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>"]
 WORDS = ["user", "model", "system", "thought", "hmm", "Yes", "Hi", "Again", "Be", "brief"]
