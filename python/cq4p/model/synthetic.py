@@ -278,6 +278,10 @@ REAL_SHAPES = {
                  head_dim=64),
     "gemma4": dict(hidden=1536, ffn=6144, vocab=262144, layers=35, heads=8, kv_heads=1,
                    head_dim=256, window=512),
+    # Qwen3-1.7B (MODELS.md section 4): an architecture of its own here, not
+    # a family; model_config("qwen3", real_shape("qwen3")) is its config.
+    "qwen3": dict(hidden=2048, ffn=6144, vocab=151936, layers=28, heads=16, kv_heads=8,
+                  head_dim=128),
 }
 LFM2_ATTENTION = (2, 5, 8, 10, 12, 14)  # LFM2-350M/700M/1.2B full_attn_idxs
 LFM2_BLOCK_FF_DIM = {4608: 6656, 6912: 10240, 8192: 12288}  # the released block_ff_dim
