@@ -125,3 +125,15 @@ def test_the_oracle_decodes_the_tables_rows_when_read(converted):
     np.testing.assert_allclose(rows[ids], full[ids], rtol=1e-5, atol=1e-6 * np.abs(full).max())
     with pytest.raises(IndexError):
         rows[[shape.vocab]]
+
+
+def test_the_lazy_oracle_computes_the_dense_oracles_logits(converted):
+    """With the token embedding kept in its panels (a full-size model's
+    oracle), the tied logits come from PanelRows.project: the dense
+    oracle's, up to fp32 rounding."""
+    from cq4p.model import reference as rf
+    root, config, _, _ = converted
+    ids = synthetic.prompt(config, 6, seed=2)
+    dense = rf.Reference.from_bundle(str(root / "bundle")).forward(ids)
+    lazy = rf.Reference.from_bundle(str(root / "bundle"), lazy_embedding=True).forward(ids)
+    np.testing.assert_allclose(lazy, dense, rtol=0, atol=1e-4 * float(np.std(dense)))

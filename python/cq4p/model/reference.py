@@ -421,6 +421,27 @@ class PanelRows:
         self.panels = np.asarray(self.tensor.data, np.uint8).reshape(
             -1, k // gs, gs // pn.KG_K, pn.KG_BYTES)
 
+    def project(self, x):
+        """x @ table^T ([M, columns] -> [M, rows]) without the dense table:
+        row v's dot with x is norm[v] * (cb[idx[v]] . ((x / s) @ R)), the
+        rotation applied once to x; the indices unpacked once, the levels
+        gathered a block of rows at a time."""
+        if self.rows_per_id != 1:
+            raise ValueError("project: a table of one stored row per row")
+        x = np.asarray(x, dtype=np.float32)
+        padded = np.zeros((x.shape[0], self.tensor.k), np.float32)
+        padded[:, :x.shape[1]] = x
+        padded[:, :x.shape[1]] /= self.scale[:x.shape[1]]
+        rotated = padded @ self.rotation_t.T
+        if getattr(self, "indices", None) is None:
+            self.indices = self.tensor.indices()
+        out = np.empty((x.shape[0], self.tensor.n), np.float32)
+        for begin in range(0, self.tensor.n, 8192):
+            end = min(self.tensor.n, begin + 8192)
+            dots = self.levels[self.indices[begin:end]] @ rotated.T
+            out[:, begin:end] = (dots * self.norms[begin:end, None].astype(np.float32)).T
+        return out
+
     def __getitem__(self, ids):
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):
@@ -465,10 +486,14 @@ class Reference:
         self.reset()
 
     @classmethod
-    def from_bundle(cls, directory):
+    def from_bundle(cls, directory, lazy_embedding=False):
         """The dequantized model of a bundle; a CQ4 tensor whose K was
         zero-padded (manifest original_shape narrower than the file) keeps
-        its original columns."""
+        its original columns. Gemma 4's per-layer embedding table stays in
+        its file (PanelRows); with `lazy_embedding`, the token embedding
+        too (its rows decoded when read, the tied logits by
+        PanelRows.project): a full-size model's oracle without a dense
+        262,144 x 1,536 table."""
         manifest = bd.read_manifest(directory)
         weights = {}
         for entry in manifest["tensors"]:
@@ -476,7 +501,8 @@ class Reference:
             if path is None:
                 raise bd.BundleError(f"{directory}: no file for tensor {entry['name']}")
             shape = entry["original_shape"]
-            if entry["name"].endswith(LAZY_TABLE):
+            if entry["name"].endswith(LAZY_TABLE) or (
+                    lazy_embedding and entry["name"].endswith("embed_tokens.weight")):
                 weights[entry["name"]] = PanelRows(path, shape)
                 continue
             with rd.read_tensor(path) as tensor:
@@ -635,7 +661,8 @@ class Reference:
         self.position += ids.size
         final = "embedding_norm" if c.lfm2 else "norm"
         final = rms_norm(h, self.weights[f"{self.prefix}{final}.weight"], c.epsilon, c.gemma)
-        logits = final @ self.weights[self.output].T
+        output = self.weights[self.output]
+        logits = output.project(final) if isinstance(output, PanelRows) else final @ output.T
         if c.softcap:
             cap = np.float32(c.softcap)
             logits = cap * np.tanh(logits / cap)
