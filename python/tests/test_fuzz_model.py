@@ -62,16 +62,20 @@ def _graph_seeds():
         shapes = {name: value.shape
                   for name, value in synthetic.model_tensors(family, shape, 0).items()}
         spec = arch.with_checkpoint_names(spec, shapes)
-        entries = [_entry(name, shapes[name]) for name in spec.check_tensors(shapes)]
+        split = spec.split_tables()
+        entries = [_entry(name, shapes[name], split.get(name, 1))
+                   for name in spec.check_tensors(shapes)]
         seeds.append(ir.model_graph(spec, entries, "digest"))
     return seeds
 
 
-def _entry(name, shape):
-    """A manifest entry as convert writes it for a tensor of `shape`."""
+def _entry(name, shape, rows_per_row=1):
+    """A manifest entry as convert writes it for a tensor of `shape` (a
+    table stored as `rows_per_row` rows per checkpoint row: split_rows)."""
     if len(shape) == 2 and (cv.is_orthogonal_tensor(name) or cv.is_hadamard_tensor(name, shape)):
         orthogonal = cv.is_orthogonal_tensor(name)
-        return {"name": name, "file": name, "shape": [shape[0], arch.padded(shape[1])],
+        stored = (shape[0] * rows_per_row, shape[1] // rows_per_row)
+        return {"name": name, "file": name, "shape": [stored[0], arch.padded(stored[1])],
                 "original_shape": list(shape), "dtype": "CQ4",
                 "rotation": "orthogonal" if orthogonal else "hadamard", "layout": "panels",
                 "group_size": 128}
