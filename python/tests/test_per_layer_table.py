@@ -4,6 +4,7 @@ with plain numpy, and the refusal of bundles of the layout before it."""
 
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from cq4p.io import reader as rd
 from cq4p.io import safetensors as st
 from cq4p.model import ir
 from cq4p.model import synthetic
+from cq4p.native import tools
 
 TABLE = "model.language_model.embed_tokens_per_layer.weight"
 
@@ -137,3 +139,24 @@ def test_the_lazy_oracle_computes_the_dense_oracles_logits(converted):
     dense = rf.Reference.from_bundle(str(root / "bundle")).forward(ids)
     lazy = rf.Reference.from_bundle(str(root / "bundle"), lazy_embedding=True).forward(ids)
     np.testing.assert_allclose(lazy, dense, rtol=0, atol=1e-4 * float(np.std(dense)))
+
+
+@pytest.mark.parametrize("runtime", [True, False], ids=["runtime", "python"])
+def test_a_one_layer_model_converts_reads_and_compiles(tmp_path, runtime):
+    # With one layer the table's checkpoint rows are already rows of one
+    # layer each: the same bytes in both layouts, nothing to refuse.
+    shape = synthetic.default_shape("gemma4", layers=1, vocab=192)
+    synthetic.write_model(str(tmp_path / "checkpoint"), "gemma4", shape)
+    with open(os.devnull, "w") as quiet:
+        cv.convert(str(tmp_path / "checkpoint"), str(tmp_path / "bundle"), progress=quiet)
+    if runtime and not bd._runtime_checks_manifest(str(tmp_path / "bundle")):
+        pytest.skip("the runtime library is not built")
+    entry = _entry(tmp_path / "bundle", TABLE)
+    assert entry["shape"] == entry["original_shape"] == [shape.vocab, synthetic.GEMMA4_PLE]
+    bd.read_manifest(str(tmp_path / "bundle"), runtime=runtime)
+    if runtime:
+        result = subprocess.run([tools.find_tool("cq4p-compile"),
+                                 str(tmp_path / "bundle" / "model.mlir"), "--target=host",
+                                 "-o", str(tmp_path / "model.so")],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr

@@ -101,10 +101,12 @@ std::string formatShape(const uint64_t *dims, size_t count) {
 /// ([vocab * layers, width], the checkpoint's [vocab, layers * width] in
 /// manifest original_shape). A CQ4 table stored with the checkpoint's rows
 /// is the layout converters wrote before, whose one layers * width wide
-/// rotation each token read: refused, naming the fix.
+/// rotation each token read: refused, naming the fix. With one layer the two
+/// layouts are the same rows, and nothing is refused.
 template <typename Refuse>
 Status checkPerLayerTable(const json::Value &entry, const BundleTensor &tensor,
-                          const Refuse &refuse, const std::string &where) {
+                          const json::Value *config, const Refuse &refuse,
+                          const std::string &where) {
   static constexpr char kSuffix[] = "embed_tokens_per_layer.weight";
   const std::string &name = tensor.name;
   size_t suffix = sizeof(kSuffix) - 1;
@@ -116,6 +118,19 @@ Status checkPerLayerTable(const json::Value &entry, const BundleTensor &tensor,
       original->array.size() != 2 || !original->array[0].isInteger ||
       uint64_t(original->array[0].integer) != tensor.shape[0])
     return Status::ok();
+  // The layer count, from the config or its text_config (Gemma 4's).
+  const json::Value *text = config && config->kind == json::Value::Kind::Object
+                                ? config->get("text_config")
+                                : nullptr;
+  for (const json::Value *fields : {text, config}) {
+    if (!fields || fields->kind != json::Value::Kind::Object)
+      continue;
+    const json::Value *layers = fields->get("num_hidden_layers");
+    if (layers && layers->isInteger && layers->integer == 1)
+      return Status::ok();
+    if (layers)
+      break;
+  }
   return refuse(where + ": the per-layer embedding table is stored as one " +
                 formatShape(tensor.shape.data(), 2) +
                 " orthogonal tensor, a layout this cq4p no longer runs (a " +
@@ -397,7 +412,9 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out,
                               "\"shape\"");
       tensor.shape.push_back(static_cast<uint64_t>(dim.integer));
     }
-    if (Status status = checkPerLayerTable(entry, tensor, refuse, where); !status)
+    if (Status status =
+            checkPerLayerTable(entry, tensor, manifest.get("config"), refuse, where);
+        !status)
       return status;
     const json::Value *sha256 = entry.get("sha256");
     if (sha256 && (sha256->kind != json::Value::Kind::String ||

@@ -250,7 +250,7 @@ def _check_manifest(path, content):
             refuse(f"{where}: expected \"shape\" to list 1 to {MAX_SHAPE_DIMS} dimensions")
         if not all(_is_integer(dim) and 0 < dim < 1 << 63 for dim in shape):
             refuse(f"{where}: expected positive integer dimensions in \"shape\"")
-        if _is_whole_per_layer_table(name, entry, shape):
+        if _is_whole_per_layer_table(name, entry, shape, content.get("config")):
             refuse(f"{where}: the per-layer embedding table is stored as one "
                    f"[{shape[0]}, {shape[1]}] orthogonal tensor, a layout this cq4p no longer "
                    f"runs (a {shape[1]} x {shape[1]} rotation read for every token); "
@@ -260,14 +260,22 @@ def _check_manifest(path, content):
             refuse(f"{where}: expected \"sha256\" to be 64 lowercase hex digits")
 
 
-def _is_whole_per_layer_table(name, entry, shape):
+def _is_whole_per_layer_table(name, entry, shape, config):
     """Gemma 4's per-layer embedding table stored with the checkpoint's rows
     ([vocab, layers * width], one wide rotation), the layout converters
-    wrote before it was stored as rows of one layer each."""
+    wrote before it was stored as rows of one layer each. With one layer
+    the two layouts are the same rows."""
     original = entry.get("original_shape")
-    return (entry.get("dtype") == "CQ4" and name.endswith("embed_tokens_per_layer.weight")
+    if not (entry.get("dtype") == "CQ4" and name.endswith("embed_tokens_per_layer.weight")
             and len(shape) == 2 and isinstance(original, list) and len(original) == 2
-            and _is_integer(original[0]) and original[0] == shape[0])
+            and _is_integer(original[0]) and original[0] == shape[0]):
+        return False
+    config = config if isinstance(config, dict) else {}
+    for fields in (config.get("text_config"), config):
+        if isinstance(fields, dict) and "num_hidden_layers" in fields:
+            layers = fields["num_hidden_layers"]
+            return not (_is_integer(layers) and layers == 1)
+    return True
 
 
 def _is_sha256(text):

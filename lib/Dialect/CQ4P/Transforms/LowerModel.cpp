@@ -214,12 +214,14 @@ private:
   /// (`rows_per_id`, one K x K rotation of the per-layer width). A graph
   /// that decodes it as one row per token (K = layers x width, the layout
   /// converters wrote before) would read a K x K rotation per token (321 MB
-  /// of them in the file at E2B's widths): refused, naming the fix.
+  /// of them in the file at E2B's widths): refused, naming the fix. The
+  /// graph says which it decodes by `rows_per_id` (1 for a one-layer model,
+  /// whose two layouts are the same rows).
   LogicalResult checkPerLayerTable(EmbeddingOp embedding) {
     auto arg = cast<BlockArgument>(embedding.getWeight());
     auto name = forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cq4p.tensor");
     if (!name || !name.getValue().ends_with("embed_tokens_per_layer.weight") ||
-        embedding.getRowsPerIdOrOne() > 1)
+        embedding.getRowsPerId())
       return success();
     WeightType table = embedding.getWeight().getType();
     return embedding.emitOpError()
