@@ -31,6 +31,11 @@ inline int isaCap() {
   return cap;
 }
 
+/// The most threads a quantizer or rotation call takes (ThreadPool's bound):
+/// a larger count is refused, not tried thread by thread until the system
+/// runs out of them.
+inline constexpr int kMaxThreads = 1024;
+
 /// Writes the formatted message into error (when there is room) and returns
 /// code: how the quantizer's and the rotation's C entry points refuse.
 inline int fail(int code, char *error, size_t error_size, const char *format,

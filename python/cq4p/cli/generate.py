@@ -13,6 +13,7 @@ python3-sentencepiece. Token ids work without either.
 """
 
 import json
+import math
 import os
 import sys
 
@@ -164,8 +165,17 @@ def compare(model, oracle, prompt, steps):
     oracle.reset()
     compiled, expected = model.prefill(prompt), oracle.prefill(prompt)[-1]
     rows = []
+    if expected.size < 2:
+        raise GenerateError(f"the model's vocabulary has {expected.size} token: check-model "
+                            f"compares the top two logits, so it needs at least 2")
     for step in range(steps + 1):
-        std = float(np.std(expected))
+        # In float64: logits of 1e-30 (a soft-cap that small) have a float32
+        # variance of 0.
+        std = float(np.std(expected, dtype=np.float64))
+        if not std > 0 or not math.isfinite(std):
+            raise GenerateError(f"step {step}: the oracle's logits have standard deviation "
+                                f"{std}: check-model measures differences relative to it, so "
+                                f"it needs finite logits that differ")
         top2 = np.partition(expected, -2)[-2:]
         token = int(np.argmax(expected))
         rows.append((step, float(np.max(np.abs(compiled - expected))) / std, token,
