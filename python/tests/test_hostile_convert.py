@@ -16,11 +16,14 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hostile
 from cq4p.cli import convert as cv
+from cq4p.cli import generate as gn
 from cq4p.io import bundle as bd
+from cq4p.io import safetensors as st
 from cq4p.model import synthetic
 from cq4p.native import runtime as native
 from cq4p.native import tools
@@ -364,3 +367,169 @@ def test_upgrade_keeps_the_shipped_files_digests(converted, tmp_path):
     assert manifest["tokenizer_files"] == list(TOKENIZER_TEXTS)
     assert sorted(manifest["files_sha256"]) == sorted(["model.mlir", *TOKENIZER_TEXTS])
     assert _runtime_verify(copy) is None
+
+
+# --- models the compiler or the runtime would refuse, refused by convert ---------
+
+def _lfm2_with_a_wide_convolution(root):
+    """An LFM2 checkpoint whose conv_L_cache (17) and conv weights agree."""
+    shape = synthetic.default_shape("lfm2", layers=2).resolved()
+    model_dir = root / "model"
+    config = synthetic.write_model(str(model_dir), "lfm2", shape, seed=0)
+    config["conv_L_cache"] = 17
+    (model_dir / "config.json").write_text(json.dumps(config))
+    tensors = synthetic.model_tensors("lfm2", shape, 0)
+    for name, values in list(tensors.items()):
+        if name.endswith("conv.conv.weight"):
+            tensors[name] = np.resize(values, (values.shape[0], 1, 17))
+    for path in model_dir.glob("*.safetensors"):
+        path.unlink()
+    st.write(str(model_dir / "model.safetensors"), tensors)
+    return model_dir
+
+
+def _lfm2_without_attention(root):
+    shape = synthetic.default_shape("lfm2", layers=2).resolved()
+    model_dir = root / "model"
+    config = synthetic.write_model(str(model_dir), "lfm2", shape, seed=0)
+    config.pop("layer_types", None)
+    config["full_attn_idxs"] = []
+    (model_dir / "config.json").write_text(json.dumps(config))
+    tensors = synthetic.model_tensors("lfm2", shape, 0)
+    conv = {name[len("model.layers.0."):]: values for name, values in tensors.items()
+            if name.startswith("model.layers.0.")}
+    for layer in range(2):
+        prefix = f"model.layers.{layer}."
+        for name in [name for name in tensors if name.startswith(prefix)]:
+            del tensors[name]
+        tensors.update({prefix + part: values for part, values in conv.items()})
+    for path in model_dir.glob("*.safetensors"):
+        path.unlink()
+    st.write(str(model_dir / "model.safetensors"), tensors)
+    return model_dir
+
+
+def _synthetic(arch, **sizes):
+    def make(root):
+        shape = synthetic.default_shape(arch, **sizes)
+        synthetic.write_model(str(root / "model"), arch, shape, seed=0)
+        return root / "model"
+    return make
+
+
+def _edited(arch, **fields):
+    def make(root):
+        model_dir = root / "model"
+        config = synthetic.write_model(str(model_dir), arch, synthetic.default_shape(arch,
+                                                                                     layers=2))
+        config.get("text_config", config).update(fields)
+        (model_dir / "config.json").write_text(json.dumps(config))
+        return model_dir
+    return make
+
+
+LIMIT_CASES = {
+    "hidden 2": (_synthetic("smollm2", hidden=2, vocab=256, layers=1, heads=1, kv_heads=1,
+                            head_dim=2), "hidden_size (2) must be a multiple of 16"),
+    "hidden 24": (_synthetic("smollm2", hidden=24, vocab=256, layers=1, heads=1, kv_heads=1,
+                             head_dim=16), "hidden_size (24) must be a multiple of 16"),
+    "head_dim 8": (_synthetic("smollm2", hidden=64, vocab=256, layers=1, heads=8, kv_heads=8,
+                              head_dim=8), "head_dim of layer 0 (8) must be a multiple of 16"),
+    "ffn 24": (_synthetic("smollm2", ffn=24, vocab=256, layers=1),
+               "intermediate_size (24) must be a multiple of 16"),
+    "vocab 1": (_synthetic("llama", vocab=1, layers=1), "vocab_size (1) must be at least 2"),
+    "a soft-capped vocabulary of 24": (_synthetic("gemma4", vocab=24, layers=2),
+                                       "vocab_size (24) must be a multiple of 16 with "
+                                       "final_logit_softcapping"),
+    "LFM2 conv_L_cache 17": (_lfm2_with_a_wide_convolution,
+                             "conv_L_cache (17) must be at most 16"),
+    "LFM2 without attention": (_lfm2_without_attention,
+                               "no attention layer among the 2 layers"),
+    "rms_norm_eps subnormal": (_edited("llama", rms_norm_eps=1e-45),
+                               "'rms_norm_eps' is 1e-45, below float32's smallest normal"),
+    "rope_theta subnormal": (_edited("llama", rope_theta=1e-40),
+                             "'rope_theta' is 1e-40, below float32's smallest normal"),
+    "final_logit_softcapping subnormal": (_edited("gemma4", final_logit_softcapping=1e-39),
+                                          "'final_logit_softcapping' is 1e-39, below"),
+    "final_logit_softcapping 0": (_edited("gemma4", final_logit_softcapping=0),
+                                  "'final_logit_softcapping' is 0, expected a positive"),
+    "final_logit_softcapping -1": (_edited("gemma4", final_logit_softcapping=-1.0),
+                                   "'final_logit_softcapping' is -1.0, expected a positive"),
+}
+
+
+@pytest.mark.parametrize("case", list(LIMIT_CASES))
+def test_convert_refuses_what_the_compiler_and_runtime_refuse(tmp_path, case):
+    make, expected = LIMIT_CASES[case]
+    model_dir = make(tmp_path)
+    (tmp_path / "out").mkdir()
+    before = hostile.snapshot(model_dir)
+    outcome = _convert(model_dir, tmp_path / "out" / "bundle")
+    hostile.assert_refused(outcome, expected, code=EXIT_BAD_INPUT)
+    hostile.assert_one_line(outcome)
+    assert "config.json: " in outcome.stderr
+    assert hostile.snapshot(model_dir) == before
+    assert os.listdir(tmp_path / "out") == [], "a bundle or a temporary was left"
+
+
+# --- check-model over degenerate configs and logits -------------------------------
+
+CHECK_MODEL_CASES = {
+    "vocab_size 1": ({"vocab_size": 1}, "vocab_size (1) must be at least 2"),
+    "rms_norm_eps 0": ({"rms_norm_eps": 0}, "'rms_norm_eps' is 0, expected a positive"),
+    "rms_norm_eps subnormal": ({"rms_norm_eps": 1e-40}, "'rms_norm_eps' is 1e-40, below"),
+    "rope_theta -1": ({"rope_theta": -1.0}, "'rope_theta' is -1.0, expected a positive"),
+    "hidden_size 24": ({"hidden_size": 24}, "hidden_size (24) must be a multiple of 16"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECK_MODEL_CASES))
+def test_check_model_refuses_a_degenerate_config(converted, tmp_path, case):
+    """A manifest whose config was edited (or written by an older
+    converter): check-model refuses it by convert's rules, before any
+    library is opened."""
+    fields, expected = CHECK_MODEL_CASES[case]
+    _, bundle = converted
+    copy = _copy(bundle, tmp_path / "bundle")
+    _edit_json(copy / "manifest.json", lambda c: c["config"].update(fields))
+    outcome = hostile.run(hostile.cli("check-model", "--bundle", copy, "--library",
+                                      tmp_path / "libmodel.so", "--steps", "1"), env=_env())
+    hostile.assert_refused(outcome, expected, code=EXIT_BAD_INPUT)
+    hostile.assert_one_line(outcome)
+
+
+class _Logits:
+    """A model or an oracle that returns the same logits at every step."""
+
+    def __init__(self, logits):
+        self.logits = np.asarray(logits, dtype=np.float32)
+
+    def reset(self):
+        pass
+
+    def prefill(self, prompt):
+        return self.logits if isinstance(self, _Compiled) else np.stack([self.logits])
+
+    def decode(self, token):
+        return self.logits
+
+
+class _Compiled(_Logits):
+    pass
+
+
+def test_check_model_compares_logits_a_tiny_soft_cap_leaves():
+    """A soft-cap of 1e-30 squeezes every logit into +-1e-30, whose float32
+    variance is 0: the comparison is made in float64, no ZeroDivisionError."""
+    logits = np.tanh(np.linspace(-3, 3, 32)) * 1e-30
+    rows = gn.compare(_Compiled(logits), _Logits(logits), [1, 2], 2)
+    assert len(rows) == 3 and all(row[1] == 0.0 for row in rows), rows
+
+
+@pytest.mark.parametrize("logits,expected", [
+    ([0.5], "the model's vocabulary has 1 token"),
+    ([0.25] * 8, "step 0: the oracle's logits have standard deviation 0.0"),
+])
+def test_check_model_refuses_logits_it_cannot_compare(logits, expected):
+    with pytest.raises(gn.GenerateError, match=expected.replace(".", r"\.")):
+        gn.compare(_Compiled(logits), _Logits(logits), [1], 1)

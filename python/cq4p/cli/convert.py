@@ -224,6 +224,10 @@ def check_spec_values(path, spec):
         if not math.isfinite(value) or abs(value) > float(np.finfo(np.float32).max):
             raise ConvertError(f"{path}: {field} {value!r} (from the config) is not a finite "
                                f"float32 value")
+        if 0 < abs(value) < arch.FLOAT32_TINY:
+            raise ConvertError(f"{path}: {field} {value!r} (from the config) is below "
+                               f"float32's smallest normal number ({arch.FLOAT32_TINY:.8g}): "
+                               f"the kernels flush it to zero")
 
     def walk(prefix, record):
         for name in record.__dataclass_fields__:
@@ -273,6 +277,11 @@ def checked_model(model_dir, config, entries):
     check_spec_values(os.path.join(model_dir, "config.json"), spec)
     shapes = {entry.name: entry.shape for entry in entries}
     spec = arch.with_checkpoint_names(spec, shapes)
+    try:
+        # What cq4p-compile and the runtime refuse, refused here first.
+        arch.check_limits(spec)
+    except arch.ArchitectureError as error:
+        raise ConvertError(f"{os.path.join(model_dir, 'config.json')}: {error}") from error
     try:
         names = spec.check_tensors(shapes)
     except arch.ArchitectureError as error:

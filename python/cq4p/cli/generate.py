@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+from cq4p.io import bundle as bd
+from cq4p.model import architecture as arch
 from cq4p.model import reference as rf
 from cq4p.native import runtime as native
 
@@ -185,12 +187,37 @@ def compare(model, oracle, prompt, steps):
     return rows
 
 
+def check_config(bundle_dir):
+    """The bundle's config by convert's rules (a bundle whose manifest was
+    edited, or written by an older converter): a model the compiler and
+    runtime take (architecture.check_limits), every number a normal finite
+    float32 (convert.check_spec_values); GenerateError naming the field."""
+    from cq4p.cli import convert as cv  # convert imports this module's siblings
+    manifest = bd.read_manifest(bundle_dir)
+    where = os.path.join(bundle_dir, bd.MANIFEST) + " config"
+    try:
+        spec = arch.model_spec(manifest.get("config") or {})
+        spec = arch.with_checkpoint_names(spec, {
+            entry["name"]: tuple(entry.get("original_shape") or entry["shape"])
+            for entry in manifest["tensors"]})
+        arch.check_limits(spec)
+        cv.check_spec_values(where, spec)
+    except arch.ArchitectureError as error:
+        raise GenerateError(f"{where}: {error}") from None
+    except cv.ConvertError as error:
+        raise GenerateError(str(error)) from None
+    except (ValueError, TypeError, OverflowError, KeyError) as error:
+        raise GenerateError(f"{where}: cannot read the model's fields: "
+                            f"{type(error).__name__}: {error}") from None
+
+
 def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1, context=0,
                 tolerance=None, seed=0, out=None):
     """Compiled model vs oracle; prints a row per step and a verdict;
     returns True when every step is within `tolerance` (None: the model
     architecture's, `default_tolerance`) and every clear greedy decision
     (oracle margin above twice the tolerance) agrees."""
+    check_config(bundle_dir)
     oracle = rf.Reference.from_bundle(bundle_dir)
     if prompt is None:
         rng = np.random.default_rng(seed)
