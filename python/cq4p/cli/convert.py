@@ -3,7 +3,8 @@
 The checkpoint must be a model cq4p runs (`cq4p.model.architecture`): its config
 and tensor names and shapes are checked before any tensor is converted.
 The bundle holds one file per tensor, manifest.json (with each file's
-sha256 and the model_digest), model.mlir (the forward pass,
+sha256 and the model_digest, and model.mlir's and the tokenizer files'
+sha256 under files_sha256), model.mlir (the forward pass,
 `cq4p.model.ir.model_graph`) and the tokenizer files found next to the
 checkpoint.
 
@@ -50,10 +51,14 @@ place.
 
 The bundle is written into a temporary directory next to the output (named
 after the converting process, `.<out>.convert-<pid>.<random>.tmp`) and
-renamed into place once complete; on any error, interrupt or SIGTERM the
-temporary directory is removed, a temporary left by a killed conversion
-(its process gone) is removed by the next conversion to the same output,
-and an existing bundle (--force) is replaced only by a complete new one.
+renamed into place once complete (manifest.json written last, once every
+other file is there); on any error, interrupt or SIGTERM the temporary
+directory is removed, a temporary left by a killed conversion (its process
+gone) is removed by the next conversion to the same output, and an
+existing bundle (--force) is replaced only by a complete new one, and only
+when its directory holds nothing but the files its manifest lists
+(`check_replaceable`). Models cq4p-compile or the runtime would refuse are
+refused before anything is written (`architecture.check_limits`).
 """
 
 import dataclasses

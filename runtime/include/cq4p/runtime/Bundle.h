@@ -24,6 +24,10 @@
 // Writers replace files by renaming a new one into place, which leaves an
 // open bundle's mapping intact.
 //
+// The manifest's `tokenizer_files` and `files_sha256` (the sha256 of
+// model.mlir and each tokenizer file) name plain files inside the bundle,
+// like every tensor's file; verify() hashes those files too.
+//
 // Besides the tensors, the manifest may carry `model_digest` (the digest a
 // model library's steps were compiled for; older bundles have none) and
 // `config` (the checkpoint's configuration), of which the integer members
