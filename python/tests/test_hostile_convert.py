@@ -188,6 +188,17 @@ def test_convert_threads_variable_is_checked(tmp_path, value):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("value", ["AVX2", "avx-512", ""])
+def test_convert_quantize_isa_variable_is_checked(tmp_path, value):
+    """The runtime reads anything but generic and avx2 as avx512 (no cap):
+    a typo would go unnoticed."""
+    model_dir = _checkpoint(tmp_path, tokenizer=False)
+    outcome = _convert(model_dir, tmp_path / "out", env=_env(CQ4P_QUANTIZE_ISA=value))
+    hostile.assert_refused(outcome, f"$CQ4P_QUANTIZE_ISA is {value!r}: expected generic, "
+                                    f"avx2 or avx512 (or unset)", code=EXIT_BAD_INPUT)
+    hostile.assert_one_line(outcome)
+
+
 def test_convert_threads_variable_within_the_bound_converts(tmp_path):
     model_dir = _checkpoint(tmp_path, tokenizer=False)
     outcome = _convert(model_dir, tmp_path / "out", env=_env(CQ4P_CONVERT_THREADS="3"))

@@ -2,8 +2,9 @@
 //
 // The native quantizer and rotation pick their widest x86 path at run time
 // and refuse bad arguments the same way;
-// $CQ4P_QUANTIZE_ISA = generic | avx2 caps it, so that tests run every path
-// on one machine (all give the same bits).
+// $CQ4P_QUANTIZE_ISA = generic | avx2 caps it (avx512 or unset: no cap;
+// `convert` refuses any other value), so that tests run every path on one
+// machine (all give the same bits).
 //
 //===----------------------------------------------------------------------===//
 

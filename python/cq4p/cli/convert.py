@@ -391,12 +391,13 @@ QUANTIZERS = ("auto", "native", "numpy")
 def check_threads(quantizer):
     """$CQ4P_CONVERT_THREADS, when the native quantizer may read it: a
     thread count from 1 to 1024 (the runtime's bound), refused by name
-    before anything is written."""
+    before anything is written; $CQ4P_QUANTIZE_ISA generic, avx2 or unset."""
     if quantizer == "numpy":
         return
     from cq4p.native import quantize as nq
     try:
         nq.threads_from_environment()
+        nq.check_isa_variable()
     except nq.ThreadsVariableError as error:
         raise ConvertError(str(error)) from None
 

@@ -195,6 +195,9 @@ def check_config(bundle_dir):
     from cq4p.cli import convert as cv  # convert imports this module's siblings
     manifest = bd.read_manifest(bundle_dir)
     where = os.path.join(bundle_dir, bd.MANIFEST) + " config"
+    # The oracle's bounds on sizes first (BundleError naming the field):
+    # model_spec makes a record per layer of what the config claims.
+    rf.Config(manifest.get("config"))
     try:
         spec = arch.model_spec(manifest.get("config") or {})
         spec = arch.with_checkpoint_names(spec, {

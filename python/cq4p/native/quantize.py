@@ -34,7 +34,8 @@ class NativeQuantizeError(ValueError):
 
 
 class ThreadsVariableError(ValueError):
-    """$CQ4P_CONVERT_THREADS is not a thread count; the message is one line."""
+    """$CQ4P_CONVERT_THREADS is not a thread count (or $CQ4P_QUANTIZE_ISA
+    not an instruction set); the message is one line."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +89,23 @@ def threads_from_environment():
         raise ThreadsVariableError(f"${THREADS_VARIABLE} is {shown!r}: expected a whole number "
                                    f"of threads from 1 to {MAX_THREADS}")
     return count
+
+
+ISA_VARIABLE = "CQ4P_QUANTIZE_ISA"
+# runtime/src/QuantizeIsa.h: generic and avx2 cap it; avx512 (or unset) does not.
+ISA_VALUES = ("generic", "avx2", "avx512")
+
+
+def check_isa_variable():
+    """$CQ4P_QUANTIZE_ISA, which caps the quantizer's instruction set for
+    tests: unset, or one of ISA_VALUES; another value (which the runtime
+    would silently ignore) is a ThreadsVariableError naming it."""
+    value = os.environ.get(ISA_VARIABLE)
+    if value is None or value in ISA_VALUES:
+        return
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    raise ThreadsVariableError(f"${ISA_VARIABLE} is {shown!r}: expected "
+                               f"{', '.join(ISA_VALUES[:-1])} or {ISA_VALUES[-1]} (or unset)")
 
 
 def default_threads():
