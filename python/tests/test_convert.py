@@ -143,9 +143,15 @@ def test_convert_refuses_an_existing_bundle_unless_forced(spiked_model, tmp_path
     status, _, err = run(capsys, "convert", "--model", root / "model", "--out", out)
     assert status == 2 and "already exists" in err and "--force" in err
     assert (out / "old.txt").exists()
+    # --force replaces only the bundle's own files: a file of the user's
+    # makes it refuse, naming the file, and nothing is deleted.
+    status, _, err = run(capsys, "convert", "--model", root / "model", "--out", out, "--force")
+    assert status == 2 and f"{out / 'old.txt'}: --force replaces only the files" in err
+    assert (out / "old.txt").read_text() == "old"
+    (out / "old.txt").unlink()
     status, _, err = run(capsys, "convert", "--model", root / "model", "--out", out, "--force")
     assert status == 0, err
-    assert not (out / "old.txt").exists() and (out / "manifest.json").exists()
+    assert (out / "manifest.json").exists()
     assert not leftovers(tmp_path)
 
 

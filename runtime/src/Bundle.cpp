@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 namespace cq4p::runtime {
 namespace {
@@ -139,6 +140,39 @@ Status checkPerLayerTable(const json::Value &entry, const BundleTensor &tensor,
                 "`python -m cq4p convert`, which stores it as rows of one layer each");
 }
 
+/// A manifest value in a message: its JSON (ASCII, as Python's json.dumps
+/// writes it), at most 80 characters (python/cq4p/io/bundle.py shown()).
+std::string shownJson(const json::Value &value) {
+  std::string text = json::pythonJson(value);
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+/// Hashes the regular file `name` directly inside the directory open as
+/// `directoryFd`, never through a symbolic link.
+Status hashShippedFile(int directoryFd, const std::string &name,
+                       const std::string &path, std::string &hex) {
+  int fd = -1;
+  uint64_t size = 0;
+  if (Status status = openRegularFile(directoryFd, name, path, true, fd, size);
+      !status)
+    return status;
+  FdCloser closer{fd};
+  Sha256 hash;
+  std::vector<char> block(1 << 20);
+  for (;;) {
+    ssize_t count = ::read(fd, block.data(), block.size());
+    if (count < 0 && errno == EINTR)
+      continue;
+    if (count < 0)
+      return Status(CQ4P_ERROR_IO, path + ": cannot read: " + std::strerror(errno));
+    if (count == 0)
+      break;
+    hash.update(block.data(), size_t(count));
+  }
+  hex = hash.hexDigest();
+  return Status::ok();
+}
+
 const char *precisionName(uint32_t precision) {
   switch (precision) {
   case CQ4P_PRECISION_FP16: return "FP16";
@@ -158,6 +192,59 @@ const char *layoutName(uint32_t layout) {
 }
 
 } // namespace
+
+const std::vector<std::string> &Bundle::shippedFileNames() {
+  // python/cq4p/io/bundle.py SHIPPED_FILES: model.mlir, then the tokenizer's.
+  static const std::vector<std::string> names = {
+      "model.mlir",           "tokenizer.model",        "tokenizer.json",
+      "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+      "chat_template.jinja"};
+  return names;
+}
+
+Status Bundle::checkShippedFiles(Integrity &out) const {
+  int directoryFd = ::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directoryFd < 0)
+    return Status(CQ4P_ERROR_NOT_FOUND,
+                  directory_ + ": cannot open the bundle directory: " +
+                      std::strerror(errno));
+  FdCloser closer{directoryFd};
+  if (!hasFilesSha256_) {
+    std::string ignored;
+    for (const std::string &name : tokenizerFiles_)
+      if (Status status =
+              hashShippedFile(directoryFd, name, directory_ + "/" + name, ignored);
+          !status)
+        return status;
+    for (const std::string &name : shippedFileNames())
+      if (existsIn(directoryFd, name))
+        out.shippedUncovered.push_back(name);
+    return Status::ok();
+  }
+  out.shippedRecorded = true;
+  for (const auto &[name, recorded] : filesSha256_) {
+    std::string path = directory_ + "/" + name;
+    std::string found;
+    if (Status status = hashShippedFile(directoryFd, name, path, found); !status)
+      return status;
+    if (found != recorded)
+      return Status(CQ4P_ERROR_FORMAT,
+                    path + ": sha256 " + recorded +
+                        " in manifest.json files_sha256, but the file gives " +
+                        found + " (the file was changed after conversion)");
+    ++out.shippedHashed;
+  }
+  for (const std::string &name : shippedFileNames()) {
+    bool listed = std::any_of(filesSha256_.begin(), filesSha256_.end(),
+                              [&](const auto &entry) { return entry.first == name; });
+    if (!listed && existsIn(directoryFd, name))
+      return Status(CQ4P_ERROR_FORMAT,
+                    directory_ + "/" + name +
+                        ": not in manifest.json files_sha256 (added after "
+                        "conversion; cq4p reads it)");
+  }
+  return Status::ok();
+}
 
 std::string Bundle::resolveWeightFile(const std::string &directory,
                                       const std::string &logicalFile) {
@@ -188,7 +275,9 @@ Status Bundle::verify(Integrity *integrity, Residency residency) const {
   }
   if (!hashFailure)
     return hashFailure;
-  return checkModelDigest(out);
+  if (Status status = checkModelDigest(out); !status)
+    return status;
+  return checkShippedFiles(out);
 }
 
 std::string Bundle::computeModelDigest() const {
@@ -242,7 +331,9 @@ Status Bundle::verifyIntegrity(Integrity *integrity) const {
   for (const BundleTensor &tensor : tensors_)
     if (Status status = checkSha256(tensor, out); !status)
       return status;
-  return checkModelDigest(out);
+  if (Status status = checkModelDigest(out); !status)
+    return status;
+  return checkShippedFiles(out);
 }
 
 Status Bundle::checkLibraryAgainst(const KernelLibrary &library,
@@ -376,6 +467,56 @@ Status Bundle::open(const std::string &directory, std::unique_ptr<Bundle> &out,
     for (const auto &[key, value] : text->object)
       if (value.isInteger)
         bundle->textConfigIntegers_.emplace_back(key, value.integer);
+  }
+  // tokenizer_files and files_sha256 name files like every other member: plain
+  // names inside the bundle (python/cq4p/io/bundle.py _check_shipped_members).
+  auto isShippedName = [](const json::Value &name) {
+    return name.kind == json::Value::Kind::String && isPlainFileName(name.string) &&
+           name.string != "manifest.json";
+  };
+  const json::Value *tokenizerFiles = manifest.get("tokenizer_files");
+  if (tokenizerFiles) {
+    if (tokenizerFiles->kind != json::Value::Kind::Array)
+      return refuse("tokenizer_files: expected an array of file names");
+    for (size_t i = 0; i < tokenizerFiles->array.size(); ++i) {
+      const json::Value &name = tokenizerFiles->array[i];
+      std::string where = "tokenizer_files[" + std::to_string(i) + "]";
+      if (!isShippedName(name))
+        return refuse(where + ": expected the name of a file inside the bundle "
+                              "(not manifest.json), found " +
+                      shownJson(name));
+      if (std::find(bundle->tokenizerFiles_.begin(), bundle->tokenizerFiles_.end(),
+                    name.string) != bundle->tokenizerFiles_.end())
+        return refuse(where + ": " + shownJson(name) + " listed twice");
+      bundle->tokenizerFiles_.push_back(name.string);
+    }
+  }
+  if (const json::Value *digests = manifest.get("files_sha256")) {
+    if (digests->kind != json::Value::Kind::Object)
+      return refuse("files_sha256: expected an object of file names and sha256 "
+                    "digests");
+    for (const auto &[key, value] : digests->object) {
+      json::Value name;
+      name.kind = json::Value::Kind::String;
+      name.string = key;
+      if (!isShippedName(name))
+        return refuse("files_sha256: expected the name of a file inside the "
+                      "bundle (not manifest.json), found " +
+                      shownJson(name));
+      if (value.kind != json::Value::Kind::String || !isSha256Hex(value.string))
+        return refuse("files_sha256: " + shownJson(name) +
+                      ": expected 64 lowercase hex digits");
+      bundle->filesSha256_.emplace_back(key, value.string);
+    }
+    bundle->hasFilesSha256_ = true;
+    for (size_t i = 0; i < bundle->tokenizerFiles_.size(); ++i) {
+      const std::string &file = bundle->tokenizerFiles_[i];
+      if (std::none_of(bundle->filesSha256_.begin(), bundle->filesSha256_.end(),
+                       [&](const auto &entry) { return entry.first == file; }))
+        return refuse("tokenizer_files[" + std::to_string(i) + "]: " +
+                      shownJson(tokenizerFiles->array[i]) +
+                      " has no sha256 in files_sha256");
+    }
   }
   for (size_t i = 0; i < entries->array.size(); ++i) {
     const json::Value &entry = entries->array[i];

@@ -209,6 +209,11 @@ extern "C" int cq4p_orthogonal_rotation(uint64_t k, uint64_t seed, int threads,
         "orthogonal rotation: K = %llu, expected 1 to %llu",
         static_cast<unsigned long long>(k),
         static_cast<unsigned long long>(kMaxK));
+  if (threads > cq4p::quantize::kMaxThreads)
+    return cq4p::quantize::fail(
+        CQ4P_ERROR_ARGUMENT, error, error_size,
+        "orthogonal rotation: %d threads, expected at most %d (0: every CPU)",
+        threads, cq4p::quantize::kMaxThreads);
   if (!rotation_out)
     return cq4p::quantize::fail(
         CQ4P_ERROR_ARGUMENT, error, error_size,

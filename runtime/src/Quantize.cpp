@@ -55,6 +55,7 @@ constexpr int kKgBytes = 128;
 constexpr double kNormMin = 1e-8;
 
 using cq4p::quantize::fail;
+using cq4p::quantize::kMaxThreads;
 
 // numpy 1.24's einsum sum of products of a contiguous float64 vector with
 // itself (baseline SSE2: 2 lanes, 4 vectors per step), see the file comment.
@@ -587,6 +588,9 @@ extern "C" int cq4p_quantize_hadamard_panels(
                          error, error_size);
   if (code != CQ4P_OK)
     return code;
+  if (threads > kMaxThreads)
+    return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
+                "quantize: %d threads, expected at most %d (0: every CPU)", threads, kMaxThreads);
   const size_t gs = group_size;
   if (gs == 0 || (gs & (gs - 1)) || gs % kKgK || k_padded % gs || !left || !right ||
       !permutation)
@@ -628,6 +632,9 @@ extern "C" int cq4p_quantize_orthogonal_panels(
                          error, error_size);
   if (code != CQ4P_OK)
     return code;
+  if (threads > kMaxThreads)
+    return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
+                "quantize: %d threads, expected at most %d (0: every CPU)", threads, kMaxThreads);
   if (!rotation || k_padded % CQ4P_ORTHOGONAL_VIRTUAL_GROUP)
     return fail(CQ4P_ERROR_ARGUMENT, error, error_size,
                 "quantize: orthogonal panels need K %% %d == 0 and a rotation, K = %llu",

@@ -2,8 +2,9 @@
 //
 // The native quantizer and rotation pick their widest x86 path at run time
 // and refuse bad arguments the same way;
-// $CQ4P_QUANTIZE_ISA = generic | avx2 caps it, so that tests run every path
-// on one machine (all give the same bits).
+// $CQ4P_QUANTIZE_ISA = generic | avx2 caps it (avx512 or unset: no cap;
+// `convert` refuses any other value), so that tests run every path on one
+// machine (all give the same bits).
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +31,11 @@ inline int isaCap() {
   }();
   return cap;
 }
+
+/// The most threads a quantizer or rotation call takes (ThreadPool's bound):
+/// a larger count is refused, not tried thread by thread until the system
+/// runs out of them.
+inline constexpr int kMaxThreads = 1024;
 
 /// Writes the formatted message into error (when there is room) and returns
 /// code: how the quantizer's and the rotation's C entry points refuse.

@@ -690,6 +690,18 @@ int main(int argc, char **argv) {
                 integrity.digestRecorded
                     ? (integrity.digest + " matches the manifest").c_str()
                     : "not recorded");
+    if (integrity.shippedRecorded)
+      std::printf("%s: %zu other files (model.mlir, tokenizer files) match "
+                  "files_sha256\n",
+                  options.bundle.c_str(), integrity.shippedHashed);
+    if (!integrity.shippedUncovered.empty()) {
+      std::string names;
+      for (const std::string &name : integrity.shippedUncovered)
+        names += (names.empty() ? "" : ", ") + name;
+      std::printf("%s: not covered by any digest: %s (the manifest predates "
+                  "files_sha256; convert the checkpoint again to cover them)\n",
+                  options.bundle.c_str(), names.c_str());
+    }
     if (library)
       std::printf("%s: %s\n", options.library.c_str(),
                   library->bundleDigest().empty()

@@ -3,7 +3,8 @@
 The checkpoint must be a model cq4p runs (`cq4p.model.architecture`): its config
 and tensor names and shapes are checked before any tensor is converted.
 The bundle holds one file per tensor, manifest.json (with each file's
-sha256 and the model_digest), model.mlir (the forward pass,
+sha256 and the model_digest, and model.mlir's and the tokenizer files'
+sha256 under files_sha256), model.mlir (the forward pass,
 `cq4p.model.ir.model_graph`) and the tokenizer files found next to the
 checkpoint.
 
@@ -50,14 +51,19 @@ place.
 
 The bundle is written into a temporary directory next to the output (named
 after the converting process, `.<out>.convert-<pid>.<random>.tmp`) and
-renamed into place once complete; on any error, interrupt or SIGTERM the
-temporary directory is removed, a temporary left by a killed conversion
-(its process gone) is removed by the next conversion to the same output,
-and an existing bundle (--force) is replaced only by a complete new one.
+renamed into place once complete (manifest.json written last, once every
+other file is there); on any error, interrupt or SIGTERM the temporary
+directory is removed, a temporary left by a killed conversion (its process
+gone) is removed by the next conversion to the same output, and an
+existing bundle (--force) is replaced only by a complete new one, and only
+when its directory holds nothing but the files its manifest lists
+(`check_replaceable`). Models cq4p-compile or the runtime would refuse are
+refused before anything is written (`architecture.check_limits`).
 """
 
 import dataclasses
 import glob
+import hashlib
 import json
 import math
 import os
@@ -83,9 +89,8 @@ from cq4p.quant import quantize as qz
 
 HADAMARD_GROUP_SIZE = 128
 LEGACY_LAYOUTS = (ly.INTERLEAVED, ly.ROW_MAJOR)
-MODEL_GRAPH = "model.mlir"
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
+MODEL_GRAPH = bd.MODEL_GRAPH
+TOKENIZER_FILES = bd.TOKENIZER_FILES
 
 
 class ConvertError(ValueError):
@@ -224,6 +229,10 @@ def check_spec_values(path, spec):
         if not math.isfinite(value) or abs(value) > float(np.finfo(np.float32).max):
             raise ConvertError(f"{path}: {field} {value!r} (from the config) is not a finite "
                                f"float32 value")
+        if 0 < abs(value) < arch.FLOAT32_TINY:
+            raise ConvertError(f"{path}: {field} {value!r} (from the config) is below "
+                               f"float32's smallest normal number ({arch.FLOAT32_TINY:.8g}): "
+                               f"the kernels flush it to zero")
 
     def walk(prefix, record):
         for name in record.__dataclass_fields__:
@@ -273,6 +282,11 @@ def checked_model(model_dir, config, entries):
     check_spec_values(os.path.join(model_dir, "config.json"), spec)
     shapes = {entry.name: entry.shape for entry in entries}
     spec = arch.with_checkpoint_names(spec, shapes)
+    try:
+        # What cq4p-compile and the runtime refuse, refused here first.
+        arch.check_limits(spec)
+    except arch.ArchitectureError as error:
+        raise ConvertError(f"{os.path.join(model_dir, 'config.json')}: {error}") from error
     try:
         names = spec.check_tensors(shapes)
     except arch.ArchitectureError as error:
@@ -372,6 +386,20 @@ def _quantized(name, values, rotation, seed, input_scale, layout):
 
 
 QUANTIZERS = ("auto", "native", "numpy")
+
+
+def check_threads(quantizer):
+    """$CQ4P_CONVERT_THREADS, when the native quantizer may read it: a
+    thread count from 1 to 1024 (the runtime's bound), refused by name
+    before anything is written; $CQ4P_QUANTIZE_ISA generic, avx2 or unset."""
+    if quantizer == "numpy":
+        return
+    from cq4p.native import quantize as nq
+    try:
+        nq.threads_from_environment()
+        nq.check_isa_variable()
+    except nq.ThreadsVariableError as error:
+        raise ConvertError(str(error)) from None
 
 
 def _use_native(quantizer, layout):
@@ -539,8 +567,10 @@ def _sync_directory(directory):
         os.close(handle)
 
 
-def _replace(temporary, out):
-    """Moves the complete bundle into place; an old one goes only after."""
+def _replace(temporary, out, replaceable=frozenset(), progress=None):
+    """Moves the complete bundle into place; an old one goes only after,
+    and only the files of `replaceable` (check_replaceable's names): a file
+    that appeared in the old directory meanwhile is kept there, named."""
     _settle(temporary)
     if not os.path.lexists(out):
         os.rename(temporary, out)
@@ -556,10 +586,16 @@ def _replace(temporary, out):
         os.rename(old, out)
         raise
     _sync_directory(parent)
-    if os.path.isdir(old) and not os.path.islink(old):
-        shutil.rmtree(old)
-    else:
-        os.remove(old)
+    for name in replaceable:
+        path = os.path.join(old, name)
+        if os.path.islink(path) or os.path.isfile(path):
+            os.remove(path)
+    try:
+        os.rmdir(old)
+    except OSError:
+        if progress is not None:
+            print(f"{old}: the replaced bundle's directory, kept: it holds files that are "
+                  f"not the bundle's ({', '.join(sorted(os.listdir(old))[:4])})", file=progress)
 
 
 def _write_atomically(directory, name, text):
@@ -575,9 +611,13 @@ def _write_atomically(directory, name, text):
         raise
 
 
-def write_model_files(directory, config, tensors, spec):
-    """manifest.json with the model_digest, and model.mlir; returns why
-    there is no model.mlir (None when it was written)."""
+def write_model_files(directory, config, tensors, spec, extra=None):
+    """model.mlir, then manifest.json with the model_digest (written last:
+    a directory without it is no bundle, so every other file is in place
+    before it appears); returns why there is no model.mlir (None when it was
+    written). `extra`: further manifest members (tokenizer_files,
+    files_sha256); when it has files_sha256, model.mlir's sha256 is set
+    there (or dropped with the file)."""
     digest = bd.model_digest(config, tensors)
     transforms = {}
     for entry in tensors:
@@ -595,8 +635,32 @@ def write_model_files(directory, config, tensors, spec):
     if graph is not None:
         _write_atomically(directory, MODEL_GRAPH, graph)
         reason = None
-    bd.write_manifest(directory, bd.manifest(config, tensors, digest))
+    extra = dict(extra or {})
+    if bd.FILES_SHA256 in extra:
+        files = {name: sha for name, sha in extra[bd.FILES_SHA256].items()
+                 if name != MODEL_GRAPH}
+        if graph is not None:
+            files[MODEL_GRAPH] = bd.shipped_file_sha256(directory, MODEL_GRAPH)
+        extra[bd.FILES_SHA256] = dict(sorted(files.items()))
+    bd.write_manifest(directory, bd.manifest(config, tensors, digest, extra))
     return reason
+
+
+def copy_tokenizer_files(model_dir, directory):
+    """Copies the checkpoint's tokenizer files into the bundle directory;
+    returns {name: sha256 of the bytes written}."""
+    copied = {}
+    for name in TOKENIZER_FILES:
+        source = os.path.join(model_dir, name)
+        if not os.path.isfile(source):
+            continue
+        digest = hashlib.sha256()
+        with open(source, "rb") as reader, open(os.path.join(directory, name), "wb") as writer:
+            for block in iter(lambda: reader.read(1 << 20), b""):
+                digest.update(block)
+                writer.write(block)
+        copied[name] = digest.hexdigest()
+    return copied
 
 
 def verify_bundle(directory):
@@ -621,6 +685,8 @@ def verify_bundle(directory):
             with bd.open_tensor(directory, entry) as tensor:
                 if deep:
                     rd.verify_content(tensor)
+        if deep:
+            bd.verify_shipped_files(directory, manifest)
     except (bd.BundleError, rd.FormatError) as error:
         raise ConvertError(f"the converted bundle does not read back: {error}") from None
 
@@ -672,10 +738,30 @@ def _on_terminate(signum, _frame):
     raise _Terminated(f"terminated by signal {signum}")
 
 
+def bundle_file_names(content):
+    """The names of the files a bundle's manifest says cq4p wrote:
+    manifest.json, model.mlir, every tensor's file (each candidate name of
+    its `<stem>.weights`: upgrade leaves the panel file where a legacy one
+    was) and the shipped files the manifest lists."""
+    names = {bd.MANIFEST, MODEL_GRAPH}
+    for entry in content["tensors"]:
+        logical = entry["file"]
+        names.add(logical)
+        if logical.endswith(bd.PLAIN_SUFFIX) and len(logical) > len(bd.PLAIN_SUFFIX):
+            stem = logical[:-len(bd.PLAIN_SUFFIX)]
+            names.update((stem + bd.PANEL_SUFFIX, stem + bd.LEGACY_SUFFIX))
+    names.update(content.get("tokenizer_files") or [])
+    names.update(content.get(bd.FILES_SHA256) or {})
+    return names
+
+
 def check_replaceable(out, model_dir):
-    """--force replaces only what a conversion made: a cq4p bundle (a
-    directory whose manifest.json reads as one) or an empty directory, and
-    never the checkpoint being converted or a directory that holds it."""
+    """--force replaces only what a conversion made: an empty directory, or
+    a cq4p bundle holding nothing but the files its manifest lists (regular
+    files; no subdirectory, no link), and never the checkpoint being
+    converted or a directory that holds it. Returns the names to remove
+    from the old directory; a ConvertError names the first other entry,
+    and nothing is removed."""
     model = os.path.realpath(model_dir)
     target = os.path.realpath(out)
     if model == target or model.startswith(target.rstrip(os.sep) + os.sep):
@@ -684,13 +770,26 @@ def check_replaceable(out, model_dir):
     if os.path.islink(out) or not os.path.isdir(out):
         raise ConvertError(f"{out}: --force replaces only a bundle directory or an empty one, "
                            f"and this is not a directory")
-    if not os.listdir(out):
-        return
+    present = sorted(os.listdir(out))
+    if not present:
+        return set()
     try:
-        bd.read_manifest(out)
+        content = bd.read_manifest(out)
     except bd.BundleError as error:
         raise ConvertError(f"{out}: --force replaces only a cq4p bundle or an empty directory, "
                            f"and this is neither ({error})") from error
+    ours = bundle_file_names(content)
+    for name in present:
+        path = os.path.join(out, name)
+        if name not in ours:
+            raise ConvertError(f"{path}: --force replaces only the files of the bundle's "
+                               f"manifest, and this is not one of them (move it out of "
+                               f"{out}, or convert to another --out)")
+        if os.path.islink(path) or not os.path.isfile(path):
+            kind = "a symbolic link" if os.path.islink(path) else "not a regular file"
+            raise ConvertError(f"{path}: --force replaces only the bundle's regular files, and "
+                               f"this is {kind}")
+    return set(present)
 
 
 def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
@@ -706,8 +805,8 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
     out = os.path.abspath(out)
     if os.path.lexists(out) and not force:
         raise ConvertError(f"{out}: already exists (use --force to replace it)")
-    if os.path.lexists(out):
-        check_replaceable(out, model_dir)
+    replaceable = check_replaceable(out, model_dir) if os.path.lexists(out) else set()
+    check_threads(quantizer)
     config = read_config(model_dir)
     entries = checkpoint_tensors(model_dir)
     spec, names = checked_model(model_dir, config, entries)
@@ -745,23 +844,17 @@ def convert(model_dir, out, force=False, seed=0, calibration=None, legacy=None,
         tensors = records
         print(f"{total} parameters in {time.perf_counter() - started:.1f} s: "
               f"{_rate(total, time.perf_counter() - started)}", file=progress, flush=True)
-        reason = write_model_files(temporary, config, tensors, spec)
+        # The tokenizer's files first (the runtime reads them from the
+        # bundle: cq4p_model_tokenizer, cq4p-run --prompt), then model.mlir
+        # and manifest.json, which lists them with every file's sha256.
+        copied = copy_tokenizer_files(model_dir, temporary)
+        extra = {"tokenizer_files": list(copied)} if copied else {}
+        extra[bd.FILES_SHA256] = copied
+        reason = write_model_files(temporary, config, tensors, spec, extra)
         if reason:
             print(f"{MODEL_GRAPH}: not written: {reason}", file=progress)
-        copied = []
-        for name in TOKENIZER_FILES:
-            source = os.path.join(model_dir, name)
-            if os.path.isfile(source):
-                shutil.copyfile(source, os.path.join(temporary, name))
-                copied.append(name)
-        if copied:
-            # The manifest lists the tokenizer's files (the runtime reads them
-            # from the bundle: cq4p_model_tokenizer, cq4p-run --prompt).
-            content = bd.read_manifest(temporary)
-            content["tokenizer_files"] = copied
-            bd.write_manifest(temporary, content)
         verify_bundle(temporary)
-        _replace(temporary, out)
+        _replace(temporary, out, replaceable, progress)
     except _Terminated as error:
         shutil.rmtree(temporary, ignore_errors=True)
         raise ConvertError(f"{out}: not written: {error}") from None

@@ -13,11 +13,14 @@ python3-sentencepiece. Token ids work without either.
 """
 
 import json
+import math
 import os
 import sys
 
 import numpy as np
 
+from cq4p.io import bundle as bd
+from cq4p.model import architecture as arch
 from cq4p.model import reference as rf
 from cq4p.native import runtime as native
 
@@ -164,8 +167,17 @@ def compare(model, oracle, prompt, steps):
     oracle.reset()
     compiled, expected = model.prefill(prompt), oracle.prefill(prompt)[-1]
     rows = []
+    if expected.size < 2:
+        raise GenerateError(f"the model's vocabulary has {expected.size} token: check-model "
+                            f"compares the top two logits, so it needs at least 2")
     for step in range(steps + 1):
-        std = float(np.std(expected))
+        # In float64: logits of 1e-30 (a soft-cap that small) have a float32
+        # variance of 0.
+        std = float(np.std(expected, dtype=np.float64))
+        if not std > 0 or not math.isfinite(std):
+            raise GenerateError(f"step {step}: the oracle's logits have standard deviation "
+                                f"{std}: check-model measures differences relative to it, so "
+                                f"it needs finite logits that differ")
         top2 = np.partition(expected, -2)[-2:]
         token = int(np.argmax(expected))
         rows.append((step, float(np.max(np.abs(compiled - expected))) / std, token,
@@ -175,12 +187,40 @@ def compare(model, oracle, prompt, steps):
     return rows
 
 
+def check_config(bundle_dir):
+    """The bundle's config by convert's rules (a bundle whose manifest was
+    edited, or written by an older converter): a model the compiler and
+    runtime take (architecture.check_limits), every number a normal finite
+    float32 (convert.check_spec_values); GenerateError naming the field."""
+    from cq4p.cli import convert as cv  # convert imports this module's siblings
+    manifest = bd.read_manifest(bundle_dir)
+    where = os.path.join(bundle_dir, bd.MANIFEST) + " config"
+    # The oracle's bounds on sizes first (BundleError naming the field):
+    # model_spec makes a record per layer of what the config claims.
+    rf.Config(manifest.get("config"))
+    try:
+        spec = arch.model_spec(manifest.get("config") or {})
+        spec = arch.with_checkpoint_names(spec, {
+            entry["name"]: tuple(entry.get("original_shape") or entry["shape"])
+            for entry in manifest["tensors"]})
+        arch.check_limits(spec)
+        cv.check_spec_values(where, spec)
+    except arch.ArchitectureError as error:
+        raise GenerateError(f"{where}: {error}") from None
+    except cv.ConvertError as error:
+        raise GenerateError(str(error)) from None
+    except (ValueError, TypeError, OverflowError, KeyError) as error:
+        raise GenerateError(f"{where}: cannot read the model's fields: "
+                            f"{type(error).__name__}: {error}") from None
+
+
 def check_model(bundle_dir, library, prompt=None, steps=DEFAULT_STEPS, threads=1, context=0,
                 tolerance=None, seed=0, out=None):
     """Compiled model vs oracle; prints a row per step and a verdict;
     returns True when every step is within `tolerance` (None: the model
     architecture's, `default_tolerance`) and every clear greedy decision
     (oracle margin above twice the tolerance) agrees."""
+    check_config(bundle_dir)
     oracle = rf.Reference.from_bundle(bundle_dir)
     if prompt is None:
         rng = np.random.default_rng(seed)

@@ -5,8 +5,9 @@ type, shape), norm statistics and the codebook (with its int8 form). For a
 bundle: one line per manifest tensor, each file opened and compared with
 its entry by the runtime's rules. `--deep` checks every content rule of
 FORMAT.md as well, and the bundle's integrity: each file's sha256 against
-its entry's and the model_digest recomputed from the manifest (a file
-swapped for another of the same shape, a config edited after conversion). A file that does not validate gets the verdict line
+its entry's, the model_digest recomputed from the manifest (a file
+swapped for another of the same shape, a config edited after conversion)
+and model.mlir's and the tokenizer files' sha256 against files_sha256. A file that does not validate gets the verdict line
 "INVALID: <message>" and the command exits with status 1.
 """
 
@@ -140,14 +141,17 @@ def inspect_bundle(directory, out, deep=False):
         ok, line = _bundle_line(directory, record, deep)
         failures += not ok
         print(line, file=out)
-    digest_ok = True
+    digest_ok = shipped_ok = True
     if deep:
         digest_ok = _digest_line(directory, manifest, out)
+        shipped_ok = _shipped_line(directory, manifest, out)
     _tokenizer_lines(directory, out)
     if failures:
         verdict = f"INVALID: {failures} tensors"
     elif not digest_ok:
         verdict = "INVALID: model_digest"
+    elif not shipped_ok:
+        verdict = f"INVALID: {bd.FILES_SHA256}"
     else:
         verdict = "OK"
     print(f"verdict: {verdict}", file=out)
@@ -170,6 +174,25 @@ def _digest_line(directory, manifest, out):
         return False
     print(f"model_digest: {digest} (matches the config, the tensor list and every sha256)",
           file=out)
+    return True
+
+
+def _shipped_line(directory, manifest, out):
+    """The files besides the tensors (model.mlir, the tokenizer's) against
+    files_sha256, as the runtime's Bundle::verify checks them; False when
+    one is refused."""
+    try:
+        hashed, uncovered = bd.verify_shipped_files(directory, manifest)
+    except bd.BundleError as error:
+        print(f"{bd.FILES_SHA256}: INVALID: {error}", file=out)
+        return False
+    if bd.FILES_SHA256 in manifest:
+        print(f"{bd.FILES_SHA256}: {len(hashed)} files match (model.mlir and the tokenizer's)",
+              file=out)
+    if uncovered:
+        print(f"{bd.FILES_SHA256}: not recorded; not covered by any digest: "
+              f"{', '.join(uncovered)} (the manifest predates {bd.FILES_SHA256}; convert the "
+              f"checkpoint again to cover them)", file=out)
     return True
 
 

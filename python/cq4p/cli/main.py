@@ -195,9 +195,9 @@ def parser():
                          help="write pre-panel CQ4 files in this layout where the shape allows")
     convert.add_argument("--quantizer", choices=cv.QUANTIZERS, default="auto",
                          help="native: the runtime library's multi-threaded quantizer "
-                              "(threads: $CQ4P_CONVERT_THREADS, default every CPU); numpy: "
-                              "the Python one; auto (default): native when the library is "
-                              "built. The bundles are the same bytes")
+                              "(threads: $CQ4P_CONVERT_THREADS, 1 to 1024, default every "
+                              "CPU); numpy: the Python one; auto (default): native when the "
+                              "library is built. The bundles are the same bytes")
     convert.set_defaults(run=_convert)
 
     upgrade = commands.add_parser("upgrade", help="rewrite a bundle's legacy CQ4 files as panels")

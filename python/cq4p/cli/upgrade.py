@@ -109,4 +109,7 @@ def _rewrite_model_files(directory, manifest):
         bd.write_manifest(directory, manifest)
         return
     spec = arch.with_checkpoint_names(spec, [entry["name"] for entry in manifest["tensors"]])
-    cv.write_model_files(directory, config, manifest["tensors"], spec)
+    # The tokenizer's files are kept as they are, with their recorded digests.
+    extra = {key: manifest[key] for key in ("tokenizer_files", bd.FILES_SHA256)
+             if key in manifest}
+    cv.write_model_files(directory, config, manifest["tensors"], spec, extra)

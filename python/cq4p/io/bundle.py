@@ -24,6 +24,18 @@ MANIFEST = "manifest.json"
 FORMAT_NAME = "cq4p-bundle"
 VERSION = 1
 
+MODEL_GRAPH = "model.mlir"
+# The tokenizer's files convert copies from the checkpoint (the runtime reads
+# tokenizer.json, tokenizer_config.json, generation_config.json and
+# chat_template.jinja by these names; the others travel with them).
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
+# Every file a bundle ships besides manifest.json and the tensors: each has
+# its sha256 in the manifest's `files_sha256` (bundles converted before it
+# have none), checked by every verification.
+SHIPPED_FILES = (MODEL_GRAPH,) + TOKENIZER_FILES
+FILES_SHA256 = "files_sha256"
+
 PANEL_SUFFIX = ".cq4p.weights"
 LEGACY_SUFFIX = ".cq4.weights"
 PLAIN_SUFFIX = ".weights"
@@ -41,13 +53,16 @@ def logical_file(name):
     return name + ".weights"
 
 
-def manifest(config, tensors, model_digest=None):
+def manifest(config, tensors, model_digest=None, extra=None):
+    """The manifest's content; `extra`: further members (tokenizer_files,
+    files_sha256)."""
     content = {"format": FORMAT_NAME, "version": VERSION,
                "model_type": config.get("model_type"),
                "architectures": list(config.get("architectures") or []),
                "config": config, "tensors": tensors}
     if model_digest is not None:
         content["model_digest"] = model_digest
+    content.update(extra or {})
     return content
 
 
@@ -58,6 +73,51 @@ def file_sha256(path):
             digest.update(block)
     return digest.hexdigest()
 
+
+def shipped_file_sha256(directory, name):
+    """The sha256 of a bundle's file `name`, opened as the runtime opens it:
+    a plain name relative to the bundle, a regular file, never through a
+    symbolic link. BundleError naming the file otherwise."""
+    from cq4p.io import reader as rd
+    path = os.path.join(directory, name)
+    try:
+        fd = rd.open_regular(path, confined=True)
+    except rd.FormatError as error:
+        raise BundleError(str(error)) from None
+    except OSError as error:
+        raise BundleError(f"{path}: cannot open: {error.strerror}") from None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_shipped_files(directory, content):
+    """The files besides the tensors against the manifest (Bundle::verify's
+    checks, in its order and words): each file of `files_sha256` hashed and
+    compared, and no file of SHIPPED_FILES present that it does not list;
+    a manifest without `files_sha256` (an older bundle) checks that each
+    of its `tokenizer_files` is a regular file inside the bundle. Returns
+    (names hashed, names present that no digest covers); raises BundleError."""
+    recorded = content.get(FILES_SHA256)
+    if recorded is None:
+        for name in content.get("tokenizer_files") or []:
+            shipped_file_sha256(directory, name)
+        uncovered = [name for name in SHIPPED_FILES
+                     if os.path.lexists(os.path.join(directory, name))]
+        return [], uncovered
+    for name, sha256 in recorded.items():
+        found = shipped_file_sha256(directory, name)
+        if found != sha256:
+            raise BundleError(f"{os.path.join(directory, name)}: sha256 {sha256} in "
+                              f"manifest.json {FILES_SHA256}, but the file gives {found} (the "
+                              f"file was changed after conversion)")
+    for name in SHIPPED_FILES:
+        if name not in recorded and os.path.lexists(os.path.join(directory, name)):
+            raise BundleError(f"{os.path.join(directory, name)}: not in manifest.json "
+                              f"{FILES_SHA256} (added after conversion; cq4p reads it)")
+    return list(recorded), []
 
 def model_digest(config, tensors):
     """sha256 of {"config", "tensors"} as JSON with sorted keys and no
@@ -231,6 +291,7 @@ def _check_manifest(path, content):
         refuse("model_digest: expected a non-empty string")
     if "config" in content and not isinstance(content["config"], dict):
         refuse("config: expected an object")
+    _check_shipped_members(refuse, content)
     names = set()
     for i, entry in enumerate(tensors):
         entry = entry if isinstance(entry, dict) else {}
@@ -258,6 +319,46 @@ def _check_manifest(path, content):
                    f"as rows of one layer each")
         if "sha256" in entry and not _is_sha256(entry["sha256"]):
             refuse(f"{where}: expected \"sha256\" to be 64 lowercase hex digits")
+
+
+def shown(value):
+    """A manifest value in a message: its JSON (ASCII), at most 80
+    characters (the runtime's shownJson)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_shipped_members(refuse, content):
+    """`tokenizer_files` and `files_sha256`, confined like every other name:
+    plain file names inside the bundle, listed once; each digest 64
+    lowercase hex digits; every tokenizer file with a digest when the
+    manifest records digests (Bundle::open's checks, in its order and words)."""
+    files = content.get("tokenizer_files")
+    if files is not None:
+        if not isinstance(files, list):
+            refuse("tokenizer_files: expected an array of file names")
+        listed = set()
+        for i, name in enumerate(files):
+            if not is_plain_file_name(name) or name == MANIFEST:
+                refuse(f"tokenizer_files[{i}]: expected the name of a file inside the bundle "
+                       f"(not manifest.json), found {shown(name)}")
+            if name in listed:
+                refuse(f"tokenizer_files[{i}]: {shown(name)} listed twice")
+            listed.add(name)
+    digests = content.get(FILES_SHA256)
+    if digests is None:
+        return
+    if not isinstance(digests, dict):
+        refuse(f"{FILES_SHA256}: expected an object of file names and sha256 digests")
+    for name, sha256 in digests.items():
+        if not is_plain_file_name(name) or name == MANIFEST:
+            refuse(f"{FILES_SHA256}: expected the name of a file inside the bundle "
+                   f"(not manifest.json), found {shown(name)}")
+        if not _is_sha256(sha256):
+            refuse(f"{FILES_SHA256}: {shown(name)}: expected 64 lowercase hex digits")
+    for i, name in enumerate(files or []):
+        if name not in digests:
+            refuse(f"tokenizer_files[{i}]: {shown(name)} has no sha256 in {FILES_SHA256}")
 
 
 def _is_whole_per_layer_table(name, entry, shape, config):

@@ -98,6 +98,9 @@ DEFAULTS = {
 }
 
 
+FLOAT32_TINY = 2.0 ** -126  # float32's smallest normal number
+
+
 class ArchitectureError(ValueError):
     """A config or checkpoint cq4p cannot run; the message is one line."""
 
@@ -603,6 +606,10 @@ class _Fields:
                 math.isfinite(value) and value > 0):
             raise ArchitectureError(f"config field '{key}' is {value!r}, expected a positive "
                                     f"number")
+        if value < FLOAT32_TINY:
+            raise ArchitectureError(f"config field '{key}' is {value!r}, below float32's "
+                                    f"smallest normal number ({FLOAT32_TINY:.8g}): the kernels "
+                                    f"flush it to zero")
         return float(value)
 
     def flag(self, key):
@@ -1080,6 +1087,53 @@ def _gemma4_spec(fields, towers):
         ple_projection_scale=hidden ** -0.5 if ple else 0.0,
         ple_mix_scale=2.0 ** -0.5 if ple else 0.0, layer_scalar=True,
         final_logit_softcapping=softcap, skipped_prefixes=towers or WRAPPERS["gemma4"][2])
+
+
+# What cq4p-compile and the runtime take (lib/Dialect/CQ4P: the verifiers and
+# --cq4p-lower-model; runtime/src/Model.cpp): a model outside these converts
+# to a bundle no library can be compiled for, or one that cannot run.
+WIDTH_MULTIPLE = 16  # the row kernels (norm, columns, scale, softcap, conv)
+MAX_CONV_KERNEL = 16  # cq4p.short_conv: 1 <= L <= 16
+MIN_VOCAB = 2
+
+
+def check_limits(spec):
+    """Refuses (ArchitectureError naming the config field, its value and
+    the limit) a model whose bundle cq4p-compile or the runtime would refuse:
+    widths the kernels need in multiples of 16 (hidden, every MLP, head_dim,
+    Gemma 4's per-layer width, the vocabulary under a logit soft-cap), a
+    short convolution of at most 16 taps, at least one layer with its own
+    KV cache, and at least two tokens."""
+    def refuse(field, value, limit):
+        raise ArchitectureError(f"{field} ({value}) {limit}")
+
+    if spec.vocab < MIN_VOCAB:
+        refuse("vocab_size", spec.vocab, f"must be at least {MIN_VOCAB}: a model chooses among "
+                                         f"its tokens")
+    if spec.hidden % WIDTH_MULTIPLE:
+        refuse("hidden_size", spec.hidden, f"must be a multiple of {WIDTH_MULTIPLE} "
+                                           f"(cq4p-compile's row kernels)")
+    for index, layer in enumerate(spec.layers):
+        if layer.ffn % WIDTH_MULTIPLE:
+            refuse("intermediate_size" if layer.ffn == spec.ffn else f"layer {index}'s MLP width",
+                   layer.ffn, f"must be a multiple of {WIDTH_MULTIPLE} (cq4p-compile's row "
+                              f"kernels)")
+        if layer.is_attention and layer.head_dim % WIDTH_MULTIPLE:
+            refuse(f"head_dim of layer {index}", layer.head_dim,
+                   f"must be a multiple of {WIDTH_MULTIPLE} (cq4p.cached_attention)")
+    if spec.ple_width % WIDTH_MULTIPLE:
+        refuse("hidden_size_per_layer_input", spec.ple_width,
+               f"must be a multiple of {WIDTH_MULTIPLE} (cq4p-compile's row kernels)")
+    if spec.final_logit_softcapping is not None and spec.vocab % WIDTH_MULTIPLE:
+        refuse("vocab_size", spec.vocab, f"must be a multiple of {WIDTH_MULTIPLE} with "
+                                         f"final_logit_softcapping (cq4p.softcap)")
+    if spec.conv_kernel > MAX_CONV_KERNEL:
+        refuse("conv_L_cache", spec.conv_kernel, f"must be at most {MAX_CONV_KERNEL} "
+                                                 f"(cq4p.short_conv)")
+    if not any(layer.owns_kv for layer in spec.layers):
+        raise ArchitectureError(f"no attention layer among the {spec.num_layers} layers "
+                                f"(layer_types, full_attn_idxs): the runtime needs at least "
+                                f"one layer with a KV cache")
 
 
 def with_checkpoint_names(spec, names):

@@ -25,11 +25,17 @@ from cq4p.native import runtime as native
 from cq4p.quant import quantize as qz
 
 THREADS_VARIABLE = "CQ4P_CONVERT_THREADS"
+MAX_THREADS = native.MAX_THREADS  # the runtime's thread pools' bound
 MAX_ROTATION_K = 1 << 16  # the runtime's bound (K x K float64)
 
 
 class NativeQuantizeError(ValueError):
     """The runtime refused the tensor (the message is the runtime's)."""
+
+
+class ThreadsVariableError(ValueError):
+    """$CQ4P_CONVERT_THREADS is not a thread count (or $CQ4P_QUANTIZE_ISA
+    not an instruction set); the message is one line."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,11 +74,47 @@ def available():
     return True
 
 
-def default_threads():
+def threads_from_environment():
+    """$CQ4P_CONVERT_THREADS as a thread count in [1, MAX_THREADS], or None
+    when it is unset or empty; anything else (not a decimal integer, 0, past
+    the bound) is a ThreadsVariableError naming the variable, the value and
+    the bound."""
     value = os.environ.get(THREADS_VARIABLE)
-    if value:
-        return max(1, int(value))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if not value:
+        return None
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    text = value.strip()
+    count = int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else None
+    if count is None or not 1 <= count <= MAX_THREADS:
+        raise ThreadsVariableError(f"${THREADS_VARIABLE} is {shown!r}: expected a whole number "
+                                   f"of threads from 1 to {MAX_THREADS}")
+    return count
+
+
+ISA_VARIABLE = "CQ4P_QUANTIZE_ISA"
+# runtime/src/QuantizeIsa.h: generic and avx2 cap it; avx512 (or unset) does not.
+ISA_VALUES = ("generic", "avx2", "avx512")
+
+
+def check_isa_variable():
+    """$CQ4P_QUANTIZE_ISA, which caps the quantizer's instruction set for
+    tests: unset, or one of ISA_VALUES; another value (which the runtime
+    would silently ignore) is a ThreadsVariableError naming it."""
+    value = os.environ.get(ISA_VARIABLE)
+    if value is None or value in ISA_VALUES:
+        return
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    raise ThreadsVariableError(f"${ISA_VARIABLE} is {shown!r}: expected "
+                               f"{', '.join(ISA_VALUES[:-1])} or {ISA_VALUES[-1]} (or unset)")
+
+
+def default_threads():
+    count = threads_from_environment()
+    if count is not None:
+        return count
+    available = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1)
+    return max(1, min(available, MAX_THREADS))
 
 
 def orthogonal_rotation(k, seed, threads=None):

@@ -250,6 +250,75 @@ TEST_F(HostileBundleTest, DotDotAndAbsoluteNamesAreRefused) {
   }
 }
 
+std::string manifestWith(const std::string &members) {
+  return R"({"format": "cq4p-bundle", "version": 1, "model_type": "llama", )" + members +
+         R"(, "tensors": [)" + kNorm + "]}";
+}
+
+TEST_F(HostileBundleTest, TokenizerFilesAreConfinedToTheBundle) {
+  for (std::string name : {"../../../etc/passwd", "/etc/passwd", "..", "sub/t.json",
+                           "manifest.json"}) {
+    writeText(dir.file("manifest.json"),
+              manifestWith(R"("tokenizer_files": [")" + name + R"("])"));
+    expectRefused(CQ4P_ERROR_FORMAT, "tokenizer_files[0]: expected the name of a file "
+                                     "inside the bundle (not manifest.json), found \"" +
+                                         name + "\"");
+    writeText(dir.file("manifest.json"),
+              manifestWith(R"("files_sha256": {")" + name + R"(": ")" +
+                           std::string(64, '0') + R"("})"));
+    expectRefused(CQ4P_ERROR_FORMAT, "files_sha256: expected the name of a file inside "
+                                     "the bundle (not manifest.json), found \"" +
+                                         name + "\"");
+  }
+  writeText(dir.file("manifest.json"),
+            manifestWith(R"("tokenizer_files": ["t.json", "t.json"])"));
+  expectRefused(CQ4P_ERROR_FORMAT, "tokenizer_files[1]: \"t.json\" listed twice");
+  writeText(dir.file("manifest.json"),
+            manifestWith(R"("tokenizer_files": ["t.json"], "files_sha256": {})"));
+  expectRefused(CQ4P_ERROR_FORMAT,
+                "tokenizer_files[0]: \"t.json\" has no sha256 in files_sha256");
+}
+
+TEST_F(BundleTest, VerifyHashesTheShippedFiles) {
+  writeText(dir.file("tokenizer.json"), "{}");
+  // sha256("{}")
+  const std::string digest =
+      "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
+  writeText(dir.file("manifest.json"),
+            manifestWith(R"("tokenizer_files": ["tokenizer.json"], "files_sha256": )"
+                         R"({"tokenizer.json": ")" + digest + R"("})"));
+  std::unique_ptr<Bundle> bundle;
+  ASSERT_TRUE(open(bundle));
+  Bundle::Integrity integrity;
+  Status status = bundle->verifyIntegrity(&integrity);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_EQ(integrity.shippedHashed, 1u);
+  EXPECT_TRUE(integrity.shippedRecorded);
+
+  writeText(dir.file("tokenizer.json"), "{ }");  // edited after conversion
+  status = bundle->verifyIntegrity(&integrity);
+  EXPECT_EQ(status.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(status.message().find("tokenizer.json: sha256 " + digest +
+                                  " in manifest.json files_sha256, but the file gives"),
+            std::string::npos) << status.message();
+
+  writeText(dir.file("tokenizer.json"), "{}");
+  writeText(dir.file("chat_template.jinja"), "{{ x }}");  // added after conversion
+  status = bundle->verify(&integrity);
+  EXPECT_NE(status.message().find("chat_template.jinja: not in manifest.json files_sha256"),
+            std::string::npos) << status.message();
+
+  // A bundle from before files_sha256: verified, with what no digest covers.
+  writeText(dir.file("manifest.json"),
+            manifestWith(R"("tokenizer_files": ["tokenizer.json"])"));
+  ASSERT_TRUE(open(bundle));
+  status = bundle->verifyIntegrity(&integrity);
+  ASSERT_TRUE(status) << status.message();
+  EXPECT_FALSE(integrity.shippedRecorded);
+  EXPECT_EQ(integrity.shippedUncovered,
+            (std::vector<std::string>{"tokenizer.json", "chat_template.jinja"}));
+}
+
 TEST_F(HostileBundleTest, SymbolicLinksAreRefusedByName) {
   ASSERT_EQ(::symlink(outside.file("victim.weights").c_str(),
                       dir.file("link.weights").c_str()), 0);

@@ -24,6 +24,10 @@
 // Writers replace files by renaming a new one into place, which leaves an
 // open bundle's mapping intact.
 //
+// The manifest's `tokenizer_files` and `files_sha256` (the sha256 of
+// model.mlir and each tokenizer file) name plain files inside the bundle,
+// like every tensor's file; verify() hashes those files too.
+//
 // Besides the tensors, the manifest may carry `model_digest` (the digest a
 // model library's steps were compiled for; older bundles have none) and
 // `config` (the checkpoint's configuration), of which the integer members
@@ -94,12 +98,24 @@ public:
   static std::string resolveWeightFile(const std::string &directory,
                                        const std::string &logicalFile);
 
+  /// The files a bundle ships besides manifest.json and the tensors
+  /// (model.mlir and the tokenizer's files), whose sha256 the manifest
+  /// records under `files_sha256`.
+  static const std::vector<std::string> &shippedFileNames();
+
   /// What verifyIntegrity found.
   struct Integrity {
     size_t filesHashed = 0;     ///< files whose sha256 matched the manifest
     size_t filesUnrecorded = 0; ///< entries without a sha256 (not checked)
     bool digestRecorded = false; ///< the manifest has a model_digest
     std::string digest;          ///< model_digest recomputed
+    /// Files of files_sha256 whose sha256 matched (model.mlir, the
+    /// tokenizer's files).
+    size_t shippedHashed = 0;
+    bool shippedRecorded = false; ///< the manifest has files_sha256
+    /// Shipped files present that no digest covers: those of a bundle
+    /// converted before manifests recorded files_sha256.
+    std::vector<std::string> shippedUncovered;
   };
 
   /// What verify leaves mapped in memory.
@@ -123,7 +139,8 @@ public:
   /// recomputes model_digest from the manifest's config and tensor list and
   /// compares it with the recorded one: a file swapped for another (even
   /// one of the same shape) or a config edited after conversion is refused,
-  /// naming the tensor or the digest and both values.
+  /// naming the tensor or the digest and both values. Then the shipped
+  /// files (checkShippedFiles).
   Status verifyIntegrity(Integrity *integrity = nullptr) const;
 
   /// model_digest as the manifest's content defines it (cheap: the
@@ -166,6 +183,15 @@ private:
   Status checkSha256(const BundleTensor &tensor, Integrity &out) const;
   /// model_digest recomputed and compared with the recorded one.
   Status checkModelDigest(Integrity &out) const;
+  /// Each file of files_sha256 hashed and compared with its digest, and no
+  /// shipped file present that files_sha256 leaves out (one added after
+  /// conversion); without files_sha256 (an older bundle), each of
+  /// tokenizer_files opened as a regular file inside the bundle and the
+  /// shipped files present listed in `out.shippedUncovered`.
+  Status checkShippedFiles(Integrity &out) const;
+  bool hasFilesSha256_ = false;
+  std::vector<std::pair<std::string, std::string>> filesSha256_;
+  std::vector<std::string> tokenizerFiles_;
   std::string directory_;
   std::vector<BundleTensor> tensors_;
   std::string modelDigest_;
