@@ -76,7 +76,11 @@
 //
 // In both modes any refusal (a tensor without kernels, a library for
 // another CPU or another bundle, a file that does not validate, a bad flag
-// value) is one line on stderr and exit status 2.
+// value) is one line on stderr and exit status 2; it echoes at most 64
+// bytes of a value given (excerpt, Status.h). The outputs (--logits-out,
+// --output) must be regular files and none of the run's inputs; they are
+// checked without blocking (a FIFO is refused, not waited on) before
+// anything runs.
 //
 //===----------------------------------------------------------------------===//
 
