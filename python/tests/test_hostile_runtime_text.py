@@ -314,3 +314,42 @@ print(second_reply(lambda: model.generate([1, 2, 3], 2)) == expected)
 """)
     assert outcome.returncode == 0, outcome.describe()
     assert outcome.stdout.splitlines() == ["True 6", "True"]
+
+
+def test_a_tokenizer_or_chat_of_a_closed_model_is_refused(model):
+    # Before: the model's tokenizer and a chat kept pointers into the freed
+    # model: a use after free (a crash, or text from freed memory).
+    outcome = _python(model, """
+tokenizer = native.model_tokenizer(model)
+chat = native.NativeChat(model)
+chat.send("hi", 2, ignore_stop_ids=True)
+model.close()
+calls = [
+    ("encode", lambda: tokenizer.encode("hello")),
+    ("decode", lambda: tokenizer.decode([104, 105])),
+    ("info", lambda: tokenizer.info()),
+    ("send", lambda: chat.send("again", 2)),
+    ("history", lambda: chat.history()),
+    ("generate", lambda: native.generate_text(model, "hi", 2)),
+    ("tokenizer", lambda: native.model_tokenizer(model)),
+]
+for name, call in calls:
+    try:
+        call()
+        print(name, "accepted")
+    except native.NativeError as error:
+        print(name, error)
+chat.close()
+""")
+    assert outcome.returncode == 0, outcome.describe()
+    assert outcome.stdout.splitlines() == [
+        "encode tokenizer: its model was closed (a model's tokenizer lives as long as the "
+        "model)",
+        "decode tokenizer: its model was closed (a model's tokenizer lives as long as the "
+        "model)",
+        "info tokenizer: its model was closed (a model's tokenizer lives as long as the model)",
+        "send chat: its model was closed",
+        "history chat: its model was closed",
+        "generate model: closed",
+        "tokenizer model: closed",
+    ], outcome.stdout

@@ -268,7 +268,7 @@ bool readRaw(const std::string &path, size_t count, std::vector<T> &out,
     error = "--input " + path + ": cannot open: " + std::strerror(errno);
     return false;
   }
-  struct stat info;
+  struct stat info = {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     error = "--input " + path + ": " + fileKind(info.st_mode) +
             ", expected a regular file";
@@ -312,13 +312,13 @@ Status openOutput(const std::string &flag, const std::string &path,
                   O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0666);
   if (fd < 0) {
     int error = errno;
-    struct stat info;
+    struct stat info = {};
     if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
       return Status(CQ4P_ERROR_ARGUMENT, where + ": " + fileKind(info.st_mode) +
                                              ", expected a regular file");
     return Status(CQ4P_ERROR_IO, where + ": cannot create: " + std::strerror(error));
   }
-  struct stat info;
+  struct stat info = {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
     return Status(CQ4P_ERROR_ARGUMENT, where + ": " + fileKind(info.st_mode) +

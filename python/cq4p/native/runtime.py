@@ -647,9 +647,20 @@ class NativeTokenizer(_Handle):
         _check(code, error)
         self._handle = handle
 
+    def _open_handle(self):
+        """The handle, or a NativeError when it (or the model owning it) was
+        closed: a closed handle is never passed to the runtime."""
+        if self._owner is not None and not self._owner._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT,
+                              "tokenizer: its model was closed (a model's tokenizer lives as "
+                              "long as the model)")
+        if not self._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "tokenizer: closed")
+        return self._handle
+
     def info(self):
         info = TokenizerInfo()
-        self._lib.cq4p_tokenizer_get_info(self._handle, ctypes.byref(info))
+        self._lib.cq4p_tokenizer_get_info(self._open_handle(), ctypes.byref(info))
         kinds = {fmt.CQ4P_TOKENIZER_BYTE_LEVEL_BPE: "byte-level BPE",
                  fmt.CQ4P_TOKENIZER_SENTENCEPIECE_BPE: "SentencePiece-style BPE"}
         return {"kind": kinds.get(info.kind, str(info.kind)), "vocab": info.vocab,
@@ -659,9 +670,10 @@ class NativeTokenizer(_Handle):
 
     def special_tokens(self):
         """[(id, text)] of the added tokens marked special."""
-        count = self._lib.cq4p_tokenizer_special_ids(self._handle, None, 0)
+        handle = self._open_handle()
+        count = self._lib.cq4p_tokenizer_special_ids(handle, None, 0)
         ids = np.zeros(max(count, 1), dtype=np.int64)
-        self._lib.cq4p_tokenizer_special_ids(self._handle, _pointer(ids, ctypes.c_int64), count)
+        self._lib.cq4p_tokenizer_special_ids(handle, _pointer(ids, ctypes.c_int64), count)
         return [(int(i), self.decode([int(i)])) for i in ids[:count]]
 
     def encode(self, text, add_special=True):
@@ -672,7 +684,7 @@ class NativeTokenizer(_Handle):
             ids = np.zeros(capacity, dtype=np.int64)
             count = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-            code = self._lib.cq4p_tokenizer_encode(self._handle, data, len(data),
+            code = self._lib.cq4p_tokenizer_encode(self._open_handle(), data, len(data),
                                                    int(add_special),
                                                    _pointer(ids, ctypes.c_int64), capacity,
                                                    ctypes.byref(count), error,
@@ -691,7 +703,7 @@ class NativeTokenizer(_Handle):
             text = ctypes.create_string_buffer(capacity)
             length = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-            code = self._lib.cq4p_tokenizer_decode(self._handle, _pointer(ids, ctypes.c_int64),
+            code = self._lib.cq4p_tokenizer_decode(self._open_handle(), _pointer(ids, ctypes.c_int64),
                                                    ids.size, text, capacity,
                                                    ctypes.byref(length), error,
                                                    ERROR_BUFFER_BYTES)
@@ -716,7 +728,7 @@ class NativeTokenizer(_Handle):
             length = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
             code = self._lib.cq4p_tokenizer_render_chat_with(
-                self._handle, roles, contents, len(messages), int(add_generation_prompt),
+                self._open_handle(), roles, contents, len(messages), int(add_generation_prompt),
                 ctypes.byref(options), text, capacity, ctypes.byref(length), error,
                 ERROR_BUFFER_BYTES)
             if code == fmt.CQ4P_ERROR_ARGUMENT and length.value + 1 > capacity:
@@ -783,12 +795,19 @@ def _stats_dict(stats):
     return {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
 
 
+def _model_handle(model):
+    """A NativeModel's handle, or a NativeError when it was closed."""
+    if not model._handle:
+        raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "model: closed")
+    return model._handle
+
+
 def model_tokenizer(model):
     """The bundle's tokenizer of a NativeModel (owned by the model)."""
     lib = text_library()
     handle = ctypes.c_void_p()
     error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-    _check(lib.cq4p_model_tokenizer(model._handle, ctypes.byref(handle), error,
+    _check(lib.cq4p_model_tokenizer(_model_handle(model), ctypes.byref(handle), error,
                                     ERROR_BUFFER_BYTES), error)
     return NativeTokenizer(_handle=handle, _owner=model)
 
@@ -805,8 +824,8 @@ def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0
     callback = _TextCallback(on_text)
     stats = GenerateStats()
     error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-    code = lib.cq4p_model_generate_text(model._handle,
-                                        tokenizer._handle if tokenizer else None,
+    code = lib.cq4p_model_generate_text(_model_handle(model),
+                                        tokenizer._open_handle() if tokenizer else None,
                                         text, ctypes.byref(options), callback.function,
                                         None, ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
     callback.raise_pending()
@@ -830,7 +849,7 @@ class NativeChat(_Handle):
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         options = _chat_options(enable_thinking, show_thinking)
         code = self._lib.cq4p_chat_open_with(
-            model._handle, tokenizer._handle if tokenizer else None,
+            _model_handle(model), tokenizer._open_handle() if tokenizer else None,
             c_text("system prompt", system_prompt) if system_prompt else None,
             ctypes.byref(options), ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
         _check(code, error)
@@ -844,17 +863,27 @@ class NativeChat(_Handle):
         callback = _TextCallback(on_text)
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_chat_send(self._handle, data, ctypes.byref(options),
+        code = self._lib.cq4p_chat_send(self._open_handle(), data, ctypes.byref(options),
                                         callback.function, None, ctypes.byref(stats), error,
                                         ERROR_BUFFER_BYTES)
         callback.raise_pending()
         _check(code, error)
         return callback.ids, "".join(callback.pieces), _stats_dict(stats)
 
+    def _open_handle(self):
+        """The handle, or a NativeError when the chat or its model was
+        closed (a chat uses its model's memory)."""
+        if not self._model._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "chat: its model was closed")
+        if not self._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "chat: closed")
+        return self._handle
+
     def history(self):
-        count = self._lib.cq4p_chat_history(self._handle, None, 0)
+        handle = self._open_handle()
+        count = self._lib.cq4p_chat_history(handle, None, 0)
         ids = np.zeros(max(count, 1), dtype=np.int64)
-        self._lib.cq4p_chat_history(self._handle, _pointer(ids, ctypes.c_int64), count)
+        self._lib.cq4p_chat_history(handle, _pointer(ids, ctypes.c_int64), count)
         return [int(i) for i in ids[:count]]
 
     _CLOSE = "cq4p_chat_close"
