@@ -4,11 +4,14 @@
  *
  * Opens the bundle and its model library, takes the bundle's tokenizer
  * (tokenizer.json, copied by `cq4p convert`), and answers each line of
- * standard input in the model's chat format, streaming the reply as it is
+ * standard input (of any length) in the model's chat format, streaming the reply as it is
  * generated. Each turn continues from the KV cache of the previous one.
  * The rates go to standard error. */
+#define _POSIX_C_SOURCE 200809L /* getline */
+
 #include <cq4p/cq4p.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +30,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s BUNDLE LIBRARY [MAX_NEW_TOKENS]\n", argv[0]);
     return 2;
   }
-  long max_new = argc == 4 ? strtol(argv[3], NULL, 10) : 64;
-  if (max_new < 1) {
-    fprintf(stderr, "cq4p-chat: MAX_NEW_TOKENS must be >= 1, found '%s'\n", argv[3]);
-    return 2;
+  long long max_new = 64;
+  if (argc == 4) {
+    char *end = NULL;
+    errno = 0;
+    max_new = strtoll(argv[3], &end, 10);
+    if (errno != 0 || end == argv[3] || *end != '\0' || max_new < 1 ||
+        max_new > (1LL << 30)) {
+      fprintf(stderr,
+              "cq4p-chat: MAX_NEW_TOKENS must be an integer in [1, 1073741824], found '%.64s'%s\n",
+              argv[3], strlen(argv[3]) > 64 ? "..." : "");
+      return 2;
+    }
   }
   cq4p_model *model = NULL;
   if (cq4p_model_open(argv[1], argv[2], NULL, &model, error, sizeof error) != CQ4P_OK) {
@@ -47,12 +58,22 @@ int main(int argc, char **argv) {
   memset(&options, 0, sizeof options);
   options.max_new_tokens = max_new;
   options.sampling.top_p = 1.0f; /* greedy: temperature 0 */
-  char line[4096];
+  /* One turn per line, of any length (getline grows the buffer). */
+  char *line = NULL;
+  size_t capacity = 0;
+  ssize_t length;
   int status = 0;
-  while (fgets(line, sizeof line, stdin) != NULL) {
-    line[strcspn(line, "\n")] = '\0';
-    if (line[0] == '\0')
+  while ((length = getline(&line, &capacity, stdin)) != -1) {
+    if (length > 0 && line[length - 1] == '\n')
+      line[--length] = '\0';
+    if (length == 0)
       continue;
+    if (strlen(line) != (size_t)length) {
+      fprintf(stderr, "cq4p-chat: a line holds a NUL byte (at byte %zu); a turn is text\n",
+              strlen(line));
+      status = 2;
+      break;
+    }
     cq4p_generate_stats stats;
     if (cq4p_chat_send(chat, line, &options, print_text, NULL, &stats, error,
                        sizeof error) != CQ4P_OK) {
@@ -68,6 +89,7 @@ int main(int argc, char **argv) {
             stats.decode_seconds > 0 ? (stats.generated_tokens - 1) / stats.decode_seconds : 0.0,
             (long long)stats.generated_tokens);
   }
+  free(line);
   cq4p_chat_close(chat);
   cq4p_model_close(model);
   return status;

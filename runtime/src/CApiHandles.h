@@ -9,6 +9,7 @@
 #include "cq4p/runtime/Tokenizer.h"
 
 #include <memory>
+#include <mutex>
 
 struct cq4p_tokenizer {
   std::unique_ptr<cq4p::runtime::Tokenizer> tokenizer;
@@ -16,11 +17,15 @@ struct cq4p_tokenizer {
 
 // Declared in this order so that the model goes first, then the library
 // its steps live in, then the mapped tensors they read. The bundle's
-// tokenizer is opened on first use (cq4p_model_tokenizer).
+// tokenizer is opened on first use (cq4p_model_tokenizer, or a text call
+// given none) under tokenizerMutex, whatever thread asks first, and is
+// never replaced: every caller gets the one tokenizer, which lives as long
+// as the model.
 struct cq4p_model {
   std::unique_ptr<cq4p::runtime::Bundle> bundle;
   std::unique_ptr<cq4p::runtime::KernelLibrary> library;
   std::unique_ptr<cq4p::runtime::Model> model;
+  std::mutex tokenizerMutex;
   std::unique_ptr<cq4p_tokenizer> tokenizer;
 };
 

@@ -849,7 +849,7 @@ Status chooseVariant(const std::string &path,
         continue;
       if (uint64_t missing = variants[i].features & ~cpu.features)
         return libraryError(CQ4P_ERROR_UNSUPPORTED, path,
-                            origin + " asks for the " + level +
+                            origin + " asks for the " + excerpt(level) +
                                 " variant, which needs " +
                                 featureList(missing) +
                                 ": this CPU lacks it (it has: " +
@@ -858,7 +858,7 @@ Status chooseVariant(const std::string &path,
       return Status::ok();
     }
     return libraryError(CQ4P_ERROR_ARGUMENT, path,
-                        origin + " asks for the " + level +
+                        origin + " asks for the " + excerpt(level) +
                             " variant; the library has " + str(count) + ": " +
                             names);
   }
@@ -987,7 +987,7 @@ Status KernelLibrary::open(const std::string &path, const CpuFeatures &cpu,
   } else {
     if (!level.empty())
       return libraryError(CQ4P_ERROR_ARGUMENT, path,
-                          origin + " asks for the " + level +
+                          origin + " asks for the " + excerpt(level) +
                               " variant; the library records no variants "
                               "(an AArch64 library, or one compiled before "
                               "cq4p-compile made them)");

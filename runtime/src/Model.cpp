@@ -641,6 +641,7 @@ Status Model::runStep(cq4p_step_fn step, const int64_t *ids, int64_t rows) {
                       " a step) does not fit the context of " +
                       signedStr(context_) + " positions");
   scanned_ = false; // the step rewrites the logits
+  ++cacheVersion_;  // and the cache
   cq4p_step_args args = {};
   args.bindings = bindings_.data();
   args.kv_cache = kvCache_;
@@ -835,6 +836,7 @@ Status Model::reset(const Claim &held) {
   if (Status status = checkClaim(held, "reset"); !status)
     return status;
   position_ = 0;
+  ++cacheVersion_;
   return Status::ok();
 }
 
@@ -915,6 +917,7 @@ Status Model::generateClaimed(const int64_t *prompt, int64_t promptCount,
   Rng rng(sampling.seed);
   auto start = std::chrono::steady_clock::now();
   position_ = 0;
+  ++cacheVersion_;
   if (status = prefillChecked(prompt, promptCount); !status)
     return status;
   auto prefilled = std::chrono::steady_clock::now();

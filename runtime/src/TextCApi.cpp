@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 
 using namespace cq4p::runtime;
 
@@ -97,7 +98,11 @@ Status chatOptions(const cq4p_chat_options *options, const char *function,
   return Status::ok();
 }
 
-Status modelTokenizer(cq4p_model *model, const Tokenizer *&out) {
+/// The bundle's tokenizer, opened by the first caller (of any thread);
+/// `handle`, when given, gets its C handle.
+Status modelTokenizer(cq4p_model *model, const Tokenizer *&out,
+                      const cq4p_tokenizer **handle = nullptr) {
+  std::lock_guard<std::mutex> lock(model->tokenizerMutex);
   if (!model->tokenizer) {
     std::unique_ptr<Tokenizer> tokenizer;
     if (Status status = Tokenizer::openDirectory(model->bundle->directory(), tokenizer,
@@ -107,6 +112,8 @@ Status modelTokenizer(cq4p_model *model, const Tokenizer *&out) {
     model->tokenizer.reset(new cq4p_tokenizer{std::move(tokenizer)});
   }
   out = model->tokenizer->tokenizer.get();
+  if (handle != nullptr)
+    *handle = model->tokenizer.get();
   return Status::ok();
 }
 
@@ -187,9 +194,8 @@ int cq4p_model_tokenizer(cq4p_model *model, const cq4p_tokenizer **out,
                         error_size);
   *out = nullptr;
   const Tokenizer *tokenizer = nullptr;
-  if (Status status = modelTokenizer(model, tokenizer); !status)
+  if (Status status = modelTokenizer(model, tokenizer, out); !status)
     return fail(status, error, error_size);
-  *out = model->tokenizer.get();
   return CQ4P_OK;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace cq4p::runtime {
 namespace {
@@ -80,21 +81,39 @@ Status checkGeneration(const Model &model, int64_t position, size_t promptSize,
                       std::to_string(options.maxNewTokens));
   if (Status status = Sampler::validate(options.sampling); !status)
     return status;
-  for (const std::string &stop : options.stopStrings)
+  for (size_t i = 0; i < options.stopStrings.size(); ++i) {
+    const std::string &stop = options.stopStrings[i];
     if (stop.empty())
       return Status(CQ4P_ERROR_ARGUMENT, "generate: a stop string is empty");
+    // The text is valid UTF-8, so a valid stop string matches only at a
+    // character's start, and the text before it is whole characters.
+    if (size_t bad = findInvalidUtf8(stop); bad != std::string::npos)
+      return Status(CQ4P_ERROR_ARGUMENT,
+                    "generate: stop string " + std::to_string(i) +
+                        " is not valid UTF-8 at byte " + std::to_string(bad) + " of " +
+                        std::to_string(stop.size()) + " (a stop string is text)");
+  }
   if (promptSize == 0 && position == 0)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "generate: expected a prompt of at least one token, found none");
+  // position + prompt + decode steps <= context, without a sum that can
+  // overflow (max new tokens may be up to 2^63 - 1).
   int64_t decodeSteps = std::max<int64_t>(options.maxNewTokens - 1, 0);
-  int64_t needed = position + int64_t(promptSize) + decodeSteps;
-  if (needed > model.context())
+  int64_t room = position >= 0 && position <= model.context() ? model.context() - position : 0;
+  bool fits = promptSize <= uint64_t(room) && decodeSteps <= room - int64_t(promptSize);
+  if (!fits) {
+    int64_t needed = 0;
+    bool exact = uint64_t(promptSize) <= uint64_t(std::numeric_limits<int64_t>::max()) &&
+                 !__builtin_add_overflow(position, int64_t(promptSize), &needed) &&
+                 !__builtin_add_overflow(needed, decodeSteps, &needed);
     return Status(CQ4P_ERROR_ARGUMENT,
                   "context overflow: " + std::to_string(position) +
                       " positions used, a prompt of " + std::to_string(promptSize) +
                       " tokens and " + std::to_string(options.maxNewTokens) +
-                      " new tokens need " + std::to_string(needed) +
+                      " new tokens need " +
+                      (exact ? std::to_string(needed) : std::string("more than 2^63 - 1")) +
                       " positions > context " + std::to_string(model.context()));
+  }
   return Status::ok();
 }
 
@@ -217,11 +236,22 @@ Status generateText(Model &model, const Model::Claim &held,
 Status ChatSession::send(const std::string &user, const TextOptions &options,
                          TextCallback callback, void *context,
                          GenerateStats *stats, TextResult *result) {
+  // Claimed before the chat's state is read: a send from a callback, or
+  // from another thread while one runs, is refused before it sees a turn
+  // half recorded.
+  Model::Claim held;
+  if (Status status = model_.claim("chat", held); !status)
+    return status;
   if (Status status = tokenizer_.checkChatOptions(options_); !status)
     return status;
   bool start = turns_ == 0;
   // After a reply that held a thought, the whole conversation again.
   bool rerender = !start && replyHadThought_;
+  // The model was used since the last turn (a reset, a prefill, a
+  // generation, another chat): whatever its position, its cache no longer
+  // holds this conversation, so the conversation's ids are prefilled anew.
+  bool refill = !start && !rerender && model_.cacheVersion() != cacheVersion_;
+  bool fresh = start || rerender || refill;
   std::vector<ChatMessage> messages;
   if (rerender)
     messages = messages_;
@@ -235,6 +265,8 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
 
   std::vector<int64_t> prompt;
   if (!start && !rerender) {
+    if (refill)
+      prompt.assign(history_.begin(), history_.end() - (lastId_ >= 0 ? 1 : 0));
     // Close the previous reply: its last id (not yet in the cache), then
     // the end of an assistant turn unless that id was it.
     std::vector<int64_t> close;
@@ -242,7 +274,7 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
         !status)
       return status;
     if (lastId_ >= 0 && !close.empty() && lastId_ == close[0]) {
-      prompt = close;
+      prompt.insert(prompt.end(), close.begin(), close.end());
     } else {
       if (lastId_ >= 0 && !tokenizer_.isStop(lastId_))
         prompt.push_back(lastId_);
@@ -251,19 +283,13 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   }
   if (Status status = tokenizer_.encode(turn, false, prompt); !status)
     return status;
-  Model::Claim held;
-  if (Status status = model_.claim("chat", held); !status)
-    return status;
-  if (start || rerender) {
+  if (fresh) {
     // Refused before the cache is given up.
     if (Status status = checkGeneration(model_, 0, prompt.size(), options); !status)
       return status;
     if (Status status = model_.reset(held); !status)
       return status;
-  } else if (model_.position() != int64_t(history_.size()) - (lastId_ >= 0 ? 1 : 0))
-    return Status(CQ4P_ERROR_ARGUMENT,
-                  "chat: the model's position (" + std::to_string(model_.position()) +
-                      ") is not the conversation's; was the model used in between?");
+  }
 
   TextResult local;
   TextResult &res = result != nullptr ? *result : local;
@@ -274,8 +300,9 @@ Status ChatSession::send(const std::string &user, const TextOptions &options,
   Status status = generateClaimed(model_, held, tokenizer_, prompt, options,
                                   callback, context, stats, &res, hold);
   if (!status && model_.position() == before && res.ids.empty())
-    return status; // refused before anything ran (after a reset, the next turn re-renders)
-  if (start || rerender)
+    return status; // refused before anything ran (after a reset, the next turn refills)
+  cacheVersion_ = model_.cacheVersion();
+  if (fresh)
     history_.clear();
   else if (lastId_ >= 0)
     history_.pop_back();

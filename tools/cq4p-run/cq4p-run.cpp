@@ -76,7 +76,11 @@
 //
 // In both modes any refusal (a tensor without kernels, a library for
 // another CPU or another bundle, a file that does not validate, a bad flag
-// value) is one line on stderr and exit status 2.
+// value) is one line on stderr and exit status 2; it echoes at most 64
+// bytes of a value given (excerpt, Status.h). The outputs (--logits-out,
+// --output) must be regular files and none of the run's inputs; they are
+// checked without blocking (a FIFO is refused, not waited on) before
+// anything runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -102,8 +106,12 @@
 #include <string>
 #include <vector>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace cq4p::runtime;
 
@@ -162,7 +170,7 @@ int usage(const std::string &message) {
 int badValue(const std::string &flag, const char *text, const char *what) {
   if (text == nullptr)
     return usage(flag + " needs a value (" + what + ")");
-  return usage(flag + " must be " + what + ", found '" + text + "'");
+  return usage(flag + " must be " + what + ", found '" + excerpt(text) + "'");
 }
 
 bool parseBackend(const std::string &text, Backend &out) {
@@ -225,7 +233,7 @@ bool parseIds(const char *text, std::vector<int64_t> &out, std::string &error) {
     long long id = 0;
     if (!parseInt(item.c_str(), 0, kMaxInt64, id)) {
       error = "--prompt-ids: item " + std::to_string(out.size()) + " ('" +
-              item + "') is not a token id (an integer >= 0)";
+              excerpt(item) + "') is not a token id (an integer >= 0)";
       return false;
     }
     out.push_back(id);
@@ -234,31 +242,131 @@ bool parseIds(const char *text, std::vector<int64_t> &out, std::string &error) {
   if (out.empty()) {
     error = std::string("--prompt-ids: expected at least one token id, "
                         "found '") +
-            text + "'";
+            excerpt(text) + "'";
     return false;
   }
   return true;
 }
 
+/// What a file that is not a regular one is, for messages.
+const char *fileKind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
 template <typename T>
 bool readRaw(const std::string &path, size_t count, std::vector<T> &out,
              std::string &error) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    error = path + ": cannot open";
+  // Non-blocking and checked before a byte is read: a FIFO without a
+  // writer would block the open forever, a device read without end.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    error = "--input " + path + ": cannot open: " + std::strerror(errno);
     return false;
   }
-  uint64_t size = uint64_t(in.tellg());
+  struct stat info = {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    error = "--input " + path + ": " + fileKind(info.st_mode) +
+            ", expected a regular file";
+    ::close(fd);
+    return false;
+  }
+  uint64_t size = uint64_t(info.st_size);
   if (size != count * sizeof(T)) {
-    error = path + ": expected " + std::to_string(count * sizeof(T)) +
+    error = "--input " + path + ": expected " + std::to_string(count * sizeof(T)) +
             " bytes (" + std::to_string(count) + " values), found " +
             std::to_string(size);
+    ::close(fd);
     return false;
   }
   out.resize(count);
-  in.seekg(0);
-  in.read(reinterpret_cast<char *>(out.data()), std::streamsize(size));
-  return bool(in);
+  char *at = reinterpret_cast<char *>(out.data());
+  for (uint64_t done = 0; done < size;) {
+    ssize_t got = ::read(fd, at + done, size - done);
+    if (got <= 0) {
+      error = "--input " + path + ": read failed" +
+              (got < 0 ? std::string(": ") + std::strerror(errno) : std::string());
+      ::close(fd);
+      return false;
+    }
+    done += uint64_t(got);
+  }
+  ::close(fd);
+  return true;
+}
+
+/// Opens `path` for the output `flag` writes, refusing before anything is
+/// touched: a FIFO (a writer would block until a reader comes, forever),
+/// a device, a directory or socket (anything but a regular file), and a
+/// file that is one of `inputs` (the same device and inode, whatever the
+/// path: writing it would destroy what is read). Truncated once accepted.
+Status openOutput(const std::string &flag, const std::string &path,
+                  const std::vector<std::string> &inputs, FILE *&out) {
+  out = nullptr;
+  std::string where = flag + " " + path;
+  int fd = ::open(path.c_str(),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0666);
+  if (fd < 0) {
+    int error = errno;
+    struct stat info = {};
+    if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+      return Status(CQ4P_ERROR_ARGUMENT, where + ": " + fileKind(info.st_mode) +
+                                             ", expected a regular file");
+    return Status(CQ4P_ERROR_IO, where + ": cannot create: " + std::strerror(error));
+  }
+  struct stat info = {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return Status(CQ4P_ERROR_ARGUMENT, where + ": " + fileKind(info.st_mode) +
+                                           ", expected a regular file");
+  }
+  for (const std::string &input : inputs) {
+    struct stat other;
+    if (::stat(input.c_str(), &other) == 0 && other.st_dev == info.st_dev &&
+        other.st_ino == info.st_ino) {
+      ::close(fd);
+      return Status(CQ4P_ERROR_ARGUMENT,
+                    where + " is the input " + input + ": refusing to overwrite it");
+    }
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0)
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (::ftruncate(fd, 0) != 0) {
+    int error = errno;
+    ::close(fd);
+    return Status(CQ4P_ERROR_IO, where + ": cannot truncate: " + std::strerror(error));
+  }
+  out = ::fdopen(fd, "wb");
+  if (out == nullptr) {
+    int error = errno;
+    ::close(fd);
+    return Status(CQ4P_ERROR_IO, where + ": cannot open: " + std::strerror(error));
+  }
+  return Status::ok();
+}
+
+/// What a run reads, for openOutput: every file in the bundle directory,
+/// the libraries and --input.
+std::vector<std::string> inputsOf(const Options &options) {
+  std::vector<std::string> inputs;
+  if (DIR *dir = ::opendir(options.bundle.c_str())) {
+    while (dirent *entry = ::readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name != "." && name != "..")
+        inputs.push_back(options.bundle + "/" + name);
+    }
+    ::closedir(dir);
+  }
+  for (const std::string *path : {&options.library, &options.sme2Library, &options.input,
+                                  &options.tokenizer})
+    if (!path->empty())
+      inputs.push_back(*path);
+  return inputs;
 }
 
 bool isEmbedding(const std::string &name) {
@@ -464,12 +572,11 @@ int runModel(const Options &options, const Bundle &bundle) {
     FILE *file;
     bool failed;
   } sink{model.get(), &ids, nullptr, false};
-  if (!options.logitsOut.empty()) {
-    sink.file = std::fopen(options.logitsOut.c_str(), "wb");
-    if (!sink.file)
-      return refuse("--logits-out " + options.logitsOut + ": cannot create: " +
-                    std::strerror(errno));
-  }
+  if (!options.logitsOut.empty())
+    if (Status status = openOutput("--logits-out", options.logitsOut, inputsOf(options),
+                                   sink.file);
+        !status)
+      return refuse(status.message());
   Model::TokenCallback record = [](void *context, int64_t index, int64_t id) {
     auto *sink = static_cast<Sink *>(context);
     (*sink->ids)[size_t(index)] = id;
@@ -600,6 +707,12 @@ int main(int argc, char **argv) {
       } else {
         options.stops.push_back(text);
       }
+      // Text, refused here rather than after the model opened (a stop
+      // string that is not UTF-8 would match inside a character).
+      if (arg != "--tokenizer")
+        if (size_t bad = findInvalidUtf8(text); bad != std::string::npos)
+          return usage(arg + ": not valid UTF-8 at byte " + std::to_string(bad) + " of " +
+                       std::to_string(std::strlen(text)) + " (the value is text)");
     } else if (arg == "--chat") {
       options.chat = options.generate = true;
     } else if (arg == "--ignore-eos") {
@@ -653,7 +766,7 @@ int main(int argc, char **argv) {
       if (!text || !parseUnsigned(text, options.sampling.seed))
         return badValue(arg, text, "an integer in [0, 2^64)");
     } else {
-      return usage("unknown argument '" + arg + "'");
+      return usage("unknown argument '" + excerpt(arg) + "'");
     }
   }
   if (options.verify) {
@@ -799,6 +912,13 @@ int main(int argc, char **argv) {
                       ? options.bundle + ": no packed-panel CQ4 tensor"
                       : options.bundle + ": no tensor '" + options.tensor + "'");
 
+  // Opened (and refused) before anything runs.
+  FILE *output = nullptr;
+  if (!options.output.empty())
+    if (Status status = openOutput("--output", options.output, inputsOf(options), output);
+        !status)
+      return refuse(status.message());
+
   std::printf("%-48s %-12s %5s %6s %12s %10s\n", "tensor", "N x K", "gs",
               "rows", "ms/call", "SME2 tasks");
   ActivationScratch scratch;
@@ -874,12 +994,12 @@ int main(int argc, char **argv) {
     }
     if (!status)
       return refuse(status.message());
-    if (!options.output.empty()) {
-      std::ofstream stream(options.output, std::ios::binary);
-      stream.write(reinterpret_cast<const char *>(out.data()),
-                   std::streamsize(out.size() * sizeof(float)));
-      if (!stream)
-        return refuse(options.output + ": cannot write");
+    if (output != nullptr) {
+      bool written = std::fwrite(out.data(), sizeof(float), out.size(), output) ==
+                     out.size();
+      if (std::fclose(output) != 0 || !written)
+        return refuse("--output " + options.output + ": write failed");
+      output = nullptr;
     }
   }
   return 0;

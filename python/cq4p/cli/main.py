@@ -41,10 +41,11 @@ def integer(low, high):
         try:
             value = int(text, 10)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected an integer, found {native.excerpt(repr(text))}") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(
-                f"expected an integer in [{low}, {high}], found {text}")
+                f"expected an integer in [{low}, {high}], found {native.excerpt(text)}")
         return value
     return parse
 

@@ -63,6 +63,20 @@ def _library_dirs(prefix):
     return dirs
 
 
+# A path longer than this names no file: what a message echoes of one.
+PATH_MAX = 4096
+ECHO_CHARACTERS = 64
+
+
+def excerpt(text, limit=ECHO_CHARACTERS):
+    """What a message echoes of a value the user gave (an environment
+    variable, a flag): its first `limit` characters, then "... (N
+    characters)" when it was longer, so that an error stays one short
+    line."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _find(what, variable, candidates_in, usable):
     """The variable's file; else the first usable of candidates_in(prefix)
     under $CQ4P_PREFIX alone, or under each installed prefix; else None and
@@ -70,7 +84,8 @@ def _find(what, variable, candidates_in, usable):
     value = os.environ.get(variable)
     if value:
         if not os.path.isfile(value):
-            raise NotFoundError(f"{what} not found: ${variable} is {value}, which is not a file")
+            raise NotFoundError(f"{what} not found: ${variable} is "
+                                f"{excerpt(value, PATH_MAX)}, which is not a file")
         return value, []
     prefix = os.environ.get(PREFIX_VARIABLE)
     if prefix:
@@ -78,9 +93,11 @@ def _find(what, variable, candidates_in, usable):
         for candidate in candidates:
             if usable(candidate):
                 return str(candidate), []
-        raise NotFoundError(f"{what} not found: ${PREFIX_VARIABLE} is {prefix}, which has no "
-                            f"{' or '.join(map(str, candidates))}; install cq4p there "
-                            f"(cmake --install <build> --prefix {prefix}) or unset it")
+        shown = excerpt(prefix, PATH_MAX)
+        wanted = " or ".join(excerpt(str(c), PATH_MAX) for c in candidates)
+        raise NotFoundError(f"{what} not found: ${PREFIX_VARIABLE} is {shown}, which has no "
+                            f"{wanted}; install cq4p there (cmake --install <build> --prefix "
+                            f"{shown}) or unset it")
     looked = []
     for prefix in _installed_prefixes():
         for candidate in candidates_in(prefix):

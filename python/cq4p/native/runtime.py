@@ -158,6 +158,18 @@ MAX_THREADS = 1024  # ThreadPool::kMaxThreads
 MAX_NEW_TOKENS = 1 << 30  # cq4p-run -n
 
 
+def excerpt(text, limit=locate.ECHO_CHARACTERS):
+    """locate.excerpt of `text` (a repr when it is no str)."""
+    return locate.excerpt(text if isinstance(text, str) else repr(text), limit)
+
+
+def _shown_integer(value):
+    try:
+        return excerpt(str(int(value)))
+    except ValueError:  # more digits than Python converts to text
+        return f"an integer of {int(value).bit_length()} bits"
+
+
 class ArgumentError(NativeError):
     """An argument the runtime would refuse or ctypes would wrap, refused
     before the call."""
@@ -169,9 +181,10 @@ class ArgumentError(NativeError):
 def check_integer(what, value, low, high):
     """`value` as an int in [low, high], or an ArgumentError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentError(f"{what}: expected an integer, found {value!r}")
+        raise ArgumentError(f"{what}: expected an integer, found {excerpt(repr(value))}")
     if not low <= int(value) <= high:
-        raise ArgumentError(f"{what}: expected an integer in [{low}, {high}], found {value}")
+        raise ArgumentError(f"{what}: expected an integer in [{low}, {high}], found "
+                            f"{_shown_integer(value)}")
     return int(value)
 
 
@@ -181,14 +194,16 @@ def check_float32(what, value, low=None, high=None, low_open=False):
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise ArgumentError(f"{what}: expected a number, found {value!r}") from None
+        raise ArgumentError(f"{what}: expected a number, found {excerpt(repr(value))}") \
+            from None
+    shown = excerpt(str(value))
     if not np.isfinite(number) or abs(number) > FLOAT32_MAX:
-        raise ArgumentError(f"{what}: expected a finite number (float32), found {value}")
+        raise ArgumentError(f"{what}: expected a finite number (float32), found {shown}")
     if low is not None and (number <= low if low_open else number < low):
         raise ArgumentError(f"{what}: expected a number {'>' if low_open else '>='} {low}, "
-                            f"found {value}")
+                            f"found {shown}")
     if high is not None and number > high:
-        raise ArgumentError(f"{what}: expected a number <= {high}, found {value}")
+        raise ArgumentError(f"{what}: expected a number <= {high}, found {shown}")
     return number
 
 
@@ -208,6 +223,29 @@ def utf8(what, text):
     except UnicodeEncodeError as error:
         raise ArgumentError(f"{what}: not valid UTF-8 text ({error.reason} at "
                             f"character {error.start})") from None
+
+
+def c_text(what, text):
+    """`text` (str, or bytes that are UTF-8) as the NUL-terminated UTF-8 the
+    C API's text arguments take: a NUL inside it would silently end the
+    text there, so it is an ArgumentError, as is text that is not UTF-8."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        data = bytes(text)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ArgumentError(f"{what}: not valid UTF-8 text ({error.reason} at byte "
+                                f"{error.start} of {len(data)})") from None
+    elif isinstance(text, str):
+        data = utf8(what, text)
+    else:
+        raise ArgumentError(f"{what}: expected text (str or UTF-8 bytes), found "
+                            f"{type(text).__name__}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ArgumentError(f"{what}: holds a NUL byte at byte {nul} of {len(data)}; the C API "
+                            f"takes NUL-terminated text, so the rest would be lost")
+    return data
 
 
 INT64_MIN = -2**63
@@ -609,9 +647,20 @@ class NativeTokenizer(_Handle):
         _check(code, error)
         self._handle = handle
 
+    def _open_handle(self):
+        """The handle, or a NativeError when it (or the model owning it) was
+        closed: a closed handle is never passed to the runtime."""
+        if self._owner is not None and not self._owner._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT,
+                              "tokenizer: its model was closed (a model's tokenizer lives as "
+                              "long as the model)")
+        if not self._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "tokenizer: closed")
+        return self._handle
+
     def info(self):
         info = TokenizerInfo()
-        self._lib.cq4p_tokenizer_get_info(self._handle, ctypes.byref(info))
+        self._lib.cq4p_tokenizer_get_info(self._open_handle(), ctypes.byref(info))
         kinds = {fmt.CQ4P_TOKENIZER_BYTE_LEVEL_BPE: "byte-level BPE",
                  fmt.CQ4P_TOKENIZER_SENTENCEPIECE_BPE: "SentencePiece-style BPE"}
         return {"kind": kinds.get(info.kind, str(info.kind)), "vocab": info.vocab,
@@ -621,9 +670,10 @@ class NativeTokenizer(_Handle):
 
     def special_tokens(self):
         """[(id, text)] of the added tokens marked special."""
-        count = self._lib.cq4p_tokenizer_special_ids(self._handle, None, 0)
+        handle = self._open_handle()
+        count = self._lib.cq4p_tokenizer_special_ids(handle, None, 0)
         ids = np.zeros(max(count, 1), dtype=np.int64)
-        self._lib.cq4p_tokenizer_special_ids(self._handle, _pointer(ids, ctypes.c_int64), count)
+        self._lib.cq4p_tokenizer_special_ids(handle, _pointer(ids, ctypes.c_int64), count)
         return [(int(i), self.decode([int(i)])) for i in ids[:count]]
 
     def encode(self, text, add_special=True):
@@ -634,7 +684,7 @@ class NativeTokenizer(_Handle):
             ids = np.zeros(capacity, dtype=np.int64)
             count = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-            code = self._lib.cq4p_tokenizer_encode(self._handle, data, len(data),
+            code = self._lib.cq4p_tokenizer_encode(self._open_handle(), data, len(data),
                                                    int(add_special),
                                                    _pointer(ids, ctypes.c_int64), capacity,
                                                    ctypes.byref(count), error,
@@ -653,7 +703,7 @@ class NativeTokenizer(_Handle):
             text = ctypes.create_string_buffer(capacity)
             length = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-            code = self._lib.cq4p_tokenizer_decode(self._handle, _pointer(ids, ctypes.c_int64),
+            code = self._lib.cq4p_tokenizer_decode(self._open_handle(), _pointer(ids, ctypes.c_int64),
                                                    ids.size, text, capacity,
                                                    ctypes.byref(length), error,
                                                    ERROR_BUFFER_BYTES)
@@ -667,17 +717,18 @@ class NativeTokenizer(_Handle):
         """The text of [{"role", "content"}] in the tokenizer's chat format;
         enable_thinking: Gemma 4's thinking (refused by other formats)."""
         options = _chat_options(enable_thinking)
-        roles = (ctypes.c_char_p * max(len(messages), 1))(
-            *[m["role"].encode("utf-8") for m in messages])
-        contents = (ctypes.c_char_p * max(len(messages), 1))(
-            *[m["content"].encode("utf-8") for m in messages])
-        capacity = 256 + sum(len(m["content"].encode("utf-8")) for m in messages) * 2
+        role_bytes = [c_text(f"messages[{i}] role", m["role"]) for i, m in enumerate(messages)]
+        content_bytes = [c_text(f"messages[{i}] content", m["content"])
+                         for i, m in enumerate(messages)]
+        roles = (ctypes.c_char_p * max(len(messages), 1))(*role_bytes)
+        contents = (ctypes.c_char_p * max(len(messages), 1))(*content_bytes)
+        capacity = 256 + sum(len(c) for c in content_bytes) * 2
         while True:
             text = ctypes.create_string_buffer(capacity)
             length = ctypes.c_size_t()
             error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
             code = self._lib.cq4p_tokenizer_render_chat_with(
-                self._handle, roles, contents, len(messages), int(add_generation_prompt),
+                self._open_handle(), roles, contents, len(messages), int(add_generation_prompt),
                 ctypes.byref(options), text, capacity, ctypes.byref(length), error,
                 ERROR_BUFFER_BYTES)
             if code == fmt.CQ4P_ERROR_ARGUMENT and length.value + 1 > capacity:
@@ -697,7 +748,9 @@ def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings,
                   ignore_stop_ids):
     max_new_tokens = check_integer("new tokens", max_new_tokens, 0, MAX_NEW_TOKENS)
     sampling = Sampling(*check_sampling(temperature, top_k, top_p, seed))
-    stops = [utf8("stop string", s) for s in (stop_strings or [])]
+    if isinstance(stop_strings, (str, bytes)):
+        stop_strings = [stop_strings]  # one stop string, not its characters
+    stops = [c_text(f"stop string {i}", s) for i, s in enumerate(stop_strings or [])]
     array = (ctypes.c_char_p * max(len(stops), 1))(*stops)
     options = TextOptions(max_new_tokens, sampling,
                           ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)), len(stops),
@@ -705,20 +758,48 @@ def _text_options(max_new_tokens, temperature, top_k, top_p, seed, stop_strings,
     return options, array
 
 
-def _text_callback(ids, pieces, on_text):
-    def call(_context, token, text, length):
-        if token >= 0:
-            ids.append(int(token))
-        piece = ctypes.string_at(text, length).decode("utf-8") if length else ""
-        pieces.append(piece)
-        if on_text is not None and piece:
-            on_text(piece)
+class _TextCallback:
+    """The C callback of a text call: collects the ids and the text, calls
+    on_text(piece). An exception there (KeyboardInterrupt too) cannot cross
+    the C frames: it is kept, the generation is stopped (the callback
+    returns 0) and raise_pending() raises it once the call has returned."""
+
+    def __init__(self, on_text):
+        self.ids, self.pieces = [], []
+        self.error = None
+        self._on_text = on_text
+        self.function = TEXT_CALLBACK(self._call)
+
+    def _call(self, _context, token, text, length):
+        if self.error is not None:
+            return 0
+        try:
+            if token >= 0:
+                self.ids.append(int(token))
+            piece = ctypes.string_at(text, length).decode("utf-8") if length else ""
+            self.pieces.append(piece)
+            if self._on_text is not None and piece:
+                self._on_text(piece)
+        except BaseException as error:  # noqa: B902 - re-raised after the call
+            self.error = error
+            return 0
         return 1
-    return TEXT_CALLBACK(call)
+
+    def raise_pending(self):
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
 
 
 def _stats_dict(stats):
     return {name: getattr(stats, name) for name, _ in GenerateStats._fields_}
+
+
+def _model_handle(model):
+    """A NativeModel's handle, or a NativeError when it was closed."""
+    if not model._handle:
+        raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "model: closed")
+    return model._handle
 
 
 def model_tokenizer(model):
@@ -726,7 +807,7 @@ def model_tokenizer(model):
     lib = text_library()
     handle = ctypes.c_void_p()
     error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-    _check(lib.cq4p_model_tokenizer(model._handle, ctypes.byref(handle), error,
+    _check(lib.cq4p_model_tokenizer(_model_handle(model), ctypes.byref(handle), error,
                                     ERROR_BUFFER_BYTES), error)
     return NativeTokenizer(_handle=handle, _owner=model)
 
@@ -739,16 +820,17 @@ def generate_text(model, prompt, max_new_tokens, tokenizer=None, temperature=0.0
     lib = text_library()
     options, _keep = _text_options(max_new_tokens, temperature, top_k, top_p, seed,
                                    stop_strings, add_special, ignore_stop_ids)
-    ids, pieces = [], []
-    callback = _text_callback(ids, pieces, on_text)
+    text = c_text("prompt", prompt)
+    callback = _TextCallback(on_text)
     stats = GenerateStats()
     error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-    code = lib.cq4p_model_generate_text(model._handle,
-                                        tokenizer._handle if tokenizer else None,
-                                        utf8("prompt", prompt), ctypes.byref(options), callback,
+    code = lib.cq4p_model_generate_text(_model_handle(model),
+                                        tokenizer._open_handle() if tokenizer else None,
+                                        text, ctypes.byref(options), callback.function,
                                         None, ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
+    callback.raise_pending()
     _check(code, error)
-    return ids, "".join(pieces), _stats_dict(stats)
+    return callback.ids, "".join(callback.pieces), _stats_dict(stats)
 
 
 class NativeChat(_Handle):
@@ -767,8 +849,8 @@ class NativeChat(_Handle):
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         options = _chat_options(enable_thinking, show_thinking)
         code = self._lib.cq4p_chat_open_with(
-            model._handle, tokenizer._handle if tokenizer else None,
-            utf8("system prompt", system_prompt) if system_prompt else None,
+            _model_handle(model), tokenizer._open_handle() if tokenizer else None,
+            c_text("system prompt", system_prompt) if system_prompt else None,
             ctypes.byref(options), ctypes.byref(handle), error, ERROR_BUFFER_BYTES)
         _check(code, error)
         self._handle = handle
@@ -777,20 +859,31 @@ class NativeChat(_Handle):
              stop_strings=None, ignore_stop_ids=False, on_text=None):
         options, _keep = _text_options(max_new_tokens, temperature, top_k, top_p, seed,
                                        stop_strings, False, ignore_stop_ids)
-        ids, pieces = [], []
-        callback = _text_callback(ids, pieces, on_text)
+        data = c_text("text", text)
+        callback = _TextCallback(on_text)
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_chat_send(self._handle, utf8("text", text),
-                                        ctypes.byref(options), callback, None,
-                                        ctypes.byref(stats), error, ERROR_BUFFER_BYTES)
+        code = self._lib.cq4p_chat_send(self._open_handle(), data, ctypes.byref(options),
+                                        callback.function, None, ctypes.byref(stats), error,
+                                        ERROR_BUFFER_BYTES)
+        callback.raise_pending()
         _check(code, error)
-        return ids, "".join(pieces), _stats_dict(stats)
+        return callback.ids, "".join(callback.pieces), _stats_dict(stats)
+
+    def _open_handle(self):
+        """The handle, or a NativeError when the chat or its model was
+        closed (a chat uses its model's memory)."""
+        if not self._model._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "chat: its model was closed")
+        if not self._handle:
+            raise NativeError(fmt.CQ4P_ERROR_ARGUMENT, "chat: closed")
+        return self._handle
 
     def history(self):
-        count = self._lib.cq4p_chat_history(self._handle, None, 0)
+        handle = self._open_handle()
+        count = self._lib.cq4p_chat_history(handle, None, 0)
         ids = np.zeros(max(count, 1), dtype=np.int64)
-        self._lib.cq4p_chat_history(self._handle, _pointer(ids, ctypes.c_int64), count)
+        self._lib.cq4p_chat_history(handle, _pointer(ids, ctypes.c_int64), count)
         return [int(i) for i in ids[:count]]
 
     _CLOSE = "cq4p_chat_close"

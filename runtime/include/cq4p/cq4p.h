@@ -340,7 +340,9 @@ CQ4P_API void cq4p_tokenizer_get_info(const cq4p_tokenizer *tokenizer,
 CQ4P_API size_t cq4p_tokenizer_special_ids(const cq4p_tokenizer *tokenizer,
                                            int64_t *ids, size_t capacity);
 /* The bundle's tokenizer, opened at the first call and owned by the model
- * (valid until cq4p_model_close). */
+ * (valid until cq4p_model_close). Any thread may call this, also while
+ * another generates from text: the first opens it, every caller gets the
+ * same one, and it may be used (encode, decode) beside a generation. */
 CQ4P_API int cq4p_model_tokenizer(cq4p_model *model,
                                   const cq4p_tokenizer **out, char *error,
                                   size_t error_size);
@@ -418,6 +420,7 @@ CQ4P_API int cq4p_tokenizer_render_chat_with(const cq4p_tokenizer *tokenizer,
 typedef int (*cq4p_text_fn)(void *context, int64_t id, const char *text,
                             size_t length);
 
+/* Stop strings must be non-empty valid UTF-8 (refused otherwise). */
 typedef struct cq4p_text_options {
   int64_t max_new_tokens;
   cq4p_sampling sampling;
@@ -442,9 +445,10 @@ CQ4P_API int cq4p_model_generate_text(cq4p_model *model,
 
 /* A conversation in the tokenizer's chat format (recognised from its chat
  * template; a template cq4p does not know is refused by name). Each turn
- * prefills only what is new after the KV cache of the previous turn. The
- * chat uses the model: one chat per model at a time, closed before the
- * model. system_prompt may be NULL. */
+ * prefills only what is new after the KV cache of the previous turn; when
+ * the model was used in between (a reset, a prefill, a generation, another
+ * chat), the turn prefills the whole conversation again first. Closed
+ * before the model. system_prompt may be NULL. */
 typedef struct cq4p_chat cq4p_chat;
 CQ4P_API int cq4p_chat_open(cq4p_model *model, const cq4p_tokenizer *tokenizer,
                             const char *system_prompt, cq4p_chat **out,

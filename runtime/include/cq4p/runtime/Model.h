@@ -262,6 +262,12 @@ public:
   /// The last step's logits, [vocab].
   const float *logits() const { return logits_.data(); }
   int64_t position() const { return position_; }
+  /// Changes with everything that changes what the KV cache holds (every
+  /// reset and every step, whoever made it), never back to an earlier
+  /// value: a caller that noted it after its own last call knows the cache
+  /// still holds what it put there while it reads the same. A chat checks
+  /// it before each turn (TextGeneration.h).
+  uint64_t cacheVersion() const { return cacheVersion_; }
   int64_t context() const { return context_; }
   int64_t vocab() const { return int64_t(desc_->vocab); }
   int64_t prefillChunk() const { return int64_t(desc_->prefill_chunk); }
@@ -335,6 +341,7 @@ private:
   Sampler sampler_;
   int64_t context_ = 0;
   int64_t position_ = 0;
+  uint64_t cacheVersion_ = 0;
   uint64_t stackBytes_ = 0;
   /// The claiming thread's tag (0: free) and the call it makes.
   std::atomic<uintptr_t> owner_{0};

@@ -12,6 +12,7 @@
 #include "cq4p/cq4p.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace cq4p::runtime {
@@ -38,6 +39,13 @@ private:
 /// found <found>". The field names are shared with the Python reader.
 Status formatError(const std::string &path, const char *field,
                    const std::string &expected, const std::string &found);
+
+/// What a message echoes of a value the user gave (a flag's value, an
+/// environment variable): at most kEchoBytes of it, cut before a UTF-8
+/// character that does not fit, then "... (N bytes)" when it was longer, so
+/// that an error stays one short line whatever was given.
+constexpr size_t kEchoBytes = 64;
+std::string excerpt(std::string_view text, size_t limit = kEchoBytes);
 
 /// Copies a status's message into a C caller's buffer (always terminated).
 void copyMessage(const Status &status, char *buffer, size_t size);

@@ -14,7 +14,11 @@
 //     turn starts the sequence (BOS, system prompt); each later turn
 //     prefills only what is new: the close of the previous reply and the
 //     user's turn, after the ids already in the KV cache. history() is the
-//     whole sequence, so a fresh prefill of it reproduces the cache.
+//     whole sequence, so a fresh prefill of it reproduces the cache. A
+//     model used by anything else between two turns (a reset, a prefill, a
+//     generation, another chat; Model::cacheVersion) no longer holds the
+//     conversation, whatever its position: the turn then prefills the
+//     whole history again, from position 0, before the new turn.
 //
 // Gemma 4's thought channel (<|channel>thought\n...<channel|>, before the
 // answer) is held back from the delivered text unless ChatOptions::
@@ -110,6 +114,8 @@ private:
   std::vector<int64_t> lastPrompt_;
   int64_t lastId_ = -1; ///< sampled, not yet in the cache
   int64_t turns_ = 0;
+  /// The model's cacheVersion() after this chat's last turn.
+  uint64_t cacheVersion_ = 0;
 };
 
 } // namespace cq4p::runtime
