@@ -513,13 +513,20 @@ def test_convert_cleans_its_temporary_on_sigterm_and_sigint(tmp_path):
         process = subprocess.Popen(hostile.cli("convert", "--model", model_dir, "--out",
                                                out_dir / "bundle", "--quantizer", "numpy"),
                                    env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not os.listdir(out_dir):
-            time.sleep(0.05)
+        # The signal goes in as soon as the first tensor's progress line is
+        # out: the conversion is then under way with its temporary in place
+        # and most tensors still to write (a fixed delay raced a fast machine).
+        seen = b""
+        while True:
+            line = process.stderr.readline()
+            seen += line
+            if not line or line.startswith(b"[1/"):
+                break
+        assert line, ("the conversion ended before its first progress line", seen)
         assert os.listdir(out_dir), "no temporary directory appeared"
-        time.sleep(0.5)  # inside the conversion
         process.send_signal(signum)
         _, err = process.communicate(timeout=60)
+        err = seen + err
         assert process.returncode > 0, (signum, process.returncode, err)
         assert b"Traceback" not in err, err
         assert os.listdir(out_dir) == [], (signum, os.listdir(out_dir))

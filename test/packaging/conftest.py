@@ -22,6 +22,15 @@ LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
+def pytest_configure(config):
+    # The full tier's cases (test/run_suites.py): `scripts/test` leaves them
+    # out, `scripts/test --all` runs them.
+    config.addinivalue_line(
+        "markers", "slow: a case of the full tier only (scripts/test --all), e.g. whole "
+        "models under QEMU, every family end to end, the fuzzers")
+
+
+
 def clean_env(**extra):
     """The environment a new user has: no PYTHONPATH, no CQ4P_* variables,
     the system's PATH."""
