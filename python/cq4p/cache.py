@@ -46,13 +46,13 @@ prepared again.
 
 import contextlib
 import fcntl
+import glob
 import hashlib
 import json
 import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -127,7 +127,9 @@ def kind_of(path):
 
 
 def _safetensors(directory):
-    return sorted(p.name for p in Path(directory).glob("*.safetensors"))
+    """The shards convert reads (its glob: hidden files left out)."""
+    pattern = os.path.join(glob.escape(str(directory)), "*.safetensors")
+    return sorted(os.path.basename(path) for path in glob.glob(pattern))
 
 
 def input_files(path, kind):
