@@ -328,8 +328,7 @@ def parser():
         return command_parser
 
     generate = model_command("generate", "generate tokens with a compiled model")
-    generate.add_argument("-n", "--max-new-tokens", dest="n",
-                          type=integer(0, native.MAX_NEW_TOKENS), default=gn.DEFAULT_STEPS,
+    generate.add_argument("-n", type=integer(0, native.MAX_NEW_TOKENS), default=gn.DEFAULT_STEPS,
                           help=f"tokens to generate, {span(0, native.MAX_NEW_TOKENS)} "
                                f"(default {gn.DEFAULT_STEPS})")
     add_sampling(generate)
@@ -400,8 +399,8 @@ def text_command(command, name):
     if name == "run":
         parser_.add_argument("--prompt", required=True, metavar="TEXT",
                              help="the prompt (required), tokenized with the model's BOS")
-    parser_.add_argument("-n", "--max-new-tokens", dest="n",
-                         type=integer(0, native.MAX_NEW_TOKENS), default=api.DEFAULT_MAX_TOKENS,
+    parser_.add_argument("-n", type=integer(0, native.MAX_NEW_TOKENS),
+                         default=api.DEFAULT_MAX_TOKENS,
                          help=f"most tokens per {'reply' if name == 'chat' else 'generation'}, "
                               f"{span(0, native.MAX_NEW_TOKENS)} (default "
                               f"{api.DEFAULT_MAX_TOKENS}); it also ends at an end of turn or "
