@@ -181,7 +181,6 @@ class ContentHashes:
     def __init__(self, root, progress=None):
         self.directory = Path(root) / HASHES
         self.progress = progress
-        self.hashed = []  # the files read this time (for tests and messages)
 
     def _record_path(self, directory):
         real = os.path.realpath(directory)
@@ -213,7 +212,6 @@ class ContentHashes:
         for name in stale:
             hashes[name] = _sha256_of(directory / name)
             after = os.stat(directory / name)
-            self.hashed.append(str(directory / name))
             if _stamp(after) != _stamp(infos[name]):
                 raise PrepareError(f"{directory / name}: changed while it was read; try again "
                                    f"once it is written")
@@ -229,11 +227,8 @@ class ContentHashes:
 
 
 def _size(count):
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} TB"
+    """Bytes in GB or MB, for messages."""
+    return f"{count / 1e9:.1f} GB" if count >= 1e9 else f"{count / 1e6:.1f} MB"
 
 
 # --- what else the key holds ----------------------------------------------------
@@ -373,9 +368,10 @@ def _run_compiler(command, progress):
         errors.seek(0)
         diagnostics = errors.read().decode("utf-8", "replace").strip()
     if process.returncode != 0:
-        last = diagnostics.splitlines()[-1] if diagnostics else ""
-        raise PrepareError(f"cq4p-compile failed (exit status {process.returncode}): "
-                           f"{last or 'no message'}")
+        lines = diagnostics.splitlines()
+        errors_said = [line for line in lines if "error" in line]
+        said = (errors_said or lines or ["no message"])[0]
+        raise PrepareError(f"cq4p-compile failed (exit status {process.returncode}): {said}")
     return time.monotonic() - started
 
 

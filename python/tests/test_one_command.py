@@ -256,6 +256,9 @@ def test_bad_input_is_one_line_and_status_2(checkpoint, prepared, tmp_path):
     config = json.loads((unsupported / "config.json").read_text())
     (unsupported / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
     fresh = tmp_path / "fresh-cache"
+    failing = tmp_path / "failing-compile"
+    failing.write_text("#!/bin/sh\necho 'cq4p-compile: error: no space left' >&2\nexit 1\n")
+    failing.chmod(0o755)
     cases = [
         (("run", empty, "--prompt", "x"), {}, cache,
          f"cq4p run: error: {empty}: neither a checkpoint (config.json and *.safetensors) nor "
@@ -269,6 +272,9 @@ def test_bad_input_is_one_line_and_status_2(checkpoint, prepared, tmp_path):
         (("run", unsupported, "--prompt", "x"), {}, fresh,
          f"cq4p run: error: {unsupported / 'config.json'}: model_type 'bert' is not "
          f"supported"),
+        (("run", checkpoint, "--prompt", "x"), {"CQ4P_COMPILE": str(failing)}, fresh,
+         "cq4p run: error: cq4p-compile failed (exit status 1): cq4p-compile: error: no space "
+         "left"),
         (("chat", checkpoint, "--think"), {}, cache,
          "cq4p chat: error: chat: thinking: the ChatML format has no thinking switch"),
     ]
