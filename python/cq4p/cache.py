@@ -74,10 +74,10 @@ STALE_PREFIX = ".stale-"
 RACY_SECONDS = 2.0
 HASH_BLOCK = 1 << 20
 SLOW_HASH_BYTES = 256 << 20  # hashing this much is said (about a second or more)
-# What the compile step passes after --target=host: on x86-64 the one
-# instruction set level this CPU runs best (a third of the compile of the
-# default three levels, half the library), which the key's CPU identity
-# makes safe when the cache is shared by machines.
+# What the compile step passes after --target=host: on x86-64 the widest
+# instruction set level this CPU runs (one level's code generation instead
+# of the default three, less than half the library), which the key's CPU
+# identity makes safe when the cache is shared by machines.
 X86_COMPILE_OPTIONS = ("--host-cpu=native",)
 
 
