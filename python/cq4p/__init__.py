@@ -19,6 +19,10 @@ Its subpackages:
 - `cq4p.cli`: `python -m cq4p` (`main`) and its commands: checkpoints to
   bundles (`convert`, `upgrade`), `inspection`, `check`, and running a
   compiled model against the oracle (`generate`).
+- `cq4p.cache`: checkpoints and bundles prepared once (converted, compiled)
+  and kept under ~/.cache/cq4p/models; `cq4p.api`: `Model`, a model from
+  Python (`from cq4p import Model`, imported when first named, so that
+  `import cq4p` stays light).
 - `cq4p.native`: the native parts. Where the tools and the runtime library
   are (`locate`), the compiler's command-line tools (`tools`; MLIR has no
   packaged Python bindings here), the runtime's C API through ctypes
@@ -27,3 +31,12 @@ Its subpackages:
 
 # The package's version, the CMake project's (CMakeLists.txt; a test checks both).
 __version__ = "0.1.0"
+
+_API = ("Model", "Conversation", "Stats")
+
+
+def __getattr__(name):
+    if name in _API:
+        from cq4p import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'cq4p' has no attribute {name!r}")

@@ -17,8 +17,8 @@ import pytest
 from conftest import (BUILD, LLVM_BIN, QEMU, QEMU_ARGS, SOURCE, SYSTEM_PYTHON, clean_env,
                       ids_line, run)
 
-SUBCOMMANDS = ["convert", "upgrade", "inspect", "synthetic", "margin", "check", "generate",
-               "check-model", "tokenize"]
+SUBCOMMANDS = ["chat", "run", "convert", "upgrade", "inspect", "synthetic", "margin", "check",
+               "generate", "check-model", "tokenize"]
 PROMPT = "3 1 4 1 5"
 TOKENS = 8
 TOOLCHAIN = SOURCE / "cmake" / "aarch64-linux-gnu.cmake"
@@ -307,6 +307,27 @@ def test_chat_example_on_the_host(host_prefix, host_example, chat_bundle, work):
     assert reference.returncode == 0, reference.stderr
     assert chat.stdout == reference.stdout
     assert chat.stdout.count("\n") == 2
+
+
+def test_cq4p_chat_from_the_venv(venv, host_prefix, chat_bundle, work):
+    """`cq4p chat CHECKPOINT` from the venv with an installed prefix: the
+    checkpoint prepared into the cache on first use, the replies those of
+    the installed cq4p-run --chat on the cache entry."""
+    cache = work / "model-cache"
+    env = clean_env(CQ4P_PREFIX=str(host_prefix), CQ4P_CACHE=str(cache))
+    turns = "Hi!\nhello, is it ok?\n"
+    chat = subprocess.run([str(venv / "bin" / "cq4p"), "chat", str(work / "chat-checkpoint"),
+                           "-n", "6", "--threads", "1"], input=turns, capture_output=True,
+                          text=True, cwd=work, env=env, check=False)
+    assert chat.returncode == 0, chat.stderr
+    assert "preparing the checkpoint" in chat.stderr
+    (entry,) = [path for path in cache.iterdir() if path.is_dir() and path.name != "hashes"]
+    reference = subprocess.run([str(host_prefix / "bin" / "cq4p-run"), "--bundle",
+                                str(entry / "bundle"), "--library", str(entry / "libmodel.so"),
+                                "--chat", "-n", "6"], input=turns, capture_output=True,
+                               text=True, cwd=work, env=clean_env(), check=False)
+    assert reference.returncode == 0, reference.stderr
+    assert chat.stdout == reference.stdout and chat.stdout.count("\n") == 2
 
 
 def test_example_refuses_what_it_cannot_run(host_model, host_example, bundle, work):

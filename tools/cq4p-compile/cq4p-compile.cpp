@@ -112,20 +112,25 @@ namespace cl = llvm::cl;
 static cl::OptionCategory category("cq4p-compile options");
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<input.mlir>"),
                                       cl::Required, cl::cat(category));
-static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
-                                       cl::value_desc("LIB.so"), cl::Required,
-                                       cl::cat(category));
-static cl::opt<std::string>
-    targetName("target", cl::desc("aarch64-neon, aarch64-sme2 or host"),
-               cl::Required, cl::cat(category));
+static cl::opt<std::string> outputFile(
+    "o",
+    cl::desc("The file to write (required): the shared library, or with --emit "
+             "the object, LLVM IR or MLIR"),
+    cl::value_desc("LIB.so"), cl::Required, cl::cat(category));
+static cl::opt<std::string> targetName(
+    "target",
+    cl::desc("What the code runs on (required): host (this machine's "
+             "processor), aarch64-neon (Armv8.2-A with the dot product) or "
+             "aarch64-sme2 (SME2 streaming leaves, 512-bit vectors)"),
+    cl::value_desc("TARGET"), cl::Required, cl::cat(category));
 static cl::opt<std::string>
     tripleName("triple",
                cl::desc("Target triple (default: aarch64-linux-gnu for "
                         "aarch64-neon, this machine's for host)"),
                cl::cat(category));
 static cl::opt<std::string>
-    emitKind("emit", cl::desc("lib (shared library), obj, llvm (LLVM IR) or "
-                              "mlir (the LLVM dialect)"),
+    emitKind("emit", cl::desc("lib (the default: a shared library), obj, llvm "
+                              "(LLVM IR) or mlir (the LLVM dialect)"),
              cl::init("lib"), cl::cat(category));
 static cl::opt<int64_t> gemmRows(
     "gemm-rows",
@@ -134,8 +139,9 @@ static cl::opt<int64_t> gemmRows(
     cl::init(0), cl::cat(category));
 static cl::opt<int64_t>
     prefillChunk("prefill-chunk",
-                 cl::desc("Most tokens one prefill step of a model takes "
-                          "(2 to 65536; a longer prompt runs as chunks)"),
+                 cl::desc("Most tokens one prefill step of a model takes, "
+                          "2 to 65536 (default 128; a longer prompt runs as "
+                          "chunks)"),
                  cl::init(128), cl::cat(category));
 static cl::opt<std::string>
     kvCache("kv-cache",
@@ -152,19 +158,21 @@ static cl::opt<bool> gateInTransform(
     "gate-in-transform",
     cl::desc("A model's gating (act(gate) * up) formed by the down "
              "projection's activation transform as it loads the gate and up "
-             "rows (default); =false runs it as a separate pass (the same "
-             "bits: for comparisons)"),
+             "rows (default true); =false runs it as a separate pass (the "
+             "same bits: for comparisons)"),
     cl::init(true), cl::cat(category));
 static cl::opt<std::string>
     tuneCpu("tune-cpu",
-            cl::desc("CPU whose scheduling model tunes the code (aarch64; the "
-                     "instruction set stays armv8.2-a+dotprod)"),
+            cl::desc("CPU whose scheduling model tunes the code (aarch64; "
+                     "default neoverse-v2; the instruction set stays "
+                     "armv8.2-a+dotprod)"),
             cl::init("neoverse-v2"), cl::cat(category));
 static cl::opt<std::string> bundleDirectory(
     "bundle",
     cl::desc("The bundle the library is for: its manifest.json's model_digest "
              "is recorded in the library, and the runtime refuses the library "
-             "for any other bundle (a model.mlir records its own digest)"),
+             "for any other bundle (default: none; a model.mlir records its "
+             "own digest)"),
     cl::value_desc("DIR"), cl::cat(category));
 /// --host-cpu's help, its levels listed from kernel_abi.h's CQ4P_X86_LEVELS
 /// (the table the option reads), so that a level added there is named here.
@@ -186,7 +194,7 @@ static std::string hostCpuHelp() {
          "may use: " +
          list(all, ", ") +
          ", or native (the widest of these this machine runs, tuned for its "
-         "CPU). Without it a library holds the kernels of " +
+         "CPU). By default a library holds the kernels of " +
          list(defaults, " and ") +
          ", and the runtime runs the widest this CPU has (--emit=mlir and "
          "llvm: " +
@@ -843,8 +851,17 @@ int main(int argc, char **argv) {
   llvm::install_out_of_memory_new_handler();
   llvm::install_bad_alloc_error_handler(onOutOfMemory);
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "cq4p-compile: builds a per-model kernel library\n");
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "cq4p-compile: builds the kernel library of a model (a bundle's model.mlir)\n"
+      "or of graph-level cq4p IR: the target's pipeline (cq4p-opt's\n"
+      "cq4p-<target>-pipeline), LLVM code generation and an lld link, in process.\n"
+      "The runtime (cq4p-run, the C and Python APIs) loads the library beside the\n"
+      "bundle.\n"
+      "\n"
+      "  cq4p-compile bundle/model.mlir --target=host -o libmodel.so\n"
+      "  cq4p-compile bundle/model.mlir --target=aarch64-neon -o libmodel-neon.so\n"
+      "  cq4p-compile bundle/model.mlir --target=aarch64-sme2 -o libmodel-sme2.so\n");
   return cq4p::runOnLargeStack(kStackBytes, compile);
 }
 

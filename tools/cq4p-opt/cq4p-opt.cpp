@@ -38,6 +38,25 @@
 
 namespace {
 
+/// What --help says first; the pass list below it holds cq4p's passes
+/// (cq4p-*, convert-cq4p-to-*) and pipelines with each option's default.
+constexpr const char *kOverview =
+    "cq4p-opt: the cq4p optimizer driver (mlir-opt with cq4p's dialects, passes and\n"
+    "pipelines). It parses and verifies IR in the cq4p dialect and the upstream\n"
+    "dialects its lowerings produce, runs the passes given in order and prints the\n"
+    "result; IR that does not verify is reported with the verifier's message and a\n"
+    "non-zero exit status.\n"
+    "\n"
+    "  cq4p-opt model.mlir --cq4p-lower-model=\"prefill-chunk=64 kv-cache=f16\"\n"
+    "  cq4p-opt model.mlir --cq4p-host-pipeline   # host kernels in the LLVM dialect\n"
+    "  cq4p-opt kernels.mlir --cq4p-neon-pipeline=\"gemm-rows=8\"\n"
+    "\n"
+    "cq4p's own passes are named cq4p-* and convert-cq4p-to-*, its pipelines\n"
+    "cq4p-host-pipeline, cq4p-neon-pipeline and cq4p-sme2-pipeline (graph-level IR to\n"
+    "exported kernels in the LLVM dialect). The pass list below describes each with its\n"
+    "options, their ranges and defaults; cq4p-compile runs a pipeline and builds the\n"
+    "library.\n";
+
 /// The stack of the thread that parses, verifies and transforms: the parser
 /// at kMaxIrNesting levels needs a few MiB (docs/TRUST.md), and deep
 /// recursion elsewhere (printing, verification) gets the same headroom.
@@ -94,7 +113,7 @@ int main(int argc, char **argv) {
   mlir::cq4p::registerCQ4PConversionPasses();
   mlir::cq4p::registerPipelines();
   std::pair<std::string, std::string> files = mlir::registerAndParseCLIOptions(
-      argc, argv, "cq4p optimizer driver\n", registry);
+      argc, argv, kOverview, registry);
   const std::string &inputFilename = files.first;
   const std::string &outputFilename = files.second;
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();

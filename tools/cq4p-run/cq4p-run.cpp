@@ -74,6 +74,8 @@
 // refused for a bundle of another digest; with --require-digest, so is a
 // library that records none.
 //
+// `cq4p-run --help` describes every flag with its range and default.
+//
 // In both modes any refusal (a tensor without kernels, a library for
 // another CPU or another bundle, a file that does not validate, a bad flag
 // value) is one line on stderr and exit status 2; it echoes at most 64
@@ -119,6 +121,9 @@ namespace {
 
 constexpr long long kMaxInt64 = std::numeric_limits<int64_t>::max();
 constexpr long long kMaxInt32 = std::numeric_limits<int32_t>::max();
+constexpr long long kMaxNewTokens = 1 << 30; ///< -n
+constexpr long long kMaxRows = 1 << 20;      ///< --rows
+constexpr long long kMaxRepeat = 1000;       ///< --repeat
 
 struct Options {
   std::string bundle, library, sme2Library, tensor, input, output;
@@ -147,6 +152,145 @@ struct Options {
   std::vector<std::string> tensorFlags, modelFlags; ///< given, for conflicts
 };
 
+/// One entry of --help per flag the argument loop in main() accepts, by
+/// section (python/tests/test_help.py checks that every flag the loop
+/// compares with has one, and that no other flag is listed). The defaults
+/// and bounds shown are the ones Options and the loop use.
+struct FlagHelp {
+  std::string flags; ///< "--threads", or "-n, --max-new-tokens"
+  std::string value; ///< the value's name, empty for a switch
+  std::string text;  ///< what it does, its range and default
+};
+
+struct HelpSection {
+  std::string title;
+  std::vector<FlagHelp> flags;
+};
+
+std::vector<HelpSection> helpSections() {
+  const Options defaults;
+  auto number = [](long long value) { return std::to_string(value); };
+  // 2^30 rather than its digits, as the Python commands' help writes it.
+  auto power = [](long long value) {
+    int bits = 0;
+    while ((1ll << bits) < value)
+      ++bits;
+    return "2^" + std::to_string(bits);
+  };
+  std::string maxThreads = number(ThreadPool::kMaxThreads);
+  return {
+      {"the bundle and the library (every mode)",
+       {{"--bundle", "DIR", "the bundle directory: manifest.json and its tensor files "
+                            "(required)"},
+        {"--library", "LIB",
+         "the model library cq4p-compile built for this machine from the bundle's "
+         "model.mlir (required, but with --verify)"},
+        {"--threads", "T", "threads of the runtime's pool, 1 to " + maxThreads +
+                               " (default " + number(defaults.threads) +
+                               "); the results are the same bits for any count"},
+        {"--backend", "B", "auto (default: SME2 where this CPU runs it and --sme2-library "
+                           "is given), neon or sme2 (needs --sme2-library)"},
+        {"--sme2-library", "LIB", "a library cq4p-compile --target=aarch64-sme2 built, for "
+                                  "--backend auto or sme2 (default none)"},
+        {"--require-digest", "", "refuse a library that records no bundle digest (default: "
+                                 "such a library serves any bundle of its shapes)"},
+        {"-h, --help", "", "print this help and exit"}}},
+      {"generation (--prompt-ids, --prompt or --chat)",
+       {{"--prompt-ids", "\"ID ...\"", "the prompt as token ids, separated by spaces or "
+                                       "commas; prints the ids generated and the rates"},
+        {"-n, --max-new-tokens", "N", "tokens to generate (per reply with --chat), 0 to " +
+                                      power(kMaxNewTokens) + " (default " +
+                                      number(defaults.maxNewTokens) + ")"},
+        {"--context", "C", "KV cache positions, 0 to 2^63 - 1 (default 0: 2048, or the "
+                           "model's trained length when its config says fewer)"},
+        {"--prefill-chunk", "N", "the prefill chunk the library must have been compiled "
+                                 "with, 0 to 2^63 - 1 (default 0: the library's)"},
+        {"--temperature", "t", "sampling temperature, a finite number (default 0: greedy, "
+                               "as is any value <= 0)"},
+        {"--top-k", "k", "sample among the k likeliest, 0 to 2^31 - 1 (default 0: off)"},
+        {"--top-p", "p", "nucleus sampling, a number in (0, 1] (default 1: off)"},
+        {"--seed", "s", "the sampler's seed, 0 to 2^64 - 1 (default 0)"},
+        {"--logits-out", "FILE", "append each sampled position's logits to FILE, raw "
+                                 "little-endian fp32 (--prompt-ids; default none)"},
+        {"--measure-stack", "", "run on a painted 16 MiB stack and report the deepest use "
+                                "(--prompt-ids)"}}},
+      {"text (the bundle's tokenizer.json)",
+       {{"--prompt", "TEXT", "the prompt as text (with the tokenizer's BOS); the text "
+                             "streams to stdout, the ids and rates to stderr"},
+        {"--chat", "", "read one user turn per line of stdin and stream each reply in the "
+                       "bundle's chat format"},
+        {"--system", "TEXT", "a system prompt (--chat; default none)"},
+        {"--think", "", "Gemma 4: turn its thinking on (--chat; other formats refuse it)"},
+        {"--show-thinking", "", "Gemma 4: stream the thought channel too (--chat; held "
+                                "back by default)"},
+        {"--stop", "S", "end the text at this string, left out (may be repeated; default "
+                        "none)"},
+        {"--ignore-eos", "", "do not stop at EOS / end of turn (default: stop)"},
+        {"--tokenizer", "DIR", "read tokenizer.json and its configs from DIR instead of the "
+                               "bundle"}}},
+      {"tensors (without --prompt-ids, --prompt or --chat)",
+       {{"--tensor", "NAME", "run only this tensor (default: every packed-panel CQ4 "
+                             "tensor)"},
+        {"--rows", "M", "activation rows per call, 1 to " + number(kMaxRows) +
+                            " (default " + number(defaults.rows) + ")"},
+        {"--repeat", "R", "calls per tensor, the fastest reported, 1 to " +
+                              number(kMaxRepeat) + " (default " + number(defaults.repeat) +
+                              ")"},
+        {"--input", "FILE", "the rows to run (raw fp32 [M][K]; embeddings: int64 ids; needs "
+                            "--tensor; default: seeded random rows)"},
+        {"--output", "FILE", "write the result (raw fp32; needs --tensor)"},
+        {"--sme-workers", "N", "threads that run the SME2 matmuls with --backend sme2, 0 to " +
+                                   maxThreads + " (default " + number(defaults.smeWorkers) +
+                                   "; 0: NEON on every thread)"}}},
+      {"verification",
+       {{"--verify", "", "check every content rule, file sha256 and the model_digest of "
+                         "--bundle (and the digest --library records), run nothing"}}},
+  };
+}
+
+/// `text` wrapped to kHelpWidth columns, its lines after the first indented
+/// to `indent`.
+std::string wrapped(const std::string &text, size_t indent) {
+  constexpr size_t kHelpWidth = 100;
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    std::string word = text.substr(at, end == std::string::npos ? std::string::npos
+                                                                : end - at);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > kHelpWidth) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    at = end == std::string::npos ? text.size() : end + 1;
+  }
+  return out + line;
+}
+
+void printHelp() {
+  constexpr size_t kFlagColumn = 26;
+  std::printf(
+      "cq4p-run: runs a cq4p bundle with the model library cq4p-compile built for it:\n"
+      "generation from token ids or text, a chat on stdin, each tensor through its kernels,\n"
+      "or the bundle's full verification. A refusal is one line on stderr and exit status 2.\n"
+      "\n"
+      "usage: cq4p-run --bundle DIR --library LIB --prompt-ids \"ID ...\" [generation "
+      "options]\n"
+      "       cq4p-run --bundle DIR --library LIB --prompt TEXT | --chat [text options]\n"
+      "       cq4p-run --bundle DIR --library LIB [tensor options]\n"
+      "       cq4p-run --bundle DIR --verify [--library LIB]\n");
+  for (const HelpSection &section : helpSections()) {
+    std::printf("\n%s:\n", section.title.c_str());
+    for (const FlagHelp &flag : section.flags) {
+      std::string name = "  " + flag.flags + (flag.value.empty() ? "" : " " + flag.value);
+      name += name.size() + 2 > kFlagColumn ? "\n" + std::string(kFlagColumn, ' ')
+                                            : std::string(kFlagColumn - name.size(), ' ');
+      std::printf("%s%s\n", name.c_str(), wrapped(flag.text, kFlagColumn).c_str());
+    }
+  }
+}
+
 int usage(const std::string &message) {
   std::fprintf(stderr,
                "cq4p-run: %s\nusage: cq4p-run --bundle DIR --library LIB "
@@ -161,7 +305,8 @@ int usage(const std::string &message) {
                "[--rows M] [--threads T] [--repeat R] [--input FILE --output "
                "FILE] [--backend auto|neon|sme2] [--sme2-library LIB] "
                "[--sme-workers N] [--require-digest]\n"
-               "       cq4p-run --bundle DIR --verify [--library LIB]\n",
+               "       cq4p-run --bundle DIR --verify [--library LIB]\n"
+               "cq4p-run --help describes every flag\n",
                message.c_str());
   return 2;
 }
@@ -632,6 +777,10 @@ int main(int argc, char **argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      printHelp();
+      return 0;
+    }
     auto value = [&]() -> const char * {
       return i + 1 < argc ? argv[++i] : nullptr;
     };
@@ -669,7 +818,7 @@ int main(int argc, char **argv) {
       options.smeWorkers = int(number);
     } else if (arg == "--rows") {
       const char *text = value();
-      if (!text || !parseInt(text, 1, 1 << 20, number))
+      if (!text || !parseInt(text, 1, kMaxRows, number))
         return badValue(arg, text, "an integer in [1, 1048576]");
       options.rows = number;
     } else if (arg == "--threads") {
@@ -679,7 +828,7 @@ int main(int argc, char **argv) {
       options.threads = int(number);
     } else if (arg == "--repeat") {
       const char *text = value();
-      if (!text || !parseInt(text, 1, 1000, number))
+      if (!text || !parseInt(text, 1, kMaxRepeat, number))
         return badValue(arg, text, "an integer in [1, 1000]");
       options.repeat = int(number);
     } else if (arg == "--prompt-ids") {
@@ -723,7 +872,7 @@ int main(int argc, char **argv) {
       options.chatOptions.showThinking = true;
     } else if (arg == "-n" || arg == "--max-new-tokens") {
       const char *text = value();
-      if (!text || !parseInt(text, 0, 1 << 30, number))
+      if (!text || !parseInt(text, 0, kMaxNewTokens, number))
         return badValue(arg, text, "an integer in [0, 1073741824]");
       options.maxNewTokens = number;
     } else if (arg == "--measure-stack") {

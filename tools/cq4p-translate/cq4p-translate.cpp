@@ -27,7 +27,9 @@ using namespace mlir;
 
 int main(int argc, char **argv) {
   TranslateFromMLIRRegistration registration(
-      "cq4p-to-llvmir", "Translate the LLVM dialect and cq4p_intr to LLVM IR",
+      "cq4p-to-llvmir",
+      "Translate the LLVM dialect (with ArmNeon, ArmSME and cq4p_intr "
+      "operations) to LLVM IR",
       [](Operation *op, raw_ostream &output) {
         llvm::LLVMContext llvmContext;
         std::unique_ptr<llvm::Module> module =
@@ -44,5 +46,14 @@ int main(int argc, char **argv) {
         registerArmSMEDialectTranslation(registry);
         cq4p_intr::registerCQ4PIntrDialectTranslation(registry);
       });
-  return failed(mlirTranslateMain(argc, argv, "cq4p translation driver"));
+  return failed(mlirTranslateMain(
+      argc, argv,
+      "cq4p-translate: the cq4p translation driver (mlir-translate with the\n"
+      "translation cq4p-compile uses). --cq4p-to-llvmir translates a module in the\n"
+      "LLVM dialect, with the ArmNeon, ArmSME and cq4p_intr operations the\n"
+      "lowerings produce, to LLVM IR; the lit tests of the cq4p_intr operations\n"
+      "check their LLVM IR with it:\n"
+      "\n"
+      "  cq4p-translate --cq4p-to-llvmir test/Target/LLVMIR/cq4p-intr.mlir "
+      "-split-input-file\n"));
 }

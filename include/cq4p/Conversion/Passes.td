@@ -37,7 +37,8 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"x86Dot", "x86-dot", "mlir::cq4p::X86Dot",
-           /*default=*/"mlir::cq4p::X86Dot::generic", "The x86 panel dot",
+           /*default=*/"mlir::cq4p::X86Dot::generic",
+           "The x86 panel dot (default generic)",
            [{::llvm::cl::values(
                clEnumValN(mlir::cq4p::X86Dot::generic, "generic",
                           "generic vector code"),

@@ -18,10 +18,12 @@ enum class KernelTarget { Host, AArch64Neon, AArch64Sme2 };
 struct KernelPipelineOptions
     : public PassPipelineOptions<KernelPipelineOptions> {
   PassOptions::Option<int64_t> gemmRows{
-      *this, "gemm-rows", llvm::cl::desc("Rows per GEMM tile"),
+      *this, "gemm-rows",
+      llvm::cl::desc("Rows per GEMM tile, 1 or more (default 4)"),
       llvm::cl::init(4)};
   PassOptions::Option<X86Dot> x86Dot{
-      *this, "x86-dot", llvm::cl::desc("Host path: the x86 panel dot"),
+      *this, "x86-dot",
+      llvm::cl::desc("Host path: the x86 panel dot (default generic)"),
       llvm::cl::init(X86Dot::generic),
       llvm::cl::values(
           clEnumValN(X86Dot::generic, "generic", "generic vector code"),
@@ -32,26 +34,30 @@ struct KernelPipelineOptions
                      "AVX-512 VNNI vpdpbusd"))};
   PassOptions::Option<int64_t> prefillChunk{
       *this, "prefill-chunk",
-      llvm::cl::desc("Most rows one prefill step of a model takes"),
+      llvm::cl::desc("Most rows one prefill step of a model takes, 2 to "
+                     "65536 (default 128)"),
       llvm::cl::init(128)};
   PassOptions::Option<KvDtype> kvCache{
-      *this, "kv-cache", llvm::cl::desc("Element type of a model's KV cache"),
+      *this, "kv-cache",
+      llvm::cl::desc("Element type of a model's KV cache (default f32)"),
       llvm::cl::init(KvDtype::f32),
       llvm::cl::values(clEnumValN(KvDtype::f32, "f32", "fp32"),
                        clEnumValN(KvDtype::f16, "f16", "fp16"))};
   PassOptions::Option<bool> fuseDenseMlp{
       *this, "fuse-dense-mlp",
       llvm::cl::desc("A model's gate and up projections and gating in one "
-                     "dispatch (opt-in)"),
+                     "dispatch (default false, opt-in)"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> gateInTransform{
       *this, "gate-in-transform",
       llvm::cl::desc("A model's gating formed by the down projection's "
-                     "activation transform (false: a separate pass)"),
+                     "activation transform (default true; false: a separate "
+                     "pass)"),
       llvm::cl::init(true)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
-      llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table"),
+      llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table "
+                     "(kernel_abi.h; default 0)"),
       llvm::cl::init(0)};
 };
 

@@ -665,6 +665,77 @@ def write_model(directory, arch="llama", shape=None, seed=0, dtype="BF16"):
                             model_config(arch, shape), dtype=dtype)
 
 
+# A tokenizer for a synthetic checkpoint, so that text and chat run end to
+# end without a real model's files: byte-level BPE (GPT-2's byte alphabet at
+# ids 0-255, then merges of lowercase letters and spaces, shortest first, to
+# fill the vocabulary) and ChatML's two markers as the last ids, <|im_end|>
+# the end of turn. The model's replies are still noise: its weights are not
+# trained on these tokens.
+CHAT_MARKERS = ("<|im_start|>", "<|im_end|>")
+TOKENIZER_MIN_VOCAB = 256 + len(CHAT_MARKERS)
+_MERGE_ALPHABET = "\u0120etaoinsrhldcumfpgwybvkxjqz"  # Ġ (a space) first
+CHATML_TEMPLATE = ("{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + "
+                   "'\\n' + message['content'] + '<|im_end|>\\n' -}}{%- endfor -%}"
+                   "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+                   "{%- endif -%}")
+
+
+def byte_character(byte):
+    """GPT-2's byte-to-character map (byte-level BPE's alphabet)."""
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    if byte in printable:
+        return chr(byte)
+    return chr(256 + [b for b in range(256) if b not in printable].index(byte))
+
+
+def _merges(count):
+    """`count` merges (left, right): every pair of the alphabet, then each
+    merged piece followed by a letter, and so on."""
+    merges, pieces = [], list(_MERGE_ALPHABET)
+    while len(merges) < count:
+        longer = []
+        for left in pieces:
+            for right in _MERGE_ALPHABET:
+                if len(merges) == count:
+                    return merges
+                merges.append((left, right))
+                longer.append(left + right)
+        pieces = longer
+    return merges
+
+
+def write_tokenizer(directory, vocab):
+    """tokenizer.json and tokenizer_config.json (ChatML template) of a
+    byte-level BPE tokenizer with `vocab` ids, for a synthetic checkpoint
+    of that vocabulary."""
+    if vocab < TOKENIZER_MIN_VOCAB:
+        raise ValueError(f"a synthetic tokenizer needs a vocabulary of at least "
+                         f"{TOKENIZER_MIN_VOCAB} (256 bytes and {len(CHAT_MARKERS)} chat "
+                         f"markers), found {vocab}")
+    pieces = {byte_character(b): b for b in range(256)}
+    merges = _merges(vocab - len(CHAT_MARKERS) - len(pieces))
+    for left, right in merges:
+        pieces[left + right] = len(pieces)
+    added = [{"id": len(pieces) + i, "content": marker, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True}
+             for i, marker in enumerate(CHAT_MARKERS)]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": pieces, "merges": [list(merge) for merge in merges]}}
+    with open(os.path.join(directory, "tokenizer.json"), "w") as out:
+        json.dump(tokenizer, out, ensure_ascii=False)
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as out:
+        json.dump({"eos_token": CHAT_MARKERS[-1], "chat_template": CHATML_TEMPLATE}, out,
+                  indent=1)
+
+
 # The llama model in the sizes the tensor-level tests use.
 
 def llama_tensors(hidden=128, ffn=256, vocab=256, layers=2, seed=0):

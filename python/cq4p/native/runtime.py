@@ -453,7 +453,7 @@ class NativeModel(_Handle):
 
     def info(self):
         info = ModelInfo()
-        self._lib.cq4p_model_get_info(self._handle, ctypes.byref(info))
+        self._lib.cq4p_model_get_info(_model_handle(self), ctypes.byref(info))
         values = {name: getattr(info, name) for name, _ in ModelInfo._fields_}
         values["architecture"] = info.architecture.decode("utf-8", "replace")
         return values
@@ -462,7 +462,7 @@ class NativeModel(_Handle):
         """(the x86-64 level whose code runs, how many the library holds):
         ("", 0) for a library that records no variants."""
         count = ctypes.c_uint32()
-        name = self._lib.cq4p_model_kernel_variant(self._handle, ctypes.byref(count))
+        name = self._lib.cq4p_model_kernel_variant(_model_handle(self), ctypes.byref(count))
         return name.decode("utf-8"), count.value
 
     @property
@@ -474,7 +474,7 @@ class NativeModel(_Handle):
         return self.info()["position"]
 
     def reset(self):
-        code = self._lib.cq4p_model_reset(self._handle)
+        code = self._lib.cq4p_model_reset(_model_handle(self))
         if code != fmt.CQ4P_OK:
             raise NativeError(code, "reset: the model is in another call")
 
@@ -483,14 +483,14 @@ class NativeModel(_Handle):
         model_digest and the library's recorded digest; NativeError at the
         first failure."""
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        _check(self._lib.cq4p_model_verify(self._handle, error, ERROR_BUFFER_BYTES), error)
+        _check(self._lib.cq4p_model_verify(_model_handle(self), error, ERROR_BUFFER_BYTES), error)
 
     def prefill(self, ids):
         """Appends `ids`; the logits of the last, float32 [vocab]."""
         ids = check_ids("prefill ids", ids)
         logits = np.empty(self.vocab, dtype=np.float32)
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_model_prefill(self._handle, _pointer(ids, ctypes.c_int64),
+        code = self._lib.cq4p_model_prefill(_model_handle(self), _pointer(ids, ctypes.c_int64),
                                             ids.size, _pointer(logits, ctypes.c_float), error,
                                             ERROR_BUFFER_BYTES)
         _check(code, error)
@@ -501,7 +501,7 @@ class NativeModel(_Handle):
         token = check_integer("decode id", token, INT64_MIN, INT64_MAX)
         logits = np.empty(self.vocab, dtype=np.float32)
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
-        code = self._lib.cq4p_model_decode(self._handle, token,
+        code = self._lib.cq4p_model_decode(_model_handle(self), token,
                                            _pointer(logits, ctypes.c_float), error,
                                            ERROR_BUFFER_BYTES)
         _check(code, error)
@@ -521,7 +521,7 @@ class NativeModel(_Handle):
         stats = GenerateStats()
         error = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
         code = self._lib.cq4p_model_generate(
-            self._handle, _pointer(prompt, ctypes.c_int64), prompt.size, count,
+            _model_handle(self), _pointer(prompt, ctypes.c_int64), prompt.size, count,
             ctypes.byref(options), _pointer(out, ctypes.c_int64), ctypes.byref(stats), error,
             ERROR_BUFFER_BYTES)
         _check(code, error)

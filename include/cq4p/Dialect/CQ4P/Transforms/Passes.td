@@ -25,7 +25,8 @@ def CQ4PLowerToKernels : Pass<"cq4p-lower-to-kernels", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"kernelsOnly", "kernels-only", "bool", /*default=*/"false",
-           "Keep only the kernel functions (drop the model graph)">,
+           "Keep only the kernel functions, dropping the model graph (default "
+           "false)">,
   ];
   let dependentDialects = ["mlir::func::FuncDialect", "mlir::memref::MemRefDialect"];
 }
@@ -49,10 +50,10 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"prefillChunk", "prefill-chunk", "int64_t", /*default=*/"128",
-           "Most rows one prefill step takes">,
+           "Most rows one prefill step takes, 2 to 65536 (default 128)">,
     Option<"kvCache", "kv-cache", "mlir::cq4p::KvDtype",
            /*default=*/"mlir::cq4p::KvDtype::f32",
-           "Element type of the KV cache",
+           "Element type of the KV cache (default f32)",
            [{::llvm::cl::values(
                clEnumValN(mlir::cq4p::KvDtype::f32, "f32", "fp32"),
                clEnumValN(mlir::cq4p::KvDtype::f16, "f16",
@@ -61,11 +62,12 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
     Option<"fuseDenseMlp", "fuse-dense-mlp", "bool", /*default=*/"false",
            "Gate and up projections in one dispatch with one quantized "
            "activation, the gating applied per super-block right after "
-           "their rescale (opt-in: it costs decode time on some cores)">,
+           "their rescale (default false, opt-in: it costs decode time on some "
+           "cores)">,
     Option<"gateInTransform", "gate-in-transform", "bool", /*default=*/"true",
            "A gating that only Hadamard linears read is formed by their "
            "activation transform from the gate and up rows (no gating pass; "
-           "false keeps the separate pass, the same bits)">,
+           "false keeps the separate pass, the same bits; default true)">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::func::FuncDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",
@@ -89,14 +91,16 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"gemmRows", "gemm-rows", "int64_t", /*default=*/"4",
-           "Rows per GEMM tile: each unpacked weight vector serves this many rows">,
+           "Rows per GEMM tile: each unpacked weight vector serves this many "
+           "rows, 1 or more (default 4)">,
     Option<"superBlockPartials", "super-block-partials", "bool", /*default=*/"false",
            "One-row tiles compute every group's partials at once "
-           "(cq4p.panel_partials, for SME2), then rescale group by group">,
+           "(cq4p.panel_partials, for SME2), then rescale group by group "
+           "(default false)">,
     Option<"pairedTiles", "paired-tiles", "bool", /*default=*/"false",
            "GEMM row tiles are packed once per call for the NEON pair loop "
            "(even and odd bytes of each 8 K values), then every super-block "
-           "runs over the packed tile">,
+           "runs over the packed tile (default false)">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
@@ -116,7 +120,7 @@ def CQ4PExportKernels : Pass<"cq4p-export-kernels", "mlir::ModuleOp"> {
   let options = [
     Option<"target", "target", "mlir::cq4p::Target",
            /*default=*/"mlir::cq4p::Target::host",
-           "Target the kernels were lowered for",
+           "Target the kernels were lowered for (default host)",
            [{::llvm::cl::values(
                clEnumValN(mlir::cq4p::Target::host, "host", "this machine"),
                clEnumValN(mlir::cq4p::Target::aarch64_neon, "aarch64-neon",
@@ -124,7 +128,7 @@ def CQ4PExportKernels : Pass<"cq4p-export-kernels", "mlir::ModuleOp"> {
                clEnumValN(mlir::cq4p::Target::aarch64_sme2, "aarch64-sme2",
                           "AArch64 with SME2 (512-bit streaming vectors)"))}]>,
     Option<"features", "features", "uint64_t", /*default=*/"0",
-           "CQ4P_FEATURE_* bits the kernels need">,
+           "CQ4P_FEATURE_* bits the kernels need (kernel_abi.h; default 0)">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
@@ -143,7 +147,7 @@ def CQ4PExportSteps : Pass<"cq4p-export-steps", "mlir::ModuleOp"> {
   let options = [
     Option<"target", "target", "mlir::cq4p::Target",
            /*default=*/"mlir::cq4p::Target::host",
-           "Target the steps' kernels were lowered for",
+           "Target the steps' kernels were lowered for (default host)",
            [{::llvm::cl::values(
                clEnumValN(mlir::cq4p::Target::host, "host", "this machine"),
                clEnumValN(mlir::cq4p::Target::aarch64_neon, "aarch64-neon",
@@ -151,7 +155,8 @@ def CQ4PExportSteps : Pass<"cq4p-export-steps", "mlir::ModuleOp"> {
                clEnumValN(mlir::cq4p::Target::aarch64_sme2, "aarch64-sme2",
                           "AArch64 with SME2 (512-bit streaming vectors)"))}]>,
     Option<"features", "features", "uint64_t", /*default=*/"0",
-           "CQ4P_FEATURE_* bits the steps' kernels need">,
+           "CQ4P_FEATURE_* bits the steps' kernels need (kernel_abi.h; default "
+           "0)">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
