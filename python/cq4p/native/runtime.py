@@ -110,7 +110,69 @@ def _load(path):
                                        ctypes.POINTER(ctypes.c_float), ctypes.c_char_p,
                                        ctypes.c_size_t]
     lib.cq4p_codebook_int8.restype = ctypes.c_int
+    check_layout(lib, path)
     return lib
+
+
+class LayoutEntry(ctypes.Structure):
+    """struct cq4p_layout_entry."""
+
+    _fields_ = [("structure", ctypes.c_char_p), ("field", ctypes.c_char_p),
+                ("offset", ctypes.c_uint64), ("size", ctypes.c_uint64)]
+
+
+class LayoutError(LibraryNotFoundError):
+    """The runtime library lays a C API structure out otherwise than this
+    package's ctypes mirror of it."""
+
+
+def library_layout(lib, path):
+    """{structure: {field (None: the whole structure): (offset, size)}} from
+    the library's cq4p_struct_layout table."""
+    if not hasattr(lib, "cq4p_struct_layout"):
+        raise LayoutError(f"{path} has no cq4p_struct_layout (a runtime older than this "
+                          f"package): rebuild the runtime (`scripts/build cq4p_runtime`)")
+    function = lib.cq4p_struct_layout
+    function.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    function.restype = ctypes.POINTER(LayoutEntry)
+    count = ctypes.c_size_t()
+    entries = function(ctypes.byref(count))
+    table = {}
+    for i in range(count.value):
+        entry = entries[i]
+        field = None if entry.field is None else entry.field.decode()
+        table.setdefault(entry.structure.decode(), {})[field] = (entry.offset, entry.size)
+    return table
+
+
+def check_layout(lib, path, mirrors=None):
+    """Refuses (LayoutError, naming the structure, the field and both
+    layouts) a library whose C API structures differ from their ctypes
+    mirrors here: their sizes, their fields' names, offsets and sizes."""
+    table = library_layout(lib, path)
+    for name, mirror in (MIRRORS if mirrors is None else mirrors).items():
+        def refuse(what):
+            raise LayoutError(f"{path} lays out struct {name} otherwise than this cq4p "
+                              f"package: {what}; rebuild the runtime and the package from one "
+                              f"source tree")
+        if name not in table:
+            refuse("the library does not describe it")
+        described = table[name]
+        if described.get(None, (0, None))[1] != ctypes.sizeof(mirror):
+            refuse(f"{described.get(None, (0, None))[1]} bytes in the library, "
+                   f"{ctypes.sizeof(mirror)} in the package")
+        fields = [field for field, _ in mirror._fields_]
+        missing = [field for field in described if field is not None and field not in fields]
+        if missing:
+            refuse(f"the library's field {missing[0]} is not in the package's")
+        for field in fields:
+            if field not in described:
+                refuse(f"the package's field {field} is not in the library's")
+            ours = getattr(mirror, field)
+            theirs = described[field]
+            if (ours.offset, ours.size) != theirs:
+                refuse(f"field {field} at offset {theirs[0]}, {theirs[1]} bytes in the library, "
+                       f"at offset {ours.offset}, {ours.size} bytes in the package")
 
 
 def library():
@@ -887,3 +949,17 @@ class NativeChat(_Handle):
         return [int(i) for i in ids[:count]]
 
     _CLOSE = "cq4p_chat_close"
+
+
+# The C API's structures this module mirrors, checked against the library's
+# own layout table (cq4p_struct_layout) when it is loaded.
+MIRRORS = {
+    "cq4p_tensor_info": TensorInfo,
+    "cq4p_model_options": ModelOptions,
+    "cq4p_model_info": ModelInfo,
+    "cq4p_sampling": Sampling,
+    "cq4p_generate_stats": GenerateStats,
+    "cq4p_tokenizer_info": TokenizerInfo,
+    "cq4p_text_options": TextOptions,
+    "cq4p_chat_options": ChatOptions,
+}

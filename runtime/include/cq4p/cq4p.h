@@ -472,6 +472,22 @@ CQ4P_API size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids,
                                   size_t capacity);
 CQ4P_API void cq4p_chat_close(cq4p_chat *chat);
 
+/* The structures above as this library lays them out: one entry per field
+ * (its offset and size in bytes) and one per structure (field NULL, offset
+ * 0, its size), for bindings that mirror them. The Python package checks
+ * every ctypes mirror against this table when it loads the library, so a
+ * package and a library that disagree are refused by name, never read
+ * wrongly. */
+typedef struct cq4p_layout_entry {
+  const char *structure; /* "cq4p_model_info" */
+  const char *field;     /* "context"; NULL: the whole structure */
+  uint64_t offset;
+  uint64_t size;
+} cq4p_layout_entry;
+
+/* The table (static storage); *count receives its length. */
+CQ4P_API const cq4p_layout_entry *cq4p_struct_layout(size_t *count);
+
 #ifdef __cplusplus
 }
 #endif
