@@ -77,8 +77,10 @@ SLOW_HASH_BYTES = 256 << 20  # hashing this much is said (about a second or more
 # What the compile step passes after --target=host: on x86-64 the widest
 # instruction set level this CPU runs (one level's code generation instead
 # of the default three, less than half the library), which the key's CPU
-# identity makes safe when the cache is shared by machines.
-X86_COMPILE_OPTIONS = ("--host-cpu=native",)
+# identity makes safe when the cache is shared by machines. `widest`, not
+# `native`: the level's own tuning, the code the default library runs here
+# (native's tuning for the CPU measured slower on AMD EPYC, bench/model).
+X86_COMPILE_OPTIONS = ("--host-cpu=widest",)
 
 
 class PrepareError(RuntimeError):
