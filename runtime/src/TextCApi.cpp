@@ -7,15 +7,24 @@
 #include "CApiHandles.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 using namespace cq4p::runtime;
 
 struct cq4p_chat {
   cq4p_model *model;
   std::unique_ptr<ChatSession> session;
+  /// A turn is under way: a second cq4p_chat_send (another thread, or the
+  /// turn's own callback) is refused before it touches the session.
+  std::atomic<bool> sending{false};
+  /// The conversation's ids as of the last finished turn: what
+  /// cq4p_chat_history reads, from any thread, even during a turn.
+  mutable std::mutex historyMutex;
+  std::vector<int64_t> history;
 };
 
 namespace {
@@ -346,8 +355,11 @@ int cq4p_chat_open_with(cq4p_model *model, const cq4p_tokenizer *tokenizer,
       return fail(status, error, error_size);
   if (Status status = t->checkChatOptions(chat); !status)
     return fail(status, error, error_size);
-  *out = new cq4p_chat{model, std::make_unique<ChatSession>(
-                                  *model->model, *t, system_prompt ? system_prompt : "", chat)};
+  auto *opened = new cq4p_chat;
+  opened->model = model;
+  opened->session = std::make_unique<ChatSession>(*model->model, *t,
+                                                  system_prompt ? system_prompt : "", chat);
+  *out = opened;
   return CQ4P_OK;
 }
 
@@ -358,10 +370,20 @@ int cq4p_chat_send(cq4p_chat *chat, const char *user_text,
   if (chat == nullptr || user_text == nullptr)
     return nullArgument("cq4p_chat_send", "a chat and the user's text", error,
                         error_size);
+  if (chat->sending.exchange(true))
+    return fail(Status(CQ4P_ERROR_BUSY,
+                       "cq4p_chat_send: the chat is answering a turn (on another thread, "
+                       "or this is its callback): one turn at a time per chat"),
+                error, error_size);
   CallbackBridge bridge{callback, context};
   GenerateStats result;
   Status status = chat->session->send(user_text, textOptions(options),
                                       CallbackBridge::call, &bridge, &result);
+  {
+    std::lock_guard<std::mutex> lock(chat->historyMutex);
+    chat->history = chat->session->history();
+  }
+  chat->sending.store(false);
   copyStats(result, stats);
   return status ? CQ4P_OK : fail(status, error, error_size);
 }
@@ -369,7 +391,8 @@ int cq4p_chat_send(cq4p_chat *chat, const char *user_text,
 size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids, size_t capacity) {
   if (chat == nullptr)
     return 0;
-  const std::vector<int64_t> &history = chat->session->history();
+  std::lock_guard<std::mutex> lock(chat->historyMutex);
+  const std::vector<int64_t> &history = chat->history;
   if (ids != nullptr)
     std::copy_n(history.begin(), std::min(capacity, history.size()), ids);
   return history.size();

@@ -466,8 +466,13 @@ CQ4P_API int cq4p_chat_send(cq4p_chat *chat, const char *user_text,
                             cq4p_text_fn callback, void *context,
                             cq4p_generate_stats *stats, char *error,
                             size_t error_size);
-/* The conversation's ids so far (prefilled and sampled); returns how many
- * there are, writing at most capacity of them. */
+/* One turn at a time per chat: a cq4p_chat_send while another is under way
+ * (on another thread, or from the turn's own callback) is refused with
+ * CQ4P_ERROR_BUSY before it touches the conversation. */
+/* The conversation's ids so far (prefilled and sampled) as of the last
+ * finished turn; returns how many there are, writing at most capacity of
+ * them. Safe from any thread at any time, during a turn too (then the
+ * conversation before it). */
 CQ4P_API size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids,
                                   size_t capacity);
 CQ4P_API void cq4p_chat_close(cq4p_chat *chat);

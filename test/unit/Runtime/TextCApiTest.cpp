@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -401,6 +402,79 @@ TEST_F(TextCApiTest, AChatNoticesItsModelWasUsedInBetween) {
     cq4p_chat_close(a);
     cq4p_chat_close(b);
   }
+  cq4p_model_close(model);
+}
+
+/// A callback that, on its first piece, sends another turn to the same chat
+/// (refused) and counts how often another thread read the history meanwhile.
+struct Reentrant {
+  cq4p_chat *chat = nullptr;
+  int sendCode = CQ4P_OK;
+  std::string sendError;
+  Collected collected;
+};
+
+int sendFromTheCallback(void *context, int64_t id, const char *text, size_t length) {
+  auto *r = static_cast<Reentrant *>(context);
+  if (r->collected.ids.empty() && id >= 0) {
+    char error[512] = "";
+    cq4p_text_options options = {};
+    options.max_new_tokens = 2;
+    options.sampling.top_p = 1.0f;
+    r->sendCode = cq4p_chat_send(r->chat, "again", &options, nullptr, nullptr, nullptr, error,
+                                 sizeof(error));
+    r->sendError = error;
+  }
+  return collect(&r->collected, id, text, length);
+}
+
+TEST_F(TextCApiTest, AChatTakesOneTurnAtATimeAndItsHistoryReadsFromAnyThread) {
+  // Before: a second cq4p_chat_send during a turn touched the conversation
+  // unguarded, and cq4p_chat_history read it while the turn appended to it.
+  cq4p_model *model = openModel();
+  ASSERT_NE(model, nullptr);
+  char error[512] = "";
+  cq4p_chat *chat = nullptr;
+  ASSERT_EQ(cq4p_chat_open(model, nullptr, nullptr, &chat, error, sizeof(error)), CQ4P_OK)
+      << error;
+  cq4p_text_options options = greedy(6);
+  Reentrant reentrant;
+  reentrant.chat = chat;
+  // A reader of the history on another thread for the whole turn: every
+  // read is the conversation before the turn (empty) or after it, whole.
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    std::vector<int64_t> ids(4096);
+    while (!done.load()) {
+      size_t n = cq4p_chat_history(chat, ids.data(), ids.size());
+      if (n != 0 && n < 7)  // the turn's prompt and its 6 ids, or nothing
+        torn.fetch_add(1);
+    }
+  });
+  int code = cq4p_chat_send(chat, "hello there", &options, sendFromTheCallback, &reentrant,
+                            nullptr, error, sizeof(error));
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(code, CQ4P_OK) << error;
+  EXPECT_EQ(reentrant.sendCode, CQ4P_ERROR_BUSY);
+  EXPECT_TRUE(contains(reentrant.sendError.c_str(), "one turn at a time per chat"))
+      << reentrant.sendError;
+  EXPECT_EQ(reentrant.collected.ids.size(), 6u);
+  EXPECT_EQ(torn.load(), 0);
+  // The conversation ends with the reply, and a next turn still runs.
+  std::vector<int64_t> history(cq4p_chat_history(chat, nullptr, 0));
+  cq4p_chat_history(chat, history.data(), history.size());
+  ASSERT_GE(history.size(), 6u);
+  EXPECT_TRUE(std::equal(reentrant.collected.ids.begin(), reentrant.collected.ids.end(),
+                         history.end() - 6));
+  Collected next;
+  EXPECT_EQ(cq4p_chat_send(chat, "and 42", &options, collect, &next, nullptr, error,
+                           sizeof(error)),
+            CQ4P_OK)
+      << error;
+  EXPECT_EQ(next.ids.size(), 6u);
+  cq4p_chat_close(chat);
   cq4p_model_close(model);
 }
 
