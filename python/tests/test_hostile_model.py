@@ -96,6 +96,27 @@ def test_generate_arguments_are_refused(model, arguments, expected):
     hostile.assert_one_line(outcome)
 
 
+LONG = 300
+
+
+@pytest.mark.parametrize("arguments,expected", [
+    (["y" * LONG], "invalid choice: '" + "y" * 64 + f"... ({LONG} characters)'"),
+    (["generate", "--bundle", "b", "--library", "l", "--bogus" + "z" * LONG],
+     "unrecognized arguments: --bogus" + "z" * 57 + f"... ({LONG + 7} characters)"),
+    (["generate", "--threads", "x" * LONG], "expected an integer, found 'x"),
+    (["run", "m", "--temperature", "1" * LONG], "expected a finite number (float32), found 1"),
+], ids=["command", "flag", "integer", "number"])
+def test_argument_refusals_echo_at_most_64_characters_of_a_value(arguments, expected):
+    # Before: argparse's own refusals (an unknown command or flag) echoed the
+    # whole value, a 300-character line or longer.
+    outcome = hostile.run(hostile.cli(*arguments), env=_env())
+    hostile.assert_refused(outcome, expected, code=EXIT_BAD_INPUT)
+    last = outcome.stderr.strip().splitlines()[-1]
+    assert len(last) < 64 + 220, last
+    assert ("y" * 65) not in last and ("z" * 65) not in last and ("x" * 65) not in last
+    assert ("1" * 65) not in last, last
+
+
 PROMPT_CASES = [
     ("1 100000000000000000000000", "item 1 (100000000000000000000000) is not a token id"),
     ("1 -5", "item 1 (-5) is not a token id"),

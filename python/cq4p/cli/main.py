@@ -3,6 +3,7 @@ margin, check, generate, tokenize, check-model}."""
 
 import argparse
 import os
+import re
 import sys
 
 from cq4p.native import locate
@@ -202,10 +203,29 @@ def integer(low, high):
     return parse
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusals echo at most locate.ECHO_CHARACTERS of
+    any value the user gave (an unknown command or flag, a bad choice): the
+    error stays one short line, as cq4p-run's do."""
+
+    def error(self, message):
+        limit = locate.ECHO_CHARACTERS
+        shown = re.compile(r".{%d}\.\.\.(?: \(\d+ characters\))?" % limit, re.S)
+
+        def shorten(text):
+            # A value an argument type already cut (excerpt) stays as it is.
+            return text if shown.fullmatch(text) else locate.excerpt(text)
+        message = re.sub(r"'([^']{%d,})'" % (limit + 1),
+                         lambda m: "'" + shorten(m.group(1)) + "'", message)
+        message = re.sub(r"[^\s']{%d,}" % (limit + 4),
+                         lambda m: shorten(m.group(0)), message)
+        super().error(message)
+
+
 def parser():
     # `cq4p` is the installed command; `python -m cq4p` runs this file.
     prog = "python -m cq4p" if os.path.basename(sys.argv[0]) == "__main__.py" else "cq4p"
-    main_parser = argparse.ArgumentParser(
+    main_parser = Parser(
         prog=prog, description="CQ4 bundles and the models they hold: convert a Hugging Face "
         "checkpoint to a bundle, inspect and check it, run it. `chat` and `run` do it all in "
         "one command (converted and compiled once, kept in ~/.cache/cq4p/models).",
