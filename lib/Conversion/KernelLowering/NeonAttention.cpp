@@ -138,6 +138,37 @@ struct Neon {
         Value(arith::IndexCastUIOp::create(b, loc, b.getI64Type(), address)));
     return cq4p_intr::OpaqueOp::create(b, loc, pointer.getType(), pointer);
   }
+  /// The byte count `bytes` as an i64 LLVM cannot fold into its uses
+  /// (cq4p_intr.opaque), so a load's pointer step stays its post-index.
+  Value step(Value bytes) {
+    Value count = bytes.getType().isIndex()
+                      ? Value(arith::IndexCastOp::create(b, loc, b.getI64Type(), bytes))
+                      : bytes;
+    return cq4p_intr::OpaqueOp::create(b, loc, count.getType(), count);
+  }
+  Value step(int64_t bytes) {
+    return step(Value(LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                               b.getI64IntegerAttr(bytes))));
+  }
+  /// `pointer` + `bytes` (an i64).
+  Value opaque(Value v) { return cq4p_intr::OpaqueOp::create(b, loc, v.getType(), v); }
+  Value advance(Value pointer, Value bytes) {
+    return LLVM::GEPOp::create(b, loc, pointer.getType(), b.getI8Type(), pointer,
+                               ValueRange{bytes});
+  }
+  /// The 16 fp32 values at `pointer` in 4 registers: one LD1 {v0-v3}, which
+  /// takes no offset but a post-index (the caller's advance of `pointer`).
+  SmallVector<Value> loadSixteen(Value pointer) {
+    auto i8x16 = VectorType::get({16}, b.getI8Type());
+    auto structType = LLVM::LLVMStructType::getLiteral(b.getContext(),
+                                                       SmallVector<Type>(4, i8x16));
+    Value loaded = cq4p_intr::NeonLd1x4Op::create(b, loc, structType, pointer);
+    SmallVector<Value> slice;
+    for (int64_t i = 0; i < 4; ++i)
+      slice.push_back(vector::BitCastOp::create(
+          b, loc, vec(), LLVM::ExtractValueOp::create(b, loc, loaded, i)));
+    return slice;
+  }
   /// The vector of `type` at `pointer` + `elements` (of the cache's type).
   Value loadAt(VectorType type, Value pointer, Value elements) {
     Value at = LLVM::GEPOp::create(
@@ -221,6 +252,23 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
   for (int64_t g = 0; g < count; ++g)
     qBase.push_back(e.muli(e.addi(h0, e.index(g)), e.index(d)));
   auto zero = [](Neon &n) { return n.lanes(0.0f); };
+  // An fp32 cache's whole quads load each key or value slice with one LD1
+  // {v0-v3} through pointers that step by post-index: the query rows and
+  // each key row by 64 bytes per slice, a value row by a cache row per key.
+  bool chained = element.isF32();
+  Value sliceBytes, keyRowBytes, valueRowBytes;
+  SmallVector<Value> queryRows;
+  if (chained) {
+    auto rowBytes = [&](Value cache) {
+      auto metadata = memref::ExtractStridedMetadataOp::create(e.b, e.loc, cache);
+      return e.muli(metadata.getStrides()[0], e.index(4));
+    };
+    sliceBytes = e.step(4 * kSlice);
+    keyRowBytes = e.step(rowBytes(x.keys));
+    valueRowBytes = e.step(rowBytes(x.values));
+    for (int64_t g = 0; g < count; ++g)
+      queryRows.push_back(e.rowPointer(x.q, r, qBase[g]));
+  }
   e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
     n.store(zero(n), x.accums, {i});
     return SmallVector<Value>{};
@@ -262,10 +310,12 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     SmallVector<Value> blockMax(count);
     int64_t pair = count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += pair) {
-      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes) {
+      // `keyPointer`: key j's row on the chained path (else null).
+      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, Value keyPointer) {
         SmallVector<Value> rows;
-        for (int64_t k = 0; k < 4; ++k)
-          rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
+        if (!keyPointer)
+          for (int64_t k = 0; k < 4; ++k)
+            rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
         // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
         // starts the sums with a product: no zeroed registers).
         auto slice = [&](Neon &s, Value c, ValueRange carried) {
@@ -285,9 +335,50 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           }
           return acc;
         };
-        SmallVector<Value> accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
-        accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
-                      [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
+        // The same from pointers: the accumulators, then the 4 key rows'
+        // and the heads' query pointers, each stepped past its slice.
+        auto chainedSlice = [&](Neon &s, ValueRange carried) {
+          SmallVector<Value> acc(carried.take_front(4 * pair));
+          SmallVector<Value> at(carried.drop_front(4 * pair));
+          SmallVector<SmallVector<Value>> query;
+          for (int64_t h = 0; h < pair; ++h) {
+            query.push_back(s.loadSixteen(at[4 + h]));
+            at[4 + h] = s.advance(at[4 + h], sliceBytes);
+          }
+          for (int64_t k = 0; k < 4; ++k) {
+            SmallVector<Value> key = s.loadSixteen(at[k]);
+            at[k] = s.advance(at[k], sliceBytes);
+            for (int64_t h = 0; h < pair; ++h)
+              for (int64_t i = 0; i < 4; ++i) {
+                Value &sum = acc[4 * h + k];
+                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
+              }
+          }
+          acc.append(at);
+          return acc;
+        };
+        SmallVector<Value> accs;
+        if (keyPointer) {
+          SmallVector<Value> state(4 * pair);
+          state.push_back(keyPointer);
+          for (int64_t k = 1; k < 4; ++k)
+            state.push_back(m.advance(state.back(), keyRowBytes));
+          for (int64_t h = 0; h < pair; ++h)
+            state.push_back(queryRows[g0 + h]);
+          state = chainedSlice(m, state);
+          state = m.loop(m.index(kSlice), m.index(d), kSlice, state,
+                         [&](Neon &s, Value, ValueRange carried) {
+            SmallVector<Value> next = chainedSlice(s, carried);
+            for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
+              next[i] = s.opaque(next[i]);
+            return next;
+          });
+          accs.assign(state.begin(), state.begin() + 4 * pair);
+        } else {
+          accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
+          accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
+                        [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
+        }
         SmallVector<Value> next;
         for (int64_t h = 0; h < pair; ++h) {
           Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
@@ -300,10 +391,26 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         return next;
       };
       SmallVector<Value> maxes(pair, n.lanes(kLowest));
-      maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
-        return quad(m, j, false, st);
-      });
-      maxes = n.when(hasTail, maxes, [&](Neon &m) { return quad(m, whole, true, maxes); });
+      if (chained) {
+        SmallVector<Value> state(maxes);
+        state.push_back(n.rowPointer(x.keys, b0, kvBase));
+        state = n.loop(n.index(0), whole, 4, state, [&](Neon &m, Value j, ValueRange st) {
+          Value keyPointer = st.back();
+          SmallVector<Value> next = quad(m, j, false, st.drop_back(), keyPointer);
+          Value four = m.advance(m.advance(m.advance(m.advance(keyPointer, keyRowBytes), keyRowBytes),
+                                           keyRowBytes),
+                                 keyRowBytes);
+          next.push_back(m.opaque(four));
+          return next;
+        });
+        maxes.assign(state.begin(), state.begin() + pair);
+      } else {
+        maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
+          return quad(m, j, false, st, Value());
+        });
+      }
+      maxes = n.when(hasTail, maxes,
+                     [&](Neon &m) { return quad(m, whole, true, maxes, Value()); });
       for (int64_t h = 0; h < pair; ++h)
         blockMax[g0 + h] = n.maxOf(maxes[h]);
     }
@@ -341,8 +448,12 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t i = 0; i < kSlice; i += 4)
             acc.push_back(s.mul(s.load(x.accums, {accAt(s, h, i)}), correction));
         }
+        // `carried`: the accumulators, then on the chained path key j's
+        // value row pointer.
         auto quad = [&](Neon &m, Value j, bool clamped, ValueRange carried) {
-          SmallVector<Value> sums(carried);
+          bool fromPointer = chained && !clamped;
+          SmallVector<Value> sums(carried.take_front(4 * set));
+          Value row = fromPointer ? carried.back() : Value();
           SmallVector<Value> weights;
           for (int64_t h = 0; h < set; ++h) {
             Value w = m.load(x.scores, {scoreAt(m, g0 + h, j)});
@@ -351,19 +462,36 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t k = 0; k < 4; ++k) {
             // By row index: the weights' lanes keep the loads apart, so
             // separate row pointers would pair none of them and cost adds.
-            SmallVector<Value> value = m.loadSlice(element, keyRow(m, j, k, clamped),
-                                                   m.addi(kvBase, c), x.values);
+            SmallVector<Value> value;
+            if (fromPointer) {
+              value = m.loadSixteen(row);
+              row = m.advance(row, valueRowBytes);
+            } else {
+              value = m.loadSlice(element, keyRow(m, j, k, clamped), m.addi(kvBase, c),
+                                  x.values);
+            }
             for (int64_t h = 0; h < set; ++h) {
               Value w = m.lane(weights[h], k);
               for (int64_t i = 0; i < 4; ++i)
                 sums[4 * h + i] = m.fma(value[i], w, sums[4 * h + i]);
             }
           }
+          if (fromPointer)
+            sums.push_back(m.opaque(row));
           return sums;
         };
-        acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
-          return quad(m, j, false, carried);
-        });
+        if (chained) {
+          SmallVector<Value> state(acc);
+          state.push_back(s.rowPointer(x.values, b0, s.addi(kvBase, c)));
+          state = s.loop(s.index(0), whole, 4, state, [&](Neon &m, Value j, ValueRange carried) {
+            return quad(m, j, false, carried);
+          });
+          acc.assign(state.begin(), state.begin() + 4 * set);
+        } else {
+          acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
+            return quad(m, j, false, carried);
+          });
+        }
         acc = s.when(hasTail, acc, [&](Neon &m) { return quad(m, whole, true, acc); });
         for (int64_t h = 0; h < set; ++h)
           for (int64_t i = 0; i < 4; ++i)

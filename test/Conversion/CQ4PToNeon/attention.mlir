@@ -74,16 +74,23 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // -----
 
 // One head per KV head, an fp32 cache: Q K^T one head at a time (four
-// accumulators), the keys read as fp32 vectors.
+// accumulators). Whole quads load each 16-value slice of the query, a key
+// or a value by one LD1 x4 through pointers carried by the loops (the
+// post-indexed steps); the partial quad reads its clamped rows as fp32
+// vectors.
 // CHECK-LABEL: func.func @single_heads
 // CHECK-SAME: %{{[^:]*}}: memref<?x64xf32>, %[[K:[^:]*]]: memref<?x64xf32>, %[[V:[^:]*]]: memref<?x64xf32>
 // CHECK-DAG: memref.alloca() : memref<256xf32>
 // CHECK-DAG: memref.alloca() : memref<32xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (f32, f32)
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>)
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, !llvm.ptr)
+// CHECK: cq4p_intr.aarch64.neon.ld1x4 %{{.*}} : (!llvm.ptr) -> !llvm.struct<(vector<16xi8>, vector<16xi8>, vector<16xi8>, vector<16xi8>)>
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr)
+// CHECK: scf.if
 // CHECK: %[[KPTR:.*]] = cq4p_intr.opaque
 // CHECK: llvm.load %[[KPTR]] {{.*}} -> vector<4xf32>
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, !llvm.ptr)
+// CHECK: cq4p_intr.aarch64.neon.ld1x4
 // CHECK: vector.load %[[V]][%{{.*}}] : memref<?x64xf32>, vector<4xf32>
 // CHECK-NOT: arith.extf
 // CHECK: return
