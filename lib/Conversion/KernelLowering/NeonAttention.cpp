@@ -18,12 +18,14 @@
 //           key's slice (4 registers, loaded once for both heads) into 8
 //           accumulators acc[h][k] += q[h] * key[k], lane-wise FMLAs; then
 //           per head 3 FADDPs fold the 4 accumulators into the 4 keys'
-//           scores (lane k = key k), stored to a stack buffer S[h][j] and
-//           max'ed into a running 4-lane max
+//           scores (lane k = key k), stored to a stack buffer by quad, then
+//           head (S[j / 4][h][j % 4]: a quad's weights of 4 heads side by
+//           side for P V), and max'ed into a running 4-lane max
 //   softmax per head: m' = max(m, the block's max) (raw scores: scale > 0,
 //           so the max commutes with scaling), c = exp(scale m - scale m'),
-//           S[h][j] = exp(scale S[h][j] - scale m') in place, 4 keys per
-//           step (one FMA and a 13-instruction polynomial), l = l c + sum
+//           S[j][h] = exp(scale S[j][h] - scale m') in place, 4 keys of up
+//           to 4 heads per step (one FMA and a 12-instruction polynomial
+//           each; the heads share the loop), l = l c + sum
 //   P V     per up to 4 heads and 16 dims: the heads' 16 accumulators
 //           (a stack buffer of G x D, times c), per key its value slice (4
 //           registers, loaded once for the heads) and per head one FMLA by
@@ -35,7 +37,11 @@
 // once per 4 keys, 3/4 of a FADDP, and 7 instructions of softmax
 // (bench/attention-results.md has the counts).
 // With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
-// every head that uses it.
+// every head that uses it. With an fp32 one a whole quad loads each
+// 16-value slice (of the query, a key or a value) by one LD1 {v0-v3}
+// through a pointer that the load itself steps (post-index: 64 bytes along
+// a row, a cache row from key to key), so no load costs an address add and
+// none is single.
 //
 // Keys come in quads: a block's whole quads in a loop, then its last,
 // partial quad (if any) with key rows past the end clamped to the block's
@@ -302,9 +308,14 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         at = m.select(m.lessThan(at, keysIn), at, j);
       return m.addi(b0, at);
     };
+    // Scores by quad, then head: S[j / 4][g][j % 4], so that the softmax
+    // and P V find the heads' 4 scores of a quad side by side (LDPs, one
+    // pointer step).
     auto scoreAt = [&](Neon &m, int64_t g, Value j) {
-      return m.addi(m.index(g * kBlockKeys), j);
+      return m.addi(m.muli(j, m.index(count)), m.index(4 * g));
     };
+    // Heads per softmax and P V step.
+    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
 
     // Q K^T, a pair of heads (or one) at a time.
     SmallVector<Value> blockMax(count);
@@ -415,28 +426,39 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         blockMax[g0 + h] = n.maxOf(maxes[h]);
     }
 
-    // The softmax: weights in place of the scores, the running max and sum.
+    // The softmax: weights in place of the scores, the running max and sum;
+    // up to 4 heads per step share the loop (and the polynomial's constants).
     Value scale = n.lanes(x.scale);
-    SmallVector<Value> next, corrections;
+    SmallVector<Value> maxNews, shifts, corrections, sums;
     for (int64_t g = 0; g < count; ++g) {
       Value maxOld = st[2 * g];
       Value maxNew = n.max(maxOld, blockMax[g]);
       Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, n.mul(maxNew, n.f32(x.scale))));
-      Value correction = vector::ExtractOp::create(
+      corrections.push_back(vector::ExtractOp::create(
           n.b, n.loc, n.expNonPositive(n.fma(n.splat(maxOld), scale, shift)),
-          ArrayRef<int64_t>{0});
-      auto sums = n.loop(n.index(0), padded, 4, {zero(n)}, [&](Neon &m, Value j, ValueRange acc) {
-        Value at = scoreAt(m, g, j);
-        Value p = m.expNonPositive(m.fma(m.load(x.scores, {at}), scale, shift));
-        m.store(p, x.scores, {at});
-        return SmallVector<Value>{m.add(acc[0], p)};
-      });
-      next.append({maxNew, n.add(n.mul(st[2 * g + 1], correction), n.sum(sums[0]))});
-      corrections.push_back(correction);
+          ArrayRef<int64_t>{0}));
+      maxNews.push_back(maxNew);
+      shifts.push_back(shift);
     }
+    for (int64_t g0 = 0; g0 < count; g0 += set) {
+      SmallVector<Value> partial(set, zero(n));
+      partial = n.loop(n.index(0), padded, 4, partial, [&](Neon &m, Value j, ValueRange acc) {
+        SmallVector<Value> next;
+        for (int64_t h = 0; h < set; ++h) {
+          Value at = scoreAt(m, g0 + h, j);
+          Value p = m.expNonPositive(m.fma(m.load(x.scores, {at}), scale, shifts[g0 + h]));
+          m.store(p, x.scores, {at});
+          next.push_back(m.add(acc[h], p));
+        }
+        return next;
+      });
+      sums.append(partial);
+    }
+    SmallVector<Value> next;
+    for (int64_t g = 0; g < count; ++g)
+      next.append({maxNews[g], n.add(n.mul(st[2 * g + 1], corrections[g]), n.sum(sums[g]))});
 
     // P V, up to 4 heads at a time, 16 dims at a time.
-    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += set) {
       n.loop(n.index(0), n.index(d), kSlice, {}, [&](Neon &s, Value c, ValueRange) {
         auto accAt = [&](Neon &m, int64_t h, int64_t i) {

@@ -39,7 +39,9 @@
 // CHECK: math.fma
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 2, 4, 6] : vector<4xf32>, vector<4xf32>
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [1, 3, 5, 7] : vector<4xf32>, vector<4xf32>
-// CHECK: vector.store %{{.*}}, %[[S]][%[[J]]] : memref<512xf32>, vector<4xf32>
+// Scores by quad, then head (S[j / 4][g][j % 4]).
+// CHECK: %[[SJ:.*]] = arith.muli %[[J]], %{{.*}} : index
+// CHECK: vector.store %{{.*}}, %[[S]][%[[SJ]]] : memref<512xf32>, vector<4xf32>
 // CHECK: arith.maximumf %{{.*}} : vector<4xf32>
 // The last, partial quad: its lanes past the end are -inf.
 // CHECK: %[[TAIL:.*]]:2 = scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>)
@@ -47,13 +49,15 @@
 // CHECK: arith.select
 // CHECK: vector.reduction <maximumf>, %[[TAIL]]#0
 // CHECK: vector.reduction <maximumf>, %[[TAIL]]#1
-// CHECK: scf.for
+// The exponentials of the group's heads in one loop.
+// CHECK: scf.for {{.*}} -> (vector<4xf32>, vector<4xf32>)
 // CHECK: vector.load %[[S]]
 // CHECK: arith.shli
 // CHECK: vector.store %{{.*}}, %[[S]]
 // CHECK: vector.load %[[ACC]]
 // CHECK: scf.for %[[JV:.*]] = %{{.*}} to %[[WHOLE]] step
-// CHECK: %[[W:.*]] = vector.load %[[S]][%[[JV]]] : memref<512xf32>, vector<4xf32>
+// CHECK: %[[WJ:.*]] = arith.muli %[[JV]], %{{.*}} : index
+// CHECK: %[[W:.*]] = vector.load %[[S]][%[[WJ]]] : memref<512xf32>, vector<4xf32>
 // CHECK: vector.load %[[V]][%{{.*}}] : memref<?x128xf16>, vector<8xf16>
 // CHECK: %[[W0:.*]] = vector.shuffle %[[W]], %[[W]] [0, 0, 0, 0]
 // CHECK: math.fma %{{.*}}, %[[W0]], %{{.*}} : vector<4xf32>
