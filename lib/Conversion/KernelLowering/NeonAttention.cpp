@@ -403,9 +403,8 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
       };
       SmallVector<Value> maxes(pair, n.lanes(kLowest));
       if (chained) {
-        SmallVector<Value> state(maxes);
-        state.push_back(n.rowPointer(x.keys, b0, kvBase));
-        state = n.loop(n.index(0), whole, 4, state, [&](Neon &m, Value j, ValueRange st) {
+        // A quad, then the pointer to the next one's first key row.
+        auto step = [&](Neon &m, Value j, ValueRange st) {
           Value keyPointer = st.back();
           SmallVector<Value> next = quad(m, j, false, st.drop_back(), keyPointer);
           Value four = m.advance(m.advance(m.advance(m.advance(keyPointer, keyRowBytes), keyRowBytes),
@@ -413,7 +412,17 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
                                  keyRowBytes);
           next.push_back(m.opaque(four));
           return next;
+        };
+        // Two quads per step (half the loop's own steps), then an odd one.
+        Value pairs = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-8));
+        SmallVector<Value> state(maxes);
+        state.push_back(n.rowPointer(x.keys, b0, kvBase));
+        state = n.loop(n.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange st) {
+          SmallVector<Value> first = step(m, j, st);
+          return step(m, m.addi(j, m.index(4)), first);
         });
+        Value odd = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, pairs, whole);
+        state = n.when(odd, state, [&](Neon &m) { return step(m, pairs, state); });
         maxes.assign(state.begin(), state.begin() + pair);
       } else {
         maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
@@ -503,11 +512,16 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           return sums;
         };
         if (chained) {
+          // Two quads per step (half the loop's own steps), then an odd one.
+          Value pairs = arith::AndIOp::create(s.b, s.loc, keysIn, s.index(-8));
           SmallVector<Value> state(acc);
           state.push_back(s.rowPointer(x.values, b0, s.addi(kvBase, c)));
-          state = s.loop(s.index(0), whole, 4, state, [&](Neon &m, Value j, ValueRange carried) {
-            return quad(m, j, false, carried);
+          state = s.loop(s.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange carried) {
+            SmallVector<Value> first = quad(m, j, false, carried);
+            return quad(m, m.addi(j, m.index(4)), false, first);
           });
+          Value odd = arith::CmpIOp::create(s.b, s.loc, arith::CmpIPredicate::ne, pairs, whole);
+          state = s.when(odd, state, [&](Neon &m) { return quad(m, pairs, false, state); });
           acc.assign(state.begin(), state.begin() + 4 * set);
         } else {
           acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
