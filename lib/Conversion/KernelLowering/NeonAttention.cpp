@@ -40,8 +40,9 @@
 // every head that uses it. With an fp32 one a whole quad loads each
 // 16-value slice (of the query, a key or a value) by one LD1 {v0-v3}
 // through a pointer that the load itself steps (post-index: 64 bytes along
-// a row, a cache row from key to key), so no load costs an address add and
-// none is single.
+// a row, a cache row from key to key in P V; a quad's last slice steps a key
+// row's pointer to its row in the next quad and a query's back to its
+// start), so no load costs an address add and none is single.
 //
 // Keys come in quads: a block's whole quads in a loop, then its last,
 // partial quad (if any) with key rows past the end clamped to the block's
@@ -262,7 +263,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
   // {v0-v3} through pointers that step by post-index: the query rows and
   // each key row by 64 bytes per slice, a value row by a cache row per key.
   bool chained = element.isF32();
-  Value sliceBytes, keyRowBytes, valueRowBytes;
+  Value sliceBytes, keyRowBytes, valueRowBytes, keyWrap, queryWrap;
   SmallVector<Value> queryRows;
   if (chained) {
     auto rowBytes = [&](Value cache) {
@@ -271,6 +272,10 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     };
     sliceBytes = e.step(4 * kSlice);
     keyRowBytes = e.step(rowBytes(x.keys));
+    // A quad's last slice steps each key row pointer to its row in the next
+    // quad and each query pointer back to the head's start: no adds.
+    keyWrap = e.step(e.addi(e.muli(rowBytes(x.keys), e.index(4)), e.index(-4 * (d - kSlice))));
+    queryWrap = e.step(-4 * (d - kSlice));
     valueRowBytes = e.step(rowBytes(x.values));
     for (int64_t g = 0; g < count; ++g)
       queryRows.push_back(e.rowPointer(x.q, r, qBase[g]));
@@ -321,10 +326,11 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     SmallVector<Value> blockMax(count);
     int64_t pair = count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += pair) {
-      // `keyPointer`: key j's row on the chained path (else null).
-      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, Value keyPointer) {
+      // `pointers`: on the chained path the quad's 4 key rows and the
+      // heads' queries (returned after the maxes, stepped to the next quad).
+      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, ValueRange pointers) {
         SmallVector<Value> rows;
-        if (!keyPointer)
+        if (pointers.empty())
           for (int64_t k = 0; k < 4; ++k)
             rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
         // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
@@ -347,18 +353,19 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           return acc;
         };
         // The same from pointers: the accumulators, then the 4 key rows'
-        // and the heads' query pointers, each stepped past its slice.
-        auto chainedSlice = [&](Neon &s, ValueRange carried) {
+        // and the heads' query pointers, each stepped past its slice (the
+        // last slice: to the next quad).
+        auto chainedSlice = [&](Neon &s, ValueRange carried, bool last) {
           SmallVector<Value> acc(carried.take_front(4 * pair));
           SmallVector<Value> at(carried.drop_front(4 * pair));
           SmallVector<SmallVector<Value>> query;
           for (int64_t h = 0; h < pair; ++h) {
             query.push_back(s.loadSixteen(at[4 + h]));
-            at[4 + h] = s.advance(at[4 + h], sliceBytes);
+            at[4 + h] = s.advance(at[4 + h], last ? queryWrap : sliceBytes);
           }
           for (int64_t k = 0; k < 4; ++k) {
             SmallVector<Value> key = s.loadSixteen(at[k]);
-            at[k] = s.advance(at[k], sliceBytes);
+            at[k] = s.advance(at[k], last ? keyWrap : sliceBytes);
             for (int64_t h = 0; h < pair; ++h)
               for (int64_t i = 0; i < 4; ++i) {
                 Value &sum = acc[4 * h + k];
@@ -368,23 +375,24 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           acc.append(at);
           return acc;
         };
-        SmallVector<Value> accs;
-        if (keyPointer) {
+        SmallVector<Value> accs, stepped;
+        if (!pointers.empty()) {
           SmallVector<Value> state(4 * pair);
-          state.push_back(keyPointer);
-          for (int64_t k = 1; k < 4; ++k)
-            state.push_back(m.advance(state.back(), keyRowBytes));
-          for (int64_t h = 0; h < pair; ++h)
-            state.push_back(queryRows[g0 + h]);
-          state = chainedSlice(m, state);
-          state = m.loop(m.index(kSlice), m.index(d), kSlice, state,
-                         [&](Neon &s, Value, ValueRange carried) {
-            SmallVector<Value> next = chainedSlice(s, carried);
-            for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
-              next[i] = s.opaque(next[i]);
-            return next;
-          });
+          state.append(pointers.begin(), pointers.end());
+          state = chainedSlice(m, state, d == kSlice);
+          if (d > 2 * kSlice)
+            state = m.loop(m.index(kSlice), m.index(d - kSlice), kSlice, state,
+                           [&](Neon &s, Value, ValueRange carried) {
+              SmallVector<Value> next = chainedSlice(s, carried, false);
+              for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
+                next[i] = s.opaque(next[i]);
+              return next;
+            });
+          if (d > kSlice)
+            state = chainedSlice(m, state, true);
           accs.assign(state.begin(), state.begin() + 4 * pair);
+          for (int64_t i = 4 * pair; i < static_cast<int64_t>(state.size()); ++i)
+            stepped.push_back(m.opaque(state[i]));
         } else {
           accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
           accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
@@ -399,24 +407,22 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           m.store(scores, x.scores, {scoreAt(m, g0 + h, j)});
           next.push_back(m.max(maxes[h], scores));
         }
+        next.append(stepped);
         return next;
       };
       SmallVector<Value> maxes(pair, n.lanes(kLowest));
       if (chained) {
-        // A quad, then the pointer to the next one's first key row.
         auto step = [&](Neon &m, Value j, ValueRange st) {
-          Value keyPointer = st.back();
-          SmallVector<Value> next = quad(m, j, false, st.drop_back(), keyPointer);
-          Value four = m.advance(m.advance(m.advance(m.advance(keyPointer, keyRowBytes), keyRowBytes),
-                                           keyRowBytes),
-                                 keyRowBytes);
-          next.push_back(m.opaque(four));
-          return next;
+          return quad(m, j, false, st.take_front(pair), st.drop_front(pair));
         };
         // Two quads per step (half the loop's own steps), then an odd one.
         Value pairs = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-8));
         SmallVector<Value> state(maxes);
         state.push_back(n.rowPointer(x.keys, b0, kvBase));
+        for (int64_t k = 1; k < 4; ++k)
+          state.push_back(n.advance(state.back(), keyRowBytes));
+        for (int64_t h = 0; h < pair; ++h)
+          state.push_back(queryRows[g0 + h]);
         state = n.loop(n.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange st) {
           SmallVector<Value> first = step(m, j, st);
           return step(m, m.addi(j, m.index(4)), first);
@@ -426,11 +432,11 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         maxes.assign(state.begin(), state.begin() + pair);
       } else {
         maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
-          return quad(m, j, false, st, Value());
+          return quad(m, j, false, st, ValueRange());
         });
       }
       maxes = n.when(hasTail, maxes,
-                     [&](Neon &m) { return quad(m, whole, true, maxes, Value()); });
+                     [&](Neon &m) { return quad(m, whole, true, maxes, ValueRange()); });
       for (int64_t h = 0; h < pair; ++h)
         blockMax[g0 + h] = n.maxOf(maxes[h]);
     }

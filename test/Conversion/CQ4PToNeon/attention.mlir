@@ -87,9 +87,9 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // CHECK-DAG: memref.alloca() : memref<256xf32>
 // CHECK-DAG: memref.alloca() : memref<32xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (f32, f32)
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, !llvm.ptr)
+// The quads' loop carries the 4 key rows' and the query's pointers.
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr)
 // CHECK: cq4p_intr.aarch64.neon.ld1x4 %{{.*}} : (!llvm.ptr) -> !llvm.struct<(vector<16xi8>, vector<16xi8>, vector<16xi8>, vector<16xi8>)>
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr)
 // Two quads per step, then an odd whole quad, then the partial one.
 // CHECK: scf.if
 // CHECK: cq4p_intr.aarch64.neon.ld1x4
