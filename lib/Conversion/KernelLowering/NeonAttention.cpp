@@ -13,6 +13,9 @@
 // window's start) and KV head, the group's G query heads walk the keys in
 // blocks of up to 256 with an online softmax between blocks:
 //
+//   first   the group's query rows times scale log2(e) into a stack copy
+//           (G x D): every score below is in base 2 (scale > 0, so maxes
+//           commute with the scaling)
 //   Q K^T   per pair of heads (or one head if G is odd), four keys at a time:
 //           per 16 dims, the two heads' query slices (8 registers) and each
 //           key's slice (4 registers, loaded once for both heads) into 8
@@ -21,11 +24,10 @@
 //           scores (lane k = key k), stored to a stack buffer by quad, then
 //           head (S[j / 4][h][j % 4]: a quad's weights of 4 heads side by
 //           side for P V), and max'ed into a running 4-lane max
-//   softmax per head: m' = max(m, the block's max) (raw scores: scale > 0,
-//           so the max commutes with scaling), c = exp(scale m - scale m'),
-//           S[j][h] = exp(scale S[j][h] - scale m') in place, 4 keys of up
-//           to 4 heads per step (one FMA and a 12-instruction polynomial
-//           each; the heads share the loop), l = l c + sum
+//   softmax per head: m' = max(m, the block's max), c = 2^(m - m'),
+//           S[j][h] = 2^(S[j][h] - m') in place, 4 keys of up to 4 heads
+//           per step (one FSUB and a 10-instruction exp2 each; the heads
+//           share the loop), l = l c + sum
 //   P V     per up to 4 heads and 16 dims: the heads' 16 accumulators
 //           (a stack buffer of G x D, times c), per key its value slice (4
 //           registers, loaded once for the heads) and per head one FMLA by
@@ -34,7 +36,7 @@
 //
 // So per (query head, key) and 64 dims: 16 FMLAs for Q K^T and 16 for P V,
 // key and value loads shared by 2 and up to 4 heads, the query reloaded
-// once per 4 keys, 3/4 of a FADDP, and 7 instructions of softmax
+// once per 4 keys, 3/4 of a FADDP, and about 6 instructions of softmax
 // (bench/attention-results.md has the counts).
 // With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
 // every head that uses it. With an fp32 one a whole quad loads each
@@ -46,13 +48,13 @@
 //
 // Keys come in quads: a block's whole quads in a loop, then its last,
 // partial quad (if any) with key rows past the end clamped to the block's
-// first (in bounds), their scores -inf and their weights 0. exp is taken
-// for arguments <= 0 (clamped below at -87, exp(-87) = 1.6e-38: a masked
-// key adds nothing the sums can see).
+// first (in bounds), their scores -inf and their weights 0. 2^x is taken
+// for x <= 0 (clamped below at -125.5, 2^-125.5 = exp(-87) = 1.6e-38: a
+// masked key adds nothing the sums can see).
 //
 // The sums run in another order than the 16-lane code's (4-lane partials
-// folded pairwise), exp(scale s - scale m) is one rounding and another
-// polynomial: the results are within the model tolerance of the host's, not
+// folded pairwise), the scores are of a rounded scaled query, and
+// 2^(s - m) is one rounding and another polynomial: the results are within the model tolerance of the host's, not
 // bit-identical. NEON and SME2 run this same code (the same Armv8.2-A
 // instructions), so their logits stay equal bit for bit where both use it.
 //
@@ -213,8 +215,29 @@ struct Neon {
     return slice;
   }
 
-  /// exp(x) for x <= 0 (LoweringHelpers.h).
-  Value expNonPositive(Value x) { return mlir::cq4p::expNonPositive(b, loc, x); }
+  /// 2^x lane by lane for x <= 0: expNonPositive (LoweringHelpers.h) in
+  /// base 2, where x = k + r needs no Cody and Waite split (k + magic's
+  /// rounding leaves x - k exact) and the polynomial's coefficients are
+  /// expNonPositive's times (ln 2)^i (2^r = e^(r ln 2), the same fit:
+  /// 1.8e-7 relative in fp32 over [-125.5, 0]). x is clamped at -125.5
+  /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
+  Value exp2NonPositive(Value x) {
+    auto ints = VectorType::get({4}, b.getI32Type());
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = max(x, lanes(-125.5f));
+    Value t = add(x, lanes(magic));
+    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    Value p = fma(r, lanes(0.00133088103f), lanes(0.00967153907f));
+    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
+      p = fma(p, r, lanes(c));
+    Value shifted = arith::ShLIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, ints, t),
+        vector::BroadcastOp::create(
+            b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+    return arith::BitcastOp::create(
+        b, loc, vec(),
+        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+  }
 
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
   /// for (i = lb; i < ub; i += step) state = body(i, state)
@@ -244,6 +267,8 @@ struct Neon {
 /// The heads of one call: q, the cache, the output and the stack buffers.
 struct Operands {
   Value q, keys, values, out, scores, accums;
+  /// The group's query rows times scale log2(e) (G x D): scores in base 2.
+  Value queries;
   int64_t d;
   float scale;
 };
@@ -259,6 +284,15 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
   for (int64_t g = 0; g < count; ++g)
     qBase.push_back(e.muli(e.addi(h0, e.index(g)), e.index(d)));
   auto zero = [](Neon &n) { return n.lanes(0.0f); };
+  // The queries times scale log2(e), once per row and group: every score
+  // is then in base 2 and its exponential's argument one subtraction.
+  Value toBase2 = e.lanes(x.scale * 1.44269504088896341f);
+  for (int64_t g = 0; g < count; ++g)
+    e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
+      n.store(n.mul(n.load(x.q, {r, n.addi(qBase[g], c)}), toBase2), x.queries,
+              {n.index(g), c});
+      return SmallVector<Value>{};
+    });
   // An fp32 cache's whole quads load each key or value slice with one LD1
   // {v0-v3} through pointers that step by post-index: the query rows and
   // each key row by 64 bytes per slice, a value row by a cache row per key.
@@ -278,7 +312,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     queryWrap = e.step(-4 * (d - kSlice));
     valueRowBytes = e.step(rowBytes(x.values));
     for (int64_t g = 0; g < count; ++g)
-      queryRows.push_back(e.rowPointer(x.q, r, qBase[g]));
+      queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
   }
   e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
     n.store(zero(n), x.accums, {i});
@@ -341,7 +375,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t h = 0; h < pair; ++h)
             for (int64_t i = 0; i < kSlice; i += 4)
               query[h].push_back(
-                  s.load(x.q, {r, s.addi(qBase[g0 + h], s.addi(c, s.index(i)))}));
+                  s.load(x.queries, {s.index(g0 + h), s.addi(c, s.index(i))}));
           for (int64_t k = 0; k < 4; ++k) {
             SmallVector<Value> key = s.loadSlice(element, rows[k], c);
             for (int64_t h = 0; h < pair; ++h)
@@ -443,14 +477,13 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
 
     // The softmax: weights in place of the scores, the running max and sum;
     // up to 4 heads per step share the loop (and the polynomial's constants).
-    Value scale = n.lanes(x.scale);
     SmallVector<Value> maxNews, shifts, corrections, sums;
     for (int64_t g = 0; g < count; ++g) {
       Value maxOld = st[2 * g];
       Value maxNew = n.max(maxOld, blockMax[g]);
-      Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, n.mul(maxNew, n.f32(x.scale))));
+      Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, maxNew));
       corrections.push_back(vector::ExtractOp::create(
-          n.b, n.loc, n.expNonPositive(n.fma(n.splat(maxOld), scale, shift)),
+          n.b, n.loc, n.exp2NonPositive(n.add(n.splat(maxOld), shift)),
           ArrayRef<int64_t>{0}));
       maxNews.push_back(maxNew);
       shifts.push_back(shift);
@@ -461,7 +494,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         SmallVector<Value> next;
         for (int64_t h = 0; h < set; ++h) {
           Value at = scoreAt(m, g0 + h, j);
-          Value p = m.expNonPositive(m.fma(m.load(x.scores, {at}), scale, shifts[g0 + h]));
+          Value p = m.exp2NonPositive(m.add(m.load(x.scores, {at}), shifts[g0 + h]));
           m.store(p, x.scores, {at});
           next.push_back(m.add(acc[h], p));
         }
@@ -571,6 +604,7 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
              op.getOut(),
              entryAlloca(b, op, MemRefType::get({group * kBlockKeys}, f32)),
              entryAlloca(b, op, MemRefType::get({group * d}, f32)),
+             entryAlloca(b, op, MemRefType::get({group, d}, f32)),
              d,
              op.getScale().convertToFloat()};
   Neon e{b, loc};

@@ -13,6 +13,7 @@
 // CHECK-SAME: %[[OUT:[^:]*]]: memref<?x256xf32>, %{{[^:]*}}: index, %{{[^:]*}}: index, %[[POS:[^:]*]]: index)
 // CHECK-DAG: %[[ACC:.*]] = memref.alloca() : memref<128xf32>
 // CHECK-DAG: %[[S:.*]] = memref.alloca() : memref<512xf32>
+// CHECK-DAG: %[[QS:.*]] = memref.alloca() : memref<2x64xf32>
 // CHECK-NOT: cq4p.attention
 // CHECK: scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
 // CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[R]]
@@ -20,6 +21,10 @@
 // CHECK: %[[START:.*]] = arith.subi %[[END]], %{{.*}}
 // CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %{{.*}}
 // CHECK: scf.if
+// The group's queries times scale log2(e): scores in base 2.
+// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// CHECK: arith.mulf
+// CHECK: vector.store %{{.*}}, %[[QS]]
 // CHECK: scf.for %[[B0:.*]] = %[[FIRST]] to %[[END]] step %{{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32)
 // CHECK: %[[WHOLE:.*]] = arith.andi
 // CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[WHOLE]] step %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>)
@@ -27,7 +32,7 @@
 // CHECK: %[[ROW:.*]] = arith.addi %[[B0]], %[[J]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[K]]
 // CHECK: %[[KPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
-// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// CHECK: vector.load %[[QS]][%{{.*}}] : memref<2x64xf32>, vector<4xf32>
 // CHECK: %[[KEY:.*]] = llvm.load %[[KPTR]] {{.*}} -> vector<8xf16>
 // CHECK: %[[HALF:.*]] = vector.extract_strided_slice %[[KEY]] {offsets = [0]
 // CHECK: %[[WIDE:.*]] = arith.extf %[[HALF]] : vector<4xf16> to vector<4xf32>
