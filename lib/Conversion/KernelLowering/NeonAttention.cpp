@@ -311,9 +311,11 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
     keyWrap = e.step(e.addi(e.muli(rowBytes(x.keys), e.index(4)), e.index(-4 * (d - kSlice))));
     queryWrap = e.step(-4 * (d - kSlice));
     valueRowBytes = e.step(rowBytes(x.values));
-    for (int64_t g = 0; g < count; ++g)
-      queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
   }
+  // The scaled queries through pointers on every path: with constant
+  // indices LLVM would promote the copy to 4 x D / 4 live registers.
+  for (int64_t g = 0; g < count; ++g)
+    queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
   e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
     n.store(zero(n), x.accums, {i});
     return SmallVector<Value>{};
@@ -375,7 +377,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t h = 0; h < pair; ++h)
             for (int64_t i = 0; i < kSlice; i += 4)
               query[h].push_back(
-                  s.load(x.queries, {s.index(g0 + h), s.addi(c, s.index(i))}));
+                  s.loadAt(s.vec(), queryRows[g0 + h], s.addi(c, s.index(i))));
           for (int64_t k = 0; k < 4; ++k) {
             SmallVector<Value> key = s.loadSlice(element, rows[k], c);
             for (int64_t h = 0; h < pair; ++h)

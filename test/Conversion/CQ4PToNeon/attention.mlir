@@ -25,6 +25,8 @@
 // CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
 // CHECK: arith.mulf
 // CHECK: vector.store %{{.*}}, %[[QS]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[QS]]
+// CHECK: %[[QPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
 // CHECK: scf.for %[[B0:.*]] = %[[FIRST]] to %[[END]] step %{{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32)
 // CHECK: %[[WHOLE:.*]] = arith.andi
 // CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[WHOLE]] step %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>)
@@ -32,7 +34,7 @@
 // CHECK: %[[ROW:.*]] = arith.addi %[[B0]], %[[J]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[K]]
 // CHECK: %[[KPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
-// CHECK: vector.load %[[QS]][%{{.*}}] : memref<2x64xf32>, vector<4xf32>
+// CHECK: llvm.load %[[QPTR]] {{.*}} -> vector<4xf32>
 // CHECK: %[[KEY:.*]] = llvm.load %[[KPTR]] {{.*}} -> vector<8xf16>
 // CHECK: %[[HALF:.*]] = vector.extract_strided_slice %[[KEY]] {offsets = [0]
 // CHECK: %[[WIDE:.*]] = arith.extf %[[HALF]] : vector<4xf16> to vector<4xf32>
