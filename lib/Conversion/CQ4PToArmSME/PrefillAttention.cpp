@@ -21,7 +21,7 @@
 // the others pay no mask, and go four rows of St per LD1W x4 / ST1W x4.
 // Two passes: the largest score per row (lane-wise FMAX; scaled once,
 // rounding being monotonic), then p = exp(scale s - m) as one FMA and a
-// polynomial exponential for non-positive arguments (13 instructions,
+// polynomial exponential for non-positive arguments (12 instructions,
 // math.exp's general one takes 24), stored over s and summed; a masked
 // key's p is 0 (selected after the exponential, so that its argument never
 // matters). Everything runs in streaming mode, between the leaf's outer

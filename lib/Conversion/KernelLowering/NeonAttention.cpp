@@ -13,17 +13,21 @@
 // window's start) and KV head, the group's G query heads walk the keys in
 // blocks of up to 256 with an online softmax between blocks:
 //
+//   first   the group's query rows times scale log2(e) into a stack copy
+//           (G x D): every score below is in base 2 (scale > 0, so maxes
+//           commute with the scaling)
 //   Q K^T   per pair of heads (or one head if G is odd), four keys at a time:
 //           per 16 dims, the two heads' query slices (8 registers) and each
 //           key's slice (4 registers, loaded once for both heads) into 8
 //           accumulators acc[h][k] += q[h] * key[k], lane-wise FMLAs; then
 //           per head 3 FADDPs fold the 4 accumulators into the 4 keys'
-//           scores (lane k = key k), stored to a stack buffer S[h][j] and
-//           max'ed into a running 4-lane max
-//   softmax per head: m' = max(m, the block's max) (raw scores: scale > 0,
-//           so the max commutes with scaling), c = exp(scale m - scale m'),
-//           S[h][j] = exp(scale S[h][j] - scale m') in place, 4 keys per
-//           step (one FMA and a 13-instruction polynomial), l = l c + sum
+//           scores (lane k = key k), stored to a stack buffer by quad, then
+//           head (S[j / 4][h][j % 4]: a quad's weights of 4 heads side by
+//           side for P V), and max'ed into a running 4-lane max
+//   softmax per head: m' = max(m, the block's max), c = 2^(m - m'),
+//           S[j][h] = 2^(S[j][h] - m') in place, 4 keys of up to 4 heads
+//           per step (one FSUB and a 10-instruction exp2 each; the heads
+//           share the loop), l = l c + sum
 //   P V     per up to 4 heads and 16 dims: the heads' 16 accumulators
 //           (a stack buffer of G x D, times c), per key its value slice (4
 //           registers, loaded once for the heads) and per head one FMLA by
@@ -32,20 +36,25 @@
 //
 // So per (query head, key) and 64 dims: 16 FMLAs for Q K^T and 16 for P V,
 // key and value loads shared by 2 and up to 4 heads, the query reloaded
-// once per 4 keys, 3/4 of a FADDP, and 7 instructions of softmax
+// once per 4 keys, 3/4 of a FADDP, and about 6 instructions of softmax
 // (bench/attention-results.md has the counts).
 // With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
-// every head that uses it.
+// every head that uses it. With an fp32 one a whole quad loads each
+// 16-value slice (of the query, a key or a value) by one LD1 {v0-v3}
+// through a pointer that the load itself steps (post-index: 64 bytes along
+// a row, a cache row from key to key in P V; a quad's last slice steps a key
+// row's pointer to its row in the next quad and a query's back to its
+// start), so no load costs an address add and none is single.
 //
 // Keys come in quads: a block's whole quads in a loop, then its last,
 // partial quad (if any) with key rows past the end clamped to the block's
-// first (in bounds), their scores -inf and their weights 0. exp is taken
-// for arguments <= 0 (clamped below at -87, exp(-87) = 1.6e-38: a masked
-// key adds nothing the sums can see).
+// first (in bounds), their scores -inf and their weights 0. 2^x is taken
+// for x <= 0 (clamped below at -125.5, 2^-125.5 = exp(-87) = 1.6e-38: a
+// masked key adds nothing the sums can see).
 //
 // The sums run in another order than the 16-lane code's (4-lane partials
-// folded pairwise), exp(scale s - scale m) is one rounding and another
-// polynomial: the results are within the model tolerance of the host's, not
+// folded pairwise), the scores are of a rounded scaled query, and
+// 2^(s - m) is one rounding and another polynomial: the results are within the model tolerance of the host's, not
 // bit-identical. NEON and SME2 run this same code (the same Armv8.2-A
 // instructions), so their logits stay equal bit for bit where both use it.
 //
@@ -138,6 +147,37 @@ struct Neon {
         Value(arith::IndexCastUIOp::create(b, loc, b.getI64Type(), address)));
     return cq4p_intr::OpaqueOp::create(b, loc, pointer.getType(), pointer);
   }
+  /// The byte count `bytes` as an i64 LLVM cannot fold into its uses
+  /// (cq4p_intr.opaque), so a load's pointer step stays its post-index.
+  Value step(Value bytes) {
+    Value count = bytes.getType().isIndex()
+                      ? Value(arith::IndexCastOp::create(b, loc, b.getI64Type(), bytes))
+                      : bytes;
+    return cq4p_intr::OpaqueOp::create(b, loc, count.getType(), count);
+  }
+  Value step(int64_t bytes) {
+    return step(Value(LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                               b.getI64IntegerAttr(bytes))));
+  }
+  /// `pointer` + `bytes` (an i64).
+  Value opaque(Value v) { return cq4p_intr::OpaqueOp::create(b, loc, v.getType(), v); }
+  Value advance(Value pointer, Value bytes) {
+    return LLVM::GEPOp::create(b, loc, pointer.getType(), b.getI8Type(), pointer,
+                               ValueRange{bytes});
+  }
+  /// The 16 fp32 values at `pointer` in 4 registers: one LD1 {v0-v3}, which
+  /// takes no offset but a post-index (the caller's advance of `pointer`).
+  SmallVector<Value> loadSixteen(Value pointer) {
+    auto i8x16 = VectorType::get({16}, b.getI8Type());
+    auto structType = LLVM::LLVMStructType::getLiteral(b.getContext(),
+                                                       SmallVector<Type>(4, i8x16));
+    Value loaded = cq4p_intr::NeonLd1x4Op::create(b, loc, structType, pointer);
+    SmallVector<Value> slice;
+    for (int64_t i = 0; i < 4; ++i)
+      slice.push_back(vector::BitCastOp::create(
+          b, loc, vec(), LLVM::ExtractValueOp::create(b, loc, loaded, i)));
+    return slice;
+  }
   /// The vector of `type` at `pointer` + `elements` (of the cache's type).
   Value loadAt(VectorType type, Value pointer, Value elements) {
     Value at = LLVM::GEPOp::create(
@@ -175,8 +215,29 @@ struct Neon {
     return slice;
   }
 
-  /// exp(x) for x <= 0 (LoweringHelpers.h).
-  Value expNonPositive(Value x) { return mlir::cq4p::expNonPositive(b, loc, x); }
+  /// 2^x lane by lane for x <= 0: expNonPositive (LoweringHelpers.h) in
+  /// base 2, where x = k + r needs no Cody and Waite split (k + magic's
+  /// rounding leaves x - k exact) and the polynomial's coefficients are
+  /// expNonPositive's times (ln 2)^i (2^r = e^(r ln 2), the same fit:
+  /// 1.8e-7 relative in fp32 over [-125.5, 0]). x is clamped at -125.5
+  /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
+  Value exp2NonPositive(Value x) {
+    auto ints = VectorType::get({4}, b.getI32Type());
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = max(x, lanes(-125.5f));
+    Value t = add(x, lanes(magic));
+    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    Value p = fma(r, lanes(0.00133088103f), lanes(0.00967153907f));
+    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
+      p = fma(p, r, lanes(c));
+    Value shifted = arith::ShLIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, ints, t),
+        vector::BroadcastOp::create(
+            b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+    return arith::BitcastOp::create(
+        b, loc, vec(),
+        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+  }
 
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
   /// for (i = lb; i < ub; i += step) state = body(i, state)
@@ -206,6 +267,8 @@ struct Neon {
 /// The heads of one call: q, the cache, the output and the stack buffers.
 struct Operands {
   Value q, keys, values, out, scores, accums;
+  /// The group's query rows times scale log2(e) (G x D): scores in base 2.
+  Value queries;
   int64_t d;
   float scale;
 };
@@ -221,6 +284,38 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
   for (int64_t g = 0; g < count; ++g)
     qBase.push_back(e.muli(e.addi(h0, e.index(g)), e.index(d)));
   auto zero = [](Neon &n) { return n.lanes(0.0f); };
+  // The queries times scale log2(e), once per row and group: every score
+  // is then in base 2 and its exponential's argument one subtraction.
+  Value toBase2 = e.lanes(x.scale * 1.44269504088896341f);
+  for (int64_t g = 0; g < count; ++g)
+    e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
+      n.store(n.mul(n.load(x.q, {r, n.addi(qBase[g], c)}), toBase2), x.queries,
+              {n.index(g), c});
+      return SmallVector<Value>{};
+    });
+  // An fp32 cache's whole quads load each key or value slice with one LD1
+  // {v0-v3} through pointers that step by post-index: the query rows and
+  // each key row by 64 bytes per slice, a value row by a cache row per key.
+  bool chained = element.isF32();
+  Value sliceBytes, keyRowBytes, valueRowBytes, keyWrap, queryWrap;
+  SmallVector<Value> queryRows;
+  if (chained) {
+    auto rowBytes = [&](Value cache) {
+      auto metadata = memref::ExtractStridedMetadataOp::create(e.b, e.loc, cache);
+      return e.muli(metadata.getStrides()[0], e.index(4));
+    };
+    sliceBytes = e.step(4 * kSlice);
+    keyRowBytes = e.step(rowBytes(x.keys));
+    // A quad's last slice steps each key row pointer to its row in the next
+    // quad and each query pointer back to the head's start: no adds.
+    keyWrap = e.step(e.addi(e.muli(rowBytes(x.keys), e.index(4)), e.index(-4 * (d - kSlice))));
+    queryWrap = e.step(-4 * (d - kSlice));
+    valueRowBytes = e.step(rowBytes(x.values));
+  }
+  // The scaled queries through pointers on every path: with constant
+  // indices LLVM would promote the copy to 4 x D / 4 live registers.
+  for (int64_t g = 0; g < count; ++g)
+    queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
   e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
     n.store(zero(n), x.accums, {i});
     return SmallVector<Value>{};
@@ -254,18 +349,26 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         at = m.select(m.lessThan(at, keysIn), at, j);
       return m.addi(b0, at);
     };
+    // Scores by quad, then head: S[j / 4][g][j % 4], so that the softmax
+    // and P V find the heads' 4 scores of a quad side by side (LDPs, one
+    // pointer step).
     auto scoreAt = [&](Neon &m, int64_t g, Value j) {
-      return m.addi(m.index(g * kBlockKeys), j);
+      return m.addi(m.muli(j, m.index(count)), m.index(4 * g));
     };
+    // Heads per softmax and P V step.
+    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
 
     // Q K^T, a pair of heads (or one) at a time.
     SmallVector<Value> blockMax(count);
     int64_t pair = count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += pair) {
-      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes) {
+      // `pointers`: on the chained path the quad's 4 key rows and the
+      // heads' queries (returned after the maxes, stepped to the next quad).
+      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, ValueRange pointers) {
         SmallVector<Value> rows;
-        for (int64_t k = 0; k < 4; ++k)
-          rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
+        if (pointers.empty())
+          for (int64_t k = 0; k < 4; ++k)
+            rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
         // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
         // starts the sums with a product: no zeroed registers).
         auto slice = [&](Neon &s, Value c, ValueRange carried) {
@@ -274,7 +377,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t h = 0; h < pair; ++h)
             for (int64_t i = 0; i < kSlice; i += 4)
               query[h].push_back(
-                  s.load(x.q, {r, s.addi(qBase[g0 + h], s.addi(c, s.index(i)))}));
+                  s.loadAt(s.vec(), queryRows[g0 + h], s.addi(c, s.index(i))));
           for (int64_t k = 0; k < 4; ++k) {
             SmallVector<Value> key = s.loadSlice(element, rows[k], c);
             for (int64_t h = 0; h < pair; ++h)
@@ -285,9 +388,52 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           }
           return acc;
         };
-        SmallVector<Value> accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
-        accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
-                      [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
+        // The same from pointers: the accumulators, then the 4 key rows'
+        // and the heads' query pointers, each stepped past its slice (the
+        // last slice: to the next quad).
+        auto chainedSlice = [&](Neon &s, ValueRange carried, bool last) {
+          SmallVector<Value> acc(carried.take_front(4 * pair));
+          SmallVector<Value> at(carried.drop_front(4 * pair));
+          SmallVector<SmallVector<Value>> query;
+          for (int64_t h = 0; h < pair; ++h) {
+            query.push_back(s.loadSixteen(at[4 + h]));
+            at[4 + h] = s.advance(at[4 + h], last ? queryWrap : sliceBytes);
+          }
+          for (int64_t k = 0; k < 4; ++k) {
+            SmallVector<Value> key = s.loadSixteen(at[k]);
+            at[k] = s.advance(at[k], last ? keyWrap : sliceBytes);
+            for (int64_t h = 0; h < pair; ++h)
+              for (int64_t i = 0; i < 4; ++i) {
+                Value &sum = acc[4 * h + k];
+                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
+              }
+          }
+          acc.append(at);
+          return acc;
+        };
+        SmallVector<Value> accs, stepped;
+        if (!pointers.empty()) {
+          SmallVector<Value> state(4 * pair);
+          state.append(pointers.begin(), pointers.end());
+          state = chainedSlice(m, state, d == kSlice);
+          if (d > 2 * kSlice)
+            state = m.loop(m.index(kSlice), m.index(d - kSlice), kSlice, state,
+                           [&](Neon &s, Value, ValueRange carried) {
+              SmallVector<Value> next = chainedSlice(s, carried, false);
+              for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
+                next[i] = s.opaque(next[i]);
+              return next;
+            });
+          if (d > kSlice)
+            state = chainedSlice(m, state, true);
+          accs.assign(state.begin(), state.begin() + 4 * pair);
+          for (int64_t i = 4 * pair; i < static_cast<int64_t>(state.size()); ++i)
+            stepped.push_back(m.opaque(state[i]));
+        } else {
+          accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
+          accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
+                        [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
+        }
         SmallVector<Value> next;
         for (int64_t h = 0; h < pair; ++h) {
           Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
@@ -297,39 +443,72 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           m.store(scores, x.scores, {scoreAt(m, g0 + h, j)});
           next.push_back(m.max(maxes[h], scores));
         }
+        next.append(stepped);
         return next;
       };
       SmallVector<Value> maxes(pair, n.lanes(kLowest));
-      maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
-        return quad(m, j, false, st);
-      });
-      maxes = n.when(hasTail, maxes, [&](Neon &m) { return quad(m, whole, true, maxes); });
+      if (chained) {
+        auto step = [&](Neon &m, Value j, ValueRange st) {
+          return quad(m, j, false, st.take_front(pair), st.drop_front(pair));
+        };
+        // Two quads per step (half the loop's own steps), then an odd one.
+        Value pairs = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-8));
+        SmallVector<Value> state(maxes);
+        state.push_back(n.rowPointer(x.keys, b0, kvBase));
+        for (int64_t k = 1; k < 4; ++k)
+          state.push_back(n.advance(state.back(), keyRowBytes));
+        for (int64_t h = 0; h < pair; ++h)
+          state.push_back(queryRows[g0 + h]);
+        state = n.loop(n.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange st) {
+          SmallVector<Value> first = step(m, j, st);
+          return step(m, m.addi(j, m.index(4)), first);
+        });
+        Value odd = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, pairs, whole);
+        state = n.when(odd, state, [&](Neon &m) { return step(m, pairs, state); });
+        maxes.assign(state.begin(), state.begin() + pair);
+      } else {
+        maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
+          return quad(m, j, false, st, ValueRange());
+        });
+      }
+      maxes = n.when(hasTail, maxes,
+                     [&](Neon &m) { return quad(m, whole, true, maxes, ValueRange()); });
       for (int64_t h = 0; h < pair; ++h)
         blockMax[g0 + h] = n.maxOf(maxes[h]);
     }
 
-    // The softmax: weights in place of the scores, the running max and sum.
-    Value scale = n.lanes(x.scale);
-    SmallVector<Value> next, corrections;
+    // The softmax: weights in place of the scores, the running max and sum;
+    // up to 4 heads per step share the loop (and the polynomial's constants).
+    SmallVector<Value> maxNews, shifts, corrections, sums;
     for (int64_t g = 0; g < count; ++g) {
       Value maxOld = st[2 * g];
       Value maxNew = n.max(maxOld, blockMax[g]);
-      Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, n.mul(maxNew, n.f32(x.scale))));
-      Value correction = vector::ExtractOp::create(
-          n.b, n.loc, n.expNonPositive(n.fma(n.splat(maxOld), scale, shift)),
-          ArrayRef<int64_t>{0});
-      auto sums = n.loop(n.index(0), padded, 4, {zero(n)}, [&](Neon &m, Value j, ValueRange acc) {
-        Value at = scoreAt(m, g, j);
-        Value p = m.expNonPositive(m.fma(m.load(x.scores, {at}), scale, shift));
-        m.store(p, x.scores, {at});
-        return SmallVector<Value>{m.add(acc[0], p)};
-      });
-      next.append({maxNew, n.add(n.mul(st[2 * g + 1], correction), n.sum(sums[0]))});
-      corrections.push_back(correction);
+      Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, maxNew));
+      corrections.push_back(vector::ExtractOp::create(
+          n.b, n.loc, n.exp2NonPositive(n.add(n.splat(maxOld), shift)),
+          ArrayRef<int64_t>{0}));
+      maxNews.push_back(maxNew);
+      shifts.push_back(shift);
     }
+    for (int64_t g0 = 0; g0 < count; g0 += set) {
+      SmallVector<Value> partial(set, zero(n));
+      partial = n.loop(n.index(0), padded, 4, partial, [&](Neon &m, Value j, ValueRange acc) {
+        SmallVector<Value> next;
+        for (int64_t h = 0; h < set; ++h) {
+          Value at = scoreAt(m, g0 + h, j);
+          Value p = m.exp2NonPositive(m.add(m.load(x.scores, {at}), shifts[g0 + h]));
+          m.store(p, x.scores, {at});
+          next.push_back(m.add(acc[h], p));
+        }
+        return next;
+      });
+      sums.append(partial);
+    }
+    SmallVector<Value> next;
+    for (int64_t g = 0; g < count; ++g)
+      next.append({maxNews[g], n.add(n.mul(st[2 * g + 1], corrections[g]), n.sum(sums[g]))});
 
     // P V, up to 4 heads at a time, 16 dims at a time.
-    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
     for (int64_t g0 = 0; g0 < count; g0 += set) {
       n.loop(n.index(0), n.index(d), kSlice, {}, [&](Neon &s, Value c, ValueRange) {
         auto accAt = [&](Neon &m, int64_t h, int64_t i) {
@@ -341,8 +520,12 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t i = 0; i < kSlice; i += 4)
             acc.push_back(s.mul(s.load(x.accums, {accAt(s, h, i)}), correction));
         }
+        // `carried`: the accumulators, then on the chained path key j's
+        // value row pointer.
         auto quad = [&](Neon &m, Value j, bool clamped, ValueRange carried) {
-          SmallVector<Value> sums(carried);
+          bool fromPointer = chained && !clamped;
+          SmallVector<Value> sums(carried.take_front(4 * set));
+          Value row = fromPointer ? carried.back() : Value();
           SmallVector<Value> weights;
           for (int64_t h = 0; h < set; ++h) {
             Value w = m.load(x.scores, {scoreAt(m, g0 + h, j)});
@@ -351,19 +534,41 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
           for (int64_t k = 0; k < 4; ++k) {
             // By row index: the weights' lanes keep the loads apart, so
             // separate row pointers would pair none of them and cost adds.
-            SmallVector<Value> value = m.loadSlice(element, keyRow(m, j, k, clamped),
-                                                   m.addi(kvBase, c), x.values);
+            SmallVector<Value> value;
+            if (fromPointer) {
+              value = m.loadSixteen(row);
+              row = m.advance(row, valueRowBytes);
+            } else {
+              value = m.loadSlice(element, keyRow(m, j, k, clamped), m.addi(kvBase, c),
+                                  x.values);
+            }
             for (int64_t h = 0; h < set; ++h) {
               Value w = m.lane(weights[h], k);
               for (int64_t i = 0; i < 4; ++i)
                 sums[4 * h + i] = m.fma(value[i], w, sums[4 * h + i]);
             }
           }
+          if (fromPointer)
+            sums.push_back(m.opaque(row));
           return sums;
         };
-        acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
-          return quad(m, j, false, carried);
-        });
+        if (chained) {
+          // Two quads per step (half the loop's own steps), then an odd one.
+          Value pairs = arith::AndIOp::create(s.b, s.loc, keysIn, s.index(-8));
+          SmallVector<Value> state(acc);
+          state.push_back(s.rowPointer(x.values, b0, s.addi(kvBase, c)));
+          state = s.loop(s.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange carried) {
+            SmallVector<Value> first = quad(m, j, false, carried);
+            return quad(m, m.addi(j, m.index(4)), false, first);
+          });
+          Value odd = arith::CmpIOp::create(s.b, s.loc, arith::CmpIPredicate::ne, pairs, whole);
+          state = s.when(odd, state, [&](Neon &m) { return quad(m, pairs, false, state); });
+          acc.assign(state.begin(), state.begin() + 4 * set);
+        } else {
+          acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
+            return quad(m, j, false, carried);
+          });
+        }
         acc = s.when(hasTail, acc, [&](Neon &m) { return quad(m, whole, true, acc); });
         for (int64_t h = 0; h < set; ++h)
           for (int64_t i = 0; i < 4; ++i)
@@ -401,6 +606,7 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
              op.getOut(),
              entryAlloca(b, op, MemRefType::get({group * kBlockKeys}, f32)),
              entryAlloca(b, op, MemRefType::get({group * d}, f32)),
+             entryAlloca(b, op, MemRefType::get({group, d}, f32)),
              d,
              op.getScale().convertToFloat()};
   Neon e{b, loc};

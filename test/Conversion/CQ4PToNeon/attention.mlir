@@ -13,6 +13,7 @@
 // CHECK-SAME: %[[OUT:[^:]*]]: memref<?x256xf32>, %{{[^:]*}}: index, %{{[^:]*}}: index, %[[POS:[^:]*]]: index)
 // CHECK-DAG: %[[ACC:.*]] = memref.alloca() : memref<128xf32>
 // CHECK-DAG: %[[S:.*]] = memref.alloca() : memref<512xf32>
+// CHECK-DAG: %[[QS:.*]] = memref.alloca() : memref<2x64xf32>
 // CHECK-NOT: cq4p.attention
 // CHECK: scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
 // CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[R]]
@@ -20,6 +21,12 @@
 // CHECK: %[[START:.*]] = arith.subi %[[END]], %{{.*}}
 // CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %{{.*}}
 // CHECK: scf.if
+// The group's queries times scale log2(e): scores in base 2.
+// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// CHECK: arith.mulf
+// CHECK: vector.store %{{.*}}, %[[QS]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[QS]]
+// CHECK: %[[QPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
 // CHECK: scf.for %[[B0:.*]] = %[[FIRST]] to %[[END]] step %{{.*}} iter_args({{.*}}) -> (f32, f32, f32, f32)
 // CHECK: %[[WHOLE:.*]] = arith.andi
 // CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[WHOLE]] step %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>)
@@ -27,7 +34,7 @@
 // CHECK: %[[ROW:.*]] = arith.addi %[[B0]], %[[J]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[K]]
 // CHECK: %[[KPTR:.*]] = cq4p_intr.opaque %{{.*}} : !llvm.ptr
-// CHECK: vector.load %[[Q]][%[[R]], %{{.*}}] : memref<?x256xf32>, vector<4xf32>
+// CHECK: llvm.load %[[QPTR]] {{.*}} -> vector<4xf32>
 // CHECK: %[[KEY:.*]] = llvm.load %[[KPTR]] {{.*}} -> vector<8xf16>
 // CHECK: %[[HALF:.*]] = vector.extract_strided_slice %[[KEY]] {offsets = [0]
 // CHECK: %[[WIDE:.*]] = arith.extf %[[HALF]] : vector<4xf16> to vector<4xf32>
@@ -39,7 +46,9 @@
 // CHECK: math.fma
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 2, 4, 6] : vector<4xf32>, vector<4xf32>
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [1, 3, 5, 7] : vector<4xf32>, vector<4xf32>
-// CHECK: vector.store %{{.*}}, %[[S]][%[[J]]] : memref<512xf32>, vector<4xf32>
+// Scores by quad, then head (S[j / 4][g][j % 4]).
+// CHECK: %[[SJ:.*]] = arith.muli %[[J]], %{{.*}} : index
+// CHECK: vector.store %{{.*}}, %[[S]][%[[SJ]]] : memref<512xf32>, vector<4xf32>
 // CHECK: arith.maximumf %{{.*}} : vector<4xf32>
 // The last, partial quad: its lanes past the end are -inf.
 // CHECK: %[[TAIL:.*]]:2 = scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>)
@@ -47,13 +56,15 @@
 // CHECK: arith.select
 // CHECK: vector.reduction <maximumf>, %[[TAIL]]#0
 // CHECK: vector.reduction <maximumf>, %[[TAIL]]#1
-// CHECK: scf.for
+// The exponentials of the group's heads in one loop.
+// CHECK: scf.for {{.*}} -> (vector<4xf32>, vector<4xf32>)
 // CHECK: vector.load %[[S]]
 // CHECK: arith.shli
 // CHECK: vector.store %{{.*}}, %[[S]]
 // CHECK: vector.load %[[ACC]]
 // CHECK: scf.for %[[JV:.*]] = %{{.*}} to %[[WHOLE]] step
-// CHECK: %[[W:.*]] = vector.load %[[S]][%[[JV]]] : memref<512xf32>, vector<4xf32>
+// CHECK: %[[WJ:.*]] = arith.muli %[[JV]], %{{.*}} : index
+// CHECK: %[[W:.*]] = vector.load %[[S]][%[[WJ]]] : memref<512xf32>, vector<4xf32>
 // CHECK: vector.load %[[V]][%{{.*}}] : memref<?x128xf16>, vector<8xf16>
 // CHECK: %[[W0:.*]] = vector.shuffle %[[W]], %[[W]] [0, 0, 0, 0]
 // CHECK: math.fma %{{.*}}, %[[W0]], %{{.*}} : vector<4xf32>
@@ -74,16 +85,26 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // -----
 
 // One head per KV head, an fp32 cache: Q K^T one head at a time (four
-// accumulators), the keys read as fp32 vectors.
+// accumulators). Whole quads load each 16-value slice of the query, a key
+// or a value by one LD1 x4 through pointers carried by the loops (the
+// post-indexed steps); the partial quad reads its clamped rows as fp32
+// vectors.
 // CHECK-LABEL: func.func @single_heads
 // CHECK-SAME: %{{[^:]*}}: memref<?x64xf32>, %[[K:[^:]*]]: memref<?x64xf32>, %[[V:[^:]*]]: memref<?x64xf32>
 // CHECK-DAG: memref.alloca() : memref<256xf32>
 // CHECK-DAG: memref.alloca() : memref<32xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (f32, f32)
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>)
+// The quads' loop carries the 4 key rows' and the query's pointers.
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr)
+// CHECK: cq4p_intr.aarch64.neon.ld1x4 %{{.*}} : (!llvm.ptr) -> !llvm.struct<(vector<16xi8>, vector<16xi8>, vector<16xi8>, vector<16xi8>)>
+// Two quads per step, then an odd whole quad, then the partial one.
+// CHECK: scf.if
+// CHECK: cq4p_intr.aarch64.neon.ld1x4
+// CHECK: scf.if
 // CHECK: %[[KPTR:.*]] = cq4p_intr.opaque
 // CHECK: llvm.load %[[KPTR]] {{.*}} -> vector<4xf32>
-// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, !llvm.ptr)
+// CHECK: cq4p_intr.aarch64.neon.ld1x4
 // CHECK: vector.load %[[V]][%{{.*}}] : memref<?x64xf32>, vector<4xf32>
 // CHECK-NOT: arith.extf
 // CHECK: return
