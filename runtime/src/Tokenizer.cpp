@@ -392,8 +392,12 @@ public:
                          "patterns without \\S inside a bracket class");
     int error = 0;
     PCRE2_SIZE offset = 0;
+    // UTF mode matches whole characters, except \C (one byte, which may be
+    // part of a character): a word could begin inside a character, so \C
+    // is refused wherever it appears.
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()),
-                          rewritten.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                          rewritten.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &error,
                           &offset, nullptr);
     if (code_ == nullptr) {
       PCRE2_UCHAR message[256];
@@ -402,7 +406,10 @@ public:
                          "the pattern " + showText(source) + " (PCRE2: " +
                              reinterpret_cast<char *>(message) + " at offset " +
                              std::to_string(offset) + ")",
-                         "PCRE2-compatible patterns");
+                         error == PCRE2_ERROR_BACKSLASH_C_CALLER_DISABLED
+                             ? "patterns that match whole characters; \\C matches "
+                               "one byte, which may be part of a character"
+                             : "PCRE2-compatible patterns");
     }
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE); // falls back to the interpreter
     return Status::ok();
@@ -604,6 +611,8 @@ Status getPattern(const std::string &file, const Json &object,
   }
   if (const Json *r = member(*pattern, "Regex"); r != nullptr && r->is_string()) {
     regex = r->get_ref<const std::string &>();
+    if (regex.empty())
+      return malformed(file, path + ".pattern.Regex", "a non-empty pattern", "''");
     return Status::ok();
   }
   return malformed(file, path + ".pattern", "{\"String\": ...} or {\"Regex\": ...}",

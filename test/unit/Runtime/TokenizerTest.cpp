@@ -554,6 +554,88 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   EXPECT_EQ(s.code(), CQ4P_ERROR_NOT_FOUND);
 }
 
+/// A SentencePiece-style BPE (byte fallback, ' ' -> U+2581) whose
+/// pre-tokenizer is `preTokenizer`: the shape of Gemma's file, small.
+void writePieces(Files &files, const Json &preTokenizer) {
+  Json vocab = {{"<unk>", 0}, {"<bos>", 1}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 2 + b;
+  }
+  int next = 258;
+  for (const char *piece : {"\xE2\x96\x81", "a", "b", "x", "\xC3\xA9", "ab"})
+    vocab[piece] = next++;
+  Json root = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", Json::array({addedToken(1, "<bos>")})},
+      {"normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                      {"content", "\xE2\x96\x81"}}},
+      {"pre_tokenizer", preTokenizer},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "Sequence"},
+                   {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}},
+                                  {"content", " "}},
+                                 {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"},
+                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", Json::array({Json::array({"a", "b"})})}}}};
+  files.write("tokenizer.json", root.dump());
+}
+
+Json splitRegex(const std::string &regex) {
+  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+          {"invert", false}};
+}
+
+TEST(Tokenizer, SplitPatternsThatCouldCutACharacterAreRefused) {
+  // Before: \C matched single bytes, so words began inside a character:
+  // a read past the word's end (AddressSanitizer) and ids that decoded to
+  // other text, with no error. \C is refused wherever it appears; the
+  // empty pattern (which split forever until memory ran out) too.
+  const std::pair<const char *, const char *> refused[] = {
+      {"\\C", "pre_tokenizer.pattern.Regex: the pattern '\\C'"},
+      {"a|\\C", "pre_tokenizer.pattern.Regex: the pattern 'a|\\C'"},
+      {"(?<=\\C)", "pre_tokenizer.pattern.Regex: the pattern '(?<=\\C)'"},
+      {"", "pre_tokenizer.pattern.Regex: expected a non-empty pattern, found ''"},
+  };
+  for (const auto &[regex, expected] : refused) {
+    Files files;
+    writePieces(files, splitRegex(regex));
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    if (s) {
+      for (std::string text : {"\xC3\xA9", "x\xC3\xA9\xE8\xAA\x9E", "ab"}) {
+        // The text in a buffer of its exact size, as a caller may pass it.
+        std::vector<char> exact(text.begin(), text.end());
+        std::vector<int64_t> ids;
+        std::string back;
+        if (t->encode(std::string_view(exact.data(), exact.size()), false, ids) &&
+            t->decode(ids.data(), ids.size(), back))
+          EXPECT_EQ(back, text) << regex;
+      }
+    }
+    EXPECT_FALSE(s) << regex;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
+  }
+  // Patterns that match whole characters keep every character whole.
+  for (const char *regex : {".", "\\X", "[^a]+|a", "\\p{L}+"}) {
+    Files files;
+    writePieces(files, splitRegex(regex));
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    ASSERT_TRUE(s) << regex << ": " << s.message();
+    for (std::string text : {"\xC3\xA9", "x\xC3\xA9\xE8\xAA\x9E", "ab b\xF0\x9F\x98\x80"}) {
+      std::vector<int64_t> ids;
+      std::string back;
+      ASSERT_TRUE(t->encode(text, false, ids)) << regex;
+      ASSERT_TRUE(t->decode(ids.data(), ids.size(), back));
+      EXPECT_EQ(back, text) << regex;
+    }
+  }
+}
+
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
   Files files;
   writeLfm2(files);
