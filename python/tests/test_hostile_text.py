@@ -123,3 +123,111 @@ def test_patterns_of_whole_characters_round_trip(tmp_path, regex):
                                       " ".join(ids)), env=_env())
     assert decoded.returncode == 0, decoded.describe()
     assert decoded.stdout == text + "\n"
+
+
+# --- JSON nested past the limit -----------------------------------------------
+
+MARK = "@@nested@@"
+
+
+def _template_processing(single, ids):
+    return {"type": "TemplateProcessing", "single": single, "pair": [],
+            "special_tokens": {"<bos>": {"id": "<bos>", "ids": ids, "tokens": ["<bos>"]}}}
+
+
+def _sequence_a():
+    return {"Sequence": {"id": "A", "type_id": 0}}
+
+
+# Where a deeply nested value goes: (file, how to place it, the path the
+# refusal names).
+NESTED = {
+    "truncation": ("tokenizer.json", lambda t: t.update(truncation=MARK), "truncation[0]"),
+    "padding": ("tokenizer.json", lambda t: t.update(padding=MARK), "padding[0]"),
+    "model.dropout": ("tokenizer.json", lambda t: t["model"].update(dropout=MARK),
+                      "model.dropout[0]"),
+    "a merge": ("tokenizer.json", lambda t: t["model"]["merges"].append(MARK),
+                "model.merges[1][0]"),
+    "an added token's id": ("tokenizer.json", lambda t: t["added_tokens"][0].update(id=MARK),
+                            "added_tokens[0].id[0]"),
+    "a Replace pattern": ("tokenizer.json", lambda t: t["normalizer"].update(pattern=MARK),
+                          "normalizer.pattern[0]"),
+    "a post-processor item": (
+        "tokenizer.json",
+        lambda t: t.update(post_processor=_template_processing([MARK, _sequence_a()], [1])),
+        "post_processor.single[0][0]"),
+    "a special token's id": (
+        "tokenizer.json",
+        lambda t: t.update(post_processor=_template_processing(
+            [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, _sequence_a()], [MARK])),
+        "post_processor.special_tokens.<bos>.ids[0]"),
+    "a decoder member": ("tokenizer.json", lambda t: t["decoder"]["decoders"].append(MARK),
+                         "decoder.decoders[3][0]"),
+    "eos_token_id": ("generation_config.json", None, "eos_token_id[0]"),
+}
+
+
+@pytest.mark.parametrize("depth", [200_000, 1_000_000])
+@pytest.mark.parametrize("where", list(NESTED))
+def test_json_nested_past_the_limit_is_refused(tmp_path, where, depth):
+    # Before: SIGSEGV (the tree was copied or printed by recursion, one
+    # stack frame per level).
+    file, place, path = NESTED[where]
+    tokenizer = _piece_tokenizer()
+    generation = {"eos_token_id": 1}
+    if place is None:
+        generation["eos_token_id"] = MARK
+    else:
+        place(tokenizer)
+    nested = ("[" * depth + "]" * depth).encode()
+    directory = _write(tmp_path / "t",
+                       json.dumps(tokenizer).encode().replace(f'"{MARK}"'.encode(), nested),
+                       json.dumps(generation).encode().replace(f'"{MARK}"'.encode(), nested))
+    _refused(_tokenize(directory, "ab"), f"{file}: {path}",
+             f"expected at most {fmt.CQ4P_TOKENIZER_MAX_NESTING} levels of nested [] and {{}}",
+             "found a level deeper")
+
+
+# --- what a JSON file holds besides the document ---------------------------------
+
+# A piece of the vocabulary spelled with bytes or escapes that are no text:
+# (what replaces "Q" in the piece "xQx", what the refusal quotes).
+BAD_PIECES = {
+    "raw invalid UTF-8": (b"\xff", "ill-formed UTF-8 byte; last read: '\"x\\xFF'"),
+    "an overlong encoding": (b"\xc0\xaf", "ill-formed UTF-8 byte; last read: '\"x\\xC0'"),
+    "a lone high surrogate": (b"\\ud800", "surrogate U+D800..U+DBFF must be followed by"),
+    "a lone low surrogate": (b"\\udc00", "surrogate U+DC00..U+DFFF must follow"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PIECES))
+def test_a_piece_that_is_no_text_is_refused_by_member(tmp_path, case):
+    # Before: "not valid JSON (or not valid UTF-8 inside a string)", naming
+    # neither the member nor the bytes.
+    spelled, expected = BAD_PIECES[case]
+    tokenizer = _piece_tokenizer()
+    tokenizer["model"]["vocab"]["xQx"] = 300
+    data = json.dumps(tokenizer).encode().replace(b"xQx", b"x" + spelled + b"x")
+    directory = _write(tmp_path / "t", data)
+    line = _refused(_tokenize(directory, "ab"), "tokenizer.json: model.vocab: not valid JSON",
+                    expected)
+    line.encode("utf-8")  # the message itself is text
+
+
+@pytest.mark.parametrize("after", [b"\0", b"\0{\"model\": 1}", b"\0\xff garbage"])
+def test_bytes_after_a_nul_are_refused(tmp_path, after):
+    # Before: the lexer took the NUL for the end of the text and the file
+    # opened, whatever followed.
+    data = json.dumps(_piece_tokenizer()).encode()
+    directory = _write(tmp_path / "t", data + after)
+    _refused(_tokenize(directory, "ab"), "tokenizer.json: (document): expected nothing after "
+             f"the JSON document but white space, found a NUL byte at byte {len(data)}")
+
+
+def test_a_member_named_twice_is_refused(tmp_path):
+    # Before: the second "a" silently replaced the first, leaving id 259 with
+    # no piece.
+    data = json.dumps(_piece_tokenizer()).encode().replace(b'"a": 259', b'"a": 259, "a": 263')
+    directory = _write(tmp_path / "t", data)
+    _refused(_tokenize(directory, "ab"),
+             "tokenizer.json: model.vocab.a: expected each member name once, found 'a' twice")

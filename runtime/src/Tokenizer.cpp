@@ -21,6 +21,8 @@
 
 #include "SafeOpen.h"
 
+#include "cq4p/cq4p.h"
+
 #include <nlohmann/json.hpp>
 #include <pcre2.h>
 #include <utf8proc.h>
@@ -44,9 +46,18 @@ constexpr size_t kMaxFileBytes = size_t(1) << 30;
 constexpr size_t kMaxCachedWordBytes = 64;
 constexpr size_t kMaxCacheEntries = size_t(1) << 16;
 
+/// The first `limit` bytes of `text` or fewer: never a part of a character.
+std::string_view headOf(std::string_view text, size_t limit) {
+  if (text.size() <= limit)
+    return text;
+  while (limit > 0 && (static_cast<unsigned char>(text[limit]) & 0xC0) == 0x80)
+    --limit;
+  return text.substr(0, limit);
+}
+
 std::string showText(std::string_view text) {
   std::string out = "'";
-  for (char c : text.substr(0, 200)) {
+  for (char c : headOf(text, 200)) {
     if (c == '\n')
       out += "\\n";
     else if (c == '\r')
@@ -73,6 +84,46 @@ Status malformed(const std::string &file, const std::string &path,
 }
 
 const char *typeName(const Json &value) { return value.type_name(); }
+
+void appendJson(const Json &value, std::string &out, size_t limit) {
+  if (out.size() > limit)
+    return;
+  switch (value.type()) {
+  case Json::value_t::array:
+  case Json::value_t::object: {
+    bool object = value.is_object();
+    out += object ? '{' : '[';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() <= limit; ++it) {
+      if (!first)
+        out += ", ";
+      first = false;
+      if (object)
+        out += Json(std::string(headOf(it.key(), limit))).dump() + ": ";
+      appendJson(it.value(), out, limit);
+    }
+    out += object ? '}' : ']';
+    return;
+  }
+  case Json::value_t::string:
+    out += Json(std::string(headOf(value.get_ref<const std::string &>(), limit))).dump();
+    return;
+  default:
+    out += value.dump();
+    return;
+  }
+}
+
+/// `value` as JSON, cut after about 100 bytes: a message shows what was
+/// found without printing (or copying) the whole of a large value.
+std::string showJson(const Json &value) {
+  constexpr size_t kShown = 100;
+  std::string out;
+  appendJson(value, out, kShown);
+  if (out.size() <= kShown)
+    return out;
+  return std::string(headOf(out, kShown)) + "...";
+}
 
 const Json *member(const Json &object, const char *key) {
   if (!object.is_object())
@@ -111,19 +162,6 @@ Status readFile(const std::string &path, std::string &out, bool noFollow) {
     done += size_t(got);
   }
   ::close(fd);
-  return Status::ok();
-}
-
-Status parseJsonFile(const std::string &path, Json &out, bool noFollow) {
-  std::string text;
-  if (Status status = readFile(path, text, noFollow); !status)
-    return status;
-  out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (out.is_discarded())
-    return Status(CQ4P_ERROR_FORMAT,
-                  path + ": not valid JSON (or not valid UTF-8 inside a string)");
-  if (!out.is_object())
-    return malformed(path, "(document)", "an object", typeName(out));
   return Status::ok();
 }
 
@@ -202,6 +240,178 @@ void inspectSequence(std::string_view bytes, size_t i, int &expected,
       return;
     ++matched;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Reading JSON
+//===----------------------------------------------------------------------===//
+
+/// `text` with each byte that is not part of valid UTF-8 written \xHH (a
+/// message quoting the bytes of a file stays valid UTF-8).
+std::string escapeInvalidUtf8(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    int expected, matched;
+    inspectSequence(text, i, expected, matched);
+    if (expected > 0 && matched == expected) {
+      out.append(text.substr(i, size_t(matched)));
+      i += size_t(matched);
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof(escaped), "\\x%02X", static_cast<unsigned char>(text[i]));
+    out += escaped;
+    ++i;
+  }
+  return out;
+}
+
+/// Builds a Json tree from nlohmann-json's SAX events, adding what its own
+/// tree builder does not check: the nesting depth (a tree is copied,
+/// printed and compared by recursion, so a deep one overflows the stack)
+/// and unique member names (a reader taking the first or the last of two
+/// would tokenize differently). Every refusal names the member's path.
+class TreeBuilder {
+public:
+  TreeBuilder(const std::string &file, Json &root) : file_(file), root_(root) {}
+  Status status = Status::ok();
+
+  bool null() { return leaf(Json()); }
+  bool boolean(bool value) { return leaf(Json(value)); }
+  bool number_integer(Json::number_integer_t value) { return leaf(Json(value)); }
+  bool number_unsigned(Json::number_unsigned_t value) { return leaf(Json(value)); }
+  bool number_float(Json::number_float_t value, const std::string &) {
+    return leaf(Json(value));
+  }
+  bool string(std::string &value) { return leaf(Json(std::move(value))); }
+  bool binary(Json::binary_t &) { return refuse("(document)", "JSON text", "binary data"); }
+  bool start_object(std::size_t) { return open(Json::value_t::object); }
+  bool start_array(std::size_t) { return open(Json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string &name) {
+    Level &level = levels_.back();
+    auto [it, inserted] =
+        level.container->get_ref<Json::object_t &>().emplace(std::move(name), Json());
+    level.member = &it->first;
+    level.valueDone = false;
+    if (!inserted)
+      return refuse(path(levels_.size()), "each member name once",
+                    showText(it->first) + " twice");
+    level.slot = &it->second;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string &,
+                   const nlohmann::detail::exception &error) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9:
+    // syntax error ..." without the library's tag.
+    std::string message = error.what();
+    if (size_t tag = message.find("] "); tag != std::string::npos)
+      message.erase(0, tag + 2);
+    if (status)
+      status = Status(CQ4P_ERROR_FORMAT, file_ + ": " + path(levels_.size()) +
+                                             ": not valid JSON: " + escapeInvalidUtf8(message));
+    return false;
+  }
+
+private:
+  struct Level {
+    Json *container;
+    Json *slot = nullptr;                // an object's member being read
+    const std::string *member = nullptr; // its name
+    bool valueDone = false;              // the member's or element's value was read
+  };
+
+  /// The path of the member being read inside the first `depth` levels,
+  /// e.g. model.merges[3]; a path deeper than a few levels is elided.
+  std::string path(size_t depth) const {
+    constexpr size_t kShownLevels = 6;
+    std::string out;
+    for (size_t i = 0; i < depth && i < kShownLevels; ++i) {
+      const Level &level = levels_[i];
+      if (level.container->is_object()) {
+        if (level.member == nullptr || level.valueDone)
+          break; // between members
+        if (!out.empty())
+          out += '.';
+        out += std::string(headOf(*level.member, 100));
+      } else {
+        size_t size = level.container->size();
+        out += "[" + std::to_string(level.valueDone || size == 0 ? size : size - 1) + "]";
+      }
+    }
+    if (depth > kShownLevels)
+      out += "...";
+    return out.empty() ? "(document)" : out;
+  }
+  bool refuse(const std::string &where, const std::string &expected,
+              const std::string &found) {
+    status = formatError(file_, where.c_str(), expected, found);
+    return false;
+  }
+  /// Where the next value goes: the root, an object's member or a new
+  /// element of an array.
+  Json *slot() {
+    if (levels_.empty())
+      return &root_;
+    Level &level = levels_.back();
+    level.valueDone = false;
+    if (level.container->is_object())
+      return level.slot;
+    level.container->get_ref<Json::array_t &>().emplace_back();
+    return &level.container->back();
+  }
+  void valueRead() {
+    if (!levels_.empty())
+      levels_.back().valueDone = true;
+  }
+  bool leaf(Json value) {
+    *slot() = std::move(value);
+    valueRead();
+    return true;
+  }
+  bool open(Json::value_t type) {
+    Json *container = slot();
+    if (levels_.size() >= size_t(CQ4P_TOKENIZER_MAX_NESTING))
+      return refuse(path(levels_.size()),
+                    "at most " + std::to_string(CQ4P_TOKENIZER_MAX_NESTING) +
+                        " levels of nested [] and {} (CQ4P_TOKENIZER_MAX_NESTING)",
+                    "a level deeper");
+    *container = Json(type);
+    levels_.push_back({container});
+    return true;
+  }
+  bool close() {
+    levels_.pop_back();
+    valueRead();
+    return true;
+  }
+
+  const std::string &file_;
+  Json &root_;
+  std::vector<Level> levels_;
+};
+
+Status parseJsonFile(const std::string &path, Json &out, bool noFollow) {
+  std::string text;
+  if (Status status = readFile(path, text, noFollow); !status)
+    return status;
+  TreeBuilder builder(path, out);
+  bool parsed = Json::sax_parse(text.begin(), text.end(), &builder);
+  if (!builder.status)
+    return builder.status;
+  if (!parsed)
+    return Status(CQ4P_ERROR_FORMAT, path + ": not valid JSON");
+  // nlohmann-json's lexer takes a NUL byte for the end of the text, so a
+  // document followed by one and anything at all was read as whole; JSON
+  // holds no raw NUL anywhere.
+  if (size_t nul = text.find('\0'); nul != std::string::npos)
+    return malformed(path, "(document)", "nothing after the JSON document but white space",
+                     "a NUL byte at byte " + std::to_string(nul) + " of " +
+                         std::to_string(text.size()));
+  if (!out.is_object())
+    return malformed(path, "(document)", "an object", typeName(out));
+  return Status::ok();
 }
 
 //===----------------------------------------------------------------------===//
@@ -616,7 +826,7 @@ Status getPattern(const std::string &file, const Json &object,
     return Status::ok();
   }
   return malformed(file, path + ".pattern", "{\"String\": ...} or {\"Regex\": ...}",
-                   pattern->dump().substr(0, 100));
+                   showJson(*pattern));
 }
 
 /// Every member of `object` must be in `known` (what cq4p reads or knows
@@ -651,7 +861,7 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
         id->get<uint64_t>() >= uint64_t(kMaxVocab))
       return malformed(file, path + ".id",
                        "an id below " + std::to_string(kMaxVocab),
-                       id ? id->dump() : "nothing");
+                       id ? showJson(*id) : "nothing");
     std::string content;
     if (Status s = getString(file, token, "content", path, content, true); !s)
       return s;
@@ -730,7 +940,7 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
       !s)
     return s;
   if (const Json *dropout = member(model, "dropout"); !isAbsent(dropout))
-    return unsupported(file, "model.dropout", dropout->dump(), "no dropout (null)");
+    return unsupported(file, "model.dropout", showJson(*dropout), "no dropout (null)");
   for (const char *key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::string value;
     if (Status s = getString(file, model, key, "model", value, false); !s)
@@ -756,7 +966,7 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
         it.value().get<uint64_t>() >= uint64_t(kMaxVocab))
       return malformed(file, "model.vocab[" + showText(it.key()) + "]",
                        "an id below " + std::to_string(kMaxVocab),
-                       it.value().dump());
+                       showJson(it.value()));
     int32_t id = int32_t(it.value().get<uint64_t>());
     if (size_t(id) >= pieces.size()) {
       pieces.resize(size_t(id) + 1);
@@ -800,7 +1010,7 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
       right = merge[1].get_ref<const std::string &>();
     } else {
       return malformed(file, path, "\"a b\" or [\"a\", \"b\"]",
-                       merge.dump().substr(0, 100));
+                       showJson(merge));
     }
     int32_t a = idOf(left), b = idOf(right);
     joined.assign(left);
@@ -984,7 +1194,7 @@ Status Tokenizer::Impl::loadPostProcessor(const Json &post,
     const Json *special = member(item, "SpecialToken");
     if (special == nullptr)
       return malformed(file, itemPath, "a Sequence or a SpecialToken",
-                       item.dump().substr(0, 100));
+                       showJson(item));
     std::string name;
     if (Status s = getString(file, *special, "id", itemPath + ".SpecialToken", name, true); !s)
       return s;
@@ -996,7 +1206,7 @@ Status Tokenizer::Impl::loadPostProcessor(const Json &post,
     for (const Json &id : *ids) {
       if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(kMaxVocab))
         return malformed(file, path + ".special_tokens[" + showText(name) + "].ids",
-                         "ids below " + std::to_string(kMaxVocab), id.dump());
+                         "ids below " + std::to_string(kMaxVocab), showJson(id));
       (seenSequence ? suffix : prefix).push_back(int64_t(id.get<uint64_t>()));
     }
   }
@@ -1055,7 +1265,7 @@ Status Tokenizer::Impl::loadDecoder(const Json &decoder, const std::string &path
       if (content != " " || start == nullptr || !start->is_number_unsigned() ||
           start->get<uint64_t>() > 8 || stop == nullptr ||
           !stop->is_number_unsigned() || stop->get<uint64_t>() != 0)
-        return unsupported(file, stepPath, "Strip " + step.dump().substr(0, 100),
+        return unsupported(file, stepPath, "Strip " + showJson(step),
                            "Strip of up to 8 leading spaces");
       stripLeadingSpaces = size_t(start->get<uint64_t>());
       return Status::ok();
@@ -1136,7 +1346,7 @@ Status Tokenizer::Impl::load(const Json &root) {
     return s;
   for (const char *key : {"truncation", "padding"})
     if (const Json *value = member(root, key); !isAbsent(value))
-      return unsupported(file, key, value->dump().substr(0, 100), "null");
+      return unsupported(file, key, showJson(*value), "null");
   kind = TokenizerKind::SentencePieceBpe;
   if (const Json *normalizer = member(root, "normalizer"))
     if (Status s = loadNormalizer(*normalizer, "normalizer"); !s)
@@ -1655,7 +1865,7 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
       for (const Json &id : list) {
         if (!id.is_number_unsigned() || int64_t(id.get<uint64_t>()) >= size)
           return malformed(files.generationConfig, "eos_token_id",
-                           "ids below " + std::to_string(size), id.dump());
+                           "ids below " + std::to_string(size), showJson(id));
         stops.push_back(int64_t(id.get<uint64_t>()));
       }
     }

@@ -304,6 +304,11 @@ CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
  * implement is refused at open, naming the member and the value. */
 typedef struct cq4p_tokenizer cq4p_tokenizer;
 
+/* The tokenizer's limits (docs/TOKENIZER.md, "Limits"). Its JSON files
+ * (tokenizer.json, tokenizer_config.json, generation_config.json) nest at
+ * most this many levels of [] and {}: */
+#define CQ4P_TOKENIZER_MAX_NESTING 64
+
 typedef enum cq4p_tokenizer_kind {
   CQ4P_TOKENIZER_BYTE_LEVEL_BPE = 0,
   CQ4P_TOKENIZER_SENTENCEPIECE_BPE = 1

@@ -636,6 +636,77 @@ TEST(Tokenizer, SplitPatternsThatCouldCutACharacterAreRefused) {
   }
 }
 
+/// The LFM2 file's text with `value` (JSON text) as the member at `pointer`.
+std::string lfm2With(const std::string &pointer, const std::string &value) {
+  Files files;
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  root[Json::json_pointer(pointer)] = "@@value@@";
+  std::string text = root.dump();
+  text.replace(text.find("\"@@value@@\""), 11, value);
+  return text;
+}
+
+TEST(Tokenizer, JsonIsReadWithinItsLimits) {
+  // Nesting: the document is level 1, so 63 arrays inside a member are
+  // read (and truncation refused as such); 64 are past the limit. Before,
+  // 200,000 overflowed the stack when the value was printed or copied.
+  auto nested = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  files.write("tokenizer.json", lfm2With("/truncation", nested(63)));
+  Status s = files.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_NE(s.message().find("truncation: [[[[[[[[[[[[[[[[[[[[[[[[[["), std::string::npos) << s.message();
+  EXPECT_LT(s.message().size(), 400u);
+  for (int depth : {64, 200000}) {
+    files.write("tokenizer.json", lfm2With("/truncation", nested(depth)));
+    s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+    EXPECT_NE(s.message().find("tokenizer.json: truncation[0][0][0][0][0]...: expected at most "
+                               "64 levels of nested [] and {} (CQ4P_TOKENIZER_MAX_NESTING), "
+                               "found a level deeper"),
+              std::string::npos)
+        << s.message();
+  }
+  files.write("tokenizer.json", lfm2With("/model/merges/0", nested(100)));
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: model.merges[0][0][0][0]...: expected at most 64"),
+            std::string::npos) << s.message();
+  writeLfm2(files);
+  files.write("generation_config.json", "{\"eos_token_id\": " + nested(100000) + "}");
+  s = files.open(t);
+  EXPECT_NE(s.message().find("generation_config.json: eos_token_id[0][0][0][0][0]...: expected "
+                             "at most 64"), std::string::npos) << s.message();
+
+  // A NUL ends nlohmann-json's reading: what follows it is refused.
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  files.write("tokenizer.json", good + std::string("\0{]", 3));
+  s = files.open(t);
+  EXPECT_EQ(s.message(), files.dir.file("tokenizer.json") +
+                             ": (document): expected nothing after the JSON document but white "
+                             "space, found a NUL byte at byte " + std::to_string(good.size()) +
+                             " of " + std::to_string(good.size() + 3));
+
+  // Each member name once; a parse error names the member being read and
+  // quotes the bytes as valid UTF-8.
+  files.write("tokenizer.json", lfm2With("/padding", "{\"a\": 1, \"a\": 2}"));
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: padding.a: expected each member name once, found "
+                             "'a' twice"), std::string::npos) << s.message();
+  std::string broken = lfm2With("/added_tokens/0/content", "\"<|pad\xFF|>\"");
+  files.write("tokenizer.json", broken);
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: added_tokens[0].content: not valid JSON: parse "
+                             "error at line 1, column"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("last read: '\"<|pad\\xFF'"), std::string::npos) << s.message();
+  EXPECT_EQ(findInvalidUtf8(s.message()), std::string::npos);
+}
+
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
   Files files;
   writeLfm2(files);
