@@ -231,3 +231,59 @@ def test_a_member_named_twice_is_refused(tmp_path):
     directory = _write(tmp_path / "t", data)
     _refused(_tokenize(directory, "ab"),
              "tokenizer.json: model.vocab.a: expected each member name once, found 'a' twice")
+
+
+# --- ids ------------------------------------------------------------------------
+
+def test_two_pieces_on_one_id_are_refused(tmp_path):
+    # Before: accepted; "a" lost its id to "zz" and was encoded as its byte.
+    tokenizer = _piece_tokenizer()
+    tokenizer["model"]["vocab"]["zz"] = 259
+    _refused(_tokenize(_write(tmp_path / "t", tokenizer), "ab"),
+             "tokenizer.json: model.vocab['zz']: expected an id no other piece has, found 259, "
+             "the id of 'a'")
+
+
+ADDED_COLLISIONS = {
+    # An added token on another added token's id.
+    "an added token's": ([(300, "<x>"), (300, "<y>")],
+                         "added_tokens[2].id: expected an id no other added token has, found "
+                         "300, the id of the added token '<x>'"),
+    # On a byte piece's id: "語" (E8 AA 9E, no piece) encoded to <0xE8> ...
+    # and decoded as "<x>\ufffd\ufffd".
+    "a byte piece's": ([(2 + 0xE8, "<x>")],
+                       "added_tokens[1].id: expected the id of the piece '<x>' or an id no "
+                       "piece has, found 234, the id of the piece '<0xE8>'"),
+    "a piece's": ([(259, "<x>")],
+                  "added_tokens[1].id: expected the id of the piece '<x>' or an id no piece "
+                  "has, found 259, the id of the piece 'a'"),
+}
+
+
+@pytest.mark.parametrize("case", list(ADDED_COLLISIONS))
+def test_an_added_token_on_an_id_taken_is_refused(tmp_path, case):
+    added, expected = ADDED_COLLISIONS[case]
+    tokenizer = _piece_tokenizer()
+    tokenizer["added_tokens"] += [_added(token_id, content) for token_id, content in added]
+    _refused(_tokenize(_write(tmp_path / "t", tokenizer), "\u8a9e"), "tokenizer.json: " + expected)
+
+
+def test_an_added_token_on_its_own_pieces_id_is_read(tmp_path):
+    # Gemma's layout: <bos> is both a piece and an added token, on one id.
+    tokenizer = _piece_tokenizer()
+    tokenizer["added_tokens"].append(_added(0, "<unk>"))
+    outcome = _tokenize(_write(tmp_path / "t", tokenizer), "<unk>ab")
+    assert outcome.returncode == 0, outcome.describe()
+    assert outcome.stdout.split() == ["0", "263"]
+
+
+@pytest.mark.parametrize("value, path", [(2**63, "eos_token_id"), (2**64 - 1, "eos_token_id"),
+                                         ([1, 2**63], "eos_token_id[1]"),
+                                         (264, "eos_token_id")])
+def test_an_eos_id_outside_the_vocabulary_is_refused(tmp_path, value, path):
+    # Before: 2^63 and 2^64 - 1 were negative as int64, so below the
+    # vocabulary's size: accepted as stop ids.
+    shown = value[-1] if isinstance(value, list) else value
+    directory = _write(tmp_path / "t", _piece_tokenizer(), {"eos_token_id": value})
+    _refused(_tokenize(directory, "ab"), f"generation_config.json: {path}: expected an id below "
+             f"264 (the vocabulary's size), found {shown}")

@@ -693,6 +693,7 @@ struct TrieNode {
 enum PieceFlags : uint8_t {
   kAdded = 1,
   kSpecial = 2,
+  kModelPiece = 4, // a piece of model.vocab
 };
 
 } // namespace
@@ -899,6 +900,19 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
       pieces.resize(size_t(value) + 1);
       flags.resize(size_t(value) + 1);
     }
+    // An added token may be a piece of the model's vocabulary (Gemma's
+    // <bos>), on that piece's id; on another piece's id (a byte piece's
+    // too) or another added token's, one of the two would decode as the
+    // other.
+    if (flags[size_t(value)] & kAdded)
+      return malformed(file, path + ".id", "an id no other added token has",
+                       std::to_string(value) + ", the id of the added token " +
+                           showText(pieces[size_t(value)]));
+    if ((flags[size_t(value)] & kModelPiece) && pieces[size_t(value)] != content)
+      return malformed(file, path + ".id",
+                       "the id of the piece " + showText(content) + " or an id no piece has",
+                       std::to_string(value) + ", the id of the piece " +
+                           showText(pieces[size_t(value)]));
     pieces[size_t(value)] = content;
     flags[size_t(value)] |= kAdded | (special ? kSpecial : 0);
     vocab[content] = value;
@@ -972,6 +986,12 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
       pieces.resize(size_t(id) + 1);
       flags.resize(size_t(id) + 1);
     }
+    // Two pieces on one id: one of them would decode as the other.
+    if (flags[size_t(id)] & kModelPiece)
+      return malformed(file, "model.vocab[" + showText(it.key()) + "]",
+                       "an id no other piece has",
+                       std::to_string(id) + ", the id of " + showText(pieces[size_t(id)]));
+    flags[size_t(id)] |= kModelPiece;
     pieces[size_t(id)] = it.key();
     vocab.emplace(it.key(), id);
   }
@@ -1857,16 +1877,22 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
     if (Status s = parseJsonFile(files.generationConfig, generation, files.noFollow); !s)
       return s;
     if (const Json *eos = member(generation, "eos_token_id"); !isAbsent(eos)) {
-      std::vector<Json> list;
-      if (eos->is_array())
-        list.assign(eos->begin(), eos->end());
-      else
-        list.push_back(*eos);
-      for (const Json &id : list) {
-        if (!id.is_number_unsigned() || int64_t(id.get<uint64_t>()) >= size)
-          return malformed(files.generationConfig, "eos_token_id",
-                           "ids below " + std::to_string(size), showJson(id));
+      auto add = [&](const Json &id, const std::string &path) {
+        // Unsigned: 2^63 and above were negative as int64 and passed.
+        if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(size))
+          return malformed(files.generationConfig, path,
+                           "an id below " + std::to_string(size) + " (the vocabulary's size)",
+                           showJson(id));
         stops.push_back(int64_t(id.get<uint64_t>()));
+        return Status::ok();
+      };
+      if (!eos->is_array()) {
+        if (Status s = add(*eos, "eos_token_id"); !s)
+          return s;
+      } else {
+        for (size_t i = 0; i < eos->size(); ++i)
+          if (Status s = add((*eos)[i], "eos_token_id[" + std::to_string(i) + "]"); !s)
+            return s;
       }
     }
   }

@@ -212,7 +212,10 @@ TEST(Tokenizer, SmolLm2Gpt2SplitKeepsWordsApart) {
 }
 
 /// Gemma 4's special tokens in a SentencePiece-style BPE with byte fallback;
-/// `leaveOut`: a special token the vocabulary lacks.
+/// `leaveOut`: a special token the vocabulary lacks. The byte pieces come
+/// after Gemma 4's low special ids (98, 105...), as in its vocabulary.
+constexpr int kGemma4FirstByte = 238;
+
 void writeGemma4(Files &files, const std::string &chatTemplate,
                  const std::string &eos = "<turn|>", const std::string &leaveOut = "") {
   Json vocab = Json::object();
@@ -222,9 +225,9 @@ void writeGemma4(Files &files, const std::string &chatTemplate,
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 4 + b;
+    vocab[name] = kGemma4FirstByte + b;
   }
-  int next = 300;
+  int next = kGemma4FirstByte + 256;
   for (const char *piece : {"\xE2\x96\x81", "h", "e", "l", "o", "u", "s", "r", "i", "\n"})
     vocab[piece] = next++;
   std::vector<std::pair<std::string, std::string>> merges = {
@@ -298,7 +301,9 @@ TEST(Tokenizer, Gemma4SpecialTokensAndByteFallback) {
   // Characters outside the vocabulary fall back to their bytes' pieces.
   ids.clear();
   ASSERT_TRUE(t->encode("h\xF0\x9F\x98\x80", false, ids)); // h + U+1F600
-  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "h"), 4 + 0xF0, 4 + 0x9F, 4 + 0x98, 4 + 0x80}));
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "h"), kGemma4FirstByte + 0xF0,
+                                       kGemma4FirstByte + 0x9F, kGemma4FirstByte + 0x98,
+                                       kGemma4FirstByte + 0x80}));
   std::string text;
   ASSERT_TRUE(t->decode(ids.data(), ids.size(), text));
   EXPECT_EQ(text, "h\xF0\x9F\x98\x80");
@@ -705,6 +710,41 @@ TEST(Tokenizer, JsonIsReadWithinItsLimits) {
                              "error at line 1, column"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("last read: '\"<|pad\\xFF'"), std::string::npos) << s.message();
   EXPECT_EQ(findInvalidUtf8(s.message()), std::string::npos);
+}
+
+TEST(Tokenizer, EachIdIsOnePieceAndStopIdsAreInTheVocabulary) {
+  const Refusal refusals[] = {
+      // Before: each was accepted, and one of two pieces decoded as the other.
+      {"/model/vocab/zz", 8, "expected an id no other piece has, found 8, the id of"},
+      {"/added_tokens/1/id", 0, "added_tokens[1].id: expected an id no other added token has, "
+                                "found 0, the id of the added token '<|pad|>'"},
+      {"/added_tokens/7/id", 8 + 0xC3, "added_tokens[7].id: expected the id of the piece "
+                                       "'<|im_end|>' or an id no piece has, found 203"},
+  };
+  for (const Refusal &refusal : refusals) {
+    Files files;
+    writeLfm2(files);
+    std::ifstream in(files.dir.file("tokenizer.json"));
+    Json root = Json::parse(in);
+    root[Json::json_pointer(refusal.member)] = refusal.value;
+    files.write("tokenizer.json", root.dump());
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT) << refusal.member;
+    EXPECT_NE(s.message().find(refusal.expected), std::string::npos) << s.message();
+  }
+  // generation_config.json's ids compare as unsigned: 2^63 and 2^64 - 1
+  // were negative as int64, so "below" the vocabulary's size.
+  for (const char *eos : {"9223372036854775808", "18446744073709551615", "[7, 9223372036854775808]"}) {
+    Files files;
+    writeLfm2(files);
+    files.write("generation_config.json", std::string("{\"eos_token_id\": ") + eos + "}");
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT) << eos;
+    EXPECT_NE(s.message().find("expected an id below 271 (the vocabulary's size), found"),
+              std::string::npos) << s.message();
+  }
 }
 
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
