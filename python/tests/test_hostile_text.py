@@ -287,3 +287,128 @@ def test_an_eos_id_outside_the_vocabulary_is_refused(tmp_path, value, path):
     directory = _write(tmp_path / "t", _piece_tokenizer(), {"eos_token_id": value})
     _refused(_tokenize(directory, "ab"), f"generation_config.json: {path}: expected an id below "
              f"264 (the vocabulary's size), found {shown}")
+
+
+# --- text past the limit, and the memory an encode takes -------------------------
+
+def _encode_with_qwen3(text_expression, extra=""):
+    """Encodes `text_expression` (Python, evaluated in the child) with the
+    real Qwen3 tokenizer through the C API into a buffer made beforehand,
+    in a child process; prints the number of ids and the resident memory
+    the call added (VmHWM after it over VmRSS before it)."""
+    import tokenizer_data
+
+    directory = tokenizer_data.require_data("qwen3")
+    script = f"""
+import ctypes, re, sys, time
+import numpy as np
+from cq4p.native import runtime as native
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) << 10
+
+tokenizer = native.NativeTokenizer(directory={str(directory)!r})
+lib = native.text_library()
+data = {text_expression}
+ids = np.ones(len(data) + 16, dtype=np.int64)
+error = ctypes.create_string_buffer(native.ERROR_BUFFER_BYTES)
+count = ctypes.c_size_t()
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as handle:
+    handle.write("5")
+before = status("VmRSS")
+code = lib.cq4p_tokenizer_encode(tokenizer._handle, data, len(data), 0,
+                                 ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
+                                 ctypes.byref(count), error, native.ERROR_BUFFER_BYTES)
+if code != 0:
+    print(error.value.decode(), file=sys.stderr)
+    sys.exit(2)
+print(count.value, status("VmHWM") - before)
+{extra}
+"""
+    return hostile.run([sys.executable, "-c", script], env=_env())
+
+
+def test_text_past_the_limit_is_refused_by_size(tmp_path):
+    # Before: 50 MiB of digits took 3.9 GB and 14 s (std::bad_alloc after
+    # 22 s where memory was shorter); the limit is 4 GiB of address space.
+    size = 50 << 20
+    outcome = _encode_with_qwen3(f"b'1234567890' * {size // 10} + b'{'1' * (size % 10)}'")
+    hostile.assert_refused(outcome, code=EXIT_BAD_INPUT)
+    assert outcome.stderr.strip() == (
+        f"encode: the text is {size} bytes, more than the limit of "
+        f"{fmt.CQ4P_TOKENIZER_MAX_TEXT_BYTES} for one encode (CQ4P_TOKENIZER_MAX_TEXT_BYTES)")
+
+
+# What an encode of 24 MiB may add to resident memory, per byte of text:
+# the ids (8 bytes each, up to one a byte, in a vector that grows by
+# doubling) and a little. Before: 66 bytes a byte of digits (every
+# pre-token's view and segment held at once), 38 for one long word.
+BYTES_PER_BYTE = 14
+TEXTS = {
+    "digits (one id a byte)": "b'1234567890' * ((24 << 20) // 10)",
+    "one letter (a single pre-token)": "b'a' * (24 << 20)",
+    "characters of every width": "'x\\u00e9\\u8a9e 12 \\U0001F600!'.encode() * ((24 << 20) // 16)",
+}
+
+
+@pytest.mark.parametrize("kind", list(TEXTS))
+def test_encoding_takes_memory_linear_in_the_text(kind):
+    outcome = _encode_with_qwen3(TEXTS[kind], extra="print(len(data))")
+    assert outcome.returncode == 0, outcome.describe()
+    count, added, size = map(int, outcome.stdout.split())
+    assert 0 < count <= size
+    assert added <= BYTES_PER_BYTE * size + (16 << 20), \
+        f"{kind}: {added / size:.1f} bytes a byte of text"
+
+
+def _encode(directory, text_expression):
+    """Encodes `text_expression` (Python, evaluated in a child process) with
+    the tokenizer of `directory` through the Python API; the child prints
+    the number of ids, or the refusal on stderr (exit status 2)."""
+    script = f"""
+import sys
+from cq4p.native import runtime as native
+tokenizer = native.NativeTokenizer(directory={str(directory)!r})
+try:
+    print(len(tokenizer.encode({text_expression}, add_special=False)))
+except native.NativeError as error:
+    print(error, file=sys.stderr)
+    sys.exit(2)
+"""
+    return hostile.run([sys.executable, "-c", script], env=_env())
+
+
+def test_a_normalizer_that_grows_the_text_without_end_is_refused(tmp_path):
+    # Before: each "a" of 1 MiB became 4096 bytes: std::bad_alloc (SIGABRT)
+    # within 4 GiB of address space.
+    tokenizer = _piece_tokenizer()
+    tokenizer["normalizer"] = {"type": "Sequence", "normalizers": [
+        tokenizer["normalizer"],
+        {"type": "Replace", "pattern": {"String": "a"}, "content": "b" * 4096}]}
+    outcome = _encode(_write(tmp_path / "t", tokenizer), "'a' * (1 << 20)")
+    hostile.assert_refused(outcome, code=EXIT_BAD_INPUT)
+    assert outcome.stderr.strip().endswith(
+        "tokenizer.json: normalizer.normalizers[1] would make the text 4294967296 bytes, more "
+        "than cq4p's limit for the normalized text (4 times the text's bytes plus 65536)")
+
+
+@pytest.mark.parametrize("kind", ["normalizer", "pre-tokenizer", "decoder"])
+def test_more_steps_than_the_limit_are_refused(tmp_path, kind):
+    # Before: a Sequence of any length was read; each step is a pass over
+    # every text (a decoder step, over every piece at open).
+    tokenizer = _piece_tokenizer()
+    steps = fmt.CQ4P_TOKENIZER_MAX_STEPS + 1
+    replace = {"type": "Replace", "pattern": {"String": "q"}, "content": "r"}
+    if kind == "normalizer":
+        tokenizer["normalizer"] = {"type": "Sequence", "normalizers": [replace] * steps}
+        path = f"normalizer.normalizers[{steps - 1}]"
+    elif kind == "pre-tokenizer":
+        tokenizer["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [_split("q")] * steps}
+        path = f"pre_tokenizer.pretokenizers[{steps - 1}]"
+    else:
+        tokenizer["decoder"]["decoders"] += [replace] * (steps - 3)
+        path = "decoder.decoders"
+    _refused(_tokenize(_write(tmp_path / "t", tokenizer), "ab"), f"tokenizer.json: {path}: "
+             f"expected at most {fmt.CQ4P_TOKENIZER_MAX_STEPS} {kind} steps "
+             f"(CQ4P_TOKENIZER_MAX_STEPS), found more")

@@ -45,6 +45,11 @@ using Json = nlohmann::json;
 constexpr size_t kMaxFileBytes = size_t(1) << 30;
 constexpr size_t kMaxCachedWordBytes = 64;
 constexpr size_t kMaxCacheEntries = size_t(1) << 16;
+/// The normalized sections of one encode take at most this many times the
+/// text's bytes, plus the slack (Gemma's ' ' -> U+2581 triples a space; a
+/// file's Replace or Prepend could grow a text without end).
+constexpr uint64_t kNormalizedGrowth = 4;
+constexpr uint64_t kNormalizedSlack = uint64_t(1) << 16;
 
 /// The first `limit` bytes of `text` or fewer: never a part of a character.
 std::string_view headOf(std::string_view text, size_t limit) {
@@ -624,9 +629,10 @@ public:
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE); // falls back to the interpreter
     return Status::ok();
   }
-  /// Calls found(start, end) for each non-empty match, left to right;
-  /// returns 0, or PCRE2's error code when matching failed (a resource
-  /// limit), which encode reports rather than tokenize the rest wrongly.
+  /// Calls found(start, end) for each non-empty match, left to right,
+  /// until it returns false; returns 0, or PCRE2's error code when
+  /// matching failed (a resource limit), which encode reports rather than
+  /// tokenize the rest wrongly.
   template <typename Found>
   int forEachMatch(std::string_view text, pcre2_match_data *data,
                    Found &&found) const {
@@ -650,7 +656,8 @@ public:
         start = matchStart + length;
         continue;
       }
-      found(matchStart, matchEnd);
+      if (!found(matchStart, matchEnd))
+        return 0;
       start = matchEnd;
     }
     return 0;
@@ -668,6 +675,7 @@ private:
 struct NormalizerStep {
   enum class Kind { Nfc, Replace, Prepend } kind;
   std::string from, to; // Replace: from -> to; Prepend: to
+  std::string path;     // in tokenizer.json, for messages
 };
 
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious,
@@ -694,6 +702,15 @@ enum PieceFlags : uint8_t {
   kAdded = 1,
   kSpecial = 2,
   kModelPiece = 4, // a piece of model.vocab
+};
+
+/// One encode call's state.
+struct EncodeRun {
+  std::vector<int64_t> &ids;
+  pcre2_match_data *data = nullptr;
+  /// Bytes the normalized sections may still take (docs/TOKENIZER.md).
+  uint64_t normalizedRoom = 0;
+  Status failure = Status::ok();
 };
 
 } // namespace
@@ -762,10 +779,13 @@ struct Tokenizer::Impl {
                     bool byteFallbackDecode);
   Status loadConfig(const TokenizerFiles &files);
 
-  // Encoding.
-  /// 0, or the PCRE2 error that stopped a split.
-  int encodeSection(std::string_view section, pcre2_match_data *data,
-                    std::vector<int64_t> &ids) const;
+  // Encoding. Each returns false when the encode failed (run.failure).
+  bool normalize(std::string_view section, std::string &storage, std::string_view &text,
+                 EncodeRun &run) const;
+  bool encodeSection(std::string_view section, EncodeRun &run) const;
+  bool preTokenize(size_t step, std::string_view word, EncodeRun &run) const;
+  void encodePreToken(std::string_view word, std::vector<int64_t> &ids) const;
+  void encodeBounded(std::string_view word, std::vector<int64_t> &ids) const;
   void encodeWord(std::string_view word, std::vector<int64_t> &ids) const;
   void mergeWord(std::string_view word, std::vector<int32_t> &out) const;
 };
@@ -828,6 +848,15 @@ Status getPattern(const std::string &file, const Json &object,
   }
   return malformed(file, path + ".pattern", "{\"String\": ...} or {\"Regex\": ...}",
                    showJson(*pattern));
+}
+
+/// A step more than CQ4P_TOKENIZER_MAX_STEPS of one kind (a file of a
+/// million Replace steps would take a million passes over every text).
+Status tooManySteps(const std::string &file, const std::string &path, const char *kind) {
+  return malformed(file, path,
+                   "at most " + std::to_string(CQ4P_TOKENIZER_MAX_STEPS) + " " + kind +
+                       " steps (CQ4P_TOKENIZER_MAX_STEPS)",
+                   "more");
 }
 
 /// Every member of `object` must be in `known` (what cq4p reads or knows
@@ -1063,8 +1092,10 @@ Status Tokenizer::Impl::loadNormalizer(const Json &normalizer,
         return s;
     return Status::ok();
   }
+  if (normalizers.size() >= CQ4P_TOKENIZER_MAX_STEPS)
+    return tooManySteps(file, path, "normalizer");
   if (type == "NFC") {
-    normalizers.push_back({NormalizerStep::Kind::Nfc, "", ""});
+    normalizers.push_back({NormalizerStep::Kind::Nfc, "", "", path});
     return Status::ok();
   }
   if (type == "Replace") {
@@ -1076,14 +1107,14 @@ Status Tokenizer::Impl::loadNormalizer(const Json &normalizer,
                          "Replace with a String pattern");
     if (Status s = getString(file, normalizer, "content", path, content, true); !s)
       return s;
-    normalizers.push_back({NormalizerStep::Kind::Replace, literal, content});
+    normalizers.push_back({NormalizerStep::Kind::Replace, literal, content, path});
     return Status::ok();
   }
   if (type == "Prepend") {
     std::string prepend;
     if (Status s = getString(file, normalizer, "prepend", path, prepend, true); !s)
       return s;
-    normalizers.push_back({NormalizerStep::Kind::Prepend, "", prepend});
+    normalizers.push_back({NormalizerStep::Kind::Prepend, "", prepend, path});
     return Status::ok();
   }
   return unsupported(file, path + ".type", showText(type),
@@ -1109,6 +1140,8 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json &pre,
         return s;
     return Status::ok();
   }
+  if (preTokenizers.size() >= CQ4P_TOKENIZER_MAX_STEPS)
+    return tooManySteps(file, path, "pre-tokenizer");
   PreTokenizerStep step;
   if (type == "Split") {
     step.kind = PreTokenizerStep::Kind::Split;
@@ -1299,6 +1332,8 @@ Status Tokenizer::Impl::loadDecoder(const Json &decoder, const std::string &path
     if (list == nullptr || !list->is_array())
       return malformed(file, path + ".decoders", "an array",
                        list ? typeName(*list) : "nothing");
+    if (list->size() > CQ4P_TOKENIZER_MAX_STEPS)
+      return tooManySteps(file, path + ".decoders", "decoder");
     for (size_t i = 0; i < list->size(); ++i)
       if (Status s = one((*list)[i], path + ".decoders[" + std::to_string(i) + "]"); !s)
         return s;
@@ -1591,105 +1626,101 @@ void Tokenizer::Impl::encodeWord(std::string_view word,
 
 namespace {
 
-/// The segments of `text` around `pattern`'s matches: (start, end, match).
-struct Segment {
-  size_t start, end;
-  bool match;
-};
-
-int splitSegments(const PreTokenizerStep &step, std::string_view text,
-                  pcre2_match_data *data, std::vector<Segment> &segments) {
-  segments.clear();
+/// Calls emit(start, end, match) for the parts of `text` around the split
+/// step's matches, in order (`invert` swaps which are matches), until it
+/// returns false; sets run.failure when matching failed.
+template <typename Emit>
+bool forEachSegment(const PreTokenizerStep &step, std::string_view text, EncodeRun &run,
+                    Emit &&emit) {
   size_t last = 0;
+  bool going = true;
   auto found = [&](size_t start, size_t end) {
-    if (start > last)
-      segments.push_back({last, start, false});
-    segments.push_back({start, end, true});
+    going = (start == last || emit(last, start, step.invert)) && emit(start, end, !step.invert);
     last = end;
+    return going;
   };
-  int error = 0;
   if (step.regex) {
-    error = step.regex->forEachMatch(text, data, found);
+    if (int error = step.regex->forEachMatch(text, run.data, found)) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      run.failure = Status(CQ4P_ERROR_UNSUPPORTED,
+                           "encode: the split pattern failed on this text (PCRE2: " +
+                               std::string(reinterpret_cast<char *>(message)) + ")");
+      return false;
+    }
   } else {
-    for (size_t at = 0;
-         (at = text.find(step.literal, at)) != std::string_view::npos;
+    for (size_t at = 0; going && (at = text.find(step.literal, at)) != std::string_view::npos;
          at += step.literal.size())
       found(at, at + step.literal.size());
   }
-  if (last < text.size())
-    segments.push_back({last, text.size(), false});
-  if (step.invert)
-    for (Segment &segment : segments)
-      segment.match = !segment.match;
-  return error;
+  if (going && last < text.size())
+    going = emit(last, text.size(), step.invert);
+  return going;
 }
 
-/// Applies a split step's behavior to `segments`, appending the pieces.
-void applyBehavior(SplitBehavior behavior, std::string_view text,
-                   const std::vector<Segment> &segments,
-                   std::vector<std::string_view> &out) {
-  auto piece = [&](size_t start, size_t end) {
-    return text.substr(start, end - start);
-  };
-  switch (behavior) {
-  case SplitBehavior::Isolated:
-    for (const Segment &s : segments)
-      out.push_back(piece(s.start, s.end));
-    return;
-  case SplitBehavior::Removed:
-    for (const Segment &s : segments)
-      if (!s.match)
-        out.push_back(piece(s.start, s.end));
-    return;
-  case SplitBehavior::MergedWithPrevious: {
-    size_t first = out.size();
-    bool previousMatch = false;
-    for (const Segment &s : segments) {
-      if (s.match && !previousMatch && out.size() > first) {
-        std::string_view &last = out.back();
-        last = text.substr(size_t(last.data() - text.data()),
-                           s.end - size_t(last.data() - text.data()));
-      } else {
-        out.push_back(piece(s.start, s.end));
+/// Joins a split's segments into pieces as its behavior says, passing each
+/// piece on as soon as no later segment can join it: at most one piece is
+/// held back, so a split takes no memory for the pieces of a long text.
+template <typename Pass> class PieceJoiner {
+public:
+  PieceJoiner(SplitBehavior behavior, std::string_view text, Pass &pass)
+      : behavior_(behavior), text_(text), pass_(pass) {}
+
+  bool add(size_t start, size_t end, bool match) {
+    switch (behavior_) {
+    case SplitBehavior::Isolated:
+      return pass_(text_.substr(start, end - start));
+    case SplitBehavior::Removed:
+      return match || pass_(text_.substr(start, end - start));
+    case SplitBehavior::MergedWithPrevious:
+    case SplitBehavior::Contiguous: {
+      // A match joins the piece before it: after a non-match
+      // (MergedWithPrevious) or after a match (Contiguous).
+      bool joins = match && held_ &&
+                   previousMatch_ == (behavior_ == SplitBehavior::Contiguous);
+      previousMatch_ = match;
+      if (joins) {
+        heldEnd_ = end;
+        return true;
       }
-      previousMatch = s.match;
+      return hold(start, end, match);
     }
-    return;
-  }
-  case SplitBehavior::MergedWithNext: {
-    std::vector<std::string_view> reversed;
-    bool previousMatch = false;
-    for (size_t i = segments.size(); i-- > 0;) {
-      const Segment &s = segments[i];
-      if (s.match && !previousMatch && !reversed.empty()) {
-        std::string_view &last = reversed.back();
-        size_t end = size_t(last.data() - text.data()) + last.size();
-        last = piece(s.start, end);
-      } else {
-        reversed.push_back(piece(s.start, s.end));
+    case SplitBehavior::MergedWithNext:
+      // A match joins the non-match after it.
+      if (held_ && heldMatch_ && !match) {
+        held_ = false;
+        return pass_(text_.substr(heldStart_, end - heldStart_));
       }
-      previousMatch = s.match;
+      if (match)
+        return hold(start, end, match);
+      return flush() && pass_(text_.substr(start, end - start));
     }
-    out.insert(out.end(), reversed.rbegin(), reversed.rend());
-    return;
+    return true;
   }
-  case SplitBehavior::Contiguous: {
-    size_t first = out.size();
-    bool previousMatch = false;
-    for (const Segment &s : segments) {
-      if (s.match && previousMatch && out.size() > first) {
-        std::string_view &last = out.back();
-        last = text.substr(size_t(last.data() - text.data()),
-                           s.end - size_t(last.data() - text.data()));
-      } else {
-        out.push_back(piece(s.start, s.end));
-      }
-      previousMatch = s.match;
-    }
-    return;
+  bool flush() {
+    if (!held_)
+      return true;
+    held_ = false;
+    return pass_(text_.substr(heldStart_, heldEnd_ - heldStart_));
   }
+
+private:
+  bool hold(size_t start, size_t end, bool match) {
+    if (!flush())
+      return false;
+    held_ = true;
+    heldStart_ = start;
+    heldEnd_ = end;
+    heldMatch_ = match;
+    return true;
   }
-}
+
+  SplitBehavior behavior_;
+  std::string_view text_;
+  Pass &pass_;
+  bool held_ = false, heldMatch_ = false, previousMatch_ = false;
+  size_t heldStart_ = 0, heldEnd_ = 0;
+};
 
 bool isNfcQuick(std::string_view text) {
   // Characters below U+0300 are NFC and compose with nothing before them.
@@ -1703,11 +1734,22 @@ bool isNfcQuick(std::string_view text) {
 
 } // namespace
 
-int Tokenizer::Impl::encodeSection(std::string_view section,
-                                   pcre2_match_data *data,
-                                   std::vector<int64_t> &ids) const {
-  std::string normalized;
-  std::string_view text = section;
+bool Tokenizer::Impl::normalize(std::string_view section, std::string &storage,
+                                std::string_view &text, EncodeRun &run) const {
+  text = section;
+  // Before a step writes its text: whether `size` bytes fit in what the
+  // encode's normalized sections may take.
+  auto fits = [&](const NormalizerStep &step, uint64_t size) {
+    if (size <= run.normalizedRoom)
+      return true;
+    run.failure = Status(
+        CQ4P_ERROR_ARGUMENT,
+        "encode: " + file + ": " + step.path + " would make the text " +
+            std::to_string(size) + " bytes, more than cq4p's limit for the normalized text (" +
+            std::to_string(kNormalizedGrowth) + " times the text's bytes plus " +
+            std::to_string(kNormalizedSlack) + ")");
+    return false;
+  };
   for (const NormalizerStep &step : normalizers) {
     switch (step.kind) {
     case NormalizerStep::Kind::Nfc: {
@@ -1718,87 +1760,131 @@ int Tokenizer::Impl::encodeSection(std::string_view section,
           reinterpret_cast<const utf8proc_uint8_t *>(text.data()),
           utf8proc_ssize_t(text.size()), &result,
           utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-      if (length >= 0 && result != nullptr)
-        normalized.assign(reinterpret_cast<char *>(result), size_t(length));
+      if (length < 0 || result == nullptr) {
+        std::free(result);
+        run.failure = Status(CQ4P_ERROR_ARGUMENT, "encode: " + file + ": " + step.path +
+                                                      ": utf8proc: " +
+                                                      utf8proc_errmsg(length < 0 ? length : 0));
+        return false;
+      }
+      bool kept = fits(step, uint64_t(length));
+      if (kept)
+        storage.assign(reinterpret_cast<char *>(result), size_t(length));
       std::free(result);
-      text = normalized;
+      if (!kept)
+        return false;
+      text = storage;
       break;
     }
     case NormalizerStep::Kind::Replace: {
-      if (text.find(step.from) == std::string_view::npos)
+      uint64_t count = 0;
+      for (size_t at = 0; (at = text.find(step.from, at)) != std::string_view::npos;
+           at += step.from.size())
+        ++count;
+      if (count == 0)
         break;
+      if (!fits(step, text.size() - count * step.from.size() + count * step.to.size()))
+        return false;
       std::string replaced;
-      replaced.reserve(text.size() + text.size() / 2);
+      replaced.reserve(size_t(text.size() - count * step.from.size() + count * step.to.size()));
       size_t at = 0;
       for (size_t found; (found = text.find(step.from, at)) != std::string_view::npos;
            at = found + step.from.size())
         replaced.append(text.substr(at, found - at)).append(step.to);
       replaced.append(text.substr(at));
-      normalized.swap(replaced);
-      text = normalized;
+      storage.swap(replaced);
+      text = storage;
       break;
     }
     case NormalizerStep::Kind::Prepend:
       if (!text.empty()) {
+        if (!fits(step, uint64_t(text.size()) + step.to.size()))
+          return false;
         std::string prepended = step.to;
         prepended.append(text);
-        normalized.swap(prepended);
-        text = normalized;
+        storage.swap(prepended);
+        text = storage;
       }
       break;
     }
   }
-  if (text.empty())
-    return 0;
+  run.normalizedRoom -= std::min<uint64_t>(run.normalizedRoom, text.size());
+  return true;
+}
 
-  thread_local std::vector<std::string_view> words, next;
-  thread_local std::vector<Segment> segments;
-  std::deque<std::string> storage; // pieces a step rewrote (prefix spaces)
-  words.clear();
-  words.push_back(text);
-  for (const PreTokenizerStep &step : preTokenizers) {
-    next.clear();
-    for (std::string_view word : words) {
-      if (step.kind == PreTokenizerStep::Kind::ByteLevel) {
-        if (step.addPrefixSpace && (word.empty() || word[0] != ' ')) {
-          storage.push_back(" " + std::string(word));
-          word = storage.back();
-        }
-        if (!step.regex) {
-          next.push_back(word);
-          continue;
-        }
-        if (int error = splitSegments(step, word, data, segments))
-          return error;
-        applyBehavior(SplitBehavior::Isolated, word, segments, next);
-        continue;
-      }
-      if (int error = splitSegments(step, word, data, segments))
-        return error;
-      applyBehavior(step.behavior, word, segments, next);
-    }
-    words.swap(next);
+bool Tokenizer::Impl::encodeSection(std::string_view section, EncodeRun &run) const {
+  std::string storage;
+  std::string_view text;
+  if (!normalize(section, storage, text, run))
+    return false;
+  return text.empty() || preTokenize(0, text, run);
+}
+
+/// Pre-tokenizer `step` onwards on `word`, each final piece encoded as it
+/// is found: the steps' pieces are never all held at once (50 MiB of
+/// digits were 50 million views, twice, and their segments).
+bool Tokenizer::Impl::preTokenize(size_t step, std::string_view word, EncodeRun &run) const {
+  if (step == preTokenizers.size()) {
+    encodePreToken(word, run.ids);
+    return true;
   }
-  for (std::string_view word : words) {
-    if (word.empty())
-      continue;
-    if (!splitAtUnjoinable) {
-      encodeWord(word, ids);
-      continue;
+  const PreTokenizerStep &pre = preTokenizers[step];
+  std::string prefixed;
+  SplitBehavior behavior = pre.behavior;
+  if (pre.kind == PreTokenizerStep::Kind::ByteLevel) {
+    if (pre.addPrefixSpace && (word.empty() || word[0] != ' ')) {
+      prefixed.reserve(word.size() + 1);
+      prefixed.assign(" ").append(word);
+      word = prefixed;
     }
-    size_t start = 0, length;
-    uint32_t previous = decodeAt(word, 0, length);
-    for (size_t i = length; i < word.size(); i += length) {
-      uint32_t cp = decodeAt(word, i, length);
-      if (!joinable.contains(PairSet::key(previous, cp))) {
-        encodeWord(word.substr(start, i - start), ids);
-        start = i;
-      }
-      previous = cp;
-    }
-    encodeWord(word.substr(start), ids);
+    if (!pre.regex)
+      return preTokenize(step + 1, word, run);
+    behavior = SplitBehavior::Isolated;
   }
-  return 0;
+  auto pass = [&](std::string_view piece) { return preTokenize(step + 1, piece, run); };
+  PieceJoiner<decltype(pass)> joiner(behavior, word, pass);
+  return forEachSegment(pre, word, run,
+                        [&](size_t start, size_t end, bool match) {
+                          return joiner.add(start, end, match);
+                        }) &&
+         joiner.flush();
+}
+
+void Tokenizer::Impl::encodePreToken(std::string_view word, std::vector<int64_t> &ids) const {
+  if (word.empty())
+    return;
+  if (!splitAtUnjoinable) {
+    encodeBounded(word, ids);
+    return;
+  }
+  size_t start = 0, length;
+  uint32_t previous = decodeAt(word, 0, length);
+  for (size_t i = length; i < word.size(); i += length) {
+    uint32_t cp = decodeAt(word, i, length);
+    if (!joinable.contains(PairSet::key(previous, cp))) {
+      encodeBounded(word.substr(start, i - start), ids);
+      start = i;
+    }
+    previous = cp;
+  }
+  encodeBounded(word.substr(start), ids);
+}
+
+/// A word longer than CQ4P_TOKENIZER_MAX_WORD_BYTES is merged in pieces of
+/// at most that many bytes, cut between characters: merging is O(n log n)
+/// in time and about 40 bytes of memory a byte, and text with such words
+/// (a run of one letter, of spaces) is no ordinary text. The reference
+/// tokenizers merge a word whole, so ids next to a cut may differ from
+/// theirs (docs/TOKENIZER.md).
+void Tokenizer::Impl::encodeBounded(std::string_view word, std::vector<int64_t> &ids) const {
+  while (word.size() > CQ4P_TOKENIZER_MAX_WORD_BYTES) {
+    size_t cut = CQ4P_TOKENIZER_MAX_WORD_BYTES;
+    while (cut > 0 && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80)
+      --cut;
+    encodeWord(word.substr(0, cut), ids);
+    word.remove_prefix(cut);
+  }
+  encodeWord(word, ids);
 }
 
 //===----------------------------------------------------------------------===//
@@ -2080,6 +2166,12 @@ Status Tokenizer::openDirectory(const std::string &directory,
 Status Tokenizer::encode(std::string_view text, bool addSpecial,
                          std::vector<int64_t> &ids) const {
   const Impl &impl = *impl_;
+  if (text.size() > CQ4P_TOKENIZER_MAX_TEXT_BYTES)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "encode: the text is " + std::to_string(text.size()) +
+                      " bytes, more than the limit of " +
+                      std::to_string(CQ4P_TOKENIZER_MAX_TEXT_BYTES) +
+                      " for one encode (CQ4P_TOKENIZER_MAX_TEXT_BYTES)");
   if (size_t bad = findInvalidUtf8(text); bad != std::string_view::npos)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "encode: the text is not valid UTF-8 at byte " +
@@ -2087,11 +2179,16 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   size_t first = ids.size();
   if (addSpecial)
     ids.insert(ids.end(), impl.prefix.begin(), impl.prefix.end());
-  pcre2_match_data *data = nullptr;
+  EncodeRun run{ids};
+  run.normalizedRoom = kNormalizedGrowth * uint64_t(text.size()) + kNormalizedSlack;
+  // The whole match's offsets are all a split reads (a pattern with groups
+  // still matches: pcre2_match returns 0, the ovector too small for them).
+  bool patterns = false;
   for (const PreTokenizerStep &step : impl.preTokenizers)
-    if (step.regex && data == nullptr)
-      data = pcre2_match_data_create_from_pattern(step.regex->code(), nullptr);
-  int matchError = 0;
+    patterns |= step.regex != nullptr;
+  if (patterns)
+    run.data = pcre2_match_data_create(1, nullptr);
+  bool going = true;
   {
     std::lock_guard<std::mutex> lock(impl.cacheMutex);
     size_t sectionStart = 0;
@@ -2121,23 +2218,17 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
         ++i;
         continue;
       }
-      if (!matchError)
-        matchError = impl.encodeSection(text.substr(sectionStart, i - sectionStart), data, ids);
+      going = going && impl.encodeSection(text.substr(sectionStart, i - sectionStart), run);
       ids.push_back(token);
       i = sectionStart = tokenEnd;
     }
-    if (!matchError)
-      matchError = impl.encodeSection(text.substr(sectionStart), data, ids);
+    going = going && impl.encodeSection(text.substr(sectionStart), run);
   }
-  if (data != nullptr)
-    pcre2_match_data_free(data);
-  if (matchError != 0) {
+  if (run.data != nullptr)
+    pcre2_match_data_free(run.data);
+  if (!going) {
     ids.resize(first);
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(matchError, message, sizeof(message));
-    return Status(CQ4P_ERROR_UNSUPPORTED,
-                  "encode: the split pattern failed on this text (PCRE2: " +
-                      std::string(reinterpret_cast<char *>(message)) + ")");
+    return run.failure;
   }
   if (addSpecial)
     ids.insert(ids.end(), impl.suffix.begin(), impl.suffix.end());

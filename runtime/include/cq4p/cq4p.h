@@ -308,6 +308,13 @@ typedef struct cq4p_tokenizer cq4p_tokenizer;
  * (tokenizer.json, tokenizer_config.json, generation_config.json) nest at
  * most this many levels of [] and {}: */
 #define CQ4P_TOKENIZER_MAX_NESTING 64
+/* Normalizer, pre-tokenizer and decoder steps, each (Sequences flattened): */
+#define CQ4P_TOKENIZER_MAX_STEPS 32
+/* Bytes of text one encode takes (cq4p_tokenizer_encode refuses more): */
+#define CQ4P_TOKENIZER_MAX_TEXT_BYTES 33554432u /* 32 MiB */
+/* Bytes of a pre-token merged as one word; a longer one (no ordinary text
+ * has one) is merged in pieces of at most this many bytes: */
+#define CQ4P_TOKENIZER_MAX_WORD_BYTES 65536u
 
 typedef enum cq4p_tokenizer_kind {
   CQ4P_TOKENIZER_BYTE_LEVEL_BPE = 0,

@@ -17,12 +17,15 @@
 
 #include "cq4p/runtime/Tokenizer.h"
 
+#include "cq4p/cq4p.h"
+
 #include "TempDir.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <tuple>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -745,6 +748,129 @@ TEST(Tokenizer, EachIdIsOnePieceAndStopIdsAreInTheVocabulary) {
     EXPECT_NE(s.message().find("expected an id below 271 (the vocabulary's size), found"),
               std::string::npos) << s.message();
   }
+}
+
+/// The pieces `t` gives `text` (ids mapped back to their pieces).
+std::vector<std::string> piecesOf(const Tokenizer &t, const std::string &text) {
+  std::vector<int64_t> ids;
+  Status s = t.encode(text, false, ids);
+  EXPECT_TRUE(s) << s.message();
+  std::vector<std::string> out;
+  for (int64_t id : ids)
+    out.emplace_back(t.piece(id));
+  return out;
+}
+
+TEST(Tokenizer, SplitBehaviorsJoinPiecesAsHuggingFacesDo) {
+  // Hugging Face's example: "the-final--countdown" split at "-". With
+  // ignore_merges, a word that is a piece is that piece, so the ids show
+  // where the words are.
+  Json model = byteLevelModel(0, {}, /*ignoreMerges=*/true);
+  int next = 256;
+  for (const char *piece : {"the", "final", "countdown", "the-", "final-", "-final",
+                            "-countdown", "--", "final--"})
+    model["vocab"][piece] = next++;
+  using Pieces = std::vector<std::string>;
+  const std::tuple<const char *, const char *, bool, Pieces> cases[] = {
+      {"Removed", "-", false, {"the", "final", "countdown"}},
+      {"Isolated", "-", false, {"the", "-", "final", "-", "-", "countdown"}},
+      {"MergedWithPrevious", "-", false, {"the-", "final-", "-", "countdown"}},
+      {"MergedWithNext", "-", false, {"the", "-final", "-", "-countdown"}},
+      {"Contiguous", "-", false, {"the", "-", "final", "--", "countdown"}},
+      // Inverted: the dashes are the "matches", the letters are kept.
+      {"MergedWithPrevious", "[a-z]+", true, {"the-", "final--", "countdown"}},
+      {"Removed", "[a-z]+", true, {"the", "final", "countdown"}},
+  };
+  for (const auto &[behavior, regex, invert, expected] : cases) {
+    Files files;
+    Json root = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                 {"added_tokens", Json::array()}, {"normalizer", nullptr},
+                 {"pre_tokenizer",
+                  {{"type", "Sequence"},
+                   {"pretokenizers",
+                    {{{"type", "Split"}, {"pattern", {{"Regex", regex}}},
+                      {"behavior", behavior}, {"invert", invert}},
+                     {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                      {"use_regex", false}}}}}},
+                 {"post_processor", nullptr}, {"decoder", {{"type", "ByteLevel"}}},
+                 {"model", model}};
+    files.write("tokenizer.json", root.dump());
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    ASSERT_TRUE(s) << s.message();
+    EXPECT_EQ(piecesOf(*t, "the-final--countdown"), expected) << behavior << " " << regex;
+  }
+}
+
+TEST(Tokenizer, EncodingIsBoundedInTextAndWork) {
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  // One encode takes at most CQ4P_TOKENIZER_MAX_TEXT_BYTES.
+  std::string text(size_t(CQ4P_TOKENIZER_MAX_TEXT_BYTES) + 1, '1');
+  std::vector<int64_t> ids;
+  Status s = t->encode(text, false, ids);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_EQ(s.message(), "encode: the text is 33554433 bytes, more than the limit of 33554432 "
+                         "for one encode (CQ4P_TOKENIZER_MAX_TEXT_BYTES)");
+  EXPECT_TRUE(ids.empty());
+
+  // A pre-token longer than CQ4P_TOKENIZER_MAX_WORD_BYTES is merged in
+  // pieces of at most that many bytes, cut between characters.
+  const size_t word = CQ4P_TOKENIZER_MAX_WORD_BYTES;
+  std::string run;
+  for (size_t i = 0; run.size() < 2 * word + 5; ++i)
+    run += i % 7 == 6 ? "\xC3\xA9" : "l";
+  ASSERT_TRUE(t->encode(run, false, ids));
+  std::string back;
+  ASSERT_TRUE(t->decode(ids.data(), ids.size(), back));
+  EXPECT_EQ(back, run);
+  std::vector<int64_t> pieces;
+  size_t start = 0;
+  while (start < run.size()) {
+    size_t cut = std::min(run.size() - start, word);
+    while (start + cut < run.size() && (static_cast<unsigned char>(run[start + cut]) & 0xC0) == 0x80)
+      --cut;
+    ASSERT_TRUE(t->encode(run.substr(start, cut), false, pieces));
+    start += cut;
+  }
+  EXPECT_EQ(ids, pieces);
+
+  // The normalized text of an encode is at most 4 times the text plus
+  // 64 KiB: a Replace of one byte by 64 is refused on 2,000 of them.
+  Files growing;
+  writePieces(growing, nullptr);
+  std::ifstream in(growing.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  root["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", {root["normalizer"],
+                                         {{"type", "Replace"}, {"pattern", {{"String", "a"}}},
+                                          {"content", std::string(64, 'b')}}}}};
+  growing.write("tokenizer.json", root.dump());
+  ASSERT_TRUE(growing.open(t));
+  ids.clear();
+  s = t->encode(std::string(2000, 'a'), false, ids);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(s.message().find("tokenizer.json: normalizer.normalizers[1] would make the text "
+                             "128000 bytes, more than cq4p's limit for the normalized text "
+                             "(4 times the text's bytes plus 65536)"),
+            std::string::npos) << s.message();
+  ids.clear();
+  EXPECT_TRUE(t->encode(std::string(1000, 'a'), false, ids));
+
+  // At most CQ4P_TOKENIZER_MAX_STEPS steps of a kind.
+  Json replace = {{"type", "Replace"}, {"pattern", {{"String", "x"}}}, {"content", "y"}};
+  root["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", Json::array()}};
+  for (int i = 0; i < 33; ++i)
+    root["normalizer"]["normalizers"].push_back(replace);
+  growing.write("tokenizer.json", root.dump());
+  s = growing.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(s.message().find("tokenizer.json: normalizer.normalizers[32]: expected at most 32 "
+                             "normalizer steps (CQ4P_TOKENIZER_MAX_STEPS), found more"),
+            std::string::npos) << s.message();
 }
 
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
