@@ -362,7 +362,7 @@ def test_encoding_takes_memory_linear_in_the_text(kind):
         f"{kind}: {added / size:.1f} bytes a byte of text"
 
 
-def _encode(directory, text_expression):
+def _encode(directory, text_expression, **options):
     """Encodes `text_expression` (Python, evaluated in a child process) with
     the tokenizer of `directory` through the Python API; the child prints
     the number of ids, or the refusal on stderr (exit status 2)."""
@@ -376,7 +376,7 @@ except native.NativeError as error:
     print(error, file=sys.stderr)
     sys.exit(2)
 """
-    return hostile.run([sys.executable, "-c", script], env=_env())
+    return hostile.run([sys.executable, "-c", script], env=_env(), **options)
 
 
 def test_a_normalizer_that_grows_the_text_without_end_is_refused(tmp_path):
@@ -412,3 +412,36 @@ def test_more_steps_than_the_limit_are_refused(tmp_path, kind):
     _refused(_tokenize(_write(tmp_path / "t", tokenizer), "ab"), f"tokenizer.json: {path}: "
              f"expected at most {fmt.CQ4P_TOKENIZER_MAX_STEPS} {kind} steps "
              f"(CQ4P_TOKENIZER_MAX_STEPS), found more")
+
+
+# --- patterns that backtrack without end ------------------------------------------
+
+BACKTRACKING = "(?:(?:a|aa){0,20}b|.)"
+
+
+@pytest.mark.parametrize("size", [20_000, 2_000_000])
+def test_a_pattern_that_backtracks_at_every_character_is_stopped(tmp_path, size):
+    # Before: just under PCRE2's match limit at every character, 6.5 ms
+    # each: 20 KB took 130 s, and 2 MB would take 4 hours.
+    directory = _write(tmp_path / "t", _piece_tokenizer(_split(BACKTRACKING)))
+    outcome = _encode(directory, f"'a' * {size}", timeout=20)
+    hostile.assert_refused(outcome, code=EXIT_BAD_INPUT)
+    assert outcome.stderr.strip() == (
+        f"encode: {directory / 'tokenizer.json'}: pre_tokenizer.pattern.Regex: the split "
+        "pattern needs more work on this text than cq4p's match budget "
+        f"(CQ4P_TOKENIZER_MATCH_STEPS_BASE {fmt.CQ4P_TOKENIZER_MATCH_STEPS_BASE} + "
+        f"{fmt.CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE} a byte of text, in PCRE2's match-limit "
+        "steps): a pattern this slow is refused rather than run for minutes")
+    # Where it backtracks little, the same pattern runs.
+    outcome = _encode(directory, f"'ab' * {size // 2}", timeout=20)
+    assert outcome.returncode == 0, outcome.describe()
+    assert int(outcome.stdout) == size // 2
+
+
+def test_a_long_run_of_white_space_is_encoded():
+    # Before: refused ("match limit exceeded"): \s*[\r\n]+ backtracks over
+    # the whole run before \s+(?!\S) matches it, past PCRE2's fixed limit.
+    outcome = _encode_with_qwen3("b' ' * (16 << 20)", extra="print(len(data))")
+    assert outcome.returncode == 0, outcome.describe()
+    count, _, size = map(int, outcome.stdout.split())
+    assert 0 < count < size // 64

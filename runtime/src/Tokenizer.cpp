@@ -50,6 +50,7 @@ constexpr size_t kMaxCacheEntries = size_t(1) << 16;
 /// file's Replace or Prepend could grow a text without end).
 constexpr uint64_t kNormalizedGrowth = 4;
 constexpr uint64_t kNormalizedSlack = uint64_t(1) << 16;
+constexpr uint32_t kMatchHeapKiB = 64 << 10;
 
 /// The first `limit` bytes of `text` or fewer: never a part of a character.
 std::string_view headOf(std::string_view text, size_t limit) {
@@ -601,6 +602,7 @@ public:
   }
   Status compile(const std::string &file, const std::string &path,
                  const std::string &source) {
+    path_ = path;
     std::string rewritten;
     if (!rewriteWhiteSpace(source, rewritten))
       return unsupported(file, path, "the pattern " + showText(source),
@@ -631,16 +633,35 @@ public:
   }
   /// Calls found(start, end) for each non-empty match, left to right,
   /// until it returns false; returns 0, or PCRE2's error code when
-  /// matching failed (a resource limit), which encode reports rather than
-  /// tokenize the rest wrongly.
+  /// matching failed, which encode reports rather than tokenize the rest
+  /// wrongly: PCRE2_ERROR_MATCHLIMIT when `budget` ran out.
+  ///
+  /// The budget is in PCRE2's match-limit units (backtracking steps). Each
+  /// pcre2_match runs under a limit that starts small and doubles while
+  /// PCRE2 runs out of it, every try charged at its limit, so the work done
+  /// is at most what was charged: a pattern that backtracks just under
+  /// PCRE2's own limit (ten million) at every character, 7 ms each, is
+  /// stopped once it has spent the budget its text earned.
   template <typename Found>
   int forEachMatch(std::string_view text, pcre2_match_data *data,
-                   Found &&found) const {
+                   pcre2_match_context *context, uint64_t &budget, Found &&found) const {
+    constexpr uint64_t kFirstLimit = 16; // most matches of real patterns take 1-20
     size_t start = 0;
     while (start <= text.size()) {
-      int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                           text.size(), start, PCRE2_NO_UTF_CHECK, data,
-                           nullptr);
+      int rc;
+      for (uint64_t limit = kFirstLimit;; limit *= 2) {
+        uint64_t tried = std::min({limit, budget, uint64_t(UINT32_MAX)});
+        if (tried == 0)
+          return PCRE2_ERROR_MATCHLIMIT;
+        pcre2_set_match_limit(context, uint32_t(tried));
+        rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
+                         PCRE2_NO_UTF_CHECK, data, context);
+        budget -= tried;
+        if (rc != PCRE2_ERROR_MATCHLIMIT)
+          break;
+        if (tried < limit)
+          return PCRE2_ERROR_MATCHLIMIT;
+      }
       if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
       if (rc < 0)
@@ -662,10 +683,12 @@ public:
     }
     return 0;
   }
+  const std::string &path() const { return path_; }
   pcre2_code *code() const { return code_; }
 
 private:
   pcre2_code *code_ = nullptr;
+  std::string path_; // in tokenizer.json, for messages
 };
 
 //===----------------------------------------------------------------------===//
@@ -708,6 +731,10 @@ enum PieceFlags : uint8_t {
 struct EncodeRun {
   std::vector<int64_t> &ids;
   pcre2_match_data *data = nullptr;
+  pcre2_match_context *context = nullptr;
+  /// PCRE2 match-limit units the split patterns may still spend: each
+  /// byte a pattern scans earns CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE.
+  uint64_t matchBudget = CQ4P_TOKENIZER_MATCH_STEPS_BASE;
   /// Bytes the normalized sections may still take (docs/TOKENIZER.md).
   uint64_t normalizedRoom = 0;
   Status failure = Status::ok();
@@ -1630,8 +1657,8 @@ namespace {
 /// step's matches, in order (`invert` swaps which are matches), until it
 /// returns false; sets run.failure when matching failed.
 template <typename Emit>
-bool forEachSegment(const PreTokenizerStep &step, std::string_view text, EncodeRun &run,
-                    Emit &&emit) {
+bool forEachSegment(const std::string &file, const PreTokenizerStep &step,
+                    std::string_view text, EncodeRun &run, Emit &&emit) {
   size_t last = 0;
   bool going = true;
   auto found = [&](size_t start, size_t end) {
@@ -1640,12 +1667,23 @@ bool forEachSegment(const PreTokenizerStep &step, std::string_view text, EncodeR
     return going;
   };
   if (step.regex) {
-    if (int error = step.regex->forEachMatch(text, run.data, found)) {
+    run.matchBudget += uint64_t(CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE) * text.size();
+    if (int error = step.regex->forEachMatch(text, run.data, run.context, run.matchBudget,
+                                             found)) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));
-      run.failure = Status(CQ4P_ERROR_UNSUPPORTED,
-                           "encode: the split pattern failed on this text (PCRE2: " +
-                               std::string(reinterpret_cast<char *>(message)) + ")");
+      std::string what = "encode: " + file + ": " + step.regex->path() + ": ";
+      if (error == PCRE2_ERROR_MATCHLIMIT)
+        what += "the split pattern needs more work on this text than cq4p's match budget ("
+                "CQ4P_TOKENIZER_MATCH_STEPS_BASE " +
+                std::to_string(CQ4P_TOKENIZER_MATCH_STEPS_BASE) + " + " +
+                std::to_string(CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE) +
+                " a byte of text, in PCRE2's match-limit steps): a pattern this slow is "
+                "refused rather than run for minutes";
+      else
+        what += "the split pattern failed on this text (PCRE2: " +
+                std::string(reinterpret_cast<char *>(message)) + ")";
+      run.failure = Status(CQ4P_ERROR_UNSUPPORTED, what);
       return false;
     }
   } else {
@@ -1843,7 +1881,7 @@ bool Tokenizer::Impl::preTokenize(size_t step, std::string_view word, EncodeRun 
   }
   auto pass = [&](std::string_view piece) { return preTokenize(step + 1, piece, run); };
   PieceJoiner<decltype(pass)> joiner(behavior, word, pass);
-  return forEachSegment(pre, word, run,
+  return forEachSegment(file, pre, word, run,
                         [&](size_t start, size_t end, bool match) {
                           return joiner.add(start, end, match);
                         }) &&
@@ -2186,8 +2224,13 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   bool patterns = false;
   for (const PreTokenizerStep &step : impl.preTokenizers)
     patterns |= step.regex != nullptr;
-  if (patterns)
+  if (patterns) {
     run.data = pcre2_match_data_create(1, nullptr);
+    run.context = pcre2_match_context_create(nullptr);
+    // The interpreter's backtracking memory (JIT code uses its own 32 KiB
+    // stack); PCRE2's default is 20 GB.
+    pcre2_set_heap_limit(run.context, kMatchHeapKiB);
+  }
   bool going = true;
   {
     std::lock_guard<std::mutex> lock(impl.cacheMutex);
@@ -2226,6 +2269,8 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   }
   if (run.data != nullptr)
     pcre2_match_data_free(run.data);
+  if (run.context != nullptr)
+    pcre2_match_context_free(run.context);
   if (!going) {
     ids.resize(first);
     return run.failure;

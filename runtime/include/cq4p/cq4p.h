@@ -315,6 +315,11 @@ typedef struct cq4p_tokenizer cq4p_tokenizer;
 /* Bytes of a pre-token merged as one word; a longer one (no ordinary text
  * has one) is merged in pieces of at most this many bytes: */
 #define CQ4P_TOKENIZER_MAX_WORD_BYTES 65536u
+/* The work a split pattern may do in one encode, in PCRE2's match-limit
+ * steps: the base plus this much a byte it scans (real patterns take about
+ * one a byte): */
+#define CQ4P_TOKENIZER_MATCH_STEPS_BASE 1048576u
+#define CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE 128u
 
 typedef enum cq4p_tokenizer_kind {
   CQ4P_TOKENIZER_BYTE_LEVEL_BPE = 0,

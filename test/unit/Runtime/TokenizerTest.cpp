@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <tuple>
 #include <sys/stat.h>
@@ -871,6 +872,35 @@ TEST(Tokenizer, EncodingIsBoundedInTextAndWork) {
   EXPECT_NE(s.message().find("tokenizer.json: normalizer.normalizers[32]: expected at most 32 "
                              "normalizer steps (CQ4P_TOKENIZER_MAX_STEPS), found more"),
             std::string::npos) << s.message();
+}
+
+TEST(Tokenizer, ASplitPatternSpendsAtMostItsMatchBudget) {
+  // Just under PCRE2's own match limit at every character: 6.5 ms each,
+  // 130 s for 20 KB, before the budget.
+  Files files;
+  writePieces(files, splitRegex("(?:(?:a|aa){0,20}b|.)"));
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  std::vector<int64_t> ids;
+  auto start = std::chrono::steady_clock::now();
+  Status s = t->encode(std::string(20000, 'a'), false, ids);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_EQ(s.message(),
+            "encode: " + files.dir.file("tokenizer.json") +
+                ": pre_tokenizer.pattern.Regex: the split pattern needs more work on this text "
+                "than cq4p's match budget (CQ4P_TOKENIZER_MATCH_STEPS_BASE 1048576 + 128 a byte "
+                "of text, in PCRE2's match-limit steps): a pattern this slow is refused rather "
+                "than run for minutes");
+  EXPECT_TRUE(ids.empty());
+  // Text it matches without backtracking much is encoded.
+  std::string text;
+  for (int i = 0; i < 10000; ++i)
+    text += "ab";
+  ASSERT_TRUE(t->encode(text, false, ids));
+  EXPECT_EQ(ids, std::vector<int64_t>(10000, t->pieceId("ab")));
 }
 
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
