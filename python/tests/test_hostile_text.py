@@ -445,3 +445,22 @@ def test_a_long_run_of_white_space_is_encoded():
     assert outcome.returncode == 0, outcome.describe()
     count, _, size = map(int, outcome.stdout.split())
     assert 0 < count < size // 64
+
+
+# --- added tokens ---------------------------------------------------------------
+
+def test_a_long_added_token_costs_no_more_than_a_short_one(tmp_path):
+    # Before: a trie walked from every byte of the text: a 4 KiB token
+    # "aa...ab" over 1 MiB of "a" took 4,095 steps a byte (26 s), a 1 MiB
+    # token about a million.
+    tokenizer = _piece_tokenizer()
+    tokenizer["added_tokens"] += [_added(300, "a" * 4095 + "b"),
+                                  _added(301, "a" * (1 << 20) + "b")]
+    directory = _write(tmp_path / "t", tokenizer)
+    outcome = _encode(directory, "'a' * (1 << 20)", timeout=20)
+    assert outcome.returncode == 0, outcome.describe()
+    assert int(outcome.stdout) == 1 << 20
+    # The token is taken where it starts, after "x" and one "a" as pieces.
+    outcome = _tokenize(directory, "xa" + "a" * 4095 + "bab")
+    assert outcome.returncode == 0, outcome.describe()
+    assert outcome.stdout.split() == ["261", "259", "300", "263"]  # x a [a...ab] ab

@@ -6,7 +6,8 @@
 // abort). The vocabulary becomes id-indexed pieces; merges become an
 // open-addressing table from a pair of ids to (rank, merged id).
 //
-// Encoding. Added tokens are cut out first (a byte trie, leftmost-longest).
+// Encoding. Added tokens are cut out first (leftmost-longest, an
+// Aho-Corasick automaton of their reversed bytes read from the text's end).
 // Each remaining section is normalized, pre-tokenized into words (PCRE2
 // matches of the file's split patterns), and each word is merged by rank:
 // a heap of adjacent pairs, lowest rank then leftmost first, the order of
@@ -51,6 +52,9 @@ constexpr size_t kMaxCacheEntries = size_t(1) << 16;
 constexpr uint64_t kNormalizedGrowth = 4;
 constexpr uint64_t kNormalizedSlack = uint64_t(1) << 16;
 constexpr uint32_t kMatchHeapKiB = 64 << 10;
+/// Added tokens are found in blocks of this many bytes (or the longest
+/// token's): what they hold is a start and an id each.
+constexpr size_t kAddedTokenBlockBytes = size_t(1) << 16;
 
 /// The first `limit` bytes of `text` or fewer: never a part of a character.
 std::string_view headOf(std::string_view text, size_t limit) {
@@ -716,9 +720,102 @@ struct PreTokenizerStep {
 constexpr const char *kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-struct TrieNode {
-  std::vector<std::pair<uint8_t, int32_t>> children; // sorted by byte
-  int32_t token = -1;
+/// The added tokens, found leftmost-longest in time linear in the text,
+/// whatever the tokens: their reversed bytes make an Aho-Corasick
+/// automaton, and a text is read from its end, so that the state after
+/// text[i] names the longest token that starts at i. (A trie walked from
+/// every byte took time proportional to the longest token a byte: a
+/// 4 KiB token "aa...ab" made 100 KB of "a" take 2.6 s.)
+class AddedTokenMatcher {
+public:
+  bool empty() const { return nodes_.size() <= 1; }
+
+  void add(std::string_view content, int32_t id) {
+    if (nodes_.empty())
+      nodes_.emplace_back();
+    int32_t node = 0;
+    for (size_t i = content.size(); i-- > 0;) {
+      uint8_t byte = static_cast<uint8_t>(content[i]);
+      int32_t next = child(node, byte);
+      if (next < 0) {
+        next = int32_t(nodes_.size());
+        auto &children = nodes_[size_t(node)].children;
+        children.insert(std::lower_bound(children.begin(), children.end(),
+                                         std::make_pair(byte, int32_t(0))),
+                        {byte, next});
+        nodes_.emplace_back();
+        nodes_.back().depth = nodes_[size_t(node)].depth + 1;
+      }
+      node = next;
+    }
+    nodes_[size_t(node)].token = id;
+    longest_ = std::max<size_t>(longest_, content.size());
+  }
+
+  /// The failure links, and each state's longest token (its own, or its
+  /// failure link's), breadth first.
+  void build() {
+    if (empty())
+      return;
+    std::deque<int32_t> queue;
+    for (const auto &[byte, next] : nodes_[0].children)
+      queue.push_back(next);
+    while (!queue.empty()) {
+      int32_t node = queue.front();
+      queue.pop_front();
+      Node &here = nodes_[size_t(node)];
+      here.output = here.token >= 0 ? node : nodes_[size_t(here.fail)].output;
+      for (const auto &[byte, next] : here.children) {
+        nodes_[size_t(next)].fail = step(here.fail, byte);
+        queue.push_back(next);
+      }
+    }
+  }
+
+  /// Calls found(start, id, length) for every i in [begin, end) where a
+  /// token starts, with the longest one there, from the right.
+  template <typename Found>
+  void forEachStart(std::string_view text, size_t begin, size_t end, Found &&found) const {
+    // Reading from `longest_` bytes past `end` finds every token starting
+    // before it.
+    size_t from = std::min(text.size(), end + longest_);
+    int32_t state = 0;
+    for (size_t i = from; i-- > begin;) {
+      state = step(state, static_cast<uint8_t>(text[i]));
+      if (i < end) {
+        int32_t output = nodes_[size_t(state)].output;
+        if (output >= 0)
+          found(i, nodes_[size_t(output)].token, size_t(nodes_[size_t(output)].depth));
+      }
+    }
+  }
+  size_t longest() const { return longest_; }
+
+private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children; // sorted by byte
+    int32_t fail = 0;
+    int32_t token = -1;  // the added token these bytes spell, reversed
+    int32_t output = -1; // the node of the longest token ending here
+    uint32_t depth = 0;
+  };
+  int32_t child(int32_t node, uint8_t byte) const {
+    const auto &children = nodes_[size_t(node)].children;
+    auto it = std::lower_bound(children.begin(), children.end(), std::make_pair(byte, int32_t(0)));
+    return it != children.end() && it->first == byte ? it->second : -1;
+  }
+  int32_t step(int32_t node, uint8_t byte) const {
+    for (;;) {
+      if (int32_t next = child(node, byte); next >= 0)
+        return next;
+      if (node == 0)
+        return 0;
+      node = nodes_[size_t(node)].fail;
+    }
+  }
+
+  std::vector<Node> nodes_;
+  size_t longest_ = 0;
 };
 
 enum PieceFlags : uint8_t {
@@ -771,7 +868,7 @@ struct Tokenizer::Impl {
   bool fuseUnk = false;
   int32_t unkId = -1;
 
-  std::vector<TrieNode> trie; // added tokens
+  AddedTokenMatcher addedTokens;
   std::vector<NormalizerStep> normalizers;
   std::vector<PreTokenizerStep> preTokenizers;
   std::vector<int64_t> prefix, suffix;
@@ -909,7 +1006,6 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
     return Status::ok();
   if (!added.is_array())
     return malformed(file, "added_tokens", "an array", typeName(added));
-  trie.assign(1, TrieNode());
   for (size_t i = 0; i < added.size(); ++i) {
     std::string path = "added_tokens[" + std::to_string(i) + "]";
     const Json &token = added[i];
@@ -972,24 +1068,9 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
     pieces[size_t(value)] = content;
     flags[size_t(value)] |= kAdded | (special ? kSpecial : 0);
     vocab[content] = value;
-    // The trie over the content's bytes.
-    int32_t node = 0;
-    for (unsigned char c : content) {
-      auto &children = trie[size_t(node)].children;
-      auto it = std::lower_bound(children.begin(), children.end(), c,
-                                 [](const std::pair<uint8_t, int32_t> &a,
-                                    uint8_t b) { return a.first < b; });
-      if (it != children.end() && it->first == c) {
-        node = it->second;
-      } else {
-        int32_t next = int32_t(trie.size());
-        children.insert(it, {c, next});
-        trie.emplace_back();
-        node = next;
-      }
-    }
-    trie[size_t(node)].token = value;
+    addedTokens.add(content, value);
   }
+  addedTokens.build();
   return Status::ok();
 }
 
@@ -2234,36 +2315,31 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   bool going = true;
   {
     std::lock_guard<std::mutex> lock(impl.cacheMutex);
+    // Added tokens, leftmost-longest: block by block, the longest token at
+    // each start (found from the right), then the first start at or after
+    // the end of the last token taken.
     size_t sectionStart = 0;
-    size_t i = 0;
-    while (i < text.size()) {
-      // The longest added token starting at i.
-      int32_t token = -1;
-      size_t tokenEnd = 0;
-      if (impl.trie.size() > 1) {
-        int32_t node = 0;
-        for (size_t j = i; j < text.size(); ++j) {
-          const auto &children = impl.trie[size_t(node)].children;
-          unsigned char c = static_cast<unsigned char>(text[j]);
-          auto it = std::lower_bound(children.begin(), children.end(), c,
-                                     [](const std::pair<uint8_t, int32_t> &a,
-                                        uint8_t b) { return a.first < b; });
-          if (it == children.end() || it->first != c)
-            break;
-          node = it->second;
-          if (impl.trie[size_t(node)].token >= 0) {
-            token = impl.trie[size_t(node)].token;
-            tokenEnd = j + 1;
-          }
+    if (!impl.addedTokens.empty()) {
+      const size_t block = std::max(kAddedTokenBlockBytes, impl.addedTokens.longest());
+      std::vector<std::pair<size_t, int32_t>> starts; // (start, id), from the right
+      std::vector<size_t> lengths;
+      for (size_t begin = 0; going && begin < text.size(); begin += block) {
+        size_t end = std::min(text.size(), begin + block);
+        starts.clear();
+        lengths.clear();
+        impl.addedTokens.forEachStart(text, begin, end, [&](size_t at, int32_t id, size_t length) {
+          starts.emplace_back(at, id);
+          lengths.push_back(length);
+        });
+        for (size_t k = starts.size(); going && k-- > 0;) {
+          auto [at, id] = starts[k];
+          if (at < sectionStart)
+            continue; // inside the token taken last
+          going = impl.encodeSection(text.substr(sectionStart, at - sectionStart), run);
+          ids.push_back(id);
+          sectionStart = at + lengths[k];
         }
       }
-      if (token < 0) {
-        ++i;
-        continue;
-      }
-      going = going && impl.encodeSection(text.substr(sectionStart, i - sectionStart), run);
-      ids.push_back(token);
-      i = sectionStart = tokenEnd;
     }
     going = going && impl.encodeSection(text.substr(sectionStart), run);
   }

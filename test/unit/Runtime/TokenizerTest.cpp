@@ -903,6 +903,71 @@ TEST(Tokenizer, ASplitPatternSpendsAtMostItsMatchBudget) {
   EXPECT_EQ(ids, std::vector<int64_t>(10000, t->pieceId("ab")));
 }
 
+TEST(Tokenizer, AddedTokensAreFoundLeftmostLongestInLinearTime) {
+  // Overlapping tokens over a..e (which no merge of the LFM2 file joins,
+  // so every other byte is its own id), checked against the definition:
+  // from the left, the first position where a token starts, the longest
+  // token there, then on after it. The text crosses the 64 KiB blocks the
+  // tokens are looked for in.
+  Files files;
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  std::string longToken;
+  for (int i = 0; i < 40; ++i)
+    longToken += "abcde"[i % 5];
+  std::vector<std::string> tokens = {"ab", "abc", "bcd", "c", "abcde", "dd", "eea", longToken};
+  int next = 1000;
+  for (const std::string &token : tokens)
+    root["added_tokens"].push_back(addedToken(next++, token));
+  files.write("tokenizer.json", root.dump());
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+
+  std::string text;
+  uint32_t seed = 7;
+  while (text.size() < 200000) {
+    seed = seed * 1103515245 + 12345;
+    if ((seed >> 16) % 97 == 0)
+      text += longToken.substr(0, 20 + (seed >> 8) % 21);
+    else
+      text += "abcde"[(seed >> 16) % 5];
+  }
+  std::vector<int64_t> expected;
+  for (size_t i = 0; i < text.size();) {
+    size_t best = 0;
+    int64_t id = -1;
+    for (size_t k = 0; k < tokens.size(); ++k)
+      if (tokens[k].size() > best && text.compare(i, tokens[k].size(), tokens[k]) == 0) {
+        best = tokens[k].size();
+        id = 1000 + int64_t(k);
+      }
+    if (id < 0) {
+      expected.push_back(idOf(*t, std::string(1, text[i])));
+      ++i;
+    } else {
+      expected.push_back(id);
+      i += best;
+    }
+  }
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(t->encode(text, false, ids));
+  EXPECT_EQ(ids, expected);
+
+  // A long token that almost matches everywhere costs no more than a
+  // short one: 4 KiB of "a...ab" over 1 MB of "a" (a trie walked from
+  // every byte took 26 s).
+  root["added_tokens"].push_back(addedToken(next++, std::string(4095, 'a') + "b"));
+  files.write("tokenizer.json", root.dump());
+  ASSERT_TRUE(files.open(t));
+  ids.clear();
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(t->encode(std::string(1 << 20, 'a'), false, ids));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_EQ(ids, std::vector<int64_t>(size_t(1) << 20, idOf(*t, "a")));
+}
+
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
   Files files;
   writeLfm2(files);
