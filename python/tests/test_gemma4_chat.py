@@ -212,11 +212,15 @@ def test_other_formats_refuse_thinking(tmp_path):
     write_tokenizer(tmp_path, "{{ bos_token }}{% for m in messages %}<start_of_turn>"
                               "{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}")
     tokenizer_json = json.loads((tmp_path / "tokenizer.json").read_text())
-    tokenizer_json["added_tokens"] += [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-        for i, t in ((tokenizer_json["model"]["vocab"]["\u2581filler0"], "<start_of_turn>"),
-                     (tokenizer_json["model"]["vocab"]["\u2581filler1"], "<end_of_turn>"))]
+    vocab = tokenizer_json["model"]["vocab"]
+    for filler, token in (("\u2581filler0", "<start_of_turn>"),
+                          ("\u2581filler1", "<end_of_turn>")):
+        # Gemma 3's markers on two filler pieces' ids, as pieces and added
+        # tokens both (an added token on another piece's id is refused).
+        vocab[token] = vocab.pop(filler)
+        tokenizer_json["added_tokens"].append(
+            {"id": vocab[token], "content": token, "single_word": False, "lstrip": False,
+             "rstrip": False, "normalized": False, "special": True})
     (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer_json))
     with open_tokenizer(tmp_path) as tokenizer:
         assert tokenizer.info()["chat_format"] == "Gemma"

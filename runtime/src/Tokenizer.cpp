@@ -6,7 +6,8 @@
 // abort). The vocabulary becomes id-indexed pieces; merges become an
 // open-addressing table from a pair of ids to (rank, merged id).
 //
-// Encoding. Added tokens are cut out first (a byte trie, leftmost-longest).
+// Encoding. Added tokens are cut out first (leftmost-longest, an
+// Aho-Corasick automaton of their reversed bytes read from the text's end).
 // Each remaining section is normalized, pre-tokenized into words (PCRE2
 // matches of the file's split patterns), and each word is merged by rank:
 // a heap of adjacent pairs, lowest rank then leftmost first, the order of
@@ -20,6 +21,8 @@
 #include "cq4p/runtime/Tokenizer.h"
 
 #include "SafeOpen.h"
+
+#include "cq4p/cq4p.h"
 
 #include <nlohmann/json.hpp>
 #include <pcre2.h>
@@ -43,10 +46,28 @@ using Json = nlohmann::json;
 constexpr size_t kMaxFileBytes = size_t(1) << 30;
 constexpr size_t kMaxCachedWordBytes = 64;
 constexpr size_t kMaxCacheEntries = size_t(1) << 16;
+/// The normalized sections of one encode take at most this many times the
+/// text's bytes, plus the slack (Gemma's ' ' -> U+2581 triples a space; a
+/// file's Replace or Prepend could grow a text without end).
+constexpr uint64_t kNormalizedGrowth = 4;
+constexpr uint64_t kNormalizedSlack = uint64_t(1) << 16;
+constexpr uint32_t kMatchHeapKiB = 64 << 10;
+/// Added tokens are found in blocks of this many bytes (or the longest
+/// token's): what they hold is a start and an id each.
+constexpr size_t kAddedTokenBlockBytes = size_t(1) << 16;
+
+/// The first `limit` bytes of `text` or fewer: never a part of a character.
+std::string_view headOf(std::string_view text, size_t limit) {
+  if (text.size() <= limit)
+    return text;
+  while (limit > 0 && (static_cast<unsigned char>(text[limit]) & 0xC0) == 0x80)
+    --limit;
+  return text.substr(0, limit);
+}
 
 std::string showText(std::string_view text) {
   std::string out = "'";
-  for (char c : text.substr(0, 200)) {
+  for (char c : headOf(text, 200)) {
     if (c == '\n')
       out += "\\n";
     else if (c == '\r')
@@ -73,6 +94,46 @@ Status malformed(const std::string &file, const std::string &path,
 }
 
 const char *typeName(const Json &value) { return value.type_name(); }
+
+void appendJson(const Json &value, std::string &out, size_t limit) {
+  if (out.size() > limit)
+    return;
+  switch (value.type()) {
+  case Json::value_t::array:
+  case Json::value_t::object: {
+    bool object = value.is_object();
+    out += object ? '{' : '[';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() <= limit; ++it) {
+      if (!first)
+        out += ", ";
+      first = false;
+      if (object)
+        out += Json(std::string(headOf(it.key(), limit))).dump() + ": ";
+      appendJson(it.value(), out, limit);
+    }
+    out += object ? '}' : ']';
+    return;
+  }
+  case Json::value_t::string:
+    out += Json(std::string(headOf(value.get_ref<const std::string &>(), limit))).dump();
+    return;
+  default:
+    out += value.dump();
+    return;
+  }
+}
+
+/// `value` as JSON, cut after about 100 bytes: a message shows what was
+/// found without printing (or copying) the whole of a large value.
+std::string showJson(const Json &value) {
+  constexpr size_t kShown = 100;
+  std::string out;
+  appendJson(value, out, kShown);
+  if (out.size() <= kShown)
+    return out;
+  return std::string(headOf(out, kShown)) + "...";
+}
 
 const Json *member(const Json &object, const char *key) {
   if (!object.is_object())
@@ -111,19 +172,6 @@ Status readFile(const std::string &path, std::string &out, bool noFollow) {
     done += size_t(got);
   }
   ::close(fd);
-  return Status::ok();
-}
-
-Status parseJsonFile(const std::string &path, Json &out, bool noFollow) {
-  std::string text;
-  if (Status status = readFile(path, text, noFollow); !status)
-    return status;
-  out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (out.is_discarded())
-    return Status(CQ4P_ERROR_FORMAT,
-                  path + ": not valid JSON (or not valid UTF-8 inside a string)");
-  if (!out.is_object())
-    return malformed(path, "(document)", "an object", typeName(out));
   return Status::ok();
 }
 
@@ -202,6 +250,178 @@ void inspectSequence(std::string_view bytes, size_t i, int &expected,
       return;
     ++matched;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Reading JSON
+//===----------------------------------------------------------------------===//
+
+/// `text` with each byte that is not part of valid UTF-8 written \xHH (a
+/// message quoting the bytes of a file stays valid UTF-8).
+std::string escapeInvalidUtf8(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    int expected, matched;
+    inspectSequence(text, i, expected, matched);
+    if (expected > 0 && matched == expected) {
+      out.append(text.substr(i, size_t(matched)));
+      i += size_t(matched);
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof(escaped), "\\x%02X", static_cast<unsigned char>(text[i]));
+    out += escaped;
+    ++i;
+  }
+  return out;
+}
+
+/// Builds a Json tree from nlohmann-json's SAX events, adding what its own
+/// tree builder does not check: the nesting depth (a tree is copied,
+/// printed and compared by recursion, so a deep one overflows the stack)
+/// and unique member names (a reader taking the first or the last of two
+/// would tokenize differently). Every refusal names the member's path.
+class TreeBuilder {
+public:
+  TreeBuilder(const std::string &file, Json &root) : file_(file), root_(root) {}
+  Status status = Status::ok();
+
+  bool null() { return leaf(Json()); }
+  bool boolean(bool value) { return leaf(Json(value)); }
+  bool number_integer(Json::number_integer_t value) { return leaf(Json(value)); }
+  bool number_unsigned(Json::number_unsigned_t value) { return leaf(Json(value)); }
+  bool number_float(Json::number_float_t value, const std::string &) {
+    return leaf(Json(value));
+  }
+  bool string(std::string &value) { return leaf(Json(std::move(value))); }
+  bool binary(Json::binary_t &) { return refuse("(document)", "JSON text", "binary data"); }
+  bool start_object(std::size_t) { return open(Json::value_t::object); }
+  bool start_array(std::size_t) { return open(Json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string &name) {
+    Level &level = levels_.back();
+    auto [it, inserted] =
+        level.container->get_ref<Json::object_t &>().emplace(std::move(name), Json());
+    level.member = &it->first;
+    level.valueDone = false;
+    if (!inserted)
+      return refuse(path(levels_.size()), "each member name once",
+                    showText(it->first) + " twice");
+    level.slot = &it->second;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string &,
+                   const nlohmann::detail::exception &error) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9:
+    // syntax error ..." without the library's tag.
+    std::string message = error.what();
+    if (size_t tag = message.find("] "); tag != std::string::npos)
+      message.erase(0, tag + 2);
+    if (status)
+      status = Status(CQ4P_ERROR_FORMAT, file_ + ": " + path(levels_.size()) +
+                                             ": not valid JSON: " + escapeInvalidUtf8(message));
+    return false;
+  }
+
+private:
+  struct Level {
+    Json *container;
+    Json *slot = nullptr;                // an object's member being read
+    const std::string *member = nullptr; // its name
+    bool valueDone = false;              // the member's or element's value was read
+  };
+
+  /// The path of the member being read inside the first `depth` levels,
+  /// e.g. model.merges[3]; a path deeper than a few levels is elided.
+  std::string path(size_t depth) const {
+    constexpr size_t kShownLevels = 6;
+    std::string out;
+    for (size_t i = 0; i < depth && i < kShownLevels; ++i) {
+      const Level &level = levels_[i];
+      if (level.container->is_object()) {
+        if (level.member == nullptr || level.valueDone)
+          break; // between members
+        if (!out.empty())
+          out += '.';
+        out += std::string(headOf(*level.member, 100));
+      } else {
+        size_t size = level.container->size();
+        out += "[" + std::to_string(level.valueDone || size == 0 ? size : size - 1) + "]";
+      }
+    }
+    if (depth > kShownLevels)
+      out += "...";
+    return out.empty() ? "(document)" : out;
+  }
+  bool refuse(const std::string &where, const std::string &expected,
+              const std::string &found) {
+    status = formatError(file_, where.c_str(), expected, found);
+    return false;
+  }
+  /// Where the next value goes: the root, an object's member or a new
+  /// element of an array.
+  Json *slot() {
+    if (levels_.empty())
+      return &root_;
+    Level &level = levels_.back();
+    level.valueDone = false;
+    if (level.container->is_object())
+      return level.slot;
+    level.container->get_ref<Json::array_t &>().emplace_back();
+    return &level.container->back();
+  }
+  void valueRead() {
+    if (!levels_.empty())
+      levels_.back().valueDone = true;
+  }
+  bool leaf(Json value) {
+    *slot() = std::move(value);
+    valueRead();
+    return true;
+  }
+  bool open(Json::value_t type) {
+    Json *container = slot();
+    if (levels_.size() >= size_t(CQ4P_TOKENIZER_MAX_NESTING))
+      return refuse(path(levels_.size()),
+                    "at most " + std::to_string(CQ4P_TOKENIZER_MAX_NESTING) +
+                        " levels of nested [] and {} (CQ4P_TOKENIZER_MAX_NESTING)",
+                    "a level deeper");
+    *container = Json(type);
+    levels_.push_back({container});
+    return true;
+  }
+  bool close() {
+    levels_.pop_back();
+    valueRead();
+    return true;
+  }
+
+  const std::string &file_;
+  Json &root_;
+  std::vector<Level> levels_;
+};
+
+Status parseJsonFile(const std::string &path, Json &out, bool noFollow) {
+  std::string text;
+  if (Status status = readFile(path, text, noFollow); !status)
+    return status;
+  TreeBuilder builder(path, out);
+  bool parsed = Json::sax_parse(text.begin(), text.end(), &builder);
+  if (!builder.status)
+    return builder.status;
+  if (!parsed)
+    return Status(CQ4P_ERROR_FORMAT, path + ": not valid JSON");
+  // nlohmann-json's lexer takes a NUL byte for the end of the text, so a
+  // document followed by one and anything at all was read as whole; JSON
+  // holds no raw NUL anywhere.
+  if (size_t nul = text.find('\0'); nul != std::string::npos)
+    return malformed(path, "(document)", "nothing after the JSON document but white space",
+                     "a NUL byte at byte " + std::to_string(nul) + " of " +
+                         std::to_string(text.size()));
+  if (!out.is_object())
+    return malformed(path, "(document)", "an object", typeName(out));
+  return Status::ok();
 }
 
 //===----------------------------------------------------------------------===//
@@ -386,14 +606,19 @@ public:
   }
   Status compile(const std::string &file, const std::string &path,
                  const std::string &source) {
+    path_ = path;
     std::string rewritten;
     if (!rewriteWhiteSpace(source, rewritten))
       return unsupported(file, path, "the pattern " + showText(source),
                          "patterns without \\S inside a bracket class");
     int error = 0;
     PCRE2_SIZE offset = 0;
+    // UTF mode matches whole characters, except \C (one byte, which may be
+    // part of a character): a word could begin inside a character, so \C
+    // is refused wherever it appears.
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()),
-                          rewritten.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                          rewritten.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &error,
                           &offset, nullptr);
     if (code_ == nullptr) {
       PCRE2_UCHAR message[256];
@@ -402,22 +627,45 @@ public:
                          "the pattern " + showText(source) + " (PCRE2: " +
                              reinterpret_cast<char *>(message) + " at offset " +
                              std::to_string(offset) + ")",
-                         "PCRE2-compatible patterns");
+                         error == PCRE2_ERROR_BACKSLASH_C_CALLER_DISABLED
+                             ? "patterns that match whole characters; \\C matches "
+                               "one byte, which may be part of a character"
+                             : "PCRE2-compatible patterns");
     }
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE); // falls back to the interpreter
     return Status::ok();
   }
-  /// Calls found(start, end) for each non-empty match, left to right;
-  /// returns 0, or PCRE2's error code when matching failed (a resource
-  /// limit), which encode reports rather than tokenize the rest wrongly.
+  /// Calls found(start, end) for each non-empty match, left to right,
+  /// until it returns false; returns 0, or PCRE2's error code when
+  /// matching failed, which encode reports rather than tokenize the rest
+  /// wrongly: PCRE2_ERROR_MATCHLIMIT when `budget` ran out.
+  ///
+  /// The budget is in PCRE2's match-limit units (backtracking steps). Each
+  /// pcre2_match runs under a limit that starts small and doubles while
+  /// PCRE2 runs out of it, every try charged at its limit, so the work done
+  /// is at most what was charged: a pattern that backtracks just under
+  /// PCRE2's own limit (ten million) at every character, 7 ms each, is
+  /// stopped once it has spent the budget its text earned.
   template <typename Found>
   int forEachMatch(std::string_view text, pcre2_match_data *data,
-                   Found &&found) const {
+                   pcre2_match_context *context, uint64_t &budget, Found &&found) const {
+    constexpr uint64_t kFirstLimit = 16; // most matches of real patterns take 1-20
     size_t start = 0;
     while (start <= text.size()) {
-      int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                           text.size(), start, PCRE2_NO_UTF_CHECK, data,
-                           nullptr);
+      int rc;
+      for (uint64_t limit = kFirstLimit;; limit *= 2) {
+        uint64_t tried = std::min({limit, budget, uint64_t(UINT32_MAX)});
+        if (tried == 0)
+          return PCRE2_ERROR_MATCHLIMIT;
+        pcre2_set_match_limit(context, uint32_t(tried));
+        rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
+                         PCRE2_NO_UTF_CHECK, data, context);
+        budget -= tried;
+        if (rc != PCRE2_ERROR_MATCHLIMIT)
+          break;
+        if (tried < limit)
+          return PCRE2_ERROR_MATCHLIMIT;
+      }
       if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
       if (rc < 0)
@@ -433,15 +681,18 @@ public:
         start = matchStart + length;
         continue;
       }
-      found(matchStart, matchEnd);
+      if (!found(matchStart, matchEnd))
+        return 0;
       start = matchEnd;
     }
     return 0;
   }
+  const std::string &path() const { return path_; }
   pcre2_code *code() const { return code_; }
 
 private:
   pcre2_code *code_ = nullptr;
+  std::string path_; // in tokenizer.json, for messages
 };
 
 //===----------------------------------------------------------------------===//
@@ -451,6 +702,7 @@ private:
 struct NormalizerStep {
   enum class Kind { Nfc, Replace, Prepend } kind;
   std::string from, to; // Replace: from -> to; Prepend: to
+  std::string path;     // in tokenizer.json, for messages
 };
 
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious,
@@ -468,14 +720,121 @@ struct PreTokenizerStep {
 constexpr const char *kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-struct TrieNode {
-  std::vector<std::pair<uint8_t, int32_t>> children; // sorted by byte
-  int32_t token = -1;
+/// The added tokens, found leftmost-longest in time linear in the text,
+/// whatever the tokens: their reversed bytes make an Aho-Corasick
+/// automaton, and a text is read from its end, so that the state after
+/// text[i] names the longest token that starts at i. (A trie walked from
+/// every byte took time proportional to the longest token a byte: a
+/// 4 KiB token "aa...ab" made 100 KB of "a" take 2.6 s.)
+class AddedTokenMatcher {
+public:
+  bool empty() const { return nodes_.size() <= 1; }
+
+  void add(std::string_view content, int32_t id) {
+    if (nodes_.empty())
+      nodes_.emplace_back();
+    int32_t node = 0;
+    for (size_t i = content.size(); i-- > 0;) {
+      uint8_t byte = static_cast<uint8_t>(content[i]);
+      int32_t next = child(node, byte);
+      if (next < 0) {
+        next = int32_t(nodes_.size());
+        auto &children = nodes_[size_t(node)].children;
+        children.insert(std::lower_bound(children.begin(), children.end(),
+                                         std::make_pair(byte, int32_t(0))),
+                        {byte, next});
+        nodes_.emplace_back();
+        nodes_.back().depth = nodes_[size_t(node)].depth + 1;
+      }
+      node = next;
+    }
+    nodes_[size_t(node)].token = id;
+    longest_ = std::max<size_t>(longest_, content.size());
+  }
+
+  /// The failure links, and each state's longest token (its own, or its
+  /// failure link's), breadth first.
+  void build() {
+    if (empty())
+      return;
+    std::deque<int32_t> queue;
+    for (const auto &[byte, next] : nodes_[0].children)
+      queue.push_back(next);
+    while (!queue.empty()) {
+      int32_t node = queue.front();
+      queue.pop_front();
+      Node &here = nodes_[size_t(node)];
+      here.output = here.token >= 0 ? node : nodes_[size_t(here.fail)].output;
+      for (const auto &[byte, next] : here.children) {
+        nodes_[size_t(next)].fail = step(here.fail, byte);
+        queue.push_back(next);
+      }
+    }
+  }
+
+  /// Calls found(start, id, length) for every i in [begin, end) where a
+  /// token starts, with the longest one there, from the right.
+  template <typename Found>
+  void forEachStart(std::string_view text, size_t begin, size_t end, Found &&found) const {
+    // Reading from `longest_` bytes past `end` finds every token starting
+    // before it.
+    size_t from = std::min(text.size(), end + longest_);
+    int32_t state = 0;
+    for (size_t i = from; i-- > begin;) {
+      state = step(state, static_cast<uint8_t>(text[i]));
+      if (i < end) {
+        int32_t output = nodes_[size_t(state)].output;
+        if (output >= 0)
+          found(i, nodes_[size_t(output)].token, size_t(nodes_[size_t(output)].depth));
+      }
+    }
+  }
+  size_t longest() const { return longest_; }
+
+private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> children; // sorted by byte
+    int32_t fail = 0;
+    int32_t token = -1;  // the added token these bytes spell, reversed
+    int32_t output = -1; // the node of the longest token ending here
+    uint32_t depth = 0;
+  };
+  int32_t child(int32_t node, uint8_t byte) const {
+    const auto &children = nodes_[size_t(node)].children;
+    auto it = std::lower_bound(children.begin(), children.end(), std::make_pair(byte, int32_t(0)));
+    return it != children.end() && it->first == byte ? it->second : -1;
+  }
+  int32_t step(int32_t node, uint8_t byte) const {
+    for (;;) {
+      if (int32_t next = child(node, byte); next >= 0)
+        return next;
+      if (node == 0)
+        return 0;
+      node = nodes_[size_t(node)].fail;
+    }
+  }
+
+  std::vector<Node> nodes_;
+  size_t longest_ = 0;
 };
 
 enum PieceFlags : uint8_t {
   kAdded = 1,
   kSpecial = 2,
+  kModelPiece = 4, // a piece of model.vocab
+};
+
+/// One encode call's state.
+struct EncodeRun {
+  std::vector<int64_t> &ids;
+  pcre2_match_data *data = nullptr;
+  pcre2_match_context *context = nullptr;
+  /// PCRE2 match-limit units the split patterns may still spend: each
+  /// byte a pattern scans earns CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE.
+  uint64_t matchBudget = CQ4P_TOKENIZER_MATCH_STEPS_BASE;
+  /// Bytes the normalized sections may still take (docs/TOKENIZER.md).
+  uint64_t normalizedRoom = 0;
+  Status failure = Status::ok();
 };
 
 } // namespace
@@ -509,7 +868,7 @@ struct Tokenizer::Impl {
   bool fuseUnk = false;
   int32_t unkId = -1;
 
-  std::vector<TrieNode> trie; // added tokens
+  AddedTokenMatcher addedTokens;
   std::vector<NormalizerStep> normalizers;
   std::vector<PreTokenizerStep> preTokenizers;
   std::vector<int64_t> prefix, suffix;
@@ -544,10 +903,13 @@ struct Tokenizer::Impl {
                     bool byteFallbackDecode);
   Status loadConfig(const TokenizerFiles &files);
 
-  // Encoding.
-  /// 0, or the PCRE2 error that stopped a split.
-  int encodeSection(std::string_view section, pcre2_match_data *data,
-                    std::vector<int64_t> &ids) const;
+  // Encoding. Each returns false when the encode failed (run.failure).
+  bool normalize(std::string_view section, std::string &storage, std::string_view &text,
+                 EncodeRun &run) const;
+  bool encodeSection(std::string_view section, EncodeRun &run) const;
+  bool preTokenize(size_t step, std::string_view word, EncodeRun &run) const;
+  void encodePreToken(std::string_view word, std::vector<int64_t> &ids) const;
+  void encodeBounded(std::string_view word, std::vector<int64_t> &ids) const;
   void encodeWord(std::string_view word, std::vector<int64_t> &ids) const;
   void mergeWord(std::string_view word, std::vector<int32_t> &out) const;
 };
@@ -604,10 +966,21 @@ Status getPattern(const std::string &file, const Json &object,
   }
   if (const Json *r = member(*pattern, "Regex"); r != nullptr && r->is_string()) {
     regex = r->get_ref<const std::string &>();
+    if (regex.empty())
+      return malformed(file, path + ".pattern.Regex", "a non-empty pattern", "''");
     return Status::ok();
   }
   return malformed(file, path + ".pattern", "{\"String\": ...} or {\"Regex\": ...}",
-                   pattern->dump().substr(0, 100));
+                   showJson(*pattern));
+}
+
+/// A step more than CQ4P_TOKENIZER_MAX_STEPS of one kind (a file of a
+/// million Replace steps would take a million passes over every text).
+Status tooManySteps(const std::string &file, const std::string &path, const char *kind) {
+  return malformed(file, path,
+                   "at most " + std::to_string(CQ4P_TOKENIZER_MAX_STEPS) + " " + kind +
+                       " steps (CQ4P_TOKENIZER_MAX_STEPS)",
+                   "more");
 }
 
 /// Every member of `object` must be in `known` (what cq4p reads or knows
@@ -633,7 +1006,6 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
     return Status::ok();
   if (!added.is_array())
     return malformed(file, "added_tokens", "an array", typeName(added));
-  trie.assign(1, TrieNode());
   for (size_t i = 0; i < added.size(); ++i) {
     std::string path = "added_tokens[" + std::to_string(i) + "]";
     const Json &token = added[i];
@@ -642,7 +1014,7 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
         id->get<uint64_t>() >= uint64_t(kMaxVocab))
       return malformed(file, path + ".id",
                        "an id below " + std::to_string(kMaxVocab),
-                       id ? id->dump() : "nothing");
+                       id ? showJson(*id) : "nothing");
     std::string content;
     if (Status s = getString(file, token, "content", path, content, true); !s)
       return s;
@@ -680,27 +1052,25 @@ Status Tokenizer::Impl::loadAddedTokens(const Json &added) {
       pieces.resize(size_t(value) + 1);
       flags.resize(size_t(value) + 1);
     }
+    // An added token may be a piece of the model's vocabulary (Gemma's
+    // <bos>), on that piece's id; on another piece's id (a byte piece's
+    // too) or another added token's, one of the two would decode as the
+    // other.
+    if (flags[size_t(value)] & kAdded)
+      return malformed(file, path + ".id", "an id no other added token has",
+                       std::to_string(value) + ", the id of the added token " +
+                           showText(pieces[size_t(value)]));
+    if ((flags[size_t(value)] & kModelPiece) && pieces[size_t(value)] != content)
+      return malformed(file, path + ".id",
+                       "the id of the piece " + showText(content) + " or an id no piece has",
+                       std::to_string(value) + ", the id of the piece " +
+                           showText(pieces[size_t(value)]));
     pieces[size_t(value)] = content;
     flags[size_t(value)] |= kAdded | (special ? kSpecial : 0);
     vocab[content] = value;
-    // The trie over the content's bytes.
-    int32_t node = 0;
-    for (unsigned char c : content) {
-      auto &children = trie[size_t(node)].children;
-      auto it = std::lower_bound(children.begin(), children.end(), c,
-                                 [](const std::pair<uint8_t, int32_t> &a,
-                                    uint8_t b) { return a.first < b; });
-      if (it != children.end() && it->first == c) {
-        node = it->second;
-      } else {
-        int32_t next = int32_t(trie.size());
-        children.insert(it, {c, next});
-        trie.emplace_back();
-        node = next;
-      }
-    }
-    trie[size_t(node)].token = value;
+    addedTokens.add(content, value);
   }
+  addedTokens.build();
   return Status::ok();
 }
 
@@ -721,7 +1091,7 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
       !s)
     return s;
   if (const Json *dropout = member(model, "dropout"); !isAbsent(dropout))
-    return unsupported(file, "model.dropout", dropout->dump(), "no dropout (null)");
+    return unsupported(file, "model.dropout", showJson(*dropout), "no dropout (null)");
   for (const char *key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::string value;
     if (Status s = getString(file, model, key, "model", value, false); !s)
@@ -747,12 +1117,18 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
         it.value().get<uint64_t>() >= uint64_t(kMaxVocab))
       return malformed(file, "model.vocab[" + showText(it.key()) + "]",
                        "an id below " + std::to_string(kMaxVocab),
-                       it.value().dump());
+                       showJson(it.value()));
     int32_t id = int32_t(it.value().get<uint64_t>());
     if (size_t(id) >= pieces.size()) {
       pieces.resize(size_t(id) + 1);
       flags.resize(size_t(id) + 1);
     }
+    // Two pieces on one id: one of them would decode as the other.
+    if (flags[size_t(id)] & kModelPiece)
+      return malformed(file, "model.vocab[" + showText(it.key()) + "]",
+                       "an id no other piece has",
+                       std::to_string(id) + ", the id of " + showText(pieces[size_t(id)]));
+    flags[size_t(id)] |= kModelPiece;
     pieces[size_t(id)] = it.key();
     vocab.emplace(it.key(), id);
   }
@@ -791,7 +1167,7 @@ Status Tokenizer::Impl::loadModel(const Json &model) {
       right = merge[1].get_ref<const std::string &>();
     } else {
       return malformed(file, path, "\"a b\" or [\"a\", \"b\"]",
-                       merge.dump().substr(0, 100));
+                       showJson(merge));
     }
     int32_t a = idOf(left), b = idOf(right);
     joined.assign(left);
@@ -824,8 +1200,10 @@ Status Tokenizer::Impl::loadNormalizer(const Json &normalizer,
         return s;
     return Status::ok();
   }
+  if (normalizers.size() >= CQ4P_TOKENIZER_MAX_STEPS)
+    return tooManySteps(file, path, "normalizer");
   if (type == "NFC") {
-    normalizers.push_back({NormalizerStep::Kind::Nfc, "", ""});
+    normalizers.push_back({NormalizerStep::Kind::Nfc, "", "", path});
     return Status::ok();
   }
   if (type == "Replace") {
@@ -837,14 +1215,14 @@ Status Tokenizer::Impl::loadNormalizer(const Json &normalizer,
                          "Replace with a String pattern");
     if (Status s = getString(file, normalizer, "content", path, content, true); !s)
       return s;
-    normalizers.push_back({NormalizerStep::Kind::Replace, literal, content});
+    normalizers.push_back({NormalizerStep::Kind::Replace, literal, content, path});
     return Status::ok();
   }
   if (type == "Prepend") {
     std::string prepend;
     if (Status s = getString(file, normalizer, "prepend", path, prepend, true); !s)
       return s;
-    normalizers.push_back({NormalizerStep::Kind::Prepend, "", prepend});
+    normalizers.push_back({NormalizerStep::Kind::Prepend, "", prepend, path});
     return Status::ok();
   }
   return unsupported(file, path + ".type", showText(type),
@@ -870,6 +1248,8 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json &pre,
         return s;
     return Status::ok();
   }
+  if (preTokenizers.size() >= CQ4P_TOKENIZER_MAX_STEPS)
+    return tooManySteps(file, path, "pre-tokenizer");
   PreTokenizerStep step;
   if (type == "Split") {
     step.kind = PreTokenizerStep::Kind::Split;
@@ -975,7 +1355,7 @@ Status Tokenizer::Impl::loadPostProcessor(const Json &post,
     const Json *special = member(item, "SpecialToken");
     if (special == nullptr)
       return malformed(file, itemPath, "a Sequence or a SpecialToken",
-                       item.dump().substr(0, 100));
+                       showJson(item));
     std::string name;
     if (Status s = getString(file, *special, "id", itemPath + ".SpecialToken", name, true); !s)
       return s;
@@ -987,7 +1367,7 @@ Status Tokenizer::Impl::loadPostProcessor(const Json &post,
     for (const Json &id : *ids) {
       if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(kMaxVocab))
         return malformed(file, path + ".special_tokens[" + showText(name) + "].ids",
-                         "ids below " + std::to_string(kMaxVocab), id.dump());
+                         "ids below " + std::to_string(kMaxVocab), showJson(id));
       (seenSequence ? suffix : prefix).push_back(int64_t(id.get<uint64_t>()));
     }
   }
@@ -1046,7 +1426,7 @@ Status Tokenizer::Impl::loadDecoder(const Json &decoder, const std::string &path
       if (content != " " || start == nullptr || !start->is_number_unsigned() ||
           start->get<uint64_t>() > 8 || stop == nullptr ||
           !stop->is_number_unsigned() || stop->get<uint64_t>() != 0)
-        return unsupported(file, stepPath, "Strip " + step.dump().substr(0, 100),
+        return unsupported(file, stepPath, "Strip " + showJson(step),
                            "Strip of up to 8 leading spaces");
       stripLeadingSpaces = size_t(start->get<uint64_t>());
       return Status::ok();
@@ -1060,6 +1440,8 @@ Status Tokenizer::Impl::loadDecoder(const Json &decoder, const std::string &path
     if (list == nullptr || !list->is_array())
       return malformed(file, path + ".decoders", "an array",
                        list ? typeName(*list) : "nothing");
+    if (list->size() > CQ4P_TOKENIZER_MAX_STEPS)
+      return tooManySteps(file, path + ".decoders", "decoder");
     for (size_t i = 0; i < list->size(); ++i)
       if (Status s = one((*list)[i], path + ".decoders[" + std::to_string(i) + "]"); !s)
         return s;
@@ -1127,7 +1509,7 @@ Status Tokenizer::Impl::load(const Json &root) {
     return s;
   for (const char *key : {"truncation", "padding"})
     if (const Json *value = member(root, key); !isAbsent(value))
-      return unsupported(file, key, value->dump().substr(0, 100), "null");
+      return unsupported(file, key, showJson(*value), "null");
   kind = TokenizerKind::SentencePieceBpe;
   if (const Json *normalizer = member(root, "normalizer"))
     if (Status s = loadNormalizer(*normalizer, "normalizer"); !s)
@@ -1352,105 +1734,112 @@ void Tokenizer::Impl::encodeWord(std::string_view word,
 
 namespace {
 
-/// The segments of `text` around `pattern`'s matches: (start, end, match).
-struct Segment {
-  size_t start, end;
-  bool match;
-};
-
-int splitSegments(const PreTokenizerStep &step, std::string_view text,
-                  pcre2_match_data *data, std::vector<Segment> &segments) {
-  segments.clear();
+/// Calls emit(start, end, match) for the parts of `text` around the split
+/// step's matches, in order (`invert` swaps which are matches), until it
+/// returns false; sets run.failure when matching failed.
+template <typename Emit>
+bool forEachSegment(const std::string &file, const PreTokenizerStep &step,
+                    std::string_view text, EncodeRun &run, Emit &&emit) {
   size_t last = 0;
+  bool going = true;
   auto found = [&](size_t start, size_t end) {
-    if (start > last)
-      segments.push_back({last, start, false});
-    segments.push_back({start, end, true});
+    going = (start == last || emit(last, start, step.invert)) && emit(start, end, !step.invert);
     last = end;
+    return going;
   };
-  int error = 0;
   if (step.regex) {
-    error = step.regex->forEachMatch(text, data, found);
+    run.matchBudget += uint64_t(CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE) * text.size();
+    if (int error = step.regex->forEachMatch(text, run.data, run.context, run.matchBudget,
+                                             found)) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      std::string what = "encode: " + file + ": " + step.regex->path() + ": ";
+      if (error == PCRE2_ERROR_MATCHLIMIT)
+        what += "the split pattern needs more work on this text than cq4p's match budget ("
+                "CQ4P_TOKENIZER_MATCH_STEPS_BASE " +
+                std::to_string(CQ4P_TOKENIZER_MATCH_STEPS_BASE) + " + " +
+                std::to_string(CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE) +
+                " a byte of text, in PCRE2's match-limit steps): a pattern this slow is "
+                "refused rather than run for minutes";
+      else
+        what += "the split pattern failed on this text (PCRE2: " +
+                std::string(reinterpret_cast<char *>(message)) + ")";
+      run.failure = Status(CQ4P_ERROR_UNSUPPORTED, what);
+      return false;
+    }
   } else {
-    for (size_t at = 0;
-         (at = text.find(step.literal, at)) != std::string_view::npos;
+    for (size_t at = 0; going && (at = text.find(step.literal, at)) != std::string_view::npos;
          at += step.literal.size())
       found(at, at + step.literal.size());
   }
-  if (last < text.size())
-    segments.push_back({last, text.size(), false});
-  if (step.invert)
-    for (Segment &segment : segments)
-      segment.match = !segment.match;
-  return error;
+  if (going && last < text.size())
+    going = emit(last, text.size(), step.invert);
+  return going;
 }
 
-/// Applies a split step's behavior to `segments`, appending the pieces.
-void applyBehavior(SplitBehavior behavior, std::string_view text,
-                   const std::vector<Segment> &segments,
-                   std::vector<std::string_view> &out) {
-  auto piece = [&](size_t start, size_t end) {
-    return text.substr(start, end - start);
-  };
-  switch (behavior) {
-  case SplitBehavior::Isolated:
-    for (const Segment &s : segments)
-      out.push_back(piece(s.start, s.end));
-    return;
-  case SplitBehavior::Removed:
-    for (const Segment &s : segments)
-      if (!s.match)
-        out.push_back(piece(s.start, s.end));
-    return;
-  case SplitBehavior::MergedWithPrevious: {
-    size_t first = out.size();
-    bool previousMatch = false;
-    for (const Segment &s : segments) {
-      if (s.match && !previousMatch && out.size() > first) {
-        std::string_view &last = out.back();
-        last = text.substr(size_t(last.data() - text.data()),
-                           s.end - size_t(last.data() - text.data()));
-      } else {
-        out.push_back(piece(s.start, s.end));
+/// Joins a split's segments into pieces as its behavior says, passing each
+/// piece on as soon as no later segment can join it: at most one piece is
+/// held back, so a split takes no memory for the pieces of a long text.
+template <typename Pass> class PieceJoiner {
+public:
+  PieceJoiner(SplitBehavior behavior, std::string_view text, Pass &pass)
+      : behavior_(behavior), text_(text), pass_(pass) {}
+
+  bool add(size_t start, size_t end, bool match) {
+    switch (behavior_) {
+    case SplitBehavior::Isolated:
+      return pass_(text_.substr(start, end - start));
+    case SplitBehavior::Removed:
+      return match || pass_(text_.substr(start, end - start));
+    case SplitBehavior::MergedWithPrevious:
+    case SplitBehavior::Contiguous: {
+      // A match joins the piece before it: after a non-match
+      // (MergedWithPrevious) or after a match (Contiguous).
+      bool joins = match && held_ &&
+                   previousMatch_ == (behavior_ == SplitBehavior::Contiguous);
+      previousMatch_ = match;
+      if (joins) {
+        heldEnd_ = end;
+        return true;
       }
-      previousMatch = s.match;
+      return hold(start, end, match);
     }
-    return;
-  }
-  case SplitBehavior::MergedWithNext: {
-    std::vector<std::string_view> reversed;
-    bool previousMatch = false;
-    for (size_t i = segments.size(); i-- > 0;) {
-      const Segment &s = segments[i];
-      if (s.match && !previousMatch && !reversed.empty()) {
-        std::string_view &last = reversed.back();
-        size_t end = size_t(last.data() - text.data()) + last.size();
-        last = piece(s.start, end);
-      } else {
-        reversed.push_back(piece(s.start, s.end));
+    case SplitBehavior::MergedWithNext:
+      // A match joins the non-match after it.
+      if (held_ && heldMatch_ && !match) {
+        held_ = false;
+        return pass_(text_.substr(heldStart_, end - heldStart_));
       }
-      previousMatch = s.match;
+      if (match)
+        return hold(start, end, match);
+      return flush() && pass_(text_.substr(start, end - start));
     }
-    out.insert(out.end(), reversed.rbegin(), reversed.rend());
-    return;
+    return true;
   }
-  case SplitBehavior::Contiguous: {
-    size_t first = out.size();
-    bool previousMatch = false;
-    for (const Segment &s : segments) {
-      if (s.match && previousMatch && out.size() > first) {
-        std::string_view &last = out.back();
-        last = text.substr(size_t(last.data() - text.data()),
-                           s.end - size_t(last.data() - text.data()));
-      } else {
-        out.push_back(piece(s.start, s.end));
-      }
-      previousMatch = s.match;
-    }
-    return;
+  bool flush() {
+    if (!held_)
+      return true;
+    held_ = false;
+    return pass_(text_.substr(heldStart_, heldEnd_ - heldStart_));
   }
+
+private:
+  bool hold(size_t start, size_t end, bool match) {
+    if (!flush())
+      return false;
+    held_ = true;
+    heldStart_ = start;
+    heldEnd_ = end;
+    heldMatch_ = match;
+    return true;
   }
-}
+
+  SplitBehavior behavior_;
+  std::string_view text_;
+  Pass &pass_;
+  bool held_ = false, heldMatch_ = false, previousMatch_ = false;
+  size_t heldStart_ = 0, heldEnd_ = 0;
+};
 
 bool isNfcQuick(std::string_view text) {
   // Characters below U+0300 are NFC and compose with nothing before them.
@@ -1464,11 +1853,22 @@ bool isNfcQuick(std::string_view text) {
 
 } // namespace
 
-int Tokenizer::Impl::encodeSection(std::string_view section,
-                                   pcre2_match_data *data,
-                                   std::vector<int64_t> &ids) const {
-  std::string normalized;
-  std::string_view text = section;
+bool Tokenizer::Impl::normalize(std::string_view section, std::string &storage,
+                                std::string_view &text, EncodeRun &run) const {
+  text = section;
+  // Before a step writes its text: whether `size` bytes fit in what the
+  // encode's normalized sections may take.
+  auto fits = [&](const NormalizerStep &step, uint64_t size) {
+    if (size <= run.normalizedRoom)
+      return true;
+    run.failure = Status(
+        CQ4P_ERROR_ARGUMENT,
+        "encode: " + file + ": " + step.path + " would make the text " +
+            std::to_string(size) + " bytes, more than cq4p's limit for the normalized text (" +
+            std::to_string(kNormalizedGrowth) + " times the text's bytes plus " +
+            std::to_string(kNormalizedSlack) + ")");
+    return false;
+  };
   for (const NormalizerStep &step : normalizers) {
     switch (step.kind) {
     case NormalizerStep::Kind::Nfc: {
@@ -1479,87 +1879,131 @@ int Tokenizer::Impl::encodeSection(std::string_view section,
           reinterpret_cast<const utf8proc_uint8_t *>(text.data()),
           utf8proc_ssize_t(text.size()), &result,
           utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-      if (length >= 0 && result != nullptr)
-        normalized.assign(reinterpret_cast<char *>(result), size_t(length));
+      if (length < 0 || result == nullptr) {
+        std::free(result);
+        run.failure = Status(CQ4P_ERROR_ARGUMENT, "encode: " + file + ": " + step.path +
+                                                      ": utf8proc: " +
+                                                      utf8proc_errmsg(length < 0 ? length : 0));
+        return false;
+      }
+      bool kept = fits(step, uint64_t(length));
+      if (kept)
+        storage.assign(reinterpret_cast<char *>(result), size_t(length));
       std::free(result);
-      text = normalized;
+      if (!kept)
+        return false;
+      text = storage;
       break;
     }
     case NormalizerStep::Kind::Replace: {
-      if (text.find(step.from) == std::string_view::npos)
+      uint64_t count = 0;
+      for (size_t at = 0; (at = text.find(step.from, at)) != std::string_view::npos;
+           at += step.from.size())
+        ++count;
+      if (count == 0)
         break;
+      if (!fits(step, text.size() - count * step.from.size() + count * step.to.size()))
+        return false;
       std::string replaced;
-      replaced.reserve(text.size() + text.size() / 2);
+      replaced.reserve(size_t(text.size() - count * step.from.size() + count * step.to.size()));
       size_t at = 0;
       for (size_t found; (found = text.find(step.from, at)) != std::string_view::npos;
            at = found + step.from.size())
         replaced.append(text.substr(at, found - at)).append(step.to);
       replaced.append(text.substr(at));
-      normalized.swap(replaced);
-      text = normalized;
+      storage.swap(replaced);
+      text = storage;
       break;
     }
     case NormalizerStep::Kind::Prepend:
       if (!text.empty()) {
+        if (!fits(step, uint64_t(text.size()) + step.to.size()))
+          return false;
         std::string prepended = step.to;
         prepended.append(text);
-        normalized.swap(prepended);
-        text = normalized;
+        storage.swap(prepended);
+        text = storage;
       }
       break;
     }
   }
-  if (text.empty())
-    return 0;
+  run.normalizedRoom -= std::min<uint64_t>(run.normalizedRoom, text.size());
+  return true;
+}
 
-  thread_local std::vector<std::string_view> words, next;
-  thread_local std::vector<Segment> segments;
-  std::deque<std::string> storage; // pieces a step rewrote (prefix spaces)
-  words.clear();
-  words.push_back(text);
-  for (const PreTokenizerStep &step : preTokenizers) {
-    next.clear();
-    for (std::string_view word : words) {
-      if (step.kind == PreTokenizerStep::Kind::ByteLevel) {
-        if (step.addPrefixSpace && (word.empty() || word[0] != ' ')) {
-          storage.push_back(" " + std::string(word));
-          word = storage.back();
-        }
-        if (!step.regex) {
-          next.push_back(word);
-          continue;
-        }
-        if (int error = splitSegments(step, word, data, segments))
-          return error;
-        applyBehavior(SplitBehavior::Isolated, word, segments, next);
-        continue;
-      }
-      if (int error = splitSegments(step, word, data, segments))
-        return error;
-      applyBehavior(step.behavior, word, segments, next);
-    }
-    words.swap(next);
+bool Tokenizer::Impl::encodeSection(std::string_view section, EncodeRun &run) const {
+  std::string storage;
+  std::string_view text;
+  if (!normalize(section, storage, text, run))
+    return false;
+  return text.empty() || preTokenize(0, text, run);
+}
+
+/// Pre-tokenizer `step` onwards on `word`, each final piece encoded as it
+/// is found: the steps' pieces are never all held at once (50 MiB of
+/// digits were 50 million views, twice, and their segments).
+bool Tokenizer::Impl::preTokenize(size_t step, std::string_view word, EncodeRun &run) const {
+  if (step == preTokenizers.size()) {
+    encodePreToken(word, run.ids);
+    return true;
   }
-  for (std::string_view word : words) {
-    if (word.empty())
-      continue;
-    if (!splitAtUnjoinable) {
-      encodeWord(word, ids);
-      continue;
+  const PreTokenizerStep &pre = preTokenizers[step];
+  std::string prefixed;
+  SplitBehavior behavior = pre.behavior;
+  if (pre.kind == PreTokenizerStep::Kind::ByteLevel) {
+    if (pre.addPrefixSpace && (word.empty() || word[0] != ' ')) {
+      prefixed.reserve(word.size() + 1);
+      prefixed.assign(" ").append(word);
+      word = prefixed;
     }
-    size_t start = 0, length;
-    uint32_t previous = decodeAt(word, 0, length);
-    for (size_t i = length; i < word.size(); i += length) {
-      uint32_t cp = decodeAt(word, i, length);
-      if (!joinable.contains(PairSet::key(previous, cp))) {
-        encodeWord(word.substr(start, i - start), ids);
-        start = i;
-      }
-      previous = cp;
-    }
-    encodeWord(word.substr(start), ids);
+    if (!pre.regex)
+      return preTokenize(step + 1, word, run);
+    behavior = SplitBehavior::Isolated;
   }
-  return 0;
+  auto pass = [&](std::string_view piece) { return preTokenize(step + 1, piece, run); };
+  PieceJoiner<decltype(pass)> joiner(behavior, word, pass);
+  return forEachSegment(file, pre, word, run,
+                        [&](size_t start, size_t end, bool match) {
+                          return joiner.add(start, end, match);
+                        }) &&
+         joiner.flush();
+}
+
+void Tokenizer::Impl::encodePreToken(std::string_view word, std::vector<int64_t> &ids) const {
+  if (word.empty())
+    return;
+  if (!splitAtUnjoinable) {
+    encodeBounded(word, ids);
+    return;
+  }
+  size_t start = 0, length;
+  uint32_t previous = decodeAt(word, 0, length);
+  for (size_t i = length; i < word.size(); i += length) {
+    uint32_t cp = decodeAt(word, i, length);
+    if (!joinable.contains(PairSet::key(previous, cp))) {
+      encodeBounded(word.substr(start, i - start), ids);
+      start = i;
+    }
+    previous = cp;
+  }
+  encodeBounded(word.substr(start), ids);
+}
+
+/// A word longer than CQ4P_TOKENIZER_MAX_WORD_BYTES is merged in pieces of
+/// at most that many bytes, cut between characters: merging is O(n log n)
+/// in time and about 40 bytes of memory a byte, and text with such words
+/// (a run of one letter, of spaces) is no ordinary text. The reference
+/// tokenizers merge a word whole, so ids next to a cut may differ from
+/// theirs (docs/TOKENIZER.md).
+void Tokenizer::Impl::encodeBounded(std::string_view word, std::vector<int64_t> &ids) const {
+  while (word.size() > CQ4P_TOKENIZER_MAX_WORD_BYTES) {
+    size_t cut = CQ4P_TOKENIZER_MAX_WORD_BYTES;
+    while (cut > 0 && (static_cast<unsigned char>(word[cut]) & 0xC0) == 0x80)
+      --cut;
+    encodeWord(word.substr(0, cut), ids);
+    word.remove_prefix(cut);
+  }
+  encodeWord(word, ids);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1638,16 +2082,22 @@ Status Tokenizer::Impl::loadConfig(const TokenizerFiles &files) {
     if (Status s = parseJsonFile(files.generationConfig, generation, files.noFollow); !s)
       return s;
     if (const Json *eos = member(generation, "eos_token_id"); !isAbsent(eos)) {
-      std::vector<Json> list;
-      if (eos->is_array())
-        list.assign(eos->begin(), eos->end());
-      else
-        list.push_back(*eos);
-      for (const Json &id : list) {
-        if (!id.is_number_unsigned() || int64_t(id.get<uint64_t>()) >= size)
-          return malformed(files.generationConfig, "eos_token_id",
-                           "ids below " + std::to_string(size), id.dump());
+      auto add = [&](const Json &id, const std::string &path) {
+        // Unsigned: 2^63 and above were negative as int64 and passed.
+        if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(size))
+          return malformed(files.generationConfig, path,
+                           "an id below " + std::to_string(size) + " (the vocabulary's size)",
+                           showJson(id));
         stops.push_back(int64_t(id.get<uint64_t>()));
+        return Status::ok();
+      };
+      if (!eos->is_array()) {
+        if (Status s = add(*eos, "eos_token_id"); !s)
+          return s;
+      } else {
+        for (size_t i = 0; i < eos->size(); ++i)
+          if (Status s = add((*eos)[i], "eos_token_id[" + std::to_string(i) + "]"); !s)
+            return s;
       }
     }
   }
@@ -1835,6 +2285,12 @@ Status Tokenizer::openDirectory(const std::string &directory,
 Status Tokenizer::encode(std::string_view text, bool addSpecial,
                          std::vector<int64_t> &ids) const {
   const Impl &impl = *impl_;
+  if (text.size() > CQ4P_TOKENIZER_MAX_TEXT_BYTES)
+    return Status(CQ4P_ERROR_ARGUMENT,
+                  "encode: the text is " + std::to_string(text.size()) +
+                      " bytes, more than the limit of " +
+                      std::to_string(CQ4P_TOKENIZER_MAX_TEXT_BYTES) +
+                      " for one encode (CQ4P_TOKENIZER_MAX_TEXT_BYTES)");
   if (size_t bad = findInvalidUtf8(text); bad != std::string_view::npos)
     return Status(CQ4P_ERROR_ARGUMENT,
                   "encode: the text is not valid UTF-8 at byte " +
@@ -1842,57 +2298,58 @@ Status Tokenizer::encode(std::string_view text, bool addSpecial,
   size_t first = ids.size();
   if (addSpecial)
     ids.insert(ids.end(), impl.prefix.begin(), impl.prefix.end());
-  pcre2_match_data *data = nullptr;
+  EncodeRun run{ids};
+  run.normalizedRoom = kNormalizedGrowth * uint64_t(text.size()) + kNormalizedSlack;
+  // The whole match's offsets are all a split reads (a pattern with groups
+  // still matches: pcre2_match returns 0, the ovector too small for them).
+  bool patterns = false;
   for (const PreTokenizerStep &step : impl.preTokenizers)
-    if (step.regex && data == nullptr)
-      data = pcre2_match_data_create_from_pattern(step.regex->code(), nullptr);
-  int matchError = 0;
+    patterns |= step.regex != nullptr;
+  if (patterns) {
+    run.data = pcre2_match_data_create(1, nullptr);
+    run.context = pcre2_match_context_create(nullptr);
+    // The interpreter's backtracking memory (JIT code uses its own 32 KiB
+    // stack); PCRE2's default is 20 GB.
+    pcre2_set_heap_limit(run.context, kMatchHeapKiB);
+  }
+  bool going = true;
   {
     std::lock_guard<std::mutex> lock(impl.cacheMutex);
+    // Added tokens, leftmost-longest: block by block, the longest token at
+    // each start (found from the right), then the first start at or after
+    // the end of the last token taken.
     size_t sectionStart = 0;
-    size_t i = 0;
-    while (i < text.size()) {
-      // The longest added token starting at i.
-      int32_t token = -1;
-      size_t tokenEnd = 0;
-      if (impl.trie.size() > 1) {
-        int32_t node = 0;
-        for (size_t j = i; j < text.size(); ++j) {
-          const auto &children = impl.trie[size_t(node)].children;
-          unsigned char c = static_cast<unsigned char>(text[j]);
-          auto it = std::lower_bound(children.begin(), children.end(), c,
-                                     [](const std::pair<uint8_t, int32_t> &a,
-                                        uint8_t b) { return a.first < b; });
-          if (it == children.end() || it->first != c)
-            break;
-          node = it->second;
-          if (impl.trie[size_t(node)].token >= 0) {
-            token = impl.trie[size_t(node)].token;
-            tokenEnd = j + 1;
-          }
+    if (!impl.addedTokens.empty()) {
+      const size_t block = std::max(kAddedTokenBlockBytes, impl.addedTokens.longest());
+      std::vector<std::pair<size_t, int32_t>> starts; // (start, id), from the right
+      std::vector<size_t> lengths;
+      for (size_t begin = 0; going && begin < text.size(); begin += block) {
+        size_t end = std::min(text.size(), begin + block);
+        starts.clear();
+        lengths.clear();
+        impl.addedTokens.forEachStart(text, begin, end, [&](size_t at, int32_t id, size_t length) {
+          starts.emplace_back(at, id);
+          lengths.push_back(length);
+        });
+        for (size_t k = starts.size(); going && k-- > 0;) {
+          auto [at, id] = starts[k];
+          if (at < sectionStart)
+            continue; // inside the token taken last
+          going = impl.encodeSection(text.substr(sectionStart, at - sectionStart), run);
+          ids.push_back(id);
+          sectionStart = at + lengths[k];
         }
       }
-      if (token < 0) {
-        ++i;
-        continue;
-      }
-      if (!matchError)
-        matchError = impl.encodeSection(text.substr(sectionStart, i - sectionStart), data, ids);
-      ids.push_back(token);
-      i = sectionStart = tokenEnd;
     }
-    if (!matchError)
-      matchError = impl.encodeSection(text.substr(sectionStart), data, ids);
+    going = going && impl.encodeSection(text.substr(sectionStart), run);
   }
-  if (data != nullptr)
-    pcre2_match_data_free(data);
-  if (matchError != 0) {
+  if (run.data != nullptr)
+    pcre2_match_data_free(run.data);
+  if (run.context != nullptr)
+    pcre2_match_context_free(run.context);
+  if (!going) {
     ids.resize(first);
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(matchError, message, sizeof(message));
-    return Status(CQ4P_ERROR_UNSUPPORTED,
-                  "encode: the split pattern failed on this text (PCRE2: " +
-                      std::string(reinterpret_cast<char *>(message)) + ")");
+    return run.failure;
   }
   if (addSpecial)
     ids.insert(ids.end(), impl.suffix.begin(), impl.suffix.end());

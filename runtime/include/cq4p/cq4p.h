@@ -304,6 +304,23 @@ CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
  * implement is refused at open, naming the member and the value. */
 typedef struct cq4p_tokenizer cq4p_tokenizer;
 
+/* The tokenizer's limits (docs/TOKENIZER.md, "Limits"). Its JSON files
+ * (tokenizer.json, tokenizer_config.json, generation_config.json) nest at
+ * most this many levels of [] and {}: */
+#define CQ4P_TOKENIZER_MAX_NESTING 64
+/* Normalizer, pre-tokenizer and decoder steps, each (Sequences flattened): */
+#define CQ4P_TOKENIZER_MAX_STEPS 32
+/* Bytes of text one encode takes (cq4p_tokenizer_encode refuses more): */
+#define CQ4P_TOKENIZER_MAX_TEXT_BYTES 33554432u /* 32 MiB */
+/* Bytes of a pre-token merged as one word; a longer one (no ordinary text
+ * has one) is merged in pieces of at most this many bytes: */
+#define CQ4P_TOKENIZER_MAX_WORD_BYTES 65536u
+/* The work a split pattern may do in one encode, in PCRE2's match-limit
+ * steps: the base plus this much a byte it scans (real patterns take about
+ * one a byte): */
+#define CQ4P_TOKENIZER_MATCH_STEPS_BASE 1048576u
+#define CQ4P_TOKENIZER_MATCH_STEPS_PER_BYTE 128u
+
 typedef enum cq4p_tokenizer_kind {
   CQ4P_TOKENIZER_BYTE_LEVEL_BPE = 0,
   CQ4P_TOKENIZER_SENTENCEPIECE_BPE = 1

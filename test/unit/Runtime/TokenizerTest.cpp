@@ -17,12 +17,16 @@
 
 #include "cq4p/runtime/Tokenizer.h"
 
+#include "cq4p/cq4p.h"
+
 #include "TempDir.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
+#include <tuple>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -212,7 +216,10 @@ TEST(Tokenizer, SmolLm2Gpt2SplitKeepsWordsApart) {
 }
 
 /// Gemma 4's special tokens in a SentencePiece-style BPE with byte fallback;
-/// `leaveOut`: a special token the vocabulary lacks.
+/// `leaveOut`: a special token the vocabulary lacks. The byte pieces come
+/// after Gemma 4's low special ids (98, 105...), as in its vocabulary.
+constexpr int kGemma4FirstByte = 238;
+
 void writeGemma4(Files &files, const std::string &chatTemplate,
                  const std::string &eos = "<turn|>", const std::string &leaveOut = "") {
   Json vocab = Json::object();
@@ -222,9 +229,9 @@ void writeGemma4(Files &files, const std::string &chatTemplate,
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    vocab[name] = 4 + b;
+    vocab[name] = kGemma4FirstByte + b;
   }
-  int next = 300;
+  int next = kGemma4FirstByte + 256;
   for (const char *piece : {"\xE2\x96\x81", "h", "e", "l", "o", "u", "s", "r", "i", "\n"})
     vocab[piece] = next++;
   std::vector<std::pair<std::string, std::string>> merges = {
@@ -298,7 +305,9 @@ TEST(Tokenizer, Gemma4SpecialTokensAndByteFallback) {
   // Characters outside the vocabulary fall back to their bytes' pieces.
   ids.clear();
   ASSERT_TRUE(t->encode("h\xF0\x9F\x98\x80", false, ids)); // h + U+1F600
-  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "h"), 4 + 0xF0, 4 + 0x9F, 4 + 0x98, 4 + 0x80}));
+  EXPECT_EQ(ids, std::vector<int64_t>({idOf(*t, "h"), kGemma4FirstByte + 0xF0,
+                                       kGemma4FirstByte + 0x9F, kGemma4FirstByte + 0x98,
+                                       kGemma4FirstByte + 0x80}));
   std::string text;
   ASSERT_TRUE(t->decode(ids.data(), ids.size(), text));
   EXPECT_EQ(text, "h\xF0\x9F\x98\x80");
@@ -552,6 +561,411 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   Files empty;
   s = empty.open(t);
   EXPECT_EQ(s.code(), CQ4P_ERROR_NOT_FOUND);
+}
+
+/// A SentencePiece-style BPE (byte fallback, ' ' -> U+2581) whose
+/// pre-tokenizer is `preTokenizer`: the shape of Gemma's file, small.
+void writePieces(Files &files, const Json &preTokenizer) {
+  Json vocab = {{"<unk>", 0}, {"<bos>", 1}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab[name] = 2 + b;
+  }
+  int next = 258;
+  for (const char *piece : {"\xE2\x96\x81", "a", "b", "x", "\xC3\xA9", "ab"})
+    vocab[piece] = next++;
+  Json root = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", Json::array({addedToken(1, "<bos>")})},
+      {"normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                      {"content", "\xE2\x96\x81"}}},
+      {"pre_tokenizer", preTokenizer},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "Sequence"},
+                   {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}},
+                                  {"content", " "}},
+                                 {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"},
+                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", Json::array({Json::array({"a", "b"})})}}}};
+  files.write("tokenizer.json", root.dump());
+}
+
+Json splitRegex(const std::string &regex) {
+  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+          {"invert", false}};
+}
+
+TEST(Tokenizer, SplitPatternsThatCouldCutACharacterAreRefused) {
+  // Before: \C matched single bytes, so words began inside a character:
+  // a read past the word's end (AddressSanitizer) and ids that decoded to
+  // other text, with no error. \C is refused wherever it appears; the
+  // empty pattern (which split forever until memory ran out) too.
+  const std::pair<const char *, const char *> refused[] = {
+      {"\\C", "pre_tokenizer.pattern.Regex: the pattern '\\C'"},
+      {"a|\\C", "pre_tokenizer.pattern.Regex: the pattern 'a|\\C'"},
+      {"(?<=\\C)", "pre_tokenizer.pattern.Regex: the pattern '(?<=\\C)'"},
+      {"", "pre_tokenizer.pattern.Regex: expected a non-empty pattern, found ''"},
+  };
+  for (const auto &[regex, expected] : refused) {
+    Files files;
+    writePieces(files, splitRegex(regex));
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    if (s) {
+      for (std::string text : {"\xC3\xA9", "x\xC3\xA9\xE8\xAA\x9E", "ab"}) {
+        // The text in a buffer of its exact size, as a caller may pass it.
+        std::vector<char> exact(text.begin(), text.end());
+        std::vector<int64_t> ids;
+        std::string back;
+        if (t->encode(std::string_view(exact.data(), exact.size()), false, ids) &&
+            t->decode(ids.data(), ids.size(), back))
+          EXPECT_EQ(back, text) << regex;
+      }
+    }
+    EXPECT_FALSE(s) << regex;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
+  }
+  // Patterns that match whole characters keep every character whole.
+  for (const char *regex : {".", "\\X", "[^a]+|a", "\\p{L}+"}) {
+    Files files;
+    writePieces(files, splitRegex(regex));
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    ASSERT_TRUE(s) << regex << ": " << s.message();
+    for (std::string text : {"\xC3\xA9", "x\xC3\xA9\xE8\xAA\x9E", "ab b\xF0\x9F\x98\x80"}) {
+      std::vector<int64_t> ids;
+      std::string back;
+      ASSERT_TRUE(t->encode(text, false, ids)) << regex;
+      ASSERT_TRUE(t->decode(ids.data(), ids.size(), back));
+      EXPECT_EQ(back, text) << regex;
+    }
+  }
+}
+
+/// The LFM2 file's text with `value` (JSON text) as the member at `pointer`.
+std::string lfm2With(const std::string &pointer, const std::string &value) {
+  Files files;
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  root[Json::json_pointer(pointer)] = "@@value@@";
+  std::string text = root.dump();
+  text.replace(text.find("\"@@value@@\""), 11, value);
+  return text;
+}
+
+TEST(Tokenizer, JsonIsReadWithinItsLimits) {
+  // Nesting: the document is level 1, so 63 arrays inside a member are
+  // read (and truncation refused as such); 64 are past the limit. Before,
+  // 200,000 overflowed the stack when the value was printed or copied.
+  auto nested = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  files.write("tokenizer.json", lfm2With("/truncation", nested(63)));
+  Status s = files.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_NE(s.message().find("truncation: [[[[[[[[[[[[[[[[[[[[[[[[[["), std::string::npos) << s.message();
+  EXPECT_LT(s.message().size(), 400u);
+  for (int depth : {64, 200000}) {
+    files.write("tokenizer.json", lfm2With("/truncation", nested(depth)));
+    s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+    EXPECT_NE(s.message().find("tokenizer.json: truncation[0][0][0][0][0]...: expected at most "
+                               "64 levels of nested [] and {} (CQ4P_TOKENIZER_MAX_NESTING), "
+                               "found a level deeper"),
+              std::string::npos)
+        << s.message();
+  }
+  files.write("tokenizer.json", lfm2With("/model/merges/0", nested(100)));
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: model.merges[0][0][0][0]...: expected at most 64"),
+            std::string::npos) << s.message();
+  writeLfm2(files);
+  files.write("generation_config.json", "{\"eos_token_id\": " + nested(100000) + "}");
+  s = files.open(t);
+  EXPECT_NE(s.message().find("generation_config.json: eos_token_id[0][0][0][0][0]...: expected "
+                             "at most 64"), std::string::npos) << s.message();
+
+  // A NUL ends nlohmann-json's reading: what follows it is refused.
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  files.write("tokenizer.json", good + std::string("\0{]", 3));
+  s = files.open(t);
+  EXPECT_EQ(s.message(), files.dir.file("tokenizer.json") +
+                             ": (document): expected nothing after the JSON document but white "
+                             "space, found a NUL byte at byte " + std::to_string(good.size()) +
+                             " of " + std::to_string(good.size() + 3));
+
+  // Each member name once; a parse error names the member being read and
+  // quotes the bytes as valid UTF-8.
+  files.write("tokenizer.json", lfm2With("/padding", "{\"a\": 1, \"a\": 2}"));
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: padding.a: expected each member name once, found "
+                             "'a' twice"), std::string::npos) << s.message();
+  std::string broken = lfm2With("/added_tokens/0/content", "\"<|pad\xFF|>\"");
+  files.write("tokenizer.json", broken);
+  s = files.open(t);
+  EXPECT_NE(s.message().find("tokenizer.json: added_tokens[0].content: not valid JSON: parse "
+                             "error at line 1, column"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("last read: '\"<|pad\\xFF'"), std::string::npos) << s.message();
+  EXPECT_EQ(findInvalidUtf8(s.message()), std::string::npos);
+}
+
+TEST(Tokenizer, EachIdIsOnePieceAndStopIdsAreInTheVocabulary) {
+  const Refusal refusals[] = {
+      // Before: each was accepted, and one of two pieces decoded as the other.
+      {"/model/vocab/zz", 8, "expected an id no other piece has, found 8, the id of"},
+      {"/added_tokens/1/id", 0, "added_tokens[1].id: expected an id no other added token has, "
+                                "found 0, the id of the added token '<|pad|>'"},
+      {"/added_tokens/7/id", 8 + 0xC3, "added_tokens[7].id: expected the id of the piece "
+                                       "'<|im_end|>' or an id no piece has, found 203"},
+  };
+  for (const Refusal &refusal : refusals) {
+    Files files;
+    writeLfm2(files);
+    std::ifstream in(files.dir.file("tokenizer.json"));
+    Json root = Json::parse(in);
+    root[Json::json_pointer(refusal.member)] = refusal.value;
+    files.write("tokenizer.json", root.dump());
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT) << refusal.member;
+    EXPECT_NE(s.message().find(refusal.expected), std::string::npos) << s.message();
+  }
+  // generation_config.json's ids compare as unsigned: 2^63 and 2^64 - 1
+  // were negative as int64, so "below" the vocabulary's size.
+  for (const char *eos : {"9223372036854775808", "18446744073709551615", "[7, 9223372036854775808]"}) {
+    Files files;
+    writeLfm2(files);
+    files.write("generation_config.json", std::string("{\"eos_token_id\": ") + eos + "}");
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT) << eos;
+    EXPECT_NE(s.message().find("expected an id below 271 (the vocabulary's size), found"),
+              std::string::npos) << s.message();
+  }
+}
+
+/// The pieces `t` gives `text` (ids mapped back to their pieces).
+std::vector<std::string> piecesOf(const Tokenizer &t, const std::string &text) {
+  std::vector<int64_t> ids;
+  Status s = t.encode(text, false, ids);
+  EXPECT_TRUE(s) << s.message();
+  std::vector<std::string> out;
+  for (int64_t id : ids)
+    out.emplace_back(t.piece(id));
+  return out;
+}
+
+TEST(Tokenizer, SplitBehaviorsJoinPiecesAsHuggingFacesDo) {
+  // Hugging Face's example: "the-final--countdown" split at "-". With
+  // ignore_merges, a word that is a piece is that piece, so the ids show
+  // where the words are.
+  Json model = byteLevelModel(0, {}, /*ignoreMerges=*/true);
+  int next = 256;
+  for (const char *piece : {"the", "final", "countdown", "the-", "final-", "-final",
+                            "-countdown", "--", "final--"})
+    model["vocab"][piece] = next++;
+  using Pieces = std::vector<std::string>;
+  const std::tuple<const char *, const char *, bool, Pieces> cases[] = {
+      {"Removed", "-", false, {"the", "final", "countdown"}},
+      {"Isolated", "-", false, {"the", "-", "final", "-", "-", "countdown"}},
+      {"MergedWithPrevious", "-", false, {"the-", "final-", "-", "countdown"}},
+      {"MergedWithNext", "-", false, {"the", "-final", "-", "-countdown"}},
+      {"Contiguous", "-", false, {"the", "-", "final", "--", "countdown"}},
+      // Inverted: the dashes are the "matches", the letters are kept.
+      {"MergedWithPrevious", "[a-z]+", true, {"the-", "final--", "countdown"}},
+      {"Removed", "[a-z]+", true, {"the", "final", "countdown"}},
+  };
+  for (const auto &[behavior, regex, invert, expected] : cases) {
+    Files files;
+    Json root = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                 {"added_tokens", Json::array()}, {"normalizer", nullptr},
+                 {"pre_tokenizer",
+                  {{"type", "Sequence"},
+                   {"pretokenizers",
+                    {{{"type", "Split"}, {"pattern", {{"Regex", regex}}},
+                      {"behavior", behavior}, {"invert", invert}},
+                     {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                      {"use_regex", false}}}}}},
+                 {"post_processor", nullptr}, {"decoder", {{"type", "ByteLevel"}}},
+                 {"model", model}};
+    files.write("tokenizer.json", root.dump());
+    std::unique_ptr<Tokenizer> t;
+    Status s = files.open(t);
+    ASSERT_TRUE(s) << s.message();
+    EXPECT_EQ(piecesOf(*t, "the-final--countdown"), expected) << behavior << " " << regex;
+  }
+}
+
+TEST(Tokenizer, EncodingIsBoundedInTextAndWork) {
+  Files files;
+  writeLfm2(files);
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  // One encode takes at most CQ4P_TOKENIZER_MAX_TEXT_BYTES.
+  std::string text(size_t(CQ4P_TOKENIZER_MAX_TEXT_BYTES) + 1, '1');
+  std::vector<int64_t> ids;
+  Status s = t->encode(text, false, ids);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_EQ(s.message(), "encode: the text is 33554433 bytes, more than the limit of 33554432 "
+                         "for one encode (CQ4P_TOKENIZER_MAX_TEXT_BYTES)");
+  EXPECT_TRUE(ids.empty());
+
+  // A pre-token longer than CQ4P_TOKENIZER_MAX_WORD_BYTES is merged in
+  // pieces of at most that many bytes, cut between characters.
+  const size_t word = CQ4P_TOKENIZER_MAX_WORD_BYTES;
+  std::string run;
+  for (size_t i = 0; run.size() < 2 * word + 5; ++i)
+    run += i % 7 == 6 ? "\xC3\xA9" : "l";
+  ASSERT_TRUE(t->encode(run, false, ids));
+  std::string back;
+  ASSERT_TRUE(t->decode(ids.data(), ids.size(), back));
+  EXPECT_EQ(back, run);
+  std::vector<int64_t> pieces;
+  size_t start = 0;
+  while (start < run.size()) {
+    size_t cut = std::min(run.size() - start, word);
+    while (start + cut < run.size() && (static_cast<unsigned char>(run[start + cut]) & 0xC0) == 0x80)
+      --cut;
+    ASSERT_TRUE(t->encode(run.substr(start, cut), false, pieces));
+    start += cut;
+  }
+  EXPECT_EQ(ids, pieces);
+
+  // The normalized text of an encode is at most 4 times the text plus
+  // 64 KiB: a Replace of one byte by 64 is refused on 2,000 of them.
+  Files growing;
+  writePieces(growing, nullptr);
+  std::ifstream in(growing.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  root["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", {root["normalizer"],
+                                         {{"type", "Replace"}, {"pattern", {{"String", "a"}}},
+                                          {"content", std::string(64, 'b')}}}}};
+  growing.write("tokenizer.json", root.dump());
+  ASSERT_TRUE(growing.open(t));
+  ids.clear();
+  s = t->encode(std::string(2000, 'a'), false, ids);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_ARGUMENT);
+  EXPECT_NE(s.message().find("tokenizer.json: normalizer.normalizers[1] would make the text "
+                             "128000 bytes, more than cq4p's limit for the normalized text "
+                             "(4 times the text's bytes plus 65536)"),
+            std::string::npos) << s.message();
+  ids.clear();
+  EXPECT_TRUE(t->encode(std::string(1000, 'a'), false, ids));
+
+  // At most CQ4P_TOKENIZER_MAX_STEPS steps of a kind.
+  Json replace = {{"type", "Replace"}, {"pattern", {{"String", "x"}}}, {"content", "y"}};
+  root["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", Json::array()}};
+  for (int i = 0; i < 33; ++i)
+    root["normalizer"]["normalizers"].push_back(replace);
+  growing.write("tokenizer.json", root.dump());
+  s = growing.open(t);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
+  EXPECT_NE(s.message().find("tokenizer.json: normalizer.normalizers[32]: expected at most 32 "
+                             "normalizer steps (CQ4P_TOKENIZER_MAX_STEPS), found more"),
+            std::string::npos) << s.message();
+}
+
+TEST(Tokenizer, ASplitPatternSpendsAtMostItsMatchBudget) {
+  // Just under PCRE2's own match limit at every character: 6.5 ms each,
+  // 130 s for 20 KB, before the budget.
+  Files files;
+  writePieces(files, splitRegex("(?:(?:a|aa){0,20}b|.)"));
+  std::unique_ptr<Tokenizer> t;
+  ASSERT_TRUE(files.open(t));
+  std::vector<int64_t> ids;
+  auto start = std::chrono::steady_clock::now();
+  Status s = t->encode(std::string(20000, 'a'), false, ids);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ(s.code(), CQ4P_ERROR_UNSUPPORTED);
+  EXPECT_EQ(s.message(),
+            "encode: " + files.dir.file("tokenizer.json") +
+                ": pre_tokenizer.pattern.Regex: the split pattern needs more work on this text "
+                "than cq4p's match budget (CQ4P_TOKENIZER_MATCH_STEPS_BASE 1048576 + 128 a byte "
+                "of text, in PCRE2's match-limit steps): a pattern this slow is refused rather "
+                "than run for minutes");
+  EXPECT_TRUE(ids.empty());
+  // Text it matches without backtracking much is encoded.
+  std::string text;
+  for (int i = 0; i < 10000; ++i)
+    text += "ab";
+  ASSERT_TRUE(t->encode(text, false, ids));
+  EXPECT_EQ(ids, std::vector<int64_t>(10000, t->pieceId("ab")));
+}
+
+TEST(Tokenizer, AddedTokensAreFoundLeftmostLongestInLinearTime) {
+  // Overlapping tokens over a..e (which no merge of the LFM2 file joins,
+  // so every other byte is its own id), checked against the definition:
+  // from the left, the first position where a token starts, the longest
+  // token there, then on after it. The text crosses the 64 KiB blocks the
+  // tokens are looked for in.
+  Files files;
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  std::string longToken;
+  for (int i = 0; i < 40; ++i)
+    longToken += "abcde"[i % 5];
+  std::vector<std::string> tokens = {"ab", "abc", "bcd", "c", "abcde", "dd", "eea", longToken};
+  int next = 1000;
+  for (const std::string &token : tokens)
+    root["added_tokens"].push_back(addedToken(next++, token));
+  files.write("tokenizer.json", root.dump());
+  std::unique_ptr<Tokenizer> t;
+  Status s = files.open(t);
+  ASSERT_TRUE(s) << s.message();
+
+  std::string text;
+  uint32_t seed = 7;
+  while (text.size() < 200000) {
+    seed = seed * 1103515245 + 12345;
+    if ((seed >> 16) % 97 == 0)
+      text += longToken.substr(0, 20 + (seed >> 8) % 21);
+    else
+      text += "abcde"[(seed >> 16) % 5];
+  }
+  std::vector<int64_t> expected;
+  for (size_t i = 0; i < text.size();) {
+    size_t best = 0;
+    int64_t id = -1;
+    for (size_t k = 0; k < tokens.size(); ++k)
+      if (tokens[k].size() > best && text.compare(i, tokens[k].size(), tokens[k]) == 0) {
+        best = tokens[k].size();
+        id = 1000 + int64_t(k);
+      }
+    if (id < 0) {
+      expected.push_back(idOf(*t, std::string(1, text[i])));
+      ++i;
+    } else {
+      expected.push_back(id);
+      i += best;
+    }
+  }
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(t->encode(text, false, ids));
+  EXPECT_EQ(ids, expected);
+
+  // A long token that almost matches everywhere costs no more than a
+  // short one: 4 KiB of "a...ab" over 1 MB of "a" (a trie walked from
+  // every byte took 26 s).
+  root["added_tokens"].push_back(addedToken(next++, std::string(4095, 'a') + "b"));
+  files.write("tokenizer.json", root.dump());
+  ASSERT_TRUE(files.open(t));
+  ids.clear();
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(t->encode(std::string(1 << 20, 'a'), false, ids));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_EQ(ids, std::vector<int64_t>(size_t(1) << 20, idOf(*t, "a")));
 }
 
 TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
