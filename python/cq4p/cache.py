@@ -314,14 +314,6 @@ def read_entry(entry):
         return None
 
 
-def _sync_directory(directory):
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
 def _remove_aside(root, path, prefix):
     """Renames `path` out of the way in `root`, then removes it."""
     aside = tempfile.mkdtemp(prefix=prefix, dir=root)
@@ -486,7 +478,7 @@ class Cache:
                       "prepared": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             _write_json_atomically(temporary / PREPARED, record)
             os.rename(temporary, entry)
-            _sync_directory(self.root)
+            bd.sync_directory(self.root)
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
             raise

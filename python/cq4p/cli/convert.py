@@ -556,15 +556,7 @@ def _settle(directory):
                 os.posix_fadvise(handle, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(handle)
-    _sync_directory(directory)
-
-
-def _sync_directory(directory):
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+    bd.sync_directory(directory)
 
 
 def _replace(temporary, out, replaceable=frozenset(), progress=None):
@@ -574,7 +566,7 @@ def _replace(temporary, out, replaceable=frozenset(), progress=None):
     _settle(temporary)
     if not os.path.lexists(out):
         os.rename(temporary, out)
-        _sync_directory(os.path.dirname(out))
+        bd.sync_directory(os.path.dirname(out))
         return
     parent = os.path.dirname(out)
     old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old.", dir=parent)
@@ -585,7 +577,7 @@ def _replace(temporary, out, replaceable=frozenset(), progress=None):
     except BaseException:
         os.rename(old, out)
         raise
-    _sync_directory(parent)
+    bd.sync_directory(parent)
     for name in replaceable:
         path = os.path.join(old, name)
         if os.path.islink(path) or os.path.isfile(path):

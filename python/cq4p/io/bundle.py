@@ -45,6 +45,16 @@ class BundleError(ValueError):
     """A bundle that cannot be used; the message is one line."""
 
 
+def sync_directory(directory):
+    """fsync a directory, so that the names renamed or created in it last
+    (a bundle's files, a prepared model's entry) are on disk."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
 def logical_file(name):
     """`<stem>.weights` for a tensor name; names that are not safe file
     names are refused."""
