@@ -1,20 +1,25 @@
 //===- Tokenizer.cpp - tokenizer.json: byte-level and SentencePiece BPE ---===//
 //
-// Reading. nlohmann-json parses the files without exceptions (the runtime
-// builds with -fno-exceptions: a parse error is a discarded value, and every
-// member is type-checked before it is read, since a wrong-typed read would
-// abort). The vocabulary becomes id-indexed pieces; merges become an
-// open-addressing table from a pair of ids to (rank, merged id).
+// Reading. nlohmann-json's SAX parser feeds a tree builder that bounds the
+// nesting (CQ4P_TOKENIZER_MAX_NESTING), refuses a member named twice and
+// names the member of any error; no exception is thrown (the runtime builds
+// with -fno-exceptions), and every member is type-checked before it is
+// read, since a wrong-typed read would abort. The vocabulary becomes
+// id-indexed pieces, one to an id; merges become an open-addressing table from
+// a pair of ids to (rank, merged id).
 //
 // Encoding. Added tokens are cut out first (leftmost-longest, an
 // Aho-Corasick automaton of their reversed bytes read from the text's end).
-// Each remaining section is normalized, pre-tokenized into words (PCRE2
-// matches of the file's split patterns), and each word is merged by rank:
-// a heap of adjacent pairs, lowest rank then leftmost first, the order of
-// Hugging Face's BPE. Byte-level words start from one symbol per byte (the
-// GPT-2 byte-to-character map); SentencePiece words from one symbol per
+// Each remaining section is normalized, pre-tokenized (PCRE2 matches of the
+// file's split patterns, under a match budget scaled to the text; each
+// step passes a piece on as soon as no later match can join it, so no list
+// of words is held), and each word is merged by rank: a heap of adjacent
+// pairs, lowest rank then leftmost first, the order of Hugging Face's BPE.
+// Byte-level words start from one symbol per byte (the GPT-2
+// byte-to-character map); SentencePiece words from one symbol per
 // character, characters missing from the vocabulary falling back to their
-// <0xXX> byte pieces. Short words' ids are cached.
+// <0xXX> byte pieces. Words longer than CQ4P_TOKENIZER_MAX_WORD_BYTES are
+// merged in pieces; short words' ids are cached.
 //
 //===----------------------------------------------------------------------===//
 

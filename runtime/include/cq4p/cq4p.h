@@ -365,7 +365,7 @@ CQ4P_API int cq4p_model_tokenizer(cq4p_model *model,
                                   size_t error_size);
 
 /* Encodes length bytes of UTF-8 (invalid UTF-8 is refused, naming the byte
- * offset). add_special: the post-processor's ids too (Gemma's BOS). *count
+ * offset; more than CQ4P_TOKENIZER_MAX_TEXT_BYTES is refused). add_special: the post-processor's ids too (Gemma's BOS). *count
  * receives the number of ids; when it is more than capacity, nothing is
  * written and the call fails with CQ4P_ERROR_ARGUMENT (call again with
  * room for *count). */

@@ -18,6 +18,12 @@
 // does not implement is refused at open by name (the file, the member's
 // path and the value found), never tokenized approximately.
 //
+// Everything a file or a text could make it spend is bounded (cq4p.h's
+// CQ4P_TOKENIZER_* limits, docs/TOKENIZER.md "Limits"): the JSON's nesting,
+// the steps of a pipeline, one encode's text and its normalized size, the
+// bytes merged as one word, the split patterns' matching work; added tokens
+// are found in linear time. What passes a limit is refused by name.
+//
 // Encoding takes UTF-8; invalid UTF-8 is refused with the byte offset of
 // the first bad sequence. Decoding gives UTF-8: pieces whose bytes are not
 // valid UTF-8 (byte-level or byte-fallback pieces the model put in a bad
