@@ -141,13 +141,19 @@ def load(entry):
         if entry.end == entry.begin:
             return np.zeros(entry.shape, dtype=np.float32)
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            raw = np.frombuffer(mapping, dtype=DTYPES[entry.dtype], count=entry.size,
-                                offset=entry.begin)
-            if entry.dtype == "BF16":
-                values = (raw.astype(np.uint32) << 16).view(np.float32)
-            else:
-                values = raw.astype(np.float32)
-            del raw
+            # The view of the mapping goes before the mapping closes, also when
+            # an interrupt or SIGTERM unwinds through here: closing a mapping
+            # with a view alive raises BufferError over the interrupt.
+            raw = None
+            try:
+                raw = np.frombuffer(mapping, dtype=DTYPES[entry.dtype], count=entry.size,
+                                    offset=entry.begin)
+                if entry.dtype == "BF16":
+                    values = (raw.astype(np.uint32) << 16).view(np.float32)
+                else:
+                    values = raw.astype(np.float32)
+            finally:
+                raw = None
     return values.reshape(entry.shape)
 
 
