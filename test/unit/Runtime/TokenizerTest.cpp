@@ -524,6 +524,17 @@ struct Refusal {
   const char *expected;
 };
 
+/// Opens the LFM2 tokenizer.json with the refusal's member set to its value.
+Status openEdited(const Refusal &refusal, std::unique_ptr<Tokenizer> &t) {
+  Files files;
+  writeLfm2(files);
+  std::ifstream in(files.dir.file("tokenizer.json"));
+  Json root = Json::parse(in);
+  root[Json::json_pointer(refusal.member)] = refusal.value;
+  files.write("tokenizer.json", root.dump());
+  return files.open(t);
+}
+
 TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   const Refusal refusals[] = {
       {"/normalizer", {{"type", "NFKC"}}, "normalizer.type: 'NFKC'"},
@@ -540,14 +551,8 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
       {"/pre_tokenizer/pretokenizers/0/behavior", "Sideways", "behavior: 'Sideways'"},
   };
   for (const Refusal &refusal : refusals) {
-    Files files;
-    writeLfm2(files);
-    std::ifstream in(files.dir.file("tokenizer.json"));
-    Json root = Json::parse(in);
-    root[Json::json_pointer(refusal.member)] = refusal.value;
-    files.write("tokenizer.json", root.dump());
     std::unique_ptr<Tokenizer> t;
-    Status s = files.open(t);
+    Status s = openEdited(refusal, t);
     EXPECT_FALSE(s) << refusal.member;
     EXPECT_NE(s.message().find(refusal.expected), std::string::npos)
         << refusal.member << ": " << s.message();
@@ -726,14 +731,8 @@ TEST(Tokenizer, EachIdIsOnePieceAndStopIdsAreInTheVocabulary) {
                                        "'<|im_end|>' or an id no piece has, found 203"},
   };
   for (const Refusal &refusal : refusals) {
-    Files files;
-    writeLfm2(files);
-    std::ifstream in(files.dir.file("tokenizer.json"));
-    Json root = Json::parse(in);
-    root[Json::json_pointer(refusal.member)] = refusal.value;
-    files.write("tokenizer.json", root.dump());
     std::unique_ptr<Tokenizer> t;
-    Status s = files.open(t);
+    Status s = openEdited(refusal, t);
     EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT) << refusal.member;
     EXPECT_NE(s.message().find(refusal.expected), std::string::npos) << s.message();
   }
