@@ -31,6 +31,22 @@ inline Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
   return memref::AllocaOp::create(b, op->getLoc(), type);
 }
 
+/// p times 2^k, where k was rounded by adding 1.5 * 2^23 into `t` (so k
+/// sits in t's low bits): t's bits shifted left by 23 added to p's bits,
+/// i.e. k added to p's exponent field. expNonPositive and NEON attention's
+/// base-2 exponential share it.
+inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
+  auto type = cast<VectorType>(p.getType());
+  auto ints = type.clone(b.getI32Type());
+  Value shifted = arith::ShLIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, ints, t),
+      vector::BroadcastOp::create(
+          b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+  return arith::BitcastOp::create(
+      b, loc, type,
+      arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+}
+
 /// exp(x) lane by lane for x <= 0 (a softmax's arguments; where a lane's x
 /// may be larger the caller discards the result), within 2e-7 relative, on
 /// fp32 vectors fixed or scalable: x clamped below at -87 (exp(-87) is
@@ -48,7 +64,6 @@ inline Value entryAlloca(OpBuilder &b, Operation *op, MemRefType type) {
 /// leaf share it.
 inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
   auto type = cast<VectorType>(x.getType());
-  auto ints = type.clone(b.getI32Type());
   auto lanes = [&](float value) -> Value {
     return vector::BroadcastOp::create(
         b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
@@ -65,13 +80,7 @@ inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
   Value p = fma(r, lanes(0.00831786636f), lanes(0.041898042f));
   for (float c : {0.166671827f, 0.499991477f, 0.999999881f, 1.0f})
     p = fma(p, r, lanes(c));
-  Value shifted = arith::ShLIOp::create(
-      b, loc, arith::BitcastOp::create(b, loc, ints, t),
-      vector::BroadcastOp::create(
-          b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
-  return arith::BitcastOp::create(
-      b, loc, type,
-      arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+  return timesPowerOfTwo(b, loc, p, t);
 }
 
 } // namespace mlir::cq4p

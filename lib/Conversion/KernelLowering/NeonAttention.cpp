@@ -222,7 +222,6 @@ struct Neon {
   /// 1.8e-7 relative in fp32 over [-125.5, 0]). x is clamped at -125.5
   /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
   Value exp2NonPositive(Value x) {
-    auto ints = VectorType::get({4}, b.getI32Type());
     const float magic = 12582912.0f; // 1.5 * 2^23
     x = max(x, lanes(-125.5f));
     Value t = add(x, lanes(magic));
@@ -230,13 +229,7 @@ struct Neon {
     Value p = fma(r, lanes(0.00133088103f), lanes(0.00967153907f));
     for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
       p = fma(p, r, lanes(c));
-    Value shifted = arith::ShLIOp::create(
-        b, loc, arith::BitcastOp::create(b, loc, ints, t),
-        vector::BroadcastOp::create(
-            b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
-    return arith::BitcastOp::create(
-        b, loc, vec(),
-        arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+    return timesPowerOfTwo(b, loc, p, t);
   }
 
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
