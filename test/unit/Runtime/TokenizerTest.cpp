@@ -24,8 +24,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
+#include <thread>
 #include <tuple>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -988,6 +990,115 @@ TEST(Tokenizer, ABundlesFilesAreRegularFilesInsideIt) {
   s = Tokenizer::openDirectory(files.dir.path(), t, /*confined=*/true);
   EXPECT_EQ(s.code(), CQ4P_ERROR_FORMAT);
   EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
+}
+
+/// Everything one thread gets from a tokenizer through the C API: each
+/// text's ids, their decoded text, and a conversation's rendering.
+struct CApiResults {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<std::string> decoded;
+  std::string chat;
+  std::string error;
+};
+
+CApiResults throughTheCApi(const cq4p_tokenizer *t, const std::vector<std::string> &texts) {
+  CApiResults out;
+  char error[512] = "";
+  for (const std::string &text : texts) {
+    std::vector<int64_t> ids(text.size() + 8);
+    size_t count = 0;
+    if (cq4p_tokenizer_encode(t, text.data(), text.size(), 1, ids.data(), ids.size(), &count,
+                              error, sizeof(error)) != CQ4P_OK) {
+      out.error = error;
+      return out;
+    }
+    ids.resize(count);
+    std::string decoded(text.size() * 4 + 64, '\0');
+    size_t length = 0;
+    if (cq4p_tokenizer_decode(t, ids.data(), ids.size(), decoded.data(), decoded.size(), &length,
+                              error, sizeof(error)) != CQ4P_OK) {
+      out.error = error;
+      return out;
+    }
+    decoded.resize(length);
+    out.ids.push_back(std::move(ids));
+    out.decoded.push_back(std::move(decoded));
+  }
+  const char *roles[] = {"system", "user", "assistant", "user"};
+  const char *contents[] = {"be brief", "hello 123", "hello world", texts.back().c_str()};
+  std::string chat(4096 + texts.back().size(), '\0');
+  size_t length = 0;
+  if (cq4p_tokenizer_render_chat(t, roles, contents, 4, 1, chat.data(), chat.size(), &length,
+                                 error, sizeof(error)) != CQ4P_OK) {
+    out.error = error;
+    return out;
+  }
+  chat.resize(length);
+  out.chat = std::move(chat);
+  return out;
+}
+
+TEST(Tokenizer, ThreadsOpenAndEncodeConcurrentlyThroughTheCApi) {
+  // The C API's promise (cq4p.h): a tokenizer is immutable once open, so
+  // any number of threads encode, decode and render with one, and opens run
+  // side by side. Four threads each open their own and share one, and every
+  // result equals the one a single thread got before. The ThreadSanitizer
+  // build (test/fuzz) runs this too, so a shared scratch buffer or a lazily
+  // filled cache without a lock fails it even when the results agree.
+  Files files;
+  writeLfm2(files);
+  const std::vector<std::string> texts = {
+      "hello world 123", "Hello, hello: 12345!\n\n  tabs\tand spaces",
+      "caf\xc3\xa9 \xe2\x82\xac 5 \xf0\x9f\x98\x80 <|im_start|>user\nhi<|im_end|>",
+      std::string(3000, 'l') + " hello"};
+  char error[512] = "";
+  cq4p_tokenizer *shared = nullptr;
+  ASSERT_EQ(cq4p_tokenizer_open_dir(files.dir.path().c_str(), &shared, error, sizeof(error)),
+            CQ4P_OK)
+      << error;
+  const CApiResults expected = throughTheCApi(shared, texts);
+  ASSERT_EQ(expected.error, "");
+  ASSERT_EQ(expected.decoded.size(), texts.size());
+  // The reference is worth comparing with: the texts round-trip and the
+  // special tokens inside a text are single ids.
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(expected.decoded[i], "<|startoftext|>" + texts[i]);
+  EXPECT_NE(expected.chat.find("<|im_start|>assistant\n"), std::string::npos);
+
+  constexpr int kThreads = 4;
+  std::vector<CApiResults> own(kThreads), viaShared(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) {
+      }
+      char threadError[512] = "";
+      cq4p_tokenizer *mine = nullptr;
+      if (cq4p_tokenizer_open_dir(files.dir.path().c_str(), &mine, threadError,
+                                  sizeof(threadError)) != CQ4P_OK) {
+        own[i].error = threadError;
+        return;
+      }
+      for (int round = 0; round < 3; ++round) {
+        viaShared[i] = throughTheCApi(shared, texts);
+        own[i] = throughTheCApi(mine, texts);
+      }
+      cq4p_tokenizer_close(mine);
+    });
+  }
+  for (std::thread &thread : threads)
+    thread.join();
+  for (int i = 0; i < kThreads; ++i) {
+    for (const CApiResults *got : {&own[i], &viaShared[i]}) {
+      EXPECT_EQ(got->error, "") << "thread " << i;
+      EXPECT_EQ(got->ids, expected.ids) << "thread " << i;
+      EXPECT_EQ(got->decoded, expected.decoded) << "thread " << i;
+      EXPECT_EQ(got->chat, expected.chat) << "thread " << i;
+    }
+  }
+  cq4p_tokenizer_close(shared);
 }
 
 } // namespace
