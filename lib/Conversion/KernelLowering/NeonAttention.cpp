@@ -26,8 +26,9 @@
 //           side for P V), and max'ed into a running 4-lane max
 //   softmax per head: m' = max(m, the block's max), c = 2^(m - m'),
 //           S[j][h] = 2^(S[j][h] - m') in place, 4 keys of up to 4 heads
-//           per step (one FSUB and a 10-instruction exp2 each; the heads
-//           share the loop), l = l c + sum
+//           per step (one FADD of -m' and an 8-instruction 2^x / C each,
+//           C the polynomial's leading coefficient, which the weights and
+//           their sum share; the heads share the loop), l = l c + sum
 //   P V     per up to 4 heads and 16 dims: the heads' 16 accumulators
 //           (a stack buffer of G x D, times c), per key its value slice (4
 //           registers, loaded once for the heads) and per head one FMLA by
@@ -36,7 +37,7 @@
 //
 // So per (query head, key) and 64 dims: 16 FMLAs for Q K^T and 16 for P V,
 // key and value loads shared by 2 and up to 4 heads, the query reloaded
-// once per 4 keys, 3/4 of a FADDP, and about 6 instructions of softmax
+// once per 4 keys, 3/4 of a FADDP, and about 4.5 instructions of softmax
 // (bench/attention-results.md has the counts).
 // With an fp16 cache each loaded slice is widened once (FCVTL, FCVTL2) for
 // every head that uses it. With an fp32 one a whole quad loads each
@@ -72,6 +73,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <algorithm>
 #include <limits>
 
 using namespace mlir;
@@ -79,7 +81,17 @@ using namespace mlir::cq4p;
 
 namespace {
 
-constexpr int64_t kBlockKeys = 256; // keys per softmax block
+// Keys per softmax block: as many as a 16 KB stack buffer of the group's
+// scores holds (1,024 for a group of 4), at least 256. Each block costs the
+// group's corrections and P V's accumulators loaded, rescaled and stored
+// again (about 400 instructions for 4 heads of 64), so at a 1k context
+// 256-key blocks cost about 10 instructions per cached key and layer more
+// than 1,024-key ones (bench/attention-results.md).
+constexpr int64_t kScoreBufferFloats = 4096;
+constexpr int64_t kMinBlockKeys = 256;
+int64_t blockKeysFor(int64_t group) {
+  return std::max(kMinBlockKeys, kScoreBufferFloats / group / 4 * 4);
+}
 constexpr int64_t kSlice = 16;      // dims per step: 4 fp32 registers
 constexpr float kLowest = -std::numeric_limits<float>::infinity();
 
@@ -232,6 +244,32 @@ struct Neon {
     return timesPowerOfTwo(b, loc, p, t);
   }
 
+  /// 2^x / C lane by lane for x <= 0, C = 0.00133088103 (the leading
+  /// coefficient of exp2NonPositive's polynomial), for the softmax's
+  /// weights: a weight and the sum it joins carry the same 1 / C, so P V's
+  /// quotient does not see it (the corrections 2^(m - m') that rescale
+  /// earlier blocks are exp2NonPositive's, without it). The polynomial is
+  /// taken as the product of its factors with the leading coefficient left
+  /// out, (r^2 + a1 r + b1)(r^2 + a2 r + b2)(r - rho): r^2 once, each
+  /// quadratic an FADD and an FMLA whose accumulator is that FADD's fresh
+  /// result, the linear factor an FADD, two FMULs. 8 instructions where
+  /// Horner's 5 FMLAs need 5 copies of a constant into FMLA's destructive
+  /// accumulator besides (10). The factors are the roots of
+  /// exp2NonPositive's polynomial, their fp32 roundings searched by ulps
+  /// for the least spread of p(r) / 2^r over |r| <= 1/2: 3.2e-7 relative
+  /// in fp32 (Horner's: 1.8e-7).
+  Value exp2TimesLeadingInverse(Value x) {
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = max(x, lanes(-125.5f));
+    Value t = add(x, lanes(magic));
+    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    Value r2 = mul(r, r);
+    Value q1 = fma(r, lanes(-0.688519001f), add(r2, lanes(20.3728600f)));
+    Value q2 = fma(r, lanes(4.78848839f), add(r2, lanes(11.6453857f)));
+    Value p = mul(mul(q1, q2), add(r, lanes(3.16705132f)));
+    return timesPowerOfTwo(b, loc, p, t);
+  }
+
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
   /// for (i = lb; i < ub; i += step) state = body(i, state)
   SmallVector<Value> loop(Value lb, Value ub, int64_t step, ValueRange inits, Body body) {
@@ -264,6 +302,7 @@ struct Operands {
   Value queries;
   int64_t d;
   float scale;
+  int64_t blockKeys; // blockKeysFor(group)
 };
 
 /// Query heads [h0, h0 + count) of KV head `kv` (count: the group, or 1)
@@ -317,9 +356,9 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
   for (int64_t g = 0; g < count; ++g)
     init.append({e.f32(kLowest), e.f32(0.0f)});
 
-  auto blocks = e.loop(first, end, kBlockKeys, init, [&](Neon &n, Value b0, ValueRange st) {
+  auto blocks = e.loop(first, end, x.blockKeys, init, [&](Neon &n, Value b0, ValueRange st) {
     Value keysIn = arith::MinSIOp::create(n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, b0),
-                                          n.index(kBlockKeys));
+                                          n.index(x.blockKeys));
     Value whole = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-4));
     Value tail = arith::SubIOp::create(n.b, n.loc, keysIn, whole);
     Value hasTail = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, tail,
@@ -489,7 +528,7 @@ void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Valu
         SmallVector<Value> next;
         for (int64_t h = 0; h < set; ++h) {
           Value at = scoreAt(m, g0 + h, j);
-          Value p = m.exp2NonPositive(m.add(m.load(x.scores, {at}), shifts[g0 + h]));
+          Value p = m.exp2TimesLeadingInverse(m.add(m.load(x.scores, {at}), shifts[g0 + h]));
           m.store(p, x.scores, {at});
           next.push_back(m.add(acc[h], p));
         }
@@ -597,11 +636,12 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
              op.getK(),
              op.getV(),
              op.getOut(),
-             entryAlloca(b, op, MemRefType::get({group * kBlockKeys}, f32)),
+             entryAlloca(b, op, MemRefType::get({group * blockKeysFor(group)}, f32)),
              entryAlloca(b, op, MemRefType::get({group * d}, f32)),
              entryAlloca(b, op, MemRefType::get({group, d}, f32)),
              d,
-             op.getScale().convertToFloat()};
+             op.getScale().convertToFloat(),
+             blockKeysFor(group)};
   Neon e{b, loc};
   Value position = op.getPosition() ? op.getPosition() : e.index(0);
   Value rows = memref::DimOp::create(b, loc, x.q, 0);

@@ -12,7 +12,7 @@
 // CHECK-SAME: %[[Q:[^:]*]]: memref<?x256xf32>, %[[K:[^:]*]]: memref<?x128xf16>, %[[V:[^:]*]]: memref<?x128xf16>,
 // CHECK-SAME: %[[OUT:[^:]*]]: memref<?x256xf32>, %{{[^:]*}}: index, %{{[^:]*}}: index, %[[POS:[^:]*]]: index)
 // CHECK-DAG: %[[ACC:.*]] = memref.alloca() : memref<128xf32>
-// CHECK-DAG: %[[S:.*]] = memref.alloca() : memref<512xf32>
+// CHECK-DAG: %[[S:.*]] = memref.alloca() : memref<4096xf32>
 // CHECK-DAG: %[[QS:.*]] = memref.alloca() : memref<2x64xf32>
 // CHECK-NOT: cq4p.attention
 // CHECK: scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
@@ -48,7 +48,7 @@
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [1, 3, 5, 7] : vector<4xf32>, vector<4xf32>
 // Scores by quad, then head (S[j / 4][g][j % 4]).
 // CHECK: %[[SJ:.*]] = arith.muli %[[J]], %{{.*}} : index
-// CHECK: vector.store %{{.*}}, %[[S]][%[[SJ]]] : memref<512xf32>, vector<4xf32>
+// CHECK: vector.store %{{.*}}, %[[S]][%[[SJ]]] : memref<4096xf32>, vector<4xf32>
 // CHECK: arith.maximumf %{{.*}} : vector<4xf32>
 // The last, partial quad: its lanes past the end are -inf.
 // CHECK: %[[TAIL:.*]]:2 = scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>)
@@ -64,7 +64,7 @@
 // CHECK: vector.load %[[ACC]]
 // CHECK: scf.for %[[JV:.*]] = %{{.*}} to %[[WHOLE]] step
 // CHECK: %[[WJ:.*]] = arith.muli %[[JV]], %{{.*}} : index
-// CHECK: %[[W:.*]] = vector.load %[[S]][%[[WJ]]] : memref<512xf32>, vector<4xf32>
+// CHECK: %[[W:.*]] = vector.load %[[S]][%[[WJ]]] : memref<4096xf32>, vector<4xf32>
 // CHECK: vector.load %[[V]][%{{.*}}] : memref<?x128xf16>, vector<8xf16>
 // CHECK: %[[W0:.*]] = vector.shuffle %[[W]], %[[W]] [0, 0, 0, 0]
 // CHECK: math.fma %{{.*}}, %[[W0]], %{{.*}} : vector<4xf32>
@@ -91,7 +91,7 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // vectors.
 // CHECK-LABEL: func.func @single_heads
 // CHECK-SAME: %{{[^:]*}}: memref<?x64xf32>, %[[K:[^:]*]]: memref<?x64xf32>, %[[V:[^:]*]]: memref<?x64xf32>
-// CHECK-DAG: memref.alloca() : memref<256xf32>
+// CHECK-DAG: memref.alloca() : memref<4096xf32>
 // CHECK-DAG: memref.alloca() : memref<32xf32>
 // CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (f32, f32)
 // The quads' loop carries the 4 key rows' and the query's pointers.
