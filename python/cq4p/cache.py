@@ -409,7 +409,12 @@ class Cache:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise PrepareError(f"cannot create the cache {self.root}: {error.strerror} (set "
+            # mkdir's own words for a file in the way ("File exists") would
+            # send the reader looking for a directory that is not there.
+            why = error.strerror
+            if isinstance(error, FileExistsError) or os.path.exists(self.root):
+                why = "it exists and is not a directory"
+            raise PrepareError(f"cannot create the cache {self.root}: {why} (set "
                                f"{CACHE_VARIABLE} to a writable directory)") from None
         if kind == BUNDLE_KIND and not os.path.isfile(os.path.join(path, bd.MODEL_GRAPH)):
             raise PrepareError(f"{path} has no {bd.MODEL_GRAPH}: convert its checkpoint again "

@@ -277,6 +277,10 @@ def test_bad_input_is_one_line_and_status_2(checkpoint, prepared, tmp_path):
          "left"),
         (("chat", checkpoint, "--think"), {}, cache,
          "cq4p chat: error: chat: thinking: the ChatML format has no thinking switch"),
+        # Before: mkdir's "File exists", naming no reason to look at the file.
+        (("run", checkpoint, "--prompt", "x"), {}, failing,
+         f"cq4p run: error: cannot create the cache {failing}: it exists and is not a "
+         f"directory (set CQ4P_CACHE to a writable directory)"),
     ]
     for arguments, env, where, message in cases:
         result = cq4p(*arguments, cache=where, env=env, check=False, stdin=b"Hi\n")
