@@ -610,10 +610,11 @@ TEST(Sme2, RotationsAgreeWithNeonBitForBit) {
 // The default SME2 library's lm_head (--sme2-fmlal-rotation: a = x * isr
 // rounded to fp16 after a power-of-two scaling, FMLAL into ZA) against the
 // fp64 oracle, beside NEON's error on the same inputs: the rounding of a
-// adds about 2^-12 relative error per value before the 8-bit quantization
-// (about 2^-8 of a group's largest value per step), so its y must stay
-// within the bound the other linears meet and within a tenth of NEON's
-// relative error of it. The embedding, whose values are exact in fp16, is
+// (about 2^-12 relative error per value) moves a few int8 activations
+// across a rounding boundary of the quantization, so its y must stay within
+// the bound the other linears meet, within 1.25 times NEON's relative error,
+// and closer to NEON's y than half of NEON's error (measured: 0.16% to
+// 0.25% apart, against 0.9% to 1% from the oracle). The embedding, whose values are exact in fp16, is
 // still NEON's bit for bit, for one row (FMLAL leaf) and a prompt's rows
 // (outer-product leaf). Rows of 1 and 9 at K 256, and one row at 1536 (a
 // pass of 16 blocks and one of 8); also a row of large activations
@@ -653,7 +654,7 @@ TEST(Sme2, FmlalRotationMatchesTheOracle) {
     measured()["sme2 fmlal vs neon lm_head " + name] = apart;
     EXPECT_LT(fmlal.relative, 0.02);
     EXPECT_LT(fmlal.relative, 1.25 * neon.relative);
-    EXPECT_LT(apart.relative, neon.relative);
+    EXPECT_LT(apart.relative, 0.5 * neon.relative);
   }
 }
 
