@@ -49,7 +49,8 @@ void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
                                          const KernelPipelineOptions &options) {
   bool sme2 = target == KernelTarget::AArch64Sme2;
   if (sme2)
-    pm.addPass(createConvertCQ4PToArmSME());
+    pm.addPass(createConvertCQ4PToArmSME(
+        ConvertCQ4PToArmSMEOptions{options.sme2FmlalRotation}));
   // The target's panel dot; the shared lowering of the rest.
   if (target != KernelTarget::Host)
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());

@@ -161,6 +161,12 @@ static cl::opt<bool> gateInTransform(
              "rows (default true); =false runs it as a separate pass (the "
              "same bits: for comparisons)"),
     cl::init(true), cl::cat(category));
+static cl::opt<bool> sme2FmlalRotation(
+    "sme2-fmlal-rotation",
+    cl::desc("aarch64-sme2: the lm_head's rotation from fp16-rounded "
+             "activations with FMLAL (default true); =false keeps NEON's bits "
+             "(docs/MODEL.md)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<std::string>
     tuneCpu("tune-cpu",
             cl::desc("CPU whose scheduling model tunes the code (aarch64; "
@@ -1042,6 +1048,7 @@ int compile() {
   options.kvCache = *kvDtype;
   options.fuseDenseMlp = fuseDenseMlp;
   options.gateInTransform = gateInTransform;
+  options.sme2FmlalRotation = sme2FmlalRotation;
   {
     // The model's planning, kernel outlining and tiling, the same for
     // every variant: run once.

@@ -96,7 +96,22 @@ def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
     through ZA, then per c one LUTI4 of the 64 rows' levels (fp32, from
     ZT0) and four non-widening FP32 FMOPA with rotation_t's widened row,
     the same exact products and the same chain of adds.
+
+    With `fmlal-rotation`, the lm_head's rotation takes the embedding's
+    path too: the shared lowering rounds each row's a = x * isr to fp16
+    after a power-of-two scaling (its largest |a| to [2^14, 2^15)), the
+    leaf adds one multi-vector FMLAL by lane per 128 outputs and row
+    (exact fp16 products, fp32 sums, no widening of the matrix), and the
+    sums are scaled back exactly. About a fifth of the instructions of the
+    FMLA path; the rounded values make the lm_head's activations, and so
+    its outputs, differ from NEON's (docs/MODEL.md, "SME2's FMLAL
+    rotation").
   }];
+  let options = [
+    Option<"fmlalRotation", "fmlal-rotation", "bool", /*default=*/"true",
+           "The lm_head's rotation from fp16-rounded activations with FMLAL "
+           "(default true; false: FMLA of fp32 values, NEON's bits)">,
+  ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::arm_sme::ArmSMEDialect",
                            "mlir::func::FuncDialect", "mlir::LLVM::LLVMDialect", "mlir::cq4p_intr::CQ4PIntrDialect",
                            "mlir::math::MathDialect", "mlir::memref::MemRefDialect",

@@ -54,6 +54,12 @@ struct KernelPipelineOptions
                      "activation transform (default true; false: a separate "
                      "pass)"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> sme2FmlalRotation{
+      *this, "sme2-fmlal-rotation",
+      llvm::cl::desc("SME2: the lm_head's rotation from fp16-rounded "
+                     "activations with FMLAL (default true; false: NEON's "
+                     "bits)"),
+      llvm::cl::init(true)};
   PassOptions::Option<uint64_t> features{
       *this, "features",
       llvm::cl::desc("CQ4P_FEATURE_* bits recorded in the kernel table "

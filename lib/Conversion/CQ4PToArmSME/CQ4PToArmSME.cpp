@@ -71,6 +71,14 @@
 // rotation_t's 16 widened values: 1,024 exact products per 4 FMOPA against
 // 128 per FMLAL, the same chain of adds (see buildEmbeddingMopaLeafBody).
 //
+// With the pass's fmlal-rotation option (the default), the lm_head's leaf
+// takes fp16 values as the embedding's does: the shared lowering rounds
+// each row's a = x * isr to fp16 after an exact power-of-two scaling and
+// scales the sums back, and one FMLAL per 128 outputs and row replaces the
+// FCVT, FCVTLT and two FMLA of the fp32 path (whose widened vectors four
+// rows share, which a one-row decode step cannot use). Those sums are not
+// NEON's: docs/MODEL.md gives what stays bit-identical and the error.
+//
 // ZA is zeroed, accumulated into by outer products, loaded by LD1W and read
 // by `str za` and single-vector MOVA through the ArmSME dialect's typed
 // operations (`arm_sme.intr.zero`, `.smopa.wide`, `.mopa`, `.ld1w.horiz`,
@@ -1591,6 +1599,8 @@ void streamSmallKernels(ModuleOp module, SymbolTable &symbols) {
 class ConvertCQ4PToArmSME
     : public mlir::cq4p::impl::ConvertCQ4PToArmSMEBase<ConvertCQ4PToArmSME> {
 public:
+  using ConvertCQ4PToArmSMEBase::ConvertCQ4PToArmSMEBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
@@ -1618,8 +1628,11 @@ public:
         return signalPassFailure();
       }
       OpBuilder b(op);
-      // The embedding's values are its codebook levels, fp16 (exact FMLAL).
-      bool halfValues = isa<DecodeEmbeddingOp>(op);
+      // The embedding's values are its codebook levels, fp16 (exact FMLAL);
+      // with fmlal-rotation the lm_head's are its activations rounded to
+      // fp16 by the shared lowering, which reads the choice from the leaf's
+      // signature.
+      bool halfValues = isa<DecodeEmbeddingOp>(op) || fmlalRotation;
       auto valuesType = MemRefType::get({ShapedType::kDynamic, k},
                                         halfValues ? Type(b.getF16Type())
                                                    : Type(b.getF32Type()));
@@ -1634,6 +1647,8 @@ public:
             buildRotationLeafBody(b, op->getLoc(), k, halfValues, args);
           });
       op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
+      if (halfValues && isa<RotateQuantizeActivationsOp>(op))
+        op->setAttr(kSmeRotationF16AttrName, UnitAttr::get(op->getContext()));
       // Prompt rows of the embedding: FP32 outer products (64 values of c
       // per byte tile of the transpose).
       if (auto embedding = dyn_cast<DecodeEmbeddingOp>(op); embedding && k % 64 == 0) {

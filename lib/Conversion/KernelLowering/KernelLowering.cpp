@@ -871,7 +871,8 @@ void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
 ///
 /// With `smeLeaf` (SME2: the op's kSmeRotationAttrName), the streaming leaf
 /// convert-cq4p-to-arm-sme built computes the same sums, the same bits;
-/// its row values may then be fp16 (the embedding's codebook levels).
+/// its row values may then be fp16 (the embedding's codebook levels, or the
+/// lm_head's rounded activations with kSmeRotationF16AttrName).
 void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
                 Value sums, Value sumsFirst, Value count, Value jBegin,
                 Value jEnd, int64_t granule, int64_t k,
@@ -919,6 +920,67 @@ void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
   });
 }
 
+/// For SME2's FMLAL rotation (kSmeRotationF16AttrName): each of the `count`
+/// rows of `values` ([?][k] fp32) times a power of two that brings its
+/// largest magnitude to [2^14, 2^15), rounded to fp16 (to nearest even)
+/// into `halves`, and the power's inverse into `unscale`. fp16's relative
+/// precision is the same over its normal range, so the scaling only keeps
+/// the row clear of overflow (65504) and of the subnormals whatever its
+/// magnitude; being a power of two, it and its inverse are exact.
+void roundRowsToHalves(OpBuilder &b, Location loc, Value values, Value halves,
+                       Value unscale, Value count, int64_t k, int64_t lanes) {
+  auto f32v = VectorType::get({lanes}, b.getF32Type());
+  auto f16v = VectorType::get({lanes}, b.getF16Type());
+  Type i32 = b.getI32Type();
+  Value c0 = cIndex(b, loc, 0), cLanes = cIndex(b, loc, lanes);
+  auto i32Constant = [&](int64_t v) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+  };
+  forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+    Value zeros = splat(b, loc, f32v, b.getF32FloatAttr(0.0f));
+    auto maxLoop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k), cLanes,
+                                      ValueRange{zeros});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(maxLoop.getBody());
+      Value v = vector::LoadOp::create(b, loc, f32v, values,
+                                       ValueRange{r, maxLoop.getInductionVar()});
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{arith::MaximumFOp::create(b, loc, maxLoop.getRegionIterArgs()[0],
+                                               math::AbsFOp::create(b, loc, v))});
+    }
+    Value largest = vector::ReductionOp::create(
+        b, loc, vector::CombiningKind::MAXIMUMF, maxLoop.getResult(0));
+    // The largest magnitude's biased exponent e, clamped to [15, 254]: the
+    // scale 2^(141 - e) (biased 268 - e) and its inverse (biased e - 14)
+    // are then normal fp32 numbers, and a row of zeros (e = 0) gets a
+    // harmless scale.
+    Value exponent = arith::ShRUIOp::create(
+        b, loc, arith::BitcastOp::create(b, loc, i32, largest), i32Constant(23));
+    exponent = arith::MinUIOp::create(
+        b, loc, arith::MaxUIOp::create(b, loc, exponent, i32Constant(15)), i32Constant(254));
+    auto powerOfTwo = [&](Value biased) -> Value {
+      return arith::BitcastOp::create(
+          b, loc, b.getF32Type(), arith::ShLIOp::create(b, loc, biased, i32Constant(23)));
+    };
+    Value scale = powerOfTwo(arith::SubIOp::create(b, loc, i32Constant(268), exponent));
+    memref::StoreOp::create(
+        b, loc, powerOfTwo(arith::SubIOp::create(b, loc, exponent, i32Constant(14))),
+        unscale, ValueRange{r});
+    Value scales = vector::BroadcastOp::create(b, loc, f32v, scale);
+    auto loop = scf::ForOp::create(b, loc, c0, cIndex(b, loc, k), cLanes);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value c = loop.getInductionVar();
+    Value v = vector::LoadOp::create(b, loc, f32v, values, ValueRange{r, c});
+    vector::StoreOp::create(
+        b, loc,
+        arith::TruncFOp::create(b, loc, f16v, arith::MulFOp::create(b, loc, v, scales)),
+        halves, ValueRange{r, c});
+  });
+}
+
 /// The orthogonal lm_head's transform as a matrix product: for a chunk of
 /// rows, a = x * isr, then the basis outputs of the task's groups,
 /// basis[j] = sum_k a[k] * rotation[k][j] (the file's rotation_t[j][k]:
@@ -943,10 +1005,18 @@ struct RotateQuantizeActivationsLowering
     auto f16v = VectorType::get({lanes}, b.getF16Type());
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
-    int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/2);
+    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName);
+    bool halfValues = smeLeaf && op->hasAttr(kSmeRotationF16AttrName);
+    // The fp16 rows take half a buffer more.
+    int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/halfValues ? 3 : 2);
     auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
     Value scaled = entryAlloca(b, op, buffer);
     Value basis = entryAlloca(b, op, buffer);
+    Value halves, unscale;
+    if (halfValues) {
+      halves = entryAlloca(b, op, MemRefType::get({chunk, k}, b.getF16Type()));
+      unscale = entryAlloca(b, op, MemRefType::get({chunk}, b.getF32Type()));
+    }
     Value jBegin = arith::MulIOp::create(b, loc, op.getGroupBegin(), cGs);
     Value jEnd = arith::MulIOp::create(b, loc, op.getGroupEnd(), cGs);
     forChunks(b, loc, rowsOf(b, loc, op.getX()), chunk,
@@ -967,9 +1037,23 @@ struct RotateQuantizeActivationsLowering
         vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, x, isr),
                                 scaled, ValueRange{r, kk});
       });
-      rotateRows(b, loc, op.getRotation(), scaled, basis, c0, count, jBegin,
-                 jEnd, gs, k, blocking,
-                 op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName));
+      if (halfValues)
+        roundRowsToHalves(b, loc, scaled, halves, unscale, count, k, lanes);
+      rotateRows(b, loc, op.getRotation(), halfValues ? halves : scaled, basis, c0,
+                 count, jBegin, jEnd, gs, k, blocking, smeLeaf);
+      // The scaled rows' sums back to a's scale (exact: a power of two).
+      if (halfValues)
+        forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {
+          Value inverse = vector::BroadcastOp::create(
+              b, loc, f32v, memref::LoadOp::create(b, loc, unscale, ValueRange{r}));
+          auto loop = scf::ForOp::create(b, loc, jBegin, jEnd, cIndex(b, loc, lanes));
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value j = loop.getInductionVar();
+          Value sums = vector::LoadOp::create(b, loc, f32v, basis, ValueRange{r, j});
+          vector::StoreOp::create(b, loc, arith::MulFOp::create(b, loc, sums, inverse),
+                                  basis, ValueRange{r, j});
+        });
       forRange(b, loc, op.getGroupBegin(), op.getGroupEnd(),
                [&](OpBuilder &b, Value g) {
         forRange(b, loc, c0, count, [&](OpBuilder &b, Value r) {

@@ -1,6 +1,10 @@
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme | FileCheck %s
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme=fmlal-rotation=false \
+// RUN:   | FileCheck %s
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme=fmlal-rotation=false \
+// RUN:   -convert-cq4p-to-neon | FileCheck %s --check-prefix=CALL
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme | FileCheck %s --check-prefix=FMLAL
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme -convert-cq4p-to-neon \
-// RUN:   | FileCheck %s --check-prefix=CALL
+// RUN:   | FileCheck %s --check-prefix=FMLALCALL
 
 // The orthogonal lm_head's rotation on SME2: the op names its streaming
 // leaf, which the shared lowering then calls with the chunk's scaled rows
@@ -41,6 +45,33 @@
 // CALL: call @cq4p_quantize_256_orthogonal_sme_rotation(%{{.*}}) : (memref<256x256xf16>, memref<?x256xf32>, memref<?x256xf32>, index, index, index, index) -> ()
 // CALL-NOT: math.fma
 // CALL: arith.fptosi
+//
+// With fmlal-rotation (the default), the lm_head's leaf takes fp16 rows as
+// the embedding's does: per rotation row and block one LD1H x4 and one
+// FMLAL by lane per row, no FCVT. The shared lowering rounds each row of
+// a = x * isr to fp16 after a power-of-two scaling (its largest |a| to
+// [2^14, 2^15): the exponent field of the row's max), calls the leaf with
+// the fp16 rows, and multiplies the sums by the inverse power before the
+// quantization.
+// FMLAL-LABEL: func.func @cq4p_quantize_256_orthogonal
+// FMLAL: cq4p.rotate_quantize_activations
+// FMLAL-SAME: cq4p.sme_rotation = @cq4p_quantize_256_orthogonal_sme_rotation
+// FMLAL-SAME: cq4p.sme_rotation_f16
+// FMLAL-LABEL: func.func private @cq4p_quantize_256_orthogonal_sme_rotation
+// FMLAL-SAME: (%{{.*}}: memref<256x256xf16>, %{{.*}}: memref<?x256xf16>, %{{.*}}: memref<?x256xf32>
+// FMLAL: scf.for %{{.*}} = %c0{{.*}} to %c256{{.*}} step %c8
+// FMLAL: cq4p_intr.aarch64.sve.ld1.pn.x4
+// FMLAL-NOT: fcvt
+// FMLAL: cq4p_intr.aarch64.sme.fmlal.lane.vg2x4 {{.*}} {lane = 0 : i32}
+// FMLAL-NOT: fmla.lane
+// FMLAL: cq4p_intr.aarch64.sme.read.vg1x4
+// FMLALCALL-LABEL: func.func @cq4p_quantize_256_orthogonal
+// FMLALCALL: vector.reduction <maximumf>
+// FMLALCALL: arith.shrui %{{.*}}, %c23{{.*}} : i32
+// FMLALCALL: arith.truncf %{{.*}} : vector<{{[0-9]+}}xf32> to vector<{{[0-9]+}}xf16>
+// FMLALCALL: call @cq4p_quantize_256_orthogonal_sme_rotation(%{{.*}}) : (memref<256x256xf16>, memref<?x256xf16>, memref<?x256xf32>, index, index, index, index) -> ()
+// FMLALCALL: arith.mulf
+// FMLALCALL: arith.fptosi
 func.func @cq4p_quantize_256_orthogonal(%x: memref<?x256xf32>, %isr: memref<256xf16>,
                                         %rotation: memref<256x256xf16>,
                                         %act: memref<?x256xi8>, %scales: memref<?x2xf32>,

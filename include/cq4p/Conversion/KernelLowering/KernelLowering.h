@@ -31,6 +31,12 @@ enum class DotTarget {
 /// below then calls instead of emitting the vector code.
 inline constexpr llvm::StringLiteral kSmeRotationAttrName = "cq4p.sme_rotation";
 
+/// On a cq4p.rotate_quantize_activations with kSmeRotationAttrName: the leaf
+/// takes fp16 values (convert-cq4p-to-arm-sme's fmlal-rotation), which the
+/// lowering rounds from a = x * isr after scaling each row by a power of two
+/// (its largest |a| to [2^14, 2^15)), and whose sums it scales back.
+inline constexpr llvm::StringLiteral kSmeRotationF16AttrName = "cq4p.sme_rotation_f16";
+
 /// cq4p.decode_embedding on SME2: the streaming leaf that decodes a chunk of
 /// at least kSmeEmbeddingMopaMinRows (at most kSmeEmbeddingMopaRows) rows
 /// straight from the panels and rotates them with FP32 outer products; the

@@ -239,6 +239,17 @@ LogicalResult verifySmeRotation(Operation *op, NamedAttribute attr) {
   return success();
 }
 
+/// The lm_head's rotation leaf takes fp16 values (convert-cq4p-to-arm-sme's
+/// fmlal-rotation; the kernel lowering rounds the activations for it).
+LogicalResult verifySmeRotationF16(Operation *op, NamedAttribute attr) {
+  if (!isa<UnitAttr>(attr.getValue()) || !isa<RotateQuantizeActivationsOp>(op) ||
+      !op->hasAttr("cq4p.sme_rotation"))
+    return op->emitError() << "'" << attr.getName().getValue()
+                           << "' expected a unit attribute on a "
+                              "cq4p.rotate_quantize_activations with cq4p.sme_rotation";
+  return success();
+}
+
 /// The embedding's outer-product leaf for prompt rows (set by
 /// convert-cq4p-to-arm-sme, read by the kernel lowering).
 LogicalResult verifySmeEmbeddingMopa(Operation *op, NamedAttribute attr) {
@@ -265,6 +276,8 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     return verifySmeLeaf(op, attr);
   if (name == "cq4p.sme_rotation")
     return verifySmeRotation(op, attr);
+  if (name == "cq4p.sme_rotation_f16")
+    return verifySmeRotationF16(op, attr);
   if (name == "cq4p.sme_embedding_mopa")
     return verifySmeEmbeddingMopa(op, attr);
   return op->emitError() << "unknown cq4p attribute '" << name << "'";
