@@ -32,7 +32,7 @@ extern "C" {
 typedef enum cq4p_code {
   CQ4P_OK = 0,
   CQ4P_ERROR_IO = 1,          /* cannot open, stat or map the file */
-  CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow FORMAT.md */
+  CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow docs/FORMAT.md */
   CQ4P_ERROR_ARGUMENT = 3,    /* a caller's argument is invalid */
   CQ4P_ERROR_UNSUPPORTED = 4, /* valid, but not a layout this call handles */
   CQ4P_ERROR_NOT_FOUND = 5,   /* a bundle's tensor or file is missing */
@@ -47,7 +47,7 @@ typedef enum cq4p_layout {
   CQ4P_LAYOUT_DENSE = 3            /* not CQ: INT8/FP16/FP32 elements */
 } cq4p_layout;
 
-/* The regions of a tensor file (FORMAT.md section 4). */
+/* The regions of a tensor file (docs/FORMAT.md section 4). */
 typedef enum cq4p_region {
   CQ4P_REGION_DATA = 0,              /* panels, legacy indices or dense elements */
   CQ4P_REGION_CODEBOOK = 1,          /* fp16[16] */
@@ -103,7 +103,8 @@ CQ4P_API const void *cq4p_tensor_region(const cq4p_tensor *tensor,
 CQ4P_API int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
                                size_t error_size);
 
-/* Checks every content rule of FORMAT.md that opening leaves out (zero
+/* Checks every content rule of docs/FORMAT.md (sections 1, 3 and 4) that
+ * opening leaves out (zero
  * padding, finite values, norm_panels, index 0 past N, canonical indices,
  * rotation_t): one full pass over the file, where opening reads only what it
  * must. CQ4P_OK, or an error with its message in `error`. */
@@ -128,7 +129,7 @@ CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
 CQ4P_API int cq4p_manifest_check(const char *bundle_dir, char *error,
                                  size_t error_size);
 
-/* The reference panel encoder (FORMAT.md section 3).
+/* The reference panel encoder (docs/FORMAT.md section 3).
  *
  * source: the indices in `source_layout` (CQ4P_LAYOUT_ROW_MAJOR or
  *   CQ4P_LAYOUT_INTERLEAVED_4ROW) with `source_group_size`, exactly as the
@@ -152,7 +153,7 @@ CQ4P_API int cq4p_encode_panels(int source_layout, const uint8_t *source,
                                 float *norm_panels_out, char *error,
                                 size_t error_size);
 
-/* cb_scale and cb_i8 of a stored codebook (FORMAT.md sections 4 and 6). */
+/* cb_scale and cb_i8 of a stored codebook (docs/FORMAT.md sections 4 and 6). */
 CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
@@ -164,7 +165,7 @@ CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
  * k_padded; scale: the stored input scale as float64 [k_padded]; bounds: the
  * 15 float64 midpoints of the ascending float64 levels (index = bounds
  * strictly below the rotated value); canonical: the index map applied
- * before packing (FORMAT.md section 3). threads <= 0: one per CPU.
+ * before packing (docs/FORMAT.md section 3). threads <= 0: one per CPU.
  * panels_out: ceil64(N) * k_padded / 2 bytes; a non-finite weight is
  * CQ4P_ERROR_ARGUMENT. */
 /* The element types of w: a checkpoint's own bytes (little-endian). */
