@@ -962,4 +962,5 @@ MIRRORS = {
     "cq4p_tokenizer_info": TokenizerInfo,
     "cq4p_text_options": TextOptions,
     "cq4p_chat_options": ChatOptions,
+    "cq4p_layout_entry": LayoutEntry,
 }
