@@ -8,6 +8,16 @@
  * returns a cq4p_code and writes a message naming the file, the field, what
  * was expected and what was found into the caller's buffer.
  *
+ * The runtime is three libraries (runtime/CMakeLists.txt), and each section
+ * below names the one its functions are in:
+ *   cq4p_core     tensor files, bundles, the panel encoder, models and
+ *                 sampling, the layout table: a program that runs token ids
+ *                 links this one alone (no tokenizer code, no PCRE2);
+ *   cq4p_text     tokenizers, text generation and chat (links cq4p_core,
+ *                 PCRE2, utf8proc);
+ *   cq4p_convert  the converter's native quantizer and rotation.
+ * libcq4p_runtime.so (and libcq4p_runtime.a) holds all three.
+ *
  *===----------------------------------------------------------------------===*/
 
 #ifndef CQ4P_CQ4P_H
@@ -81,6 +91,8 @@ typedef struct cq4p_tensor_info {
   uint64_t data_bytes;
   uint64_t file_bytes;
 } cq4p_tensor_info;
+
+/* ---- cq4p_core: tensor files, bundles and the panel encoder ---- */
 
 typedef struct cq4p_tensor cq4p_tensor;
 
@@ -158,6 +170,8 @@ CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
 
+/* ---- cq4p_convert: the converter's quantizer and rotation ---- */
+
 /* The native quantizer (the converter's, python/cq4p/quant/quantize.py being its
  * oracle): weights w [N][K] (enum cq4p_source_dtype) -> packed panels and float64 norms, bit
  * for bit the indices and norms of the numpy implementation (the operation
@@ -196,6 +210,8 @@ CQ4P_API int cq4p_quantize_orthogonal_panels(
 CQ4P_API int cq4p_orthogonal_rotation(uint64_t k, uint64_t seed, int threads,
                                       double *rotation_out, char *error,
                                       size_t error_size);
+
+/* ---- cq4p_core: whole models and sampling ---- */
 
 /* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
  * the steps of a model library compiled from its model.mlir.
@@ -296,6 +312,8 @@ CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
                                  const cq4p_sampling *sampling,
                                  int64_t *out_ids, cq4p_generate_stats *stats,
                                  char *error, size_t error_size);
+
+/* ---- cq4p_text: tokenizers, text generation and chat ---- */
 
 /* Text (runtime/include/cq4p/runtime/Tokenizer.h, docs/TOKENIZER.md): a
  * Hugging Face tokenizer.json (byte-level BPE: Qwen, Llama 3, LFM2,
@@ -495,7 +513,10 @@ CQ4P_API size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids,
                                   size_t capacity);
 CQ4P_API void cq4p_chat_close(cq4p_chat *chat);
 
-/* The structures above as this library lays them out: one entry per field
+/* ---- cq4p_core: the structures' layout ---- */
+
+/* The structures of this header as this library lays them out (this one
+ * included, which bindings read the table through): one entry per field
  * (its offset and size in bytes) and one per structure (field NULL, offset
  * 0, its size), for bindings that mirror them. The Python package checks
  * every ctypes mirror against this table when it loads the library, so a
