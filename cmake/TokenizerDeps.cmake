@@ -7,8 +7,11 @@
 #
 # Their headers are arch-independent; they are copied into the build tree so
 # a cross build does not put the host's /usr/include before its sysroot.
-# Gives the INTERFACE target cq4p_tokenizer_deps and CQ4P_TOKENIZER_LIBS
-# (the two archives, for the installed package's static consumers).
+# Gives the INTERFACE targets cq4p_json_headers (nlohmann-json, headers only:
+# the runtime's core library reads manifest.json with it too) and
+# cq4p_tokenizer_deps (those headers, PCRE2 and utf8proc), and
+# CQ4P_TOKENIZER_LIBS (the two archives, for the installed package's static
+# consumers).
 if(TARGET cq4p_tokenizer_deps)
   return()
 endif()
@@ -46,8 +49,10 @@ endforeach()
 file(COPY /usr/include/pcre2.h /usr/include/utf8proc.h /usr/include/nlohmann
   DESTINATION ${CQ4P_DEPS_INCLUDE})
 
+add_library(cq4p_json_headers INTERFACE)
+target_include_directories(cq4p_json_headers SYSTEM INTERFACE ${CQ4P_DEPS_INCLUDE})
+
 add_library(cq4p_tokenizer_deps INTERFACE)
-target_include_directories(cq4p_tokenizer_deps SYSTEM INTERFACE ${CQ4P_DEPS_INCLUDE})
 target_compile_definitions(cq4p_tokenizer_deps INTERFACE
   PCRE2_CODE_UNIT_WIDTH=8 PCRE2_STATIC UTF8PROC_STATIC)
-target_link_libraries(cq4p_tokenizer_deps INTERFACE ${CQ4P_TOKENIZER_LIBS})
+target_link_libraries(cq4p_tokenizer_deps INTERFACE cq4p_json_headers ${CQ4P_TOKENIZER_LIBS})

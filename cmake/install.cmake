@@ -3,9 +3,13 @@
 #
 #   bin/cq4p-opt, cq4p-compile (compiler builds), cq4p-run      component cq4p-tools
 #   lib/libcq4p_runtime.so and libcq4p_runtime.a                 component cq4p-runtime
+#   lib/libcq4p_core.a, libcq4p_text.a, libcq4p_convert.a (the runtime's
+#     three parts, runtime/CMakeLists.txt: an app that runs token ids links
+#     cq4p::core alone, and no tokenizer libraries)
 #   include/cq4p/cq4p.h, kernel_abi.h, format.h (the C API)
 #   lib/cmake/cq4p/: find_package(cq4p CONFIG) -> cq4p::runtime (shared),
-#     cq4p::runtime_static, cq4p::format; the tools as imported executables
+#     cq4p::runtime_static, cq4p::core, cq4p::text, cq4p::convert,
+#     cq4p::format; the tools as imported executables
 #     (cq4p::cq4p-compile ...) when they were installed
 #   lib/pkgconfig/cq4p.pc
 #
@@ -20,7 +24,10 @@ set(CQ4P_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cq4p)
 set_target_properties(cq4p_runtime PROPERTIES EXPORT_NAME runtime)
 set_target_properties(cq4p_runtime_static PROPERTIES EXPORT_NAME runtime_static)
 set_target_properties(cq4p_format PROPERTIES EXPORT_NAME format)
-install(TARGETS cq4p_runtime cq4p_runtime_static cq4p_format
+foreach(part core text convert)
+  set_target_properties(cq4p_${part} PROPERTIES EXPORT_NAME ${part})
+endforeach()
+install(TARGETS cq4p_runtime cq4p_runtime_static cq4p_core cq4p_text cq4p_convert cq4p_format
   EXPORT cq4pTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cq4p-runtime
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cq4p-runtime

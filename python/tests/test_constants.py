@@ -3,7 +3,7 @@ runtime's C headers, and the lister that finds their names.
 
 The module itself is compared with what the headers give by a lit test
 (test/tools/python-constants.test, which needs the build); here: concrete
-values FORMAT.md states, and list_constants.py on preprocessed text.
+values docs/FORMAT.md states, and list_constants.py on preprocessed text.
 """
 
 import importlib.util

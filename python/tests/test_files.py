@@ -41,7 +41,7 @@ def write_all_layouts(directory, qw, stem):
 
 
 def oracle_dequantize(qw):
-    """FORMAT.md section 2 written plainly, one row and group at a time, in
+    """docs/FORMAT.md section 2 written plainly, one row and group at a time, in
     float64."""
     levels = qw.codebook.astype(np.float64)
     s = qw.input_scale.astype(np.float64)

@@ -6,7 +6,7 @@ aarch64-sme2, run by the cross-built cq4p-run under QEMU 11.1 (SME2 with a
 - every step's logits are within the model tolerance of the oracle's;
 - NEON and SME2 logits are within the model tolerance of each other: SME2's
   attention (prefill and decode) sums its scores and weighted values in FMOPA tiles, in
-  another order than the NEON vector code (FORMAT.md section 5: prefill
+  another order than the NEON vector code (docs/FORMAT.md section 5: prefill
   attention within 1% relative error; only int32 partials must be equal);
 - NEON and SME2 logits are equal bit for bit with an fp16 KV cache (whose
   attention both run as the same vector code: the SME2 library then

@@ -17,7 +17,7 @@ HADAMARD_CASES = [(64, 256, 128), (192, 512, 128), (100, 256, 128), (256, 256, 2
 
 
 def scalar_panels(indices, gs):
-    """FORMAT.md section 3, one weight at a time: the byte address of
+    """docs/FORMAT.md section 3, one weight at a time: the byte address of
     (n, k) is ((s*ng + g)*(gs/4) + kg)*128 + (c*4 + kc)/2."""
     n, k = indices.shape
     ng = k // gs
@@ -56,7 +56,7 @@ def test_channels_past_n_are_zero():
 
 def test_codebook_int8_rounds_ties_away_from_zero():
     # max 127 -> cb_scale 1.0 exactly, inv 1.0; x.5 levels round away from
-    # zero as C's roundf does (FORMAT.md section 6): 18.5 -> 19, not 18.
+    # zero as C's roundf does (docs/FORMAT.md section 6): 18.5 -> 19, not 18.
     codebook = np.array([-127, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 18.5] + [10] * 7 + [127],
                         dtype=np.float16)
     cb_i8, cb_scale = pn.codebook_int8(codebook)

@@ -56,7 +56,7 @@ def test_hadamard_rotation_matches_its_definition_and_the_transform():
     expected = (np.diag(left) @ h @ np.diag(right) / math.sqrt(128))[:, permutation]
     assert np.allclose(rot, expected, atol=1e-15)
     assert np.allclose(rot @ rot.T, np.eye(128), atol=1e-12)
-    # FORMAT.md section 5: x*left, FWHT / sqrt(gs), *right, z[j] = w[perm[j]].
+    # docs/FORMAT.md section 5: x*left, FWHT / sqrt(gs), *right, z[j] = w[perm[j]].
     x = np.random.default_rng(0).standard_normal(128)
     w = (h @ (x * left)) / math.sqrt(128) * right
     assert np.allclose(x @ rot, w[permutation])

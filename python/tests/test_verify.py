@@ -1,6 +1,6 @@
 """Content verification: `inspect --deep` (cq4p.io.reader.verify_content) and
 the runtime's `cq4p-run --verify` (Bundle::verify) refuse a file breaking
-each content rule of FORMAT.md with the same words, and accept valid files
+each content rule of docs/FORMAT.md with the same words, and accept valid files
 of every layout."""
 
 import dataclasses

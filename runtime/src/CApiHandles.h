@@ -6,14 +6,18 @@
 #include "cq4p/runtime/Bundle.h"
 #include "cq4p/runtime/KernelLibrary.h"
 #include "cq4p/runtime/Model.h"
-#include "cq4p/runtime/Tokenizer.h"
 
 #include <memory>
 #include <mutex>
 
-struct cq4p_tokenizer {
-  std::unique_ptr<cq4p::runtime::Tokenizer> tokenizer;
-};
+// A tokenizer handle is the text library's (TextCApi.cpp): the core library
+// holds the bundle's tokenizer without knowing its type, with the function
+// that deletes it, set by the text library when it opens one. So closing a
+// model needs no tokenizer code, and a program that runs token ids through
+// the core library alone links none (nor PCRE2 and utf8proc).
+struct cq4p_tokenizer;
+using TokenizerHandle =
+    std::unique_ptr<cq4p_tokenizer, void (*)(cq4p_tokenizer *)>;
 
 // Declared in this order so that the model goes first, then the library
 // its steps live in, then the mapped tensors they read. The bundle's
@@ -26,7 +30,7 @@ struct cq4p_model {
   std::unique_ptr<cq4p::runtime::KernelLibrary> library;
   std::unique_ptr<cq4p::runtime::Model> model;
   std::mutex tokenizerMutex;
-  std::unique_ptr<cq4p_tokenizer> tokenizer;
+  TokenizerHandle tokenizer{nullptr, nullptr};
 };
 
 #endif // CQ4P_RUNTIME_SRC_CAPIHANDLES_H

@@ -91,6 +91,14 @@ const cq4p_layout_entry kLayout[] = {
     CQ4P_FIELD(cq4p_text_options, stop_string_count),
     CQ4P_FIELD(cq4p_text_options, add_special),
     CQ4P_FIELD(cq4p_text_options, ignore_stop_ids),
+
+    // The table's own entries: a binding reads the table through its mirror
+    // of this structure, and checks that mirror with the rest.
+    CQ4P_STRUCT(cq4p_layout_entry),
+    CQ4P_FIELD(cq4p_layout_entry, structure),
+    CQ4P_FIELD(cq4p_layout_entry, field),
+    CQ4P_FIELD(cq4p_layout_entry, offset),
+    CQ4P_FIELD(cq4p_layout_entry, size),
 };
 
 #undef CQ4P_FIELD

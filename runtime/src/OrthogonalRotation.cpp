@@ -1,6 +1,6 @@
 //===- OrthogonalRotation.cpp - the converter's K x K rotation ------------===//
 //
-// The dense orthogonal R of an orthogonal CQ4 tensor (FORMAT.md section 2).
+// The dense orthogonal R of an orthogonal CQ4 tensor (docs/FORMAT.md section 2).
 // The format only asks for an orthogonal matrix stored as fp16; this is the
 // converter's construction, defined by its operations so that any machine
 // (any ISA, any thread count, any BLAS or none) makes the same bits, and

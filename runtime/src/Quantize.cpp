@@ -1,6 +1,6 @@
 //===- Quantize.cpp - the native CQ4 quantizer ------------------------------===//
 //
-// The converter's quantization (FORMAT.md section 2) straight into packed
+// The converter's quantization (docs/FORMAT.md section 2) straight into packed
 // panels (section 3): python/cq4p/quant/quantize.py is the oracle, and every
 // floating-point step here repeats its operations in its order so that the
 // indices and norms are bit for bit the same:

@@ -2,7 +2,7 @@
 //
 // One definition of SplitMix64 (Steele, Lea and Flood, "Fast splittable
 // pseudorandom number generators", 2014) for the runtime's two users: the
-// sampler seeds xoshiro256** with it (Model.cpp) and the converter's
+// sampler seeds xoshiro256** with it (Sampling.cpp) and the converter's
 // orthogonal rotation draws its numbers from it (OrthogonalRotation.cpp,
 // whose bits python/cq4p/quantize.py repeats).
 //

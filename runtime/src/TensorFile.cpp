@@ -437,7 +437,7 @@ Status checkFiniteHalves(const std::string &path, const char *field,
   return Status::ok();
 }
 
-/// FORMAT.md's padding rule: every byte outside the header and the regions
+/// docs/FORMAT.md section 1's padding rule: every byte outside the header and the regions
 /// is zero.
 Status checkPadding(const std::string &path, const uint8_t *bytes,
                     const cq4p_tensor_info &info, const RegionTable &regions) {

@@ -15,6 +15,10 @@
 
 using namespace cq4p::runtime;
 
+struct cq4p_tokenizer {
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
 struct cq4p_chat {
   cq4p_model *model;
   std::unique_ptr<ChatSession> session;
@@ -118,7 +122,8 @@ Status modelTokenizer(cq4p_model *model, const Tokenizer *&out,
                                                  /*confined=*/true);
         !status)
       return status;
-    model->tokenizer.reset(new cq4p_tokenizer{std::move(tokenizer)});
+    model->tokenizer = TokenizerHandle(new cq4p_tokenizer{std::move(tokenizer)},
+                                       [](cq4p_tokenizer *handle) { delete handle; });
   }
   out = model->tokenizer->tokenizer.get();
   if (handle != nullptr)

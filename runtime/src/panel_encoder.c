@@ -2,7 +2,7 @@
  *
  * Legacy CQ4 indices (row-major or 4-row interleaved) + stored fp16 norms +
  * stored fp16 codebook -> packed panels and folded fp32 norm_panels
- * (FORMAT.md sections 3, 4 and 6). Written plainly, one weight at a time:
+ * (docs/FORMAT.md sections 3, 4 and 6). Written plainly, one weight at a time:
  * it is the reference the Python packer and the compiler's kernels are
  * checked against, not a fast path.
  *
@@ -50,7 +50,7 @@ int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
     return fail(CQ4P_ERROR_FORMAT, error, error_size,
                 "codebook: expected a level other than zero, found all 16 "
                 "levels zero");
-  /* FORMAT.md section 6, as the format's original engine does it: fp32
+  /* docs/FORMAT.md section 6, as the format's original engine does it: fp32
      throughout, a multiply by the fp32 reciprocal (not a division) and
      roundf's ties away from zero, so a level at exactly 18.5 gives 19. */
   *cb_scale = fmaxf(max_abs / 127.0f, 1e-10f);

@@ -1,7 +1,7 @@
 //===- ActivationTransformTest.cpp - the quantize kernels, bit for bit ----===//
 //
 // Calls the compiled Hadamard quantize kernels directly and compares their
-// int8 activations and fp32 scales, bit for bit, with FORMAT.md section 5's
+// int8 activations and fp32 scales, bit for bit, with docs/FORMAT.md section 5's
 // steps 1-2 written out as plain scalar fp32 code in the contract's order
 // (section 6): the kernels are vector code, the oracle is one float at a
 // time. Every group size, group ranges that leave neighbours untouched, and
@@ -28,7 +28,7 @@ using namespace cq4p::test;
 
 namespace {
 
-/// FORMAT.md section 5 steps 1-2 for one row and group, scalar fp32.
+/// docs/FORMAT.md section 5 steps 1-2 for one row and group, scalar fp32.
 /// `defined[j]` is cleared where the quotient is NaN (an infinite output
 /// over an infinite scale), whose int8 value the contract leaves open.
 void referenceGroup(const cq4p_weight_view &view, uint32_t gs, const float *x,

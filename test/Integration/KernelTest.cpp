@@ -6,7 +6,7 @@
 // and checks them against an oracle that dequantizes each file plainly from
 // its stored values (LayerFiles.h) and multiplies in fp64.
 //
-// The tolerances of FORMAT.md section 5 are the floor (MSE <= 0.1,
+// The tolerances of docs/FORMAT.md section 5 are the floor (MSE <= 0.1,
 // embedding rows max |error| <= 1e-2); the tests hold the kernels to much
 // tighter relative-error bounds, and print every measured error.
 //
@@ -209,7 +209,7 @@ TEST(Kernels, EmbeddingRowsMatchTheDequantizedRows) {
     ids.push_back((i * 389 + 11) % 1024);
   std::vector<float> out(ids.size() * 1536);
   ASSERT_TRUE(embedding->run(ids.data(), out.data(), int64_t(ids.size())));
-  // The decoded row is the dequantized weight's row (FORMAT.md section 5):
+  // The decoded row is the dequantized weight's row (docs/FORMAT.md section 5):
   // norm * (cb[idx] @ R^T) * isr, with isr = 1/s.
   std::vector<double> ref = dequantizeOrthogonalRows(*layer.file, ids);
   for (size_t i = 0; i < ids.size(); ++i)
@@ -237,7 +237,7 @@ std::vector<float> embedWith(const KernelLibrary &lib, const TensorFile &file,
   return out;
 }
 
-/// The decoded rows' oracle (FORMAT.md section 5): the dequantized
+/// The decoded rows' oracle (docs/FORMAT.md section 5): the dequantized
 /// weight's rows, norm * (cb[idx] @ R^T) / s, times s * isr (the decode
 /// multiplies by the stored isr, not by 1 / s).
 std::vector<double> embeddingOracle(const TensorFile &file,

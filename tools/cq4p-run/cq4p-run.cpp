@@ -919,7 +919,7 @@ int main(int argc, char **argv) {
     }
   }
   if (options.verify) {
-    // Every content rule of FORMAT.md over every tensor, each file's sha256
+    // Every content rule of docs/FORMAT.md over every tensor, each file's sha256
     // and the model_digest recomputed (a full pass, which running leaves
     // out), and with --library the digest the library records against the
     // recomputed one; nothing else may be asked for at the same time.

@@ -41,7 +41,7 @@
 //
 // The sums run in another order than the vector code's: like SME2's
 // prefill attention, the results are within the model tolerance of NEON's
-// (FORMAT.md section 5), not bit-identical.
+// (docs/FORMAT.md section 5), not bit-identical.
 //
 //===----------------------------------------------------------------------===//
 

@@ -31,7 +31,7 @@
 // The sums run in key order, as the vector code's, but exp(scale s - m) is
 // one rounding where the vector code rounds scale s first, and the
 // exponential is another polynomial (within 3e-7 relative): the results
-// are within the model tolerance of NEON's (FORMAT.md section 5), not
+// are within the model tolerance of NEON's (docs/FORMAT.md section 5), not
 // bit-identical, as for the rest of SME2 attention.
 //
 //===----------------------------------------------------------------------===//

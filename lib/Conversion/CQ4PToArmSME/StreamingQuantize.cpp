@@ -1,6 +1,6 @@
 //===- StreamingQuantize.cpp - SME2 activation transform leaf -------------===//
 //
-// cq4p.quantize_activations (FORMAT.md section 5, steps 1-2) as one
+// cq4p.quantize_activations (docs/FORMAT.md section 5, steps 1-2) as one
 // streaming leaf per kernel call, `<kernel>_sme_quantize[_<gating>]`, over all
 // the call's groups and rows, at the 512-bit streaming vector length the
 // SME2 target assumes: a group of gs = 64, 128 or 256 elements is gs / 16

@@ -1,6 +1,6 @@
 //===- ActivationTransform.cpp - cq4p.quantize_activations in vectors -----===//
 //
-// The Hadamard activation transform and int8 quantization (FORMAT.md
+// The Hadamard activation transform and int8 quantization (docs/FORMAT.md
 // section 5, steps 1-2) as straight-line vector code per group, the same
 // fp32 operations in the same order as the contract, so every target
 // produces the same bytes as the scalar definition:

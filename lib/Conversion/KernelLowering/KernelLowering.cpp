@@ -607,7 +607,7 @@ Value loadAsF32(OpBuilder &b, Location loc, Value memref, ValueRange indices) {
   return arith::SIToFPOp::create(b, loc, b.getF32Type(), value);
 }
 
-/// The quantization of one group (FORMAT.md section 5, step 2): row `slot`
+/// The quantization of one group (docs/FORMAT.md section 5, step 2): row `slot`
 /// of `values` ([slots][K] fp32) holds z at the group's positions; writes
 /// the scale and the int8 activations of (row, group).
 void quantizeGroup(OpBuilder &b, Location loc, Value values, Value slot,

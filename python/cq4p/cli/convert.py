@@ -657,7 +657,7 @@ def copy_tokenizer_files(model_dir, directory):
 
 def verify_bundle(directory):
     """The finished bundle as its readers will read it: the Python reader
-    (manifest, every tensor file against its entry, FORMAT.md's content
+    (manifest, every tensor file against its entry, docs/FORMAT.md's content
     rules, which it reads every byte for only when the runtime library is not
     built) and the runtime's full verification (cq4p_bundle_verify). A
     ConvertError names what they refuse:

@@ -26,7 +26,7 @@ from cq4p.native import runtime as native
 
 # Compiled vs oracle: max |logit difference| over the vocabulary, relative
 # to the oracle's logit std. The compiled model quantizes every linear's
-# activations to int8 per group of 128 (FORMAT.md section 5); emulating that
+# activations to int8 per group of 128 (docs/FORMAT.md section 5); emulating that
 # in numpy on the synthetic models gives 0.03 to 0.056, mostly on the
 # peaked top logit.
 LOGIT_TOLERANCE = 0.1

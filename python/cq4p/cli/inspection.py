@@ -4,7 +4,7 @@ For a file: the header, flags by name, layout, every region (offset, bytes,
 type, shape), norm statistics and the codebook (with its int8 form). For a
 bundle: one line per manifest tensor, each file opened and compared with
 its entry by the runtime's rules. `--deep` checks every content rule of
-FORMAT.md as well, and the bundle's integrity: each file's sha256 against
+docs/FORMAT.md as well, and the bundle's integrity: each file's sha256 against
 its entry's, the model_digest recomputed from the manifest (a file
 swapped for another of the same shape, a config edited after conversion)
 and model.mlir's and the tokenizer files' sha256 against files_sha256. A file that does not validate gets the verdict line
@@ -223,7 +223,7 @@ def _tokenizer_lines(directory, out):
 
 def inspect(path, out, deep=False):
     """Prints what PATH holds; returns the exit status. `deep`: also every
-    content rule of FORMAT.md (a full pass over each file, as the runtime's
+    content rule of docs/FORMAT.md (a full pass over each file, as the runtime's
     `cq4p-run --verify` does), where the default reads headers only."""
     if os.path.isdir(path):
         return inspect_bundle(path, out, deep)

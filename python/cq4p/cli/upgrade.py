@@ -62,7 +62,7 @@ def upgrade_tensor(directory, manifest, record):
             record["layout"], record["group_size"] = ly.PANELS, tensor.group_size
             return Outcome(name, "already panels")
         if not tensor.orthogonal and "embed_tokens" in name:
-            # FORMAT.md section 3: panels are for non-embedding Hadamard
+            # docs/FORMAT.md section 3: panels are for non-embedding Hadamard
             # tensors; an embedding's rows are read row by row.
             return Outcome(name, "kept", f"{tensor.layout}: a Hadamard embedding stays "
                                          f"row-major (panels are for non-embedding tensors)")

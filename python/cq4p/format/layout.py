@@ -1,4 +1,4 @@
-"""CQ4 tensor files' layout (FORMAT.md sections 1, 3, 4): header fields,
+"""CQ4 tensor files' layout (docs/FORMAT.md sections 1, 3, 4): header fields,
 precisions, flags and regions.
 
 A file is an 84-byte header (116 with the extended shape), a scales region

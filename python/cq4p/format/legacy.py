@@ -1,4 +1,4 @@
-"""The legacy CQ4 layouts of the indices (FORMAT.md section 1): row-major
+"""The legacy CQ4 layouts of the indices (docs/FORMAT.md section 1): row-major
 nibbles and the 4-row interleaved layout, with its interleaved norms."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The packed-panel layout (FORMAT.md section 3) and its int8 codebook.
+"""The packed-panel layout (docs/FORMAT.md section 3) and its int8 codebook.
 
 Panels group 64 output channels into a super-block and, for each group of gs
 K values, store 4 consecutive K values of all 64 channels in one 128-byte
@@ -38,7 +38,7 @@ def is_panel_group_size(gs):
 
 def codebook_int8(codebook_f16):
     """(cb_i8 int8 [16], cb_scale float32) of a stored fp16 codebook, as the
-    format's original engine derives them (FORMAT.md section 6):
+    format's original engine derives them (docs/FORMAT.md section 6):
 
     cb_scale = max(fp32(max |fp32(cb)|) / 127, 1e-10) in fp32,
     inv = fp32(1 / cb_scale), cb_i8 = round_half_away_from_zero(fp32(cb * inv))

@@ -1,4 +1,4 @@
-"""The validating reader of CQ4 tensor files (FORMAT.md sections 1, 3, 4).
+"""The validating reader of CQ4 tensor files (docs/FORMAT.md sections 1, 3, 4).
 
 It maps a file's regions as `cq4p.format.layout` describes them and refuses
 a file at the first field that does not follow the format, naming that field
@@ -28,7 +28,7 @@ from cq4p.quant.dequantize import dequantize
 
 
 class FormatError(ValueError):
-    """A file that does not follow FORMAT.md; `field` names the first
+    """A file that does not follow docs/FORMAT.md; `field` names the first
     field found wrong, as the C++ reader names it."""
 
     def __init__(self, path, field, expected, found):
@@ -284,7 +284,7 @@ class TensorFile:
         return digest.hexdigest()
 
     def dequantize(self):
-        """float32: the dense tensor (CQ4: FORMAT.md section 2's meaning)."""
+        """float32: the dense tensor (CQ4: docs/FORMAT.md section 2's meaning)."""
         if self.layout == DENSE:
             return self.data.astype(np.float32)
         return dequantize(self.stored())
@@ -336,7 +336,7 @@ def _check_contents(tensor):
 
 
 def verify_content(tensor):
-    """The content rules of FORMAT.md that read_tensor leaves out (it reads
+    """The content rules of docs/FORMAT.md that read_tensor leaves out (it reads
     the header, the codebook, the signs and the permutation only), in the
     runtime's order and words (verifyTensorContent): zero padding; finite
     fp16/fp32 values; rotation_t the transpose of rotation; for panel files

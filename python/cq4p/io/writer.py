@@ -1,4 +1,4 @@
-"""CQ4 tensor file writers (FORMAT.md sections 1, 3, 4): packed panels, the
+"""CQ4 tensor file writers (docs/FORMAT.md sections 1, 3, 4): packed panels, the
 legacy layouts and dense FP16/FP32 files, each laid out as
 `cq4p.format.layout` describes and returning the sha256 of its bytes."""
 

@@ -6,7 +6,7 @@ and transformers' modeling_rope_utils for the rotary frequencies), not from
 the compiled path, the graph writer or cq4p.model.architecture, so that the
 compiled model can be checked against it. It reads the config on its own
 and runs over the *dequantized* weights of a bundle (`Reference.from_bundle`:
-every CQ4 tensor through the format's meaning, FORMAT.md section 2, its
+every CQ4 tensor through the format's meaning, docs/FORMAT.md section 2, its
 zero-padded K columns dropped; dense tensors as stored) or over a
 checkpoint's own weights (`Reference.from_checkpoint`).
 
@@ -396,7 +396,7 @@ class _Weights(dict):
 
 class PanelRows:
     """The rows of an orthogonal CQ4 panel table, dequantized when indexed
-    (`table[ids]`, FORMAT.md section 2's meaning, as `dequantize` computes
+    (`table[ids]`, docs/FORMAT.md section 2's meaning, as `dequantize` computes
     it row by row): a table read only by token ids (Gemma 4's per-layer
     embeddings, 2.35 G values at E2B's widths, 9.4 GB as float32) never
     held whole. `rows_per_id` stored rows make one row of the checkpoint's

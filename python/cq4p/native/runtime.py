@@ -183,7 +183,7 @@ def library():
 def verify_bundle(directory):
     """The runtime's full check of a bundle (cq4p_bundle_verify: the
     manifest, every file against its entry and every content rule of
-    FORMAT.md); NativeError with its message when it refuses."""
+    docs/FORMAT.md); NativeError with its message when it refuses."""
     lib = library()
     lib.cq4p_bundle_verify.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.cq4p_bundle_verify.restype = ctypes.c_int
@@ -962,4 +962,5 @@ MIRRORS = {
     "cq4p_tokenizer_info": TokenizerInfo,
     "cq4p_text_options": TextOptions,
     "cq4p_chat_options": ChatOptions,
+    "cq4p_layout_entry": LayoutEntry,
 }

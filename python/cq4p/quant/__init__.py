@@ -1,1 +1,1 @@
-"""CQ4 quantization and dequantization (FORMAT.md section 2) in numpy."""
+"""CQ4 quantization and dequantization (docs/FORMAT.md section 2) in numpy."""

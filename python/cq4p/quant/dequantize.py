@@ -1,4 +1,4 @@
-"""Dequantization (FORMAT.md section 2's meaning of stored CQ4 values)."""
+"""Dequantization (docs/FORMAT.md section 2's meaning of stored CQ4 values)."""
 
 import numpy as np
 

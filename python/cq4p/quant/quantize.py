@@ -1,4 +1,4 @@
-"""CQ4 quantization (FORMAT.md section 2): codebooks, rotations, indices.
+"""CQ4 quantization (docs/FORMAT.md section 2): codebooks, rotations, indices.
 
 A CQ4 weight row is split into groups; each group is divided by its L2 norm,
 rotated, and every coordinate is replaced by the nearest of 16 codebook
@@ -51,7 +51,7 @@ class QuantizedWeight:
 
     indices: uint8 [N, K], one codebook index per weight.
     norms: fp16 [N, num_groups] as stored (orthogonal: num_groups = 1).
-    codebook: fp16 [16] as stored (possibly pre-scaled, FORMAT.md section 4).
+    codebook: fp16 [16] as stored (possibly pre-scaled, docs/FORMAT.md section 4).
     input_scale, input_scale_recip: fp16 [K].
     group_size: Hadamard gs; orthogonal K (one group spans the row).
     Hadamard: left_signs, right_signs int8 [gs], permutation uint32 [gs].
@@ -341,7 +341,7 @@ def quantize_hadamard(w, gs=128, seed=0, input_scale=None, prescale=True):
 
     K is zero-padded to a multiple of gs (input scale 1 there); the original
     shape is recorded. prescale stores the codebook as cb / f and the norms
-    as norm * f (FORMAT.md section 4; panel and interleaved files).
+    as norm * f (docs/FORMAT.md section 4; panel and interleaved files).
     """
     w = np.asarray(w)
     if w.ndim != 2:

@@ -8,6 +8,16 @@
  * returns a cq4p_code and writes a message naming the file, the field, what
  * was expected and what was found into the caller's buffer.
  *
+ * The runtime is three libraries (runtime/CMakeLists.txt), and each section
+ * below names the one its functions are in:
+ *   cq4p_core     tensor files, bundles, the panel encoder, models and
+ *                 sampling, the layout table: a program that runs token ids
+ *                 links this one alone (no tokenizer code, no PCRE2);
+ *   cq4p_text     tokenizers, text generation and chat (links cq4p_core,
+ *                 PCRE2, utf8proc);
+ *   cq4p_convert  the converter's native quantizer and rotation.
+ * libcq4p_runtime.so (and libcq4p_runtime.a) holds all three.
+ *
  *===----------------------------------------------------------------------===*/
 
 #ifndef CQ4P_CQ4P_H
@@ -32,7 +42,7 @@ extern "C" {
 typedef enum cq4p_code {
   CQ4P_OK = 0,
   CQ4P_ERROR_IO = 1,          /* cannot open, stat or map the file */
-  CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow FORMAT.md */
+  CQ4P_ERROR_FORMAT = 2,      /* the bytes do not follow docs/FORMAT.md */
   CQ4P_ERROR_ARGUMENT = 3,    /* a caller's argument is invalid */
   CQ4P_ERROR_UNSUPPORTED = 4, /* valid, but not a layout this call handles */
   CQ4P_ERROR_NOT_FOUND = 5,   /* a bundle's tensor or file is missing */
@@ -47,7 +57,7 @@ typedef enum cq4p_layout {
   CQ4P_LAYOUT_DENSE = 3            /* not CQ: INT8/FP16/FP32 elements */
 } cq4p_layout;
 
-/* The regions of a tensor file (FORMAT.md section 4). */
+/* The regions of a tensor file (docs/FORMAT.md section 4). */
 typedef enum cq4p_region {
   CQ4P_REGION_DATA = 0,              /* panels, legacy indices or dense elements */
   CQ4P_REGION_CODEBOOK = 1,          /* fp16[16] */
@@ -82,6 +92,8 @@ typedef struct cq4p_tensor_info {
   uint64_t file_bytes;
 } cq4p_tensor_info;
 
+/* ---- cq4p_core: tensor files, bundles and the panel encoder ---- */
+
 typedef struct cq4p_tensor cq4p_tensor;
 
 /* Maps and validates a tensor file read-only. On success *out owns the
@@ -103,7 +115,8 @@ CQ4P_API const void *cq4p_tensor_region(const cq4p_tensor *tensor,
 CQ4P_API int cq4p_tensor_check(const cq4p_tensor *tensor, char *error,
                                size_t error_size);
 
-/* Checks every content rule of FORMAT.md that opening leaves out (zero
+/* Checks every content rule of docs/FORMAT.md (sections 1, 3 and 4) that
+ * opening leaves out (zero
  * padding, finite values, norm_panels, index 0 past N, canonical indices,
  * rotation_t): one full pass over the file, where opening reads only what it
  * must. CQ4P_OK, or an error with its message in `error`. */
@@ -128,7 +141,7 @@ CQ4P_API int cq4p_bundle_verify(const char *bundle_dir, char *error,
 CQ4P_API int cq4p_manifest_check(const char *bundle_dir, char *error,
                                  size_t error_size);
 
-/* The reference panel encoder (FORMAT.md section 3).
+/* The reference panel encoder (docs/FORMAT.md section 3).
  *
  * source: the indices in `source_layout` (CQ4P_LAYOUT_ROW_MAJOR or
  *   CQ4P_LAYOUT_INTERLEAVED_4ROW) with `source_group_size`, exactly as the
@@ -152,10 +165,12 @@ CQ4P_API int cq4p_encode_panels(int source_layout, const uint8_t *source,
                                 float *norm_panels_out, char *error,
                                 size_t error_size);
 
-/* cb_scale and cb_i8 of a stored codebook (FORMAT.md sections 4 and 6). */
+/* cb_scale and cb_i8 of a stored codebook (docs/FORMAT.md sections 4 and 6). */
 CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
                                 float *cb_scale, char *error,
                                 size_t error_size);
+
+/* ---- cq4p_convert: the converter's quantizer and rotation ---- */
 
 /* The native quantizer (the converter's, python/cq4p/quant/quantize.py being its
  * oracle): weights w [N][K] (enum cq4p_source_dtype) -> packed panels and float64 norms, bit
@@ -164,7 +179,7 @@ CQ4P_API int cq4p_codebook_int8(const uint16_t *codebook_f16, int8_t *cb_i8,
  * k_padded; scale: the stored input scale as float64 [k_padded]; bounds: the
  * 15 float64 midpoints of the ascending float64 levels (index = bounds
  * strictly below the rotated value); canonical: the index map applied
- * before packing (FORMAT.md section 3). threads <= 0: one per CPU.
+ * before packing (docs/FORMAT.md section 3). threads <= 0: one per CPU.
  * panels_out: ceil64(N) * k_padded / 2 bytes; a non-finite weight is
  * CQ4P_ERROR_ARGUMENT. */
 /* The element types of w: a checkpoint's own bytes (little-endian). */
@@ -195,6 +210,8 @@ CQ4P_API int cq4p_quantize_orthogonal_panels(
 CQ4P_API int cq4p_orthogonal_rotation(uint64_t k, uint64_t seed, int threads,
                                       double *rotation_out, char *error,
                                       size_t error_size);
+
+/* ---- cq4p_core: whole models and sampling ---- */
 
 /* Whole models (runtime/include/cq4p/runtime/Model.h): a bundle bound to
  * the steps of a model library compiled from its model.mlir.
@@ -295,6 +312,8 @@ CQ4P_API int cq4p_model_generate(cq4p_model *model, const int64_t *prompt,
                                  const cq4p_sampling *sampling,
                                  int64_t *out_ids, cq4p_generate_stats *stats,
                                  char *error, size_t error_size);
+
+/* ---- cq4p_text: tokenizers, text generation and chat ---- */
 
 /* Text (runtime/include/cq4p/runtime/Tokenizer.h, docs/TOKENIZER.md): a
  * Hugging Face tokenizer.json (byte-level BPE: Qwen, Llama 3, LFM2,
@@ -494,7 +513,10 @@ CQ4P_API size_t cq4p_chat_history(const cq4p_chat *chat, int64_t *ids,
                                   size_t capacity);
 CQ4P_API void cq4p_chat_close(cq4p_chat *chat);
 
-/* The structures above as this library lays them out: one entry per field
+/* ---- cq4p_core: the structures' layout ---- */
+
+/* The structures of this header as this library lays them out (this one
+ * included, which bindings read the table through): one entry per field
  * (its offset and size in bytes) and one per structure (field NULL, offset
  * 0, its size), for bindings that mirror them. The Python package checks
  * every ctypes mirror against this table when it loads the library, so a

@@ -1,8 +1,8 @@
 /*===- cq4p/format.h - the CQ4 packed-panel file format's constants -------===*
  *
- * The one definition of the format's facts (FORMAT.md): the runtime, the
- * compiler and the Python package all take them from here. Plain C so that
- * every consumer can include it.
+ * The one definition of the format's facts (docs/FORMAT.md sections 1, 3
+ * and 4): the runtime, the compiler and the Python package all take them
+ * from here. Plain C so that every consumer can include it.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -65,7 +65,7 @@ enum cq4p_precision {
 #define CQ4P_PANEL_GROUP_MULTIPLE 32
 #define CQ4P_PANEL_MAX_GROUP_SIZE 256
 
-/* A bundle's manifest.json (FORMAT.md, bundles): what every reader (the
+/* A bundle's manifest.json (docs/TRUST.md): what every reader (the
  * runtime, cq4p-compile --bundle, python/cq4p) refuses past. */
 #define CQ4P_MAX_MANIFEST_BYTES 16777216u /* 16 MiB */
 #define CQ4P_MAX_MANIFEST_NESTING 64      /* levels of [] and {} */

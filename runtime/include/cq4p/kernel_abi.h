@@ -8,7 +8,7 @@
  *
  * A linear layer y[M, N] = x[M, K] * W^T runs as two kernels:
  *   1. quantize: the activation transform and per-group int8 quantization
- *      (FORMAT.md section 5, steps 1-2) of rows x groups [group_begin,
+ *      (docs/FORMAT.md section 5, steps 1-2) of rows x groups [group_begin,
  *      group_end); shared by every backend, so all backends see the same
  *      int8 activations;
  *   2. matmul: int32 partials over the panels, then the fp32 rescale
@@ -119,7 +119,7 @@ typedef enum cq4p_target {
 
 /* The regions of one tensor file a kernel reads, filled by the runtime from
  * the mapping (zero-copy). cb_i8 is the int8 codebook the runtime derives
- * once from the stored fp16 codebook (FORMAT.md section 4): 16 bytes. */
+ * once from the stored fp16 codebook (docs/FORMAT.md section 4): 16 bytes. */
 #define CQ4P_WEIGHT_VIEW_FIELDS(X)                                            \
   X(const uint8_t *, panels, PTR)            /* [SB][ng][gs/4][128] */        \
   X(const float *, norm_panels, PTR)         /* [SB][ng][64] */               \

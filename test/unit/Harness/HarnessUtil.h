@@ -33,7 +33,7 @@ inline std::vector<uint8_t> randomBytes(size_t count, uint32_t seed) {
   return values;
 }
 
-/// Nibble j of a packed buffer: byte j/2, low nibble first (FORMAT.md s3).
+/// Nibble j of a packed buffer: byte j/2, low nibble first (docs/FORMAT.md section 3).
 inline unsigned nibble(const uint8_t *packed, size_t j) {
   return (packed[j / 2] >> (4 * (j % 2))) & 0xF;
 }

@@ -2,7 +2,7 @@
 //
 // Stands in for cq4p-compile's output: a shared library exporting a
 // cq4p_kernel_table whose kernels are plain, scalar implementations of
-// FORMAT.md section 5, one instantiation per shape the tests use. Built
+// docs/FORMAT.md section 5, one instantiation per shape the tests use. Built
 // several times under compile definitions to make the defective libraries
 // the refusal tests need:
 //
@@ -56,7 +56,7 @@ void checkRange(bool ok) {
 
 float half(uint16_t bits) { return cq4p_half_to_float(bits); }
 
-/// Index of weight (n, k) in the panels (FORMAT.md section 3).
+/// Index of weight (n, k) in the panels (docs/FORMAT.md section 3).
 unsigned panelIndex(const uint8_t *panels, uint64_t numGroups,
                     uint64_t groupSize, uint64_t n, uint64_t k) {
   uint64_t s = n / 64, c = n % 64, g = k / groupSize;

@@ -81,7 +81,7 @@ static float *cache(const cq4p_step_args *a, int64_t layer, int64_t kind,
          ((layer * 2 + kind) * a->context + position) * KV_WIDTH;
 }
 
-/* The 4-bit index of weight (n, k) in packed panels (FORMAT.md section 3). */
+/* The 4-bit index of weight (n, k) in packed panels (docs/FORMAT.md section 3). */
 static unsigned panelIndex(const uint8_t *panels, uint64_t n, uint64_t k) {
   uint64_t s = n / 64, c = n % 64, g = k / HEAD_GS;
   uint64_t kg = (k % HEAD_GS) / 4, kc = k % 4, nibble = c * 4 + kc;

@@ -4,7 +4,7 @@
 // (a Lloyd-Max-spaced 16-level codebook, indices distributed like quantized
 // Gaussian coordinates, norms near 1, input scales in [1/2, 2], a real
 // orthogonal rotation), written with TestFiles.h, and an oracle that
-// dequantizes a file plainly from its stored regions (FORMAT.md section 2,
+// dequantizes a file plainly from its stored regions (docs/FORMAT.md section 2,
 // rotations as explicit matrices) and multiplies in fp64.
 //
 //===----------------------------------------------------------------------===//
@@ -174,7 +174,7 @@ inline double storedHalf(const runtime::TensorFile &file, cq4p_region region,
   return halfToFloat(regionValue<uint16_t>(file, region, index));
 }
 
-/// The 4-bit index of weight (n, k), found with FORMAT.md's byte address.
+/// The 4-bit index of weight (n, k), found with docs/FORMAT.md section 3's byte address.
 inline unsigned panelIndexOf(const runtime::TensorFile &file, uint64_t n,
                              uint64_t k) {
   uint64_t gs = file.info().group_size, ng = file.info().num_groups;

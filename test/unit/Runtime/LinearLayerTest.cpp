@@ -1,6 +1,6 @@
 //===- LinearLayerTest.cpp - tensors bound to (fake) kernels and run ------===//
 //
-// The fake kernel library implements FORMAT.md section 5 plainly; these
+// The fake kernel library implements docs/FORMAT.md section 5 plainly; these
 // tests check the runtime around it: weight views, binding, the two-phase
 // split across threads, refusals, and, end to end, the result against an
 // fp64 oracle built from the dequantized weight.
@@ -249,7 +249,7 @@ TEST_F(LinearLayerTest, EmbeddingRowsMatchTheDequantizedWeight) {
   Errors e = compare(out, want);
   std::printf("  embedding rows: max abs %.3e, relative %.2e\n", e.maxAbs,
               e.relative);
-  // FORMAT.md's floor is 1e-2; fp32 sums of fp16 values against fp64 (and
+  // docs/FORMAT.md section 5's floor is 1e-2; fp32 sums of fp16 values against fp64 (and
   // the fp16 reciprocal of s against 1/s) land far below it.
   EXPECT_LE(e.maxAbs, 1e-3);
   EXPECT_LE(e.relative, 1e-3);

@@ -34,6 +34,7 @@
 #include <random>
 #include <thread>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #if defined(__has_feature)
@@ -548,6 +549,37 @@ TEST_F(ModelTest, GreedyGenerationFollowsTheLogits) {
   ASSERT_TRUE(model->generate(prompt.data(), 6, 10, SamplingOptions(), again.data()));
   EXPECT_EQ(again, ids);
 }
+
+#if defined(CQ4P_EXAMPLE_GENERATE_CORE_PATH) && !defined(CQ4P_TEST_EMULATED)
+TEST_F(ModelTest, ATokenIdProgramOfTheCoreLibraryRunsTheToy) {
+  // examples/generate.c linked with the runtime's core library alone (the
+  // ctest runtime.core_links_no_tokenizer checks it links no tokenizer)
+  // prints the toy's greedy ids.
+  std::vector<int64_t> prompt = tokenIds(6);
+  std::string promptText;
+  for (int64_t id : prompt)
+    promptText += (promptText.empty() ? "" : " ") + std::to_string(id);
+  std::string out = toy.dir.file("generate-out.txt");
+  std::string command = std::string(CQ4P_EXAMPLE_GENERATE_CORE_PATH) + " '" +
+                        toy.dir.path() + "' '" + CQ4P_FAKE_MODEL_PATH + "' '" + promptText +
+                        "' 8 >'" + out + "' 2>/dev/null";
+  int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
+  std::ifstream printed(out);
+  std::string line;
+  std::getline(printed, line);
+
+  std::string expected = "ids:";
+  std::vector<int64_t> sequence = prompt;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<float> logits = toyLogits(toy.head, sequence);
+    int64_t best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    expected += " " + std::to_string(best);
+    sequence.push_back(best);
+  }
+  EXPECT_EQ(line, expected);
+}
+#endif
 
 TEST_F(ModelTest, SeededSamplingIsReproducible) {
   std::unique_ptr<Model> model = open(3, 64);

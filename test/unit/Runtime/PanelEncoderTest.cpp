@@ -1,7 +1,7 @@
 //===- PanelEncoderTest.cpp - the C reference encoder ---------------------===//
 //
 // cq4p_encode_panels against panels and folded norms built independently
-// from FORMAT.md's byte address formula (TestFiles.h), from both legacy
+// from docs/FORMAT.md section 3's byte address formula (TestFiles.h), from both legacy
 // source layouts, on the shapes the format's tests name.
 //
 //===----------------------------------------------------------------------===//
@@ -132,7 +132,7 @@ TEST(PanelEncoder, CanonicalisesIndicesWithEqualInt8Levels) {
 
 TEST(PanelEncoder, RoundsCodebookTiesAwayFromZero) {
   // max 127: cb_scale and its reciprocal are 1.0, so x.5 levels are exact
-  // ties, which FORMAT.md section 6 rounds away from zero (C's roundf).
+  // ties, which docs/FORMAT.md section 6 rounds away from zero (C's roundf).
   std::vector<uint16_t> codebook(16, 0);
   codebook[0] = exactHalf(127.0f);
   codebook[1] = exactHalf(2.5f);

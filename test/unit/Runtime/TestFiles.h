@@ -1,9 +1,9 @@
 //===- TestFiles.h - tensor files built plainly, for runtime tests -*- C++ -*-===//
 //
-// Writes valid CQ4 and dense tensor files straight from FORMAT.md, field by
-// field, independently of the Python writers: the reader and the encoder are
-// tested against these bytes, and the malformed cases are these bytes with
-// one thing broken.
+// Writes valid CQ4 and dense tensor files straight from docs/FORMAT.md
+// (sections 1, 3 and 4), field by field, independently of the Python
+// writers: the reader and the encoder are tested against these bytes, and
+// the malformed cases are these bytes with one thing broken.
 //
 //===----------------------------------------------------------------------===//
 
@@ -110,7 +110,7 @@ inline CqTensor randomTensor(uint64_t n, uint64_t k, uint32_t groupSize,
   return t;
 }
 
-/// cb_scale as FORMAT.md section 4 defines it, from the stored codebook.
+/// cb_scale as docs/FORMAT.md section 4 defines it, from the stored codebook.
 inline float codebookScale(const std::vector<uint16_t> &codebook,
                            float (*toFloat)(uint16_t)) {
   float maxAbs = 0;
@@ -147,7 +147,7 @@ inline std::vector<uint8_t> assemble(Bytes head, const Bytes &scales,
 }
 
 /// A packed-panel file of `t` (orthogonal: virtual groups of 128), with the
-/// panel bytes built from FORMAT.md's byte address formula.
+/// panel bytes built from docs/FORMAT.md section 3's byte address formula.
 inline std::vector<uint8_t> panelFile(const CqTensor &t,
                                       float (*toFloat)(uint16_t)) {
   uint32_t gs = t.orthogonal ? CQ4P_ORTHOGONAL_VIRTUAL_GROUP : t.groupSize;

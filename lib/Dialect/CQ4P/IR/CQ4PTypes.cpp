@@ -2,7 +2,7 @@
 //
 // The weight type's syntax (`!cq4p.weight<NxK, gs = G, rotation, layout>`)
 // and its verifier, which holds the format's rules for what a CQ4 file of
-// each rotation family and layout may contain (FORMAT.md sections 1-3).
+// each rotation family and layout may contain (docs/FORMAT.md sections 1-3).
 //
 //===----------------------------------------------------------------------===//
 

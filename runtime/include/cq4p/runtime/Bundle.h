@@ -126,7 +126,7 @@ public:
                  ///< by the largest file, not the bundle
   };
 
-  /// Every tensor's content against FORMAT.md's rules (TensorFile::verify),
+  /// Every tensor's content against docs/FORMAT.md's rules (TensorFile::verify),
   /// the first failure named by its tensor, then verifyIntegrity()'s
   /// checks. Opening leaves both out. One pass, file by file: each file's
   /// content is checked, then hashed while its pages are fresh; the result

@@ -2,7 +2,7 @@
 //
 // A LinearLayer is one CQ4 packed-panel tensor (Hadamard, or orthogonal for
 // an lm_head) bound to the kernels of a KernelLibrary that compute
-// y[rows][N] = x[rows][K] * W^T as FORMAT.md section 5 defines it:
+// y[rows][N] = x[rows][K] * W^T as docs/FORMAT.md section 5 defines it:
 //
 //   phase 1: the quantize kernel turns x into int8 activations and one fp32
 //            scale per (row, group); the groups are split across threads,

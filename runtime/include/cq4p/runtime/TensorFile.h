@@ -1,6 +1,6 @@
 //===- TensorFile.h - one CQ4 tensor file, mapped and validated -*- C++ -*-===//
 //
-// A tensor file (FORMAT.md) mapped read-only: the bytes kernels use are the
+// A tensor file (docs/FORMAT.md section 1) mapped read-only: the bytes kernels use are the
 // file's own pages, never copied. A file truncated while mapped is detected
 // rather than fatal (truncatedWhileMapped, checkMapping; docs/TRUST.md). Every header field, size and offset is
 // validated before any region is exposed, in a fixed order shared with the
@@ -41,7 +41,8 @@ Status validateTensorBytes(const std::string &path, const uint8_t *bytes,
                            uint64_t size, cq4p_tensor_info &info,
                            RegionTable &regions);
 
-/// Checks the content rules of FORMAT.md that opening does not (opening
+/// Checks the content rules of docs/FORMAT.md (sections 1, 3 and 4) that
+/// opening does not (opening
 /// stays O(header) plus the codebook, signs and permutation): zero padding;
 /// finite fp16 and fp32 values; for orthogonal panel files rotation_t the
 /// transpose of rotation; for panel files norm_panels equal to

@@ -2,7 +2,7 @@
 //
 // A cq4p_weight_view (kernel_abi.h) points straight into a tensor file's
 // mapping: nothing is copied but the 16-byte int8 codebook, which is derived
-// once from the stored fp16 codebook (FORMAT.md sections 4 and 6), and the
+// once from the stored fp16 codebook (docs/FORMAT.md sections 4 and 6), and the
 // Hadamard permutation (at most 1 KiB), the one stored value that drives an
 // address, copied and range-checked so that a file changed in place after
 // validation cannot send a kernel out of bounds. Both live in the
@@ -49,7 +49,7 @@ public:
               const RegionSpans &regions);
 
   const cq4p_weight_view &view() const { return view_; }
-  /// cb_scale of FORMAT.md section 4 (1.0 for a pre-scaled file).
+  /// cb_scale of docs/FORMAT.md section 4 (1.0 for a pre-scaled file).
   float codebookScale() const { return codebookScale_; }
 
 private:

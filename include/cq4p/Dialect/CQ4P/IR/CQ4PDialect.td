@@ -1,7 +1,7 @@
 //===- CQ4PDialect.td - the cq4p dialect -------------------*- tablegen -*-===//
 //
 // The dialect of CQ4 packed-panel matmuls: 4-bit rotated-codebook weights
-// stored as 64-channel panels (FORMAT.md), and the ops that consume them.
+// stored as 64-channel panels (docs/FORMAT.md section 3), and the ops that consume them.
 //
 //===----------------------------------------------------------------------===//
 

@@ -13,7 +13,7 @@ def CQ4P_LinearOp : CQ4P_Op<"linear", [Pure]> {
     The graph-level linear map of a model: every activation row of `input`
     (`[M, K]`, fp32) is multiplied by the transpose of the CQ4 weight
     (`[N, K]`), giving `result` (`[M, N]`, fp32). Its meaning is the
-    dequantized weight's (FORMAT.md section 2); kernels compute it by the
+    dequantized weight's (docs/FORMAT.md section 2); kernels compute it by the
     compute contract of section 5 (activation transform and int8
     quantization, an exact int32 dot into partials, an fp32 rescale).
 
@@ -55,7 +55,7 @@ def CQ4P_EmbeddingOp : CQ4P_Op<"embedding", [Pure]> {
   let description = [{
     Decodes the rows `ids` of an orthogonal CQ4 weight (a token embedding,
     `[vocab, hidden]`) to fp32: `out[i, j] = sum_c R[j][c] * cb[idx(ids[i], c)]
-    * norm[ids[i]] * isr[j]` (FORMAT.md section 5), with the file's rotation,
+    * norm[ids[i]] * isr[j]` (docs/FORMAT.md section 5), with the file's rotation,
     raw codebook and unfolded fp16 norms.
 
     With `rows_per_id = R`, each id names R consecutive rows of the table,
@@ -453,7 +453,7 @@ def CQ4P_DispatchOp : CQ4P_Op<"dispatch", [HasParent<"StepOp">]> {
 def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
   let summary = "Hadamard activation transform and per-group int8 quantization";
   let description = [{
-    Steps 1-2 of the compute contract (FORMAT.md section 5) for the rows of
+    Steps 1-2 of the compute contract (docs/FORMAT.md section 5) for the rows of
     `x` and the groups `[group_begin, group_end)`: per group, `w = x * isr *
     left` in fp32, the natural-order fast Walsh-Hadamard transform, one
     multiply by `1/sqrt(gs)`, `w *= right`, `z[j] = w[perm[j]]`; then
@@ -505,7 +505,7 @@ def CQ4P_QuantizeActivationsOp : CQ4P_Op<"quantize_activations"> {
 def CQ4P_RotateQuantizeActivationsOp : CQ4P_Op<"rotate_quantize_activations"> {
   let summary = "orthogonal activation transform and per-group int8 quantization";
   let description = [{
-    The orthogonal lm_head's activation transform (FORMAT.md section 5):
+    The orthogonal lm_head's activation transform (docs/FORMAT.md section 5):
     `a = x * isr`, `basis[j] = sum_k a[k] * rotation[k][j]` in fp32 (the
     file's `rotation_t[j][k]`, the same fp16 value: the runtime checks that
     rotation_t is rotation's transpose bit for bit; rotation's rows run
@@ -736,7 +736,7 @@ def CQ4P_DecodeEmbeddingOp : CQ4P_Op<"decode_embedding"> {
     fp16 x fp16 products are exact), from the panel bytes, the fp16 rotation (read as the
     file's rotation_t, `R[j][c] = rotation_t[c][j]`, whose rows run along
     the outputs), the raw fp16 codebook and the unfolded fp16 norms
-    (FORMAT.md section 5).
+    (docs/FORMAT.md section 5).
 
     Example:
 
