@@ -185,6 +185,12 @@ mlir::cq4p::chooseTargets(const TargetRequest &request) {
       return message("--target=" + targetName +
                      " needs an AArch64 triple, got '" + choice.triple.str() +
                      "'");
+    // The SME ABI routines an SME2 library carries are ELF assembly
+    // (runtime/src/sme_abi/sme_abi.S).
+    if (sme2 && !choice.triple.isOSBinFormatELF())
+      return message("--target=aarch64-sme2 needs an ELF triple (Linux, "
+                     "Android) for its SME ABI routines, got '" +
+                     choice.triple.str() + "'");
     // Armv8.2-A with the dot product: no SVE outside streaming mode, which
     // some SME2 devices (Apple M4) do not have; SME2 only in the leaves.
     choice.cpu = "generic";
