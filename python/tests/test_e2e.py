@@ -122,6 +122,39 @@ def test_objects_for_other_aarch64_triples(tmp_path, triple, kind, symbol):
         assert "needs that platform's SDK: use --emit=obj" in result.stderr
 
 
+def test_sme2_objects_carry_the_sme_abi_routines(tmp_path):
+    """An SME2 object for another ELF triple defines the SME ABI routines its
+    streaming leaves call, hidden (assembled by the library builder, not
+    taken from a system library); a non-ELF triple is refused in one line,
+    as the routines are ELF assembly."""
+    source = tmp_path / "layer.mlir"
+    source.write_text(
+        "func.func @f(%x: tensor<1x256xf32>, %w: !cq4p.weight<64x256, gs = 128, hadamard, "
+        "panels>) -> tensor<1x64xf32> {\n"
+        "  %y = cq4p.linear %x, %w : tensor<1x256xf32>, !cq4p.weight<64x256, gs = 128, "
+        "hadamard, panels> -> tensor<1x64xf32>\n  return %y : tensor<1x64xf32>\n}\n")
+    compile_tool = tools.find_tool("cq4p-compile")
+    obj = tmp_path / "kernels.o"
+    subprocess.run([compile_tool, str(source), "--target=aarch64-sme2",
+                    "--triple=aarch64-linux-android", "--emit=obj", "-o", str(obj)],
+                   check=True, capture_output=True)
+    symbols = subprocess.run(["/usr/lib/llvm-22/bin/llvm-readelf", "-s", "-W", str(obj)],
+                             check=True, capture_output=True, text=True).stdout
+    for routine in ("__arm_sme_state", "__arm_tpidr2_save", "__arm_tpidr2_restore",
+                    "__arm_za_disable", "__arm_get_current_vg"):
+        rows = [line.split() for line in symbols.splitlines()
+                if line.split()[-1:] == [routine]]
+        assert any(row[4:6] == ["GLOBAL", "HIDDEN"] and "UND" not in row for row in rows), \
+            (routine, rows)
+    result = subprocess.run([compile_tool, str(source), "--target=aarch64-sme2",
+                             "--triple=arm64-apple-macos", "--emit=obj", "-o",
+                             str(tmp_path / "x.o")], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert result.stderr == ("cq4p-compile: error: --target=aarch64-sme2 needs an ELF triple "
+                             "(Linux, Android) for its SME ABI routines, got "
+                             "'arm64-apple-macos'\n")
+
+
 def _q_proj(bundle):
     """The bundle's first Hadamard q_proj entry and a one-row graph of its
     shape (kernels only: no model steps, no digest of its own)."""

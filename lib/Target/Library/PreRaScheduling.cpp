@@ -1,6 +1,6 @@
 //===- PreRaScheduling.cpp - the pre-RA scheduler, per function -----------===//
 
-#include "PreRaScheduling.h"
+#include "cq4p/Target/Library/PreRaScheduling.h"
 
 #include "llvm/IR/Function.h"
 #include "llvm/IR/Module.h"

@@ -9,10 +9,10 @@
 // that carries kNoPreRaScheduling is skipped by the pre-RA scheduler alone;
 // every other pass, and the post-RA scheduler, run as before.
 //
-// cq4p-compile marks every AArch64 function: the kernels' loops are emitted
-// in an order that fits the 32 vector registers (the panel GEMV holds 16
-// accumulators and loads each pair of slices next to its use), and the pre-RA
-// scheduler of several cores' models (cortex-a76/a78, a710/a715/a720,
+// The library builder marks every AArch64 function: the kernels' loops are
+// emitted in an order that fits the 32 vector registers (the panel GEMV holds
+// 16 accumulators and loads each pair of slices next to its use), and the
+// pre-RA scheduler of several cores' models (cortex-a76/a78, a710/a715/a720,
 // a510/a520, neoverse-n2, generic) hoists the loads of a whole iteration
 // ahead of their uses and spills, up to 1.45x the GEMV loop's instructions.
 // The post-RA scheduler still orders instructions for the tuned core's
@@ -25,8 +25,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CQ4P_TOOLS_CQ4P_COMPILE_PRERASCHEDULING_H
-#define CQ4P_TOOLS_CQ4P_COMPILE_PRERASCHEDULING_H
+#ifndef CQ4P_TARGET_LIBRARY_PRERASCHEDULING_H
+#define CQ4P_TARGET_LIBRARY_PRERASCHEDULING_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/IR/OptBisect.h"
@@ -60,4 +60,4 @@ private:
 
 } // namespace mlir::cq4p
 
-#endif // CQ4P_TOOLS_CQ4P_COMPILE_PRERASCHEDULING_H
+#endif // CQ4P_TARGET_LIBRARY_PRERASCHEDULING_H
