@@ -29,6 +29,18 @@ llvm::Error message(const llvm::Twine &text) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), text);
 }
 
+/// LLVM's target for the choice's triple (the targets registered first).
+llvm::Expected<const llvm::Target *> lookupTarget(const TargetChoice &choice) {
+  initializeLlvmTargets();
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(choice.triple, lookupError);
+  if (!target)
+    return message("no LLVM target for '" + choice.triple.str() +
+                   "': " + lookupError);
+  return target;
+}
+
 /// An x86-64 instruction set level of --host-cpu (kernel_abi.h's
 /// CQ4P_X86_LEVELS: its name, LLVM's CPU and features, nothing else enabled
 /// so that the CQ4P_FEATURE_* bits the runtime checks cover all the code may
@@ -242,15 +254,11 @@ llvm::Error mlir::cq4p::checkTuneCpu(const TargetChoice &choice,
     return message("--tune-cpu applies to AArch64 targets; --target=" +
                    targetName + " is tuned by --host-cpu");
   }
-  initializeLlvmTargets();
-  std::string lookupError;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(choice.triple, lookupError);
+  llvm::Expected<const llvm::Target *> target = lookupTarget(choice);
   if (!target)
-    return message("no LLVM target for '" + choice.triple.str() +
-                   "': " + lookupError);
+    return target.takeError();
   std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
-      target->createMCSubtargetInfo(choice.triple, "generic", ""));
+      (*target)->createMCSubtargetInfo(choice.triple, "generic", ""));
   if (!subtarget || !subtarget->isCPUStringValid(tuneCpu))
     return message("unknown --tune-cpu '" + tuneCpu + "' for " +
                    choice.triple.str() +
@@ -261,15 +269,11 @@ llvm::Error mlir::cq4p::checkTuneCpu(const TargetChoice &choice,
 
 llvm::Expected<std::unique_ptr<llvm::TargetMachine>>
 mlir::cq4p::createTargetMachine(const TargetChoice &choice) {
-  initializeLlvmTargets();
-  std::string lookupError;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(choice.triple, lookupError);
+  llvm::Expected<const llvm::Target *> target = lookupTarget(choice);
   if (!target)
-    return message("no LLVM target for '" + choice.triple.str() +
-                   "': " + lookupError);
+    return target.takeError();
   llvm::TargetOptions targetOptions;
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+  std::unique_ptr<llvm::TargetMachine> machine((*target)->createTargetMachine(
       choice.triple, choice.cpu, choice.features, targetOptions,
       llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
