@@ -74,6 +74,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <algorithm>
+#include <utility>
 #include <limits>
 
 using namespace mlir;
@@ -227,6 +228,18 @@ struct Neon {
     return slice;
   }
 
+  /// x <= 0 clamped at -125.5 (2^-125.5 = exp(-87)) and split as k + r,
+  /// |r| <= 1/2: t = x + 1.5 * 2^23, whose rounding leaves k in its low
+  /// mantissa bits (timesPowerOfTwo's operand), and r = x - (t - 1.5 * 2^23),
+  /// exact. Both exponentials below start so.
+  std::pair<Value, Value> splitExponent(Value x) {
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    x = max(x, lanes(-125.5f));
+    Value t = add(x, lanes(magic));
+    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    return {t, r};
+  }
+
   /// 2^x lane by lane for x <= 0: expNonPositive (LoweringHelpers.h) in
   /// base 2, where x = k + r needs no Cody and Waite split (k + magic's
   /// rounding leaves x - k exact) and the polynomial's coefficients are
@@ -234,10 +247,7 @@ struct Neon {
   /// 1.8e-7 relative in fp32 over [-125.5, 0]). x is clamped at -125.5
   /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
   Value exp2NonPositive(Value x) {
-    const float magic = 12582912.0f; // 1.5 * 2^23
-    x = max(x, lanes(-125.5f));
-    Value t = add(x, lanes(magic));
-    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    auto [t, r] = splitExponent(x);
     Value p = fma(r, lanes(0.00133088103f), lanes(0.00967153907f));
     for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
       p = fma(p, r, lanes(c));
@@ -259,10 +269,7 @@ struct Neon {
   /// for the least spread of p(r) / 2^r over |r| <= 1/2: 3.2e-7 relative
   /// in fp32 (Horner's: 1.8e-7).
   Value exp2TimesLeadingInverse(Value x) {
-    const float magic = 12582912.0f; // 1.5 * 2^23
-    x = max(x, lanes(-125.5f));
-    Value t = add(x, lanes(magic));
-    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    auto [t, r] = splitExponent(x);
     Value r2 = mul(r, r);
     Value q1 = fma(r, lanes(-0.688519001f), add(r2, lanes(20.3728600f)));
     Value q2 = fma(r, lanes(4.78848839f), add(r2, lanes(11.6453857f)));
