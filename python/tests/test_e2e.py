@@ -95,17 +95,23 @@ def test_compile_refuses_a_wrong_target_and_ir_that_does_not_verify(tmp_path):
     assert not (tmp_path / "x.so").exists()
 
 
-@pytest.mark.parametrize("triple, kind, symbol", [
-    ("aarch64-linux-android", b"\x7fELF", "cq4p_kernel_table"),
-    ("aarch64-apple-darwin", b"\xcf\xfa\xed\xfe", "_cq4p_kernel_table"),
-])
-def test_objects_for_other_aarch64_triples(tmp_path, triple, kind, symbol):
-    source = tmp_path / "layer.mlir"
+def _one_layer(directory):
+    """A one-linear-layer module (64 x 256, Hadamard panels) in `directory`."""
+    source = directory / "layer.mlir"
     source.write_text(
         "func.func @f(%x: tensor<1x256xf32>, %w: !cq4p.weight<64x256, gs = 128, hadamard, "
         "panels>) -> tensor<1x64xf32> {\n"
         "  %y = cq4p.linear %x, %w : tensor<1x256xf32>, !cq4p.weight<64x256, gs = 128, "
         "hadamard, panels> -> tensor<1x64xf32>\n  return %y : tensor<1x64xf32>\n}\n")
+    return source
+
+
+@pytest.mark.parametrize("triple, kind, symbol", [
+    ("aarch64-linux-android", b"\x7fELF", "cq4p_kernel_table"),
+    ("aarch64-apple-darwin", b"\xcf\xfa\xed\xfe", "_cq4p_kernel_table"),
+])
+def test_objects_for_other_aarch64_triples(tmp_path, triple, kind, symbol):
+    source = _one_layer(tmp_path)
     compile_tool = tools.find_tool("cq4p-compile")
     obj = tmp_path / "kernels.o"
     subprocess.run([compile_tool, str(source), "--target=aarch64-neon", f"--triple={triple}",
@@ -127,12 +133,7 @@ def test_sme2_objects_carry_the_sme_abi_routines(tmp_path):
     streaming leaves call, hidden (assembled by the library builder, not
     taken from a system library); a non-ELF triple is refused in one line,
     as the routines are ELF assembly."""
-    source = tmp_path / "layer.mlir"
-    source.write_text(
-        "func.func @f(%x: tensor<1x256xf32>, %w: !cq4p.weight<64x256, gs = 128, hadamard, "
-        "panels>) -> tensor<1x64xf32> {\n"
-        "  %y = cq4p.linear %x, %w : tensor<1x256xf32>, !cq4p.weight<64x256, gs = 128, "
-        "hadamard, panels> -> tensor<1x64xf32>\n  return %y : tensor<1x64xf32>\n}\n")
+    source = _one_layer(tmp_path)
     compile_tool = tools.find_tool("cq4p-compile")
     obj = tmp_path / "kernels.o"
     subprocess.run([compile_tool, str(source), "--target=aarch64-sme2",
