@@ -52,11 +52,13 @@ void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
     pm.addPass(createConvertCQ4PToArmSME(
         ConvertCQ4PToArmSMEOptions{options.sme2FmlalRotation}));
   // The target's panel dot; the shared lowering of the rest.
-  if (target != KernelTarget::Host)
+  if (target != KernelTarget::Host) {
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
-  else
+  } else {
+    pm.addPass(createDeclareHostPrefetchFlag());
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToVector(
         ConvertCQ4PToVectorOptions{options.x86Dot}));
+  }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // Upstream dialects to LLVM.

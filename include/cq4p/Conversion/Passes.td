@@ -56,6 +56,23 @@ def ConvertCQ4PToVector : Pass<"convert-cq4p-to-vector", "mlir::func::FuncOp"> {
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
 }
 
+def DeclareHostPrefetchFlag
+    : Pass<"cq4p-declare-host-prefetch-flag", "mlir::ModuleOp"> {
+  let summary = "Declare the flag that gates the host GEMV's software prefetch";
+  let description = [{
+    Adds `memref.global "private" @cq4p_host_prefetch : memref<i8>` (0:
+    not yet known) to the module unless it has one. `convert-cq4p-to-vector`
+    then runs the one-row panel dot's prefetch hints only where the flag
+    says they help: the first panel dot of a process reads the CPU's vendor
+    and stores 1 (prefetch) or 2 (not, on AMD's CPUs, where the hints were
+    measured to slow the stream down: HostKernels.cpp). A module without the
+    flag keeps the hints unconditionally. A pass of its own because the
+    lowering runs per function, in parallel, and may not add module-level
+    symbols.
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect"];
+}
+
 def ConvertCQ4PToArmSME : Pass<"convert-cq4p-to-arm-sme", "mlir::ModuleOp"> {
   let summary = "Lower super-block panel partials to SME2 (LUTI4 from ZT0, SDOT into ZA)";
   let description = [{

@@ -11,6 +11,7 @@
 
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CONVERTCQ4PTOVECTOR
+#define GEN_PASS_DEF_DECLAREHOSTPREFETCHFLAG
 #include "cq4p/Conversion/Passes.h.inc"
 } // namespace mlir::cq4p
 
@@ -42,6 +43,25 @@ public:
   void runOnOperation() override {
     if (failed(lowerCQ4PKernels(getOperation(), hostDotTarget(x86Dot))))
       signalPassFailure();
+  }
+};
+
+class DeclareHostPrefetchFlag
+    : public mlir::cq4p::impl::DeclareHostPrefetchFlagBase<
+          DeclareHostPrefetchFlag> {
+public:
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (SymbolTable::lookupSymbolIn(module, kHostPrefetchFlag))
+      return;
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    auto type = MemRefType::get({}, b.getI8Type());
+    memref::GlobalOp::create(
+        b, module.getLoc(), kHostPrefetchFlag, b.getStringAttr("private"), type,
+        DenseElementsAttr::get(RankedTensorType::get({}, b.getI8Type()),
+                               b.getI8IntegerAttr(0).getValue()),
+        /*constant=*/false, /*alignment=*/nullptr);
   }
 };
 

@@ -45,6 +45,7 @@
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 #include "cq4p/format.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
@@ -57,6 +58,67 @@ namespace {
 /// bandwidth on Intel: bench/host/run, section "GEMV from DRAM").
 constexpr int64_t kPrefetchBytes = 4096;
 constexpr int32_t kPrefetchLocality = 3;
+
+/// Whether the one-row panel dot prefetches: false on an AMD (or Hygon)
+/// CPU. On AMD's Zen 4 every software prefetch tried slowed the GEMV's
+/// stream from DRAM down: 65-73% of the read probe with these hints (a hint
+/// per line, 4 KiB ahead), 88-95% without; a hint per KiB, 1 KiB ahead,
+/// 65-75%; into L2 alone, 8 KiB ahead, no better than none. On Intel they
+/// carried the stream across the 4 KiB pages where its hardware prefetchers
+/// stop: 66-77% without, 80-106% with. The answer is the module's flag
+/// (kHostPrefetchFlag): 0 until the first panel dot of the process reads
+/// CPUID's vendor (EBX holds its first four bytes: "Auth"enticAMD,
+/// "Hygo"nGenuine) and stores 1 (prefetch) or 2 (not), with relaxed atomic
+/// accesses since threads may race to store the same value. Kernels load no
+/// code at the library's load (the runtime refuses load constructors), so
+/// the first call decides.
+Value hostPrefetching(OpBuilder &b, Location loc) {
+  MLIRContext *context = b.getContext();
+  Type i8 = b.getI8Type(), i32 = b.getI32Type();
+  auto flagType = MemRefType::get({}, i8);
+  Value address = memref::ExtractAlignedPointerAsIndexOp::create(
+      b, loc, memref::GetGlobalOp::create(b, loc, flagType, kHostPrefetchFlag));
+  Value pointer = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(context),
+      arith::IndexCastOp::create(b, loc, b.getI64Type(), address).getResult());
+  auto constant8 = [&](int64_t value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getI8IntegerAttr(value));
+  };
+  auto constant32 = [&](int64_t value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(value));
+  };
+  Value state = LLVM::LoadOp::create(b, loc, i8, pointer, /*alignment=*/1,
+                                     /*isVolatile=*/false, /*isNonTemporal=*/false,
+                                     /*isInvariant=*/false,
+                                     /*isInvariantGroup=*/false,
+                                     LLVM::AtomicOrdering::monotonic);
+  Value known =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, state, constant8(0));
+  auto resolve = scf::IfOp::create(b, loc, TypeRange{i8}, known,
+                                   /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(resolve.thenBlock());
+    scf::YieldOp::create(b, loc, state);
+    b.setInsertionPointToStart(resolve.elseBlock());
+    Value ebx = cq4p_intr::X86CpuidVendorOp::create(b, loc, i32);
+    auto vendorIs = [&](int64_t firstFourBytes) -> Value {
+      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ebx,
+                                   constant32(firstFourBytes));
+    };
+    Value amd = arith::OrIOp::create(b, loc, vendorIs(0x68747541),
+                                     vendorIs(0x6f677948));
+    Value decided =
+        arith::SelectOp::create(b, loc, amd, constant8(2), constant8(1));
+    LLVM::StoreOp::create(b, loc, decided, pointer, /*alignment=*/1,
+                          /*isVolatile=*/false, /*isNonTemporal=*/false,
+                          /*isInvariantGroup=*/false,
+                          LLVM::AtomicOrdering::monotonic);
+    scf::YieldOp::create(b, loc, decided);
+  }
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                               resolve.getResult(0), constant8(1));
+}
 
 } // namespace
 
@@ -250,14 +312,20 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
   // running across the 4 KiB pages where the hardware prefetchers stop. The
   // step's 1 KiB ahead is clamped to the tensor's last 1 KiB once, its 16
   // lines at constant offsets from there.
+  //
+  // Where the module declares the prefetch flag (DeclareHostPrefetchFlag),
+  // the hints run only on CPUs not made by AMD (hostPrefetching says why).
   constexpr int64_t kStepBytes = 8 * CQ4P_KG_BLOCK_BYTES;
-  Value flatPanels, lastStep;
+  Value flatPanels, lastStep, prefetching;
   if (rows == 1) {
     int64_t total = panelsType.getNumElements();
     flatPanels = memref::CollapseShapeOp::create(
         b, loc, op.getPanels(),
         ArrayRef<ReassociationIndices>{ReassociationIndices{0, 1, 2, 3}});
     lastStep = cIndex(b, loc, std::max<int64_t>(0, total - kStepBytes));
+    auto module = op->getParentOfType<ModuleOp>();
+    if (module && SymbolTable::lookupSymbolIn(module, kHostPrefetchFlag))
+      prefetching = hostPrefetching(b, loc);
   }
   auto emitPass = [&](Value pass) {
     int64_t accsPerRow = 2 * chunksPerPass;
@@ -276,6 +344,11 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
       Value wordBase = arith::MulIOp::create(b, loc, it, cIndex(b, loc, 8));
       Value kgBase = wordBase;
       if (flatPanels) {
+        OpBuilder::InsertionGuard prefetchGuard(b);
+        if (prefetching)
+          b.setInsertionPointToStart(
+              scf::IfOp::create(b, loc, prefetching, /*withElseRegion=*/false)
+                  .thenBlock());
         Value block = arith::AddIOp::create(
             b, loc,
             arith::MulIOp::create(

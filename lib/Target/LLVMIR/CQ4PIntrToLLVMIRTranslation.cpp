@@ -34,6 +34,20 @@ llvm::Value *createOpaqueValue(llvm::IRBuilderBase &builder, llvm::Value *value)
   return builder.CreateCall(empty, {value});
 }
 
+/// EBX of CPUID leaf 0 (EAX = ECX = 0), through an inline asm of the one
+/// instruction: LLVM has no intrinsic for it.
+llvm::Value *createCpuidVendor(llvm::IRBuilderBase &builder) {
+  auto *i32 = builder.getInt32Ty();
+  auto *type = llvm::FunctionType::get(llvm::StructType::get(i32, i32, i32, i32),
+                                       {i32, i32}, /*isVarArg=*/false);
+  llvm::InlineAsm *cpuid = llvm::InlineAsm::get(
+      type, "cpuid", "={ax},={bx},={cx},={dx},{ax},{cx}",
+      /*hasSideEffects=*/true, /*isAlignStack=*/false);
+  llvm::Value *registers =
+      builder.CreateCall(cpuid, {builder.getInt32(0), builder.getInt32(0)});
+  return builder.CreateExtractValue(registers, 1);
+}
+
 class CQ4PIntrDialectLLVMIRTranslationInterface
     : public LLVMTranslationDialectInterface {
 public:

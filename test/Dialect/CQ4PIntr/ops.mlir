@@ -142,3 +142,12 @@ llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[1
   %4 = cq4p_intr.aarch64.sve.sqcvt.x4 %w, %w, %w, %w : (vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>) -> vector<[16]xi8>
   llvm.return
 }
+
+// -----
+
+// CHECK-LABEL: llvm.func @cpuid_vendor
+llvm.func @cpuid_vendor() -> i32 {
+  // CHECK: cq4p_intr.x86.cpuid_vendor : i32
+  %0 = cq4p_intr.x86.cpuid_vendor : i32
+  llvm.return %0 : i32
+}

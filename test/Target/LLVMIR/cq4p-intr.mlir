@@ -1,7 +1,8 @@
 // RUN: cq4p-translate --cq4p-to-llvmir %s -split-input-file | FileCheck %s
 
 // Each cq4p_intr operation becomes one call of its intrinsic, the overloaded
-// ones named by their types; cq4p_intr.opaque an empty inline asm.
+// ones named by their types; cq4p_intr.opaque an empty inline asm,
+// cq4p_intr.x86.cpuid_vendor an inline asm of CPUID.
 
 // CHECK-LABEL: define void @neon
 llvm.func @neon(%p: !llvm.ptr, %t: vector<16xi8>, %i: vector<16xi8>,
@@ -142,4 +143,15 @@ llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[1
   // CHECK: call <vscale x 16 x i8> @llvm.aarch64.sve.sqcvt.x4.nxv4i32(<vscale x 4 x i32> %1, <vscale x 4 x i32> %1, <vscale x 4 x i32> %1, <vscale x 4 x i32> %1)
   %4 = cq4p_intr.aarch64.sve.sqcvt.x4 %w, %w, %w, %w : (vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>) -> vector<[16]xi8>
   llvm.return
+}
+
+// -----
+
+// CHECK-LABEL: define i32 @cpuid_vendor
+llvm.func @cpuid_vendor() -> i32 {
+  // CHECK: %[[REGS:.*]] = call { i32, i32, i32, i32 } asm sideeffect "cpuid", "={ax},={bx},={cx},={dx},{ax},{cx}"(i32 0, i32 0)
+  // CHECK: %[[EBX:.*]] = extractvalue { i32, i32, i32, i32 } %[[REGS]], 1
+  // CHECK: ret i32 %[[EBX]]
+  %0 = cq4p_intr.x86.cpuid_vendor : i32
+  llvm.return %0 : i32
 }

@@ -29,8 +29,9 @@
 // included) keep the unknown effects of a call, as upstream's
 // `arm_sme.intr.*` do.
 //
-// `cq4p_intr.opaque` is the one operation here that is no intrinsic: see its
-// description.
+// `cq4p_intr.opaque` and `cq4p_intr.x86.cpuid_vendor` are the two operations
+// here that are no intrinsic (LLVM has none for them): see their
+// descriptions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -808,8 +809,9 @@ def CQ4PIntr_OpaqueOp : LLVM_OpBase<CQ4PIntr_Dialect, "opaque",
     `value` itself, in the same register, with no instruction: but LLVM's
     optimizers, instruction selection and loop strength reduction see a new
     value they know nothing about. It translates to an empty inline asm
-    whose output register is tied to its input (`asm "", "=r,0"`); it is the
-    only inline asm cq4p emits, and it emits no instruction.
+    whose output register is tied to its input (`asm "", "=r,0"`), and it
+    emits no instruction (the only other inline asm cq4p emits is
+    `cq4p_intr.x86.cpuid_vendor`'s CPUID).
 
     Why: the NEON GEMV advances its panel pointers with post-indexed loads
     (`ld1 {v0.16b-v3.16b}, [x0], #64`). Left visible, the chain of pointers
@@ -833,6 +835,30 @@ def CQ4PIntr_OpaqueOp : LLVM_OpBase<CQ4PIntr_Dialect, "opaque",
   let assemblyFormat = "$value attr-dict `:` type($value)";
   let llvmBuilder = [{
     $res = createOpaqueValue(builder, $value);
+  }];
+}
+
+def CQ4PIntr_X86CpuidVendorOp
+    : LLVM_OpBase<CQ4PIntr_Dialect, "x86.cpuid_vendor", []> {
+  let summary = "the first four bytes of the CPU's vendor string (CPUID)";
+  let description = [{
+    EBX of CPUID leaf 0: the first four bytes of the vendor string, little
+    endian ("Auth"enticAMD is 0x68747541, "Genu"ineIntel 0x756e6547,
+    "Hygo"nGenuine 0x6f677948). LLVM has no intrinsic for CPUID, so this
+    translates to an inline asm of the one instruction (`cpuid`, EAX = ECX =
+    0). Not pure: a VM may trap it, so the code that asks runs it once and
+    keeps the answer (HostKernels.cpp, hostPrefetching).
+
+    Example:
+
+    ```mlir
+    %vendor = cq4p_intr.x86.cpuid_vendor : i32
+    ```
+  }];
+  let results = (outs I32:$res);
+  let assemblyFormat = "attr-dict `:` type($res)";
+  let llvmBuilder = [{
+    $res = createCpuidVendor(builder);
   }];
 }
 
