@@ -118,7 +118,7 @@ def main():
          pytest + ["-q", "--collect-only", "-m", "slow", str(SOURCE / "test" / "packaging")]),
     ]
     if args.suite:
-        unknown = set(args.suite) - {name for name, _, _ in suites}
+        unknown = set(args.suite) - {suite[0] for suite in suites}
         if unknown:
             parser.error(f"unknown suite(s): {', '.join(sorted(unknown))}")
         suites = [s for s in suites if s[0] in args.suite]

@@ -46,6 +46,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "DecodeAttention.h"
+#include "KernelLowering/LoweringHelpers.h"
 #include "Addresses.h"
 
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
@@ -134,7 +135,10 @@ struct Streaming {
   Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
   Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
   Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
-  Value exp(Value x) { return math::ExpOp::create(b, loc, x); }
+  /// exp(x) for x <= 0 (a softmax's differences from the running max, the
+  /// max's correction): expNonPositive, 12 instructions per vector where
+  /// math.exp's polynomial, which handles every x, took 33 in this leaf.
+  Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
   Value isMinusInf(Value x, Value minusInf) {
     return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x, minusInf);
   }
@@ -151,18 +155,18 @@ struct Streaming {
   /// `predicate` is off.
   void loadRow(int64_t tile, int64_t slice, Value predicate, Value address) {
     arm_sme::aarch64_sme_ld1w_horiz::create(b, loc, predicate, address, uint32_t(tile),
-                                            i32(slice));
+                                            sliceIndex(slice));
   }
   /// Row `slice` of za<tile>.s, in the lanes of `predicate`; `merged`'s
   /// lanes elsewhere (MOVA).
   Value readRow(Value merged, Value predicate, int64_t tile, int64_t slice) {
     return arm_sme::aarch64_sme_read_horiz::create(b, loc, vec, merged, predicate,
-                                                   uint32_t(tile), i32(slice));
+                                                   uint32_t(tile), sliceIndex(slice));
   }
   /// Columns slice .. slice + 3 of za<tile>.s (multi-vector MOVA).
   SmallVector<Value> readColumns4(int64_t tile, int64_t slice) {
     Value quad = cq4p_intr::SmeReadVerVg4Op::create(b, loc, quad4(ivec), uint32_t(tile),
-                                                    i32(slice));
+                                                    sliceIndex(slice));
     SmallVector<Value> columns;
     for (int64_t i = 0; i < 4; ++i)
       columns.push_back(arith::BitcastOp::create(
@@ -219,6 +223,26 @@ struct Streaming {
     return ifOp;
   }
 
+  /// ZA slice `slice` as an instruction's index register (W12-W15) plus
+  /// its immediate offset. Once makeSliceBases has run, the slice is one of
+  /// four opaque bases 0, 4, 8, 12 plus slice % 4, which instruction
+  /// selection takes as the register and the offset: with plain constants
+  /// LLVM moved each slice number into an index register before every
+  /// ZA access (about 80 MOVs per tile of keys).
+  Value sliceIndex(int64_t slice) {
+    if (!sliceBases[0])
+      return i32(slice);
+    Value base = sliceBases[slice / 4];
+    if (slice % 4 == 0)
+      return base;
+    return arith::AddIOp::create(b, loc, base, i32(slice % 4));
+  }
+  /// The slice bases, made in the entry block.
+  void makeSliceBases() {
+    for (int64_t i = 0; i < 4; ++i)
+      sliceBases[i] = cq4p_intr::OpaqueOp::create(b, loc, b.getI32Type(), i32(4 * i));
+  }
+
   /// The all-true predicate-as-counter of the multi-vector loads, made in
   /// the entry block (where every later use can see it).
   void makeCounter() {
@@ -232,6 +256,7 @@ struct Streaming {
   Type ptr;
   VectorType vec, ivec, pred;
   Value allWords;
+  Value sliceBases[4];
 };
 
 struct DecodeShape {
@@ -264,6 +289,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
         outBase = s.base(out);
 
   s.makeCounter();
+  s.makeSliceBases();
   Value all = s.allTrue();
   SmallVector<Value> classLanes;
   for (int64_t k = 0; k < classes; ++k)
@@ -336,15 +362,23 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
           rowMasks[i] = s.firstLanes(s.select(present, c16, c0));
         }
       // Up to three 16-dim blocks at a time, in ZA0.S, ZA2.S and ZA3.S
-      // (ZA1.S holds the scores): each key row's address once per pass.
+      // (ZA1.S holds the scores). LD1W into ZA takes a register offset
+      // only: each key row's address is the last one's plus a row, passed
+      // through cq4p_intr.opaque so that LLVM keeps that one add per row
+      // rather than 16 rows' constant offsets, which it spilled and
+      // reloaded for every load; the pass's blocks are 0, 16 and 32
+      // words from the row.
       Value rows = s.at(groupKeys, s.mul(j0, s.index(kvWidth * 4)));
       const int64_t transposeTiles[] = {0, 2, 3};
       for (int64_t pass = 0; pass < blocks16; pass += 3) {
         int64_t count = std::min<int64_t>(3, blocks16 - pass);
+        Value row = s.at(rows, 64 * pass);
         for (int64_t i = 0; i < kTileKeys; ++i) {
-          Value row = s.at(rows, i * kvWidth * 4);
+          if (i > 0)
+            row = cq4p_intr::OpaqueOp::create(b, loc, row.getType(),
+                                              s.at(row, kvWidth * 4));
           for (int64_t u = 0; u < count; ++u)
-            s.loadRow(transposeTiles[u], i, rowMasks[i], s.at(row, 64 * (pass + u)));
+            s.loadRow(transposeTiles[u], i, rowMasks[i], s.at(row, 64 * u));
         }
         for (int64_t u = 0; u < count; ++u)
           for (int64_t quad = 0; quad < 4; ++quad) {
@@ -439,7 +473,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
             return s.maximum(x, y);
           }));
           Value corr = s.select(s.isMinusInf(mOld, minusInf), zeros,
-                                s.exp(s.fsub(mOld, mNew)));
+                                s.expNonPositive(s.fsub(mOld, mNew)));
           Value vectors = s.mul(arith::SubIOp::create(b, loc, te, tb), groupSize);
           Value lNew =
               s.loop(c0, vectors, {s.fmul(l, corr)},
@@ -447,7 +481,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
                        Value address = s.at(scores, s.mul(i, s.index(kVectorBytes)));
                        Value x = s.load(address);
                        Value p = s.select(s.isMinusInf(x, minusInf), zeros,
-                                          s.exp(s.fsub(x, mNew)));
+                                          s.expNonPositive(s.fsub(x, mNew)));
                        s.store(p, address);
                        return {s.fadd(st[0], p)};
                      })

@@ -7,7 +7,9 @@
 // through the ArmSME dialect's typed operations; cq4p_intr operations do
 // only what the ArmSME and ArmSVE dialects lack: ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), the predicate-as-counter loads
-// and stores with their PTRUE, LD1RQ and multi-vector SCVTF. The whole set:
+// and stores with their PTRUE, LD1RQ and multi-vector SCVTF; and
+// cq4p_intr.opaque, the decode attention's index bases and row addresses
+// kept from LLVM's constant folding. The whole set:
 // INTRINSICS: cq4p_intr.aarch64.sme.ldr.zt
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.ver.vg4
@@ -20,6 +22,7 @@
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ptrue.c8
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.scvtf.x4
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.st1.pn.x4
+// INTRINSICS-NEXT: cq4p_intr.opaque
 // INTRINSICS-NOT: {{.}}
 
 // GEMV: the partials of every group of a super-block in one streaming leaf:
@@ -503,8 +506,17 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // dims, ZA zeroed, four FMOPAs per key into the four tiles with the key's
 // class as the row predicate, all 64 ZA vectors stored and folded into
 // the accumulators.
+// ZA slices are an opaque base (0, 4, 8, 12) plus an offset, and each key
+// row's address the last one's plus a row through cq4p_intr.opaque, so
+// that LLVM keeps index registers and one add per row; the exponentials
+// are expNonPositive's (a clamp at -87, a polynomial, 2^k added to the
+// exponent field), not math.exp.
 // CHECK-LABEL: func.func private @cq4p_attention_sme_decode
 // CHECK-SAME: (%{{.*}}: memref<?x128xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x128xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
+// CHECK: %[[SLICE0:.*]] = cq4p_intr.opaque %c0_i32 : i32
+// CHECK: %[[SLICE4:.*]] = cq4p_intr.opaque %c4_i32 : i32
+// CHECK: cq4p_intr.opaque %c8_i32 : i32
+// CHECK: cq4p_intr.opaque %c12_i32 : i32
 // CHECK: scf.for
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 0 : i32}>
 // CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
@@ -514,9 +526,14 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-NEXT: arith.addi
 // CHECK-NEXT: arith.subi
 // CHECK-NEXT: "arm_sme.intr.zero"() <{tile_mask = 34 : i32}>
-// CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.ld1w.horiz"(%{{.*}}, %[[ROW0:.*]], %[[SLICE0]]) <{tile_id = 0 : i32}>
 // CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 2 : i32}>
 // CHECK: "arm_sme.intr.ld1w.horiz"({{.*}}) <{tile_id = 3 : i32}>
+// CHECK: %[[NEXT:.*]] = llvm.getelementptr %[[ROW0]][256] : (!llvm.ptr) -> !llvm.ptr, i8
+// CHECK: %[[ROW1:.*]] = cq4p_intr.opaque %[[NEXT]] : !llvm.ptr
+// CHECK: %[[SLICE1:.*]] = arith.addi %[[SLICE0]], %c1_i32{{.*}} : i32
+// CHECK: "arm_sme.intr.ld1w.horiz"(%{{.*}}, %[[ROW1]], %[[SLICE1]]) <{tile_id = 0 : i32}>
+// CHECK: "arm_sme.intr.ld1w.horiz"(%{{.*}}, %{{.*}}, %[[SLICE4]]) <{tile_id = 0 : i32}>
 // CHECK: cq4p_intr.aarch64.sme.read.ver.vg4 %{{.*}} {tile = 3 : i32}
 // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: "arm_sme.intr.mopa"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) <{tile_id = 1 : i32}>
@@ -528,8 +545,13 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: scf.if %{{.*}} -> (vector<[4]xf32>) {
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 34 : i32}>
 // CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : vector<[4]xi32>
-// CHECK: math.exp %{{.*}} : vector<[4]xf32>
-// CHECK: math.exp %{{.*}} : vector<[4]xf32>
+// CHECK-NOT: math.exp
+// CHECK: arith.constant -8.700000e+01 : f32
+// CHECK: arith.shli %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK-NOT: math.exp
+// CHECK: arith.constant -8.700000e+01 : f32
+// CHECK: arith.shli %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK-NOT: math.exp
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for
 // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
