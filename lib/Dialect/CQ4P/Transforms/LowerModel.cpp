@@ -1043,38 +1043,29 @@ public:
       return signalPassFailure();
 
     // What the library's model descriptor records.
-    SmallVector<Attribute> bindings;
+    SmallVector<PlanBinding> bindings;
     for (unsigned i = 2; i < forward.getNumArguments(); ++i) {
       Type type = forward.getArgument(i).getType();
-      auto name = forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor");
-      SmallVector<NamedAttribute> fields = {b.getNamedAttr("tensor", name)};
+      PlanBinding binding;
+      binding.tensor = forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor");
       if (auto w = dyn_cast<WeightType>(type)) {
-        fields.push_back(b.getNamedAttr("kind", b.getI64IntegerAttr(CQ4P_BINDING_CQ4)));
-        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(w.getN())));
-        fields.push_back(b.getNamedAttr("k", b.getI64IntegerAttr(w.getK())));
-        fields.push_back(b.getNamedAttr("group_size", b.getI64IntegerAttr(w.getGroupSize())));
-        fields.push_back(b.getNamedAttr(
-            "orthogonal", b.getBoolAttr(w.getRotation() == Rotation::orthogonal)));
+        binding.kind = BindingKind::cq4;
+        binding.n = w.getN();
+        binding.k = w.getK();
+        binding.groupSize = w.getGroupSize();
+        binding.orthogonal = w.getRotation() == Rotation::orthogonal;
       } else {
         auto tensor = cast<RankedTensorType>(type);
-        fields.push_back(b.getNamedAttr(
-            "kind", b.getI64IntegerAttr(tensor.getElementType().isF16()
-                                            ? CQ4P_BINDING_FP16
-                                            : CQ4P_BINDING_FP32)));
-        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(tensor.getNumElements())));
+        binding.kind = tensor.getElementType().isF16() ? BindingKind::fp16
+                                                       : BindingKind::fp32;
+        binding.n = tensor.getNumElements();
       }
-      bindings.push_back(b.getDictionaryAttr(fields));
+      bindings.push_back(binding);
     }
     module->setAttr("cq4p.model_plan",
-                    b.getDictionaryAttr({
-                        b.getNamedAttr("bindings", b.getArrayAttr(bindings)),
-                        b.getNamedAttr("prefill_chunk", b.getI64IntegerAttr(prefillChunk)),
-                        b.getNamedAttr("kv_dtype", KvDtypeAttr::get(b.getContext(), kvCache)),
-                        b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
-                        b.getNamedAttr("kv_position_bytes", b.getI64IntegerAttr(kvPositionBytes)),
-                        b.getNamedAttr("kv_width", b.getI64IntegerAttr(kvWidth)),
-                        b.getNamedAttr("state_bytes", b.getI64IntegerAttr(stateBytes)),
-                    }));
+                    ModelPlanAttr::get(b.getContext(), prefillChunk, kvCache,
+                                       alignUp(workspace), kvPositionBytes,
+                                       kvWidth, stateBytes, bindings));
     forward.erase();
 
     // exp and tanh as polynomials: vector code instead of a libm call per
@@ -1086,10 +1077,11 @@ public:
     });
     FrozenRewritePatternSet frozen(std::move(patterns));
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
-      auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
-      if (op && (op.getValue() == "glu" || op.getValue() == "dense_mlp" ||
-                 op.getValue() == "cached_attention" || op.getValue() == "softcap"))
+      auto kernel = func->getAttrOfType<KernelAttr>("cq4p.kernel");
+      if (kernel && llvm::is_contained({KernelKind::glu, KernelKind::dense_mlp,
+                                        KernelKind::cached_attention,
+                                        KernelKind::softcap},
+                                       kernel.getKind()))
         if (failed(applyPatternsGreedily(func, frozen)))
           return signalPassFailure();
     }
