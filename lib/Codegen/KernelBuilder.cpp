@@ -28,34 +28,22 @@ FlatSymbolRefAttr mlir::cq4p::KernelBuilder::getOrCreate(
   if (module.lookupSymbol(spec.name))
     return ref;
   SmallVector<Type> types;
-  SmallVector<Attribute> names, typeAttrs, dynamicSizes;
-  bool namedSizes = false;
+  SmallVector<KernelParameter> params;
   for (const KernelParam &param : spec.params) {
     types.push_back(param.type);
-    names.push_back(b.getStringAttr(param.name));
-    typeAttrs.push_back(TypeAttr::get(param.type));
-    dynamicSizes.push_back(b.getStringAttr(param.dynamicSize));
-    namedSizes |= !param.dynamicSize.empty();
+    params.push_back({b.getStringAttr(param.name), param.type,
+                      param.dynamicSize.empty()
+                          ? StringAttr()
+                          : b.getStringAttr(param.dynamicSize)});
   }
   Location loc = module.getLoc();
   b.setInsertionPointToEnd(module.getBody());
   auto func = func::FuncOp::create(b, loc, spec.name,
                                    b.getFunctionType(types, {}));
-  SmallVector<NamedAttribute> info = {
-      b.getNamedAttr("op", b.getStringAttr(spec.op)),
-      b.getNamedAttr("n", b.getI64IntegerAttr(spec.n)),
-      b.getNamedAttr("k", b.getI64IntegerAttr(spec.k)),
-      b.getNamedAttr("group_size", b.getI64IntegerAttr(spec.groupSize)),
-      b.getNamedAttr("window", b.getI64IntegerAttr(spec.window)),
-      b.getNamedAttr("orthogonal", b.getBoolAttr(spec.orthogonal)),
-      b.getNamedAttr("min_rows", b.getI64IntegerAttr(spec.minRows)),
-      b.getNamedAttr("max_rows", b.getI64IntegerAttr(spec.maxRows)),
-      b.getNamedAttr("params", b.getArrayAttr(names)),
-      b.getNamedAttr("param_types", b.getArrayAttr(typeAttrs))};
-  if (namedSizes)
-    info.push_back(
-        b.getNamedAttr("dynamic_sizes", b.getArrayAttr(dynamicSizes)));
-  func->setAttr("cq4p.kernel", b.getDictionaryAttr(info));
+  func->setAttr("cq4p.kernel",
+                KernelAttr::get(b.getContext(), spec.kind, spec.n, spec.k,
+                                spec.groupSize, spec.window, spec.orthogonal,
+                                spec.minRows, spec.maxRows, params));
   Block *entry = func.addEntryBlock();
   OpBuilder inner = OpBuilder::atBlockBegin(entry);
   body(inner, loc, entry->getArguments());
@@ -99,7 +87,7 @@ mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
   MemRefType isrType = MemRefType::get({k}, f16);
   if (orthogonal) {
     quantize.name = "cq4p_quantize_" + std::to_string(k) + "_orthogonal";
-    quantize.op = "quantize_orthogonal";
+    quantize.kind = KernelKind::quantize_orthogonal;
     quantize.params = {{"x", xType},
                        {"weight.input_scale_recip", isrType},
                        {"weight.rotation", MemRefType::get({k, k}, f16)},
@@ -116,7 +104,7 @@ mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
   } else {
     quantize.name = "cq4p_quantize_" + std::to_string(k) + "_gs" +
                     std::to_string(gs) + "_hadamard";
-    quantize.op = "quantize_hadamard";
+    quantize.kind = KernelKind::quantize_hadamard;
     MemRefType signsType = MemRefType::get({gs}, i8);
     quantize.params = {{"x", xType},
                        {"weight.input_scale_recip", isrType},
@@ -144,7 +132,7 @@ mlir::cq4p::createLinearKernels(KernelBuilder &kernels, WeightType w, bool gemv,
     KernelSpec matmul;
     matmul.name =
         std::string(single ? "cq4p_gemv_" : "cq4p_gemm_") + shapeName(w);
-    matmul.op = "matmul";
+    matmul.kind = KernelKind::matmul;
     matmul.describeWeight(w);
     // The panel bytes and their rescale do not depend on the rotation.
     matmul.orthogonal = false;
@@ -186,7 +174,7 @@ FlatSymbolRefAttr mlir::cq4p::createGatedQuantizeKernel(KernelBuilder &kernels,
   spec.name = "cq4p_quantize_glu_" + stringifyActivation(activation).str() +
               "_" + std::to_string(k) + "_gs" + std::to_string(gs) +
               "_hadamard";
-  spec.op = "quantize_glu";
+  spec.kind = KernelKind::quantize_glu;
   MemRefType rowsType = MemRefType::get({kDynamic, k}, f32);
   MemRefType signsType = MemRefType::get({gs}, i8);
   spec.params = {{"gate", rowsType},
@@ -218,7 +206,7 @@ FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
   int64_t n = w.getN(), k = w.getK();
   KernelSpec spec;
   spec.name = "cq4p_embedding_" + std::to_string(n) + "x" + std::to_string(k);
-  spec.op = "embedding";
+  spec.kind = KernelKind::embedding;
   spec.describeWeight(w);
   spec.minRows = 1;
   spec.maxRows = 0;
@@ -241,7 +229,7 @@ FlatSymbolRefAttr mlir::cq4p::createEmbeddingKernel(KernelBuilder &kernels,
   // output's [rows, R * K] seen as [rows * R, K], then the one row decoder
   // of every target over them.
   spec.name += "_r" + std::to_string(rowsPerId);
-  spec.op = "embedding_rows";
+  spec.kind = KernelKind::embedding_rows;
   spec.params.back().type = MemRefType::get({kDynamic, rowsPerId * k}, f32);
   spec.params.push_back({"rows", IndexType::get(ctx)});
   return kernels.getOrCreate(

@@ -165,7 +165,7 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
               std::to_string(d) +
               (!weighted ? "_plain" : weightElement.isF16() ? "_f16" : "_f32") +
               (unitOffset ? "_unit" : "") + "_e" + floatTag(epsilon);
-  spec.op = "rms_norm";
+  spec.kind = KernelKind::rms_norm;
   spec.n = width;
   spec.k = d;
   spec.params = {{"x", rowsType(ctx, width)}};
@@ -230,7 +230,7 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
   spec.name = "cq4p_rope_" + std::to_string(width) + "_d" + std::to_string(d) +
               "_f" + llvm::utohexstr(hash, /*LowerCase=*/true) +
               (outElement.isF16() ? "_f16" : "");
-  spec.op = "rope";
+  spec.kind = KernelKind::rope;
   spec.n = width;
   spec.k = d;
   Type index = IndexType::get(ctx);
@@ -291,14 +291,14 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
 /// (inputs..., out, rows): out = compute(inputs) element by element over
 /// rows of `width`, 16 lanes at a time; inputs fp32, `out` of `outElement`.
 static FlatSymbolRefAttr
-createElementwiseKernel(KernelBuilder &kernels, std::string name, StringRef op,
+createElementwiseKernel(KernelBuilder &kernels, std::string name, KernelKind kind,
                         int64_t width, ArrayRef<const char *> inputs,
                         Type outElement,
                         function_ref<Value(Emitter &, ArrayRef<Value>)> compute) {
   MLIRContext *ctx = kernels.getContext();
   KernelSpec spec;
   spec.name = std::move(name);
-  spec.op = op.str();
+  spec.kind = kind;
   spec.n = width;
   for (const char *input : inputs)
     spec.params.push_back({input, rowsType(ctx, width)});
@@ -330,7 +330,7 @@ FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
       kernels,
       "cq4p_glu_" + stringifyActivation(activation).str() + "_" +
           std::to_string(width),
-      "glu", width, {"gate", "up"}, Float32Type::get(kernels.getContext()),
+      KernelKind::glu, width, {"gate", "up"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) {
         return e.mul(e.activate(v[0], silu), v[1]);
       });
@@ -339,7 +339,7 @@ FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
 FlatSymbolRefAttr mlir::cq4p::createAddKernel(KernelBuilder &kernels,
                                               int64_t width) {
   return createElementwiseKernel(
-      kernels, "cq4p_add_" + std::to_string(width), "add", width, {"a", "b"},
+      kernels, "cq4p_add_" + std::to_string(width), KernelKind::add, width, {"a", "b"},
       Float32Type::get(kernels.getContext()),
       [](Emitter &e, ArrayRef<Value> v) { return e.add(v[0], v[1]); });
 }
@@ -348,7 +348,7 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
                                                 int64_t width, float factor) {
   return createElementwiseKernel(
       kernels, "cq4p_scale_" + std::to_string(width) + "_f" + floatTag(factor),
-      "scale", width, {"x"}, Float32Type::get(kernels.getContext()),
+      KernelKind::scale, width, {"x"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
 }
 
@@ -703,7 +703,7 @@ FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(
               std::to_string(kvHeads) + "_d" + std::to_string(d) + "_w" +
               std::to_string(window) + "_s" + floatTag(scale) +
               (cacheElement.isF16() ? "_f16" : "");
-  spec.op = "cached_attention";
+  spec.kind = KernelKind::cached_attention;
   spec.n = heads;
   spec.k = d;
   spec.groupSize = kvHeads;
@@ -738,7 +738,7 @@ FlatSymbolRefAttr mlir::cq4p::createColumnsKernel(KernelBuilder &kernels,
   KernelSpec spec;
   spec.name = "cq4p_columns_" + std::to_string(inWidth) + "_o" +
               std::to_string(offset) + "_w" + std::to_string(outWidth);
-  spec.op = "columns";
+  spec.kind = KernelKind::columns;
   spec.n = outWidth;
   spec.k = inWidth;
   spec.params = {{"x", rowsType(ctx, inWidth)},
@@ -775,7 +775,7 @@ FlatSymbolRefAttr mlir::cq4p::createScaleByKernel(KernelBuilder &kernels,
   KernelSpec spec;
   spec.name = "cq4p_scale_by_" + std::to_string(width) +
               (scalarElement.isF16() ? "_f16" : "_f32");
-  spec.op = "scale_by";
+  spec.kind = KernelKind::scale_by;
   spec.n = width;
   spec.params = {{"x", rowsType(ctx, width)},
                  {"s", MemRefType::get({1}, scalarElement)},
@@ -804,7 +804,7 @@ FlatSymbolRefAttr mlir::cq4p::createSoftcapKernel(KernelBuilder &kernels,
                                                   int64_t width, float cap) {
   return createElementwiseKernel(
       kernels, "cq4p_softcap_" + std::to_string(width) + "_c" + floatTag(cap),
-      "softcap", width, {"x"}, Float32Type::get(kernels.getContext()),
+      KernelKind::softcap, width, {"x"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) {
         Value inner = e.div(v[0], e.splatc(cap));
         return e.mul(e.splatc(cap), math::TanhOp::create(e.b, e.loc, inner));
@@ -818,7 +818,7 @@ FlatSymbolRefAttr mlir::cq4p::createShortConvKernel(KernelBuilder &kernels,
   KernelSpec spec;
   spec.name = "cq4p_short_conv_" + std::to_string(h) + "_l" + std::to_string(l) +
               (weightElement.isF16() ? "_f16" : "_f32");
-  spec.op = "short_conv";
+  spec.kind = KernelKind::short_conv;
   spec.n = h;
   spec.k = l;
   Type index = IndexType::get(ctx);
@@ -896,7 +896,7 @@ namespace {
 /// r, c)` the value stored to y[r][c].
 FlatSymbolRefAttr createEpilogueMatmulKernel(
     KernelBuilder &kernels, WeightType w, bool single, StringRef kind,
-    StringRef suffix, StringRef op, KernelParam extra,
+    StringRef suffix, KernelKind kernelKind, KernelParam extra,
     function_ref<Value(Emitter &, Value, Value, Value, Value)> epilogue) {
   MLIRContext *ctx = kernels.getContext();
   int64_t n = w.getN(), k = w.getK(), ng = w.getNumGroups();
@@ -905,7 +905,7 @@ FlatSymbolRefAttr createEpilogueMatmulKernel(
   spec.name = (single ? "cq4p_gemv_" : "cq4p_gemm_") + kind.str() + "_" +
               std::to_string(n) + "x" + std::to_string(k) + "_gs" +
               std::to_string(w.getGroupSize()) + suffix.str();
-  spec.op = op.str();
+  spec.kind = kernelKind;
   spec.describeWeight(w);
   Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
   Type index = IndexType::get(ctx);
@@ -944,7 +944,7 @@ FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
   // The matmul, then the bias of the range's channels.
   return createEpilogueMatmulKernel(
       kernels, w, single, "bias", biasElement.isF16() ? "_f16" : "_f32",
-      "matmul_bias", {"bias", MemRefType::get({w.getN()}, biasElement)},
+      KernelKind::matmul_bias, {"bias", MemRefType::get({w.getN()}, biasElement)},
       [](Emitter &e, Value bias, Value y, Value r, Value c) {
         return e.add(e.load(y, {r, c}), e.load(bias, {c}));
       });
@@ -958,7 +958,7 @@ FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
   // is the add kernel's (one fp32 addition, commutative), so the logits
   // keep their bits.
   return createEpilogueMatmulKernel(
-      kernels, w, single, "residual", "", "matmul_residual",
+      kernels, w, single, "residual", "", KernelKind::matmul_residual,
       {"residual", MemRefType::get({single ? 1 : kDynamic, w.getN()},
                                    Float32Type::get(kernels.getContext()))},
       [](Emitter &e, Value residual, Value y, Value r, Value c) {
@@ -972,7 +972,7 @@ FlatSymbolRefAttr mlir::cq4p::createConvertKernel(KernelBuilder &kernels,
   return createElementwiseKernel(
       kernels,
       "cq4p_convert_" + std::to_string(width) + (outElement.isF16() ? "_f16" : "_f32"),
-      "convert", width, {"x"}, outElement,
+      KernelKind::convert, width, {"x"}, outElement,
       [](Emitter &, ArrayRef<Value> v) { return v[0]; });
 }
 
@@ -988,7 +988,7 @@ FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
               std::to_string(n) + "x" + std::to_string(k) + "_gs" +
               std::to_string(w.getGroupSize()) + "_" +
               stringifyActivation(activation).str();
-  spec.op = "dense_mlp";
+  spec.kind = KernelKind::dense_mlp;
   spec.describeWeight(w);
   Type f32 = Float32Type::get(ctx), i8 = IntegerType::get(ctx, 8);
   Type index = IndexType::get(ctx);

@@ -1,8 +1,8 @@
 //===- KernelBuilder.h - kernel functions with the kernel ABI ---*- C++ -*-===//
 //
 // Kernel functions are func.func ops over buffers whose `cq4p.kernel`
-// attribute records what cq4p-export-kernels needs to give them a C ABI: the
-// op they implement, the shapes the kernel table lists, and each
+// attribute (`#cq4p.kernel`) records what cq4p-export-kernels needs to give
+// them a C ABI: the kind of kernel, the shapes the kernel table lists, and each
 // parameter's name and type. Shared by the passes that create kernels
 // (cq4p-lower-to-kernels, cq4p-lower-model), which choose what to compute;
 // the generators here (KernelBuilder.cpp, ModelKernels.cpp) say how.
@@ -32,9 +32,7 @@ struct KernelParam {
 
 struct KernelSpec {
   std::string name;
-  std::string op; ///< quantize_hadamard, quantize_orthogonal, matmul,
-                  ///< embedding, attention; model kernels: rms_norm, rope,
-                  ///< glu, add, scale, cached_attention
+  KernelKind kind; ///< set by every kernel's generator
   /// What the kernel table records (kernel_abi.h): N, K, group size and
   /// rotation of the weight; heads, head dim and kv heads for attention.
   int64_t n = 0, k = 0, groupSize = 0, window = 0;
@@ -80,7 +78,7 @@ FlatSymbolRefAttr createGatedQuantizeKernel(KernelBuilder &kernels,
                                             WeightType w, Activation activation);
 
 /// The embedding row decoder of `w`. With `rowsPerId` R > 1, a model
-/// kernel (op "embedding_rows", not in the kernel table) that decodes rows
+/// kernel (`embedding_rows`, not in the kernel table) that decodes rows
 /// id * R .. id * R + R - 1 of each id side by side into an R * K wide row.
 FlatSymbolRefAttr createEmbeddingKernel(KernelBuilder &kernels, WeightType w,
                                         int64_t rowsPerId = 1);

@@ -1570,13 +1570,13 @@ FailureOr<scf::ForOp> recordedRescaleLoop(PanelPartialsOp op) {
 void streamSmallKernels(ModuleOp module, SymbolTable &symbols) {
   // Not the rotary embedding: its cos and sin are libm calls per lane,
   // each of which would leave and re-enter streaming mode.
-  static constexpr StringLiteral kStreamed[] = {"rms_norm", "add"};
+  static constexpr KernelKind kStreamed[] = {KernelKind::rms_norm,
+                                             KernelKind::add};
   SmallVector<func::FuncOp> kernels;
   module.walk([&](func::FuncOp func) {
-    auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
-    auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
-    if (op && llvm::is_contained(kStreamed, op.getValue()) && !func.isExternal() &&
-        func.getNumResults() == 0)
+    auto kernel = func->getAttrOfType<KernelAttr>("cq4p.kernel");
+    if (kernel && llvm::is_contained(kStreamed, kernel.getKind()) &&
+        !func.isExternal() && func.getNumResults() == 0)
       kernels.push_back(func);
   });
   for (func::FuncOp kernel : kernels) {

@@ -6,7 +6,7 @@
 // gives it vscale_range 4); the kernel keeps its signature and attributes
 // and calls the leaf once.
 // CHECK-LABEL: func.func @cq4p_rms_norm_32
-// CHECK-SAME: cq4p.kernel = {op = "rms_norm"
+// CHECK-SAME: cq4p.kernel = #cq4p.kernel<rms_norm
 // CHECK-NEXT: call @cq4p_rms_norm_32_sme_body(%arg0, %arg1, %arg2) : (memref<?x32xf32>, memref<?x32xf32>, index) -> ()
 // CHECK-NEXT: return
 // CHECK-LABEL: func.func private @cq4p_rms_norm_32_sme_body
@@ -16,8 +16,8 @@
 // CHECK: vector.load %[[X]]
 // CHECK: vector.store %{{.*}}, %[[OUT]]
 func.func @cq4p_rms_norm_32(%x: memref<?x32xf32>, %out: memref<?x32xf32>, %rows: index)
-    attributes {cq4p.kernel = {op = "rms_norm", params = ["x", "out", "rows"],
-                               param_types = [memref<?x32xf32>, memref<?x32xf32>, index]}} {
+    attributes {cq4p.kernel = #cq4p.kernel<rms_norm, n = 32, params = [
+        "x": memref<?x32xf32>, "out": memref<?x32xf32>, "rows": index]>} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   scf.for %r = %c0 to %rows step %c1 {
@@ -37,7 +37,7 @@ func.func @cq4p_rms_norm_32(%x: memref<?x32xf32>, %out: memref<?x32xf32>, %rows:
 // CHECK-NOT: call
 // CHECK-NOT: sme_body
 func.func @cq4p_rope_32(%x: memref<?x32xf32>, %out: memref<?x32xf32>, %rows: index)
-    attributes {cq4p.kernel = {op = "rope", params = ["x", "out", "rows"],
-                               param_types = [memref<?x32xf32>, memref<?x32xf32>, index]}} {
+    attributes {cq4p.kernel = #cq4p.kernel<rope, n = 32, params = [
+        "x": memref<?x32xf32>, "out": memref<?x32xf32>, "rows": index]>} {
   return
 }

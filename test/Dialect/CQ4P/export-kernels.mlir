@@ -37,10 +37,10 @@
 // NEON-DAG: llvm.mlir.constant(5 : i32) : i32
 // NEON-DAG: llvm.mlir.constant(2 : i32) : i32
 module {
-  llvm.func @cq4p_add_4(%a0: !llvm.ptr, %a1: !llvm.ptr, %a2: i64, %a3: i64, %a4: i64, %a5: i64, %a6: i64, %a7: !llvm.ptr, %a8: !llvm.ptr, %a9: i64, %a10: i64, %a11: i64, %a12: i64, %a13: i64, %a14: i64) attributes {cq4p.kernel = {op = "add", params = ["a", "out", "rows"], param_types = [memref<?x4xf32>, memref<?x4xf32>, index]}} {
+  llvm.func @cq4p_add_4(%a0: !llvm.ptr, %a1: !llvm.ptr, %a2: i64, %a3: i64, %a4: i64, %a5: i64, %a6: i64, %a7: !llvm.ptr, %a8: !llvm.ptr, %a9: i64, %a10: i64, %a11: i64, %a12: i64, %a13: i64, %a14: i64) attributes {cq4p.kernel = #cq4p.kernel<add, n = 4, params = ["a": memref<?x4xf32>, "out": memref<?x4xf32>, "rows": index]>} {
     llvm.return
   }
-  llvm.func @cq4p_attention(%a0: !llvm.ptr, %a1: !llvm.ptr, %a2: i64, %a3: i64, %a4: i64, %a5: i64, %a6: i64, %a7: !llvm.ptr, %a8: !llvm.ptr, %a9: i64, %a10: i64, %a11: i64, %a12: i64, %a13: i64, %a14: !llvm.ptr, %a15: !llvm.ptr, %a16: i64, %a17: i64, %a18: i64, %a19: i64, %a20: i64, %a21: !llvm.ptr, %a22: !llvm.ptr, %a23: i64, %a24: i64, %a25: i64, %a26: i64, %a27: i64, %a28: i64, %a29: i64, %a30: i64) attributes {cq4p.kernel = {op = "attention", n = 64 : i64, k = 64 : i64, group_size = 1 : i64, window = 0 : i64, min_rows = 1 : i64, max_rows = 16 : i64, params = ["q", "k", "v", "out", "seq", "head_begin", "head_end"], param_types = [memref<?x64xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x64xf32>, index, index, index]}} {
+  llvm.func @cq4p_attention(%a0: !llvm.ptr, %a1: !llvm.ptr, %a2: i64, %a3: i64, %a4: i64, %a5: i64, %a6: i64, %a7: !llvm.ptr, %a8: !llvm.ptr, %a9: i64, %a10: i64, %a11: i64, %a12: i64, %a13: i64, %a14: !llvm.ptr, %a15: !llvm.ptr, %a16: i64, %a17: i64, %a18: i64, %a19: i64, %a20: i64, %a21: !llvm.ptr, %a22: !llvm.ptr, %a23: i64, %a24: i64, %a25: i64, %a26: i64, %a27: i64, %a28: i64, %a29: i64, %a30: i64) attributes {cq4p.kernel = #cq4p.kernel<attention, n = 64, k = 64, group_size = 1, max_rows = 16, params = ["q": memref<?x64xf32>, "k": memref<?x64xf32>, "v": memref<?x64xf32>, "out": memref<?x64xf32>, "seq": index, "head_begin": index, "head_end": index]>} {
     llvm.return
   }
   llvm.func @leaf() attributes {cq4p.sme_leaf} {

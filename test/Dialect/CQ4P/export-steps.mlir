@@ -6,9 +6,9 @@
 // cq4p_model_steps descriptor.
 
 module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64},
-                   cq4p.model_plan = {bindings = [{tensor = "w", kind = 1 : i64, n = 64 : i64, k = 128 : i64, group_size = 128 : i64}],
-                                      prefill_chunk = 8 : i64, kv_dtype = #cq4p.kv_dtype<f16>, workspace_bytes = 4096 : i64,
-                                      kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
+                   cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f16, workspace_bytes = 4096,
+                                      kv_position_bytes = 512, kv_width = 64, state_bytes = 0,
+                                      bindings = ["w": cq4<64x128, gs = 128>]>} {
   llvm.func @gemv(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64)
   llvm.func @rope(!llvm.ptr, !llvm.ptr, i64, i64)
   llvm.func @rows_kernel(!llvm.ptr, i64)

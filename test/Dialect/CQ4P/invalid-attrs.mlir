@@ -15,52 +15,131 @@ module attributes {cq4p.model = {vocab = 256 : i64, hidden = 128 : i64}} {
 
 // -----
 
-// expected-error @+1 {{'cq4p.model_plan' expected a dictionary on a module}}
-module attributes {cq4p.model_plan = [1]} {
+// expected-error @+1 {{'cq4p.model_plan' expected a #cq4p.model_plan on a module}}
+module attributes {cq4p.model_plan = {prefill_chunk = 8 : i64}} {
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.model_plan' expected an integer 'state_bytes'}}
-module attributes {cq4p.model_plan = {bindings = [], prefill_chunk = 8 : i64, kv_dtype = #cq4p.kv_dtype<f32>, workspace_bytes = 64 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64}} {
+// expected-error @+1 {{expected 'kv_dtype'}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = []>} {
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.model_plan' expected a #cq4p.kv_dtype 'kv_dtype'}}
-module attributes {cq4p.model_plan = {bindings = [], prefill_chunk = 8 : i64, kv_dtype = 1 : i64, workspace_bytes = 64 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
+// expected-error @+1 {{expected a KV cache element type (f32 or f16), got 'bf16'}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = bf16, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = []>} {
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.model_plan' expected an array 'bindings'}}
-module attributes {cq4p.model_plan = {prefill_chunk = 8 : i64, kv_dtype = #cq4p.kv_dtype<f16>, workspace_bytes = 64 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
+// expected-error @+1 {{expected prefill_chunk (1) to be at least 2}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 1, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = []>} {
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.model_plan' expected each binding to be a dictionary with a tensor name and a kind, got {tensor = "w"}}}
-module attributes {cq4p.model_plan = {bindings = [{tensor = "w"}], prefill_chunk = 8 : i64, kv_dtype = #cq4p.kv_dtype<f16>, workspace_bytes = 64 : i64, kv_position_bytes = 512 : i64, kv_width = 64 : i64, state_bytes = 0 : i64}} {
+// expected-error @+1 {{expected workspace_bytes (64), kv_position_bytes (512), kv_width (64) and state_bytes (-4) to be non-negative}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = -4, bindings = []>} {
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.kernel' expected a dictionary on a function}}
-func.func @kernel() attributes {cq4p.kernel = "add"} {
+// expected-error @+1 {{expected a binding kind (cq4, fp16 or fp32), got 'bf16'}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["ln": bf16<128>]>} {
+}
+
+// -----
+
+// expected-error @+1 {{expected binding 'w''s K (100) to be a positive multiple of its group size (64)}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["w": cq4<64x100, gs = 64>]>} {
+}
+
+// -----
+
+// expected-error @+1 {{expected binding 'ln''s size (0) to be positive}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["ln": fp16<0>]>} {
+}
+
+// -----
+
+// expected-error @+1 {{binding 'ln' appears twice}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["ln": fp16<128>, "ln": fp32<128>]>} {
+}
+
+// -----
+
+// expected-error @+1 {{'cq4p.model_plan' expected a #cq4p.model_plan on a module}}
+func.func @plan() attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = []>} {
   return
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.kernel' expected a string 'op', 'params' (strings) and 'param_types' (types), got {op = "add", params = ["a"]}}}
-func.func @kernel() attributes {cq4p.kernel = {op = "add", params = ["a"]}} {
+// expected-error @+1 {{'cq4p.kernel' expected a #cq4p.kernel on a function}}
+func.func @kernel() attributes {cq4p.kernel = {op = "add"}} {
   return
 }
 
 // -----
 
-// expected-error @+1 {{'cq4p.kernel' has 2 params, 1 param_types and 0 dynamic_sizes (expected one of each per param, dynamic_sizes optional)}}
-func.func @kernel() attributes {cq4p.kernel = {op = "add", params = ["a", "rows"], param_types = [index]}} {
+// expected-error @+1 {{'cq4p.kernel' expected a #cq4p.kernel on a function}}
+module attributes {cq4p.kernel = #cq4p.kernel<add, params = []>} {
+}
+
+// -----
+
+// expected-error @+1 {{unknown kernel kind 'sub'}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<sub, params = []>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown kernel field 'rows' (expected n, k, group_size, window, orthogonal, min_rows, max_rows or params)}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<add, rows = 4, params = []>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected the kernel's n (-4), k (0), group_size (0) and window (0) to be non-negative}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<add, n = -4, params = []>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected min_rows (0) to be at least 1}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<matmul, min_rows = 0, params = []>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected max_rows (1) to be 0 (unbounded) or at least min_rows (2)}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<matmul, min_rows = 2, max_rows = 1, params = []>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{kernel parameter 'a' appears twice}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<add, params = ["a": memref<?x4xf32>, "a": memref<?x4xf32>, "rows": index]>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected kernel parameter 'scale' to be a memref, an index or an integer, got 'f32'}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<scale, params = ["x": memref<?x4xf32>, "scale": f32]>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{kernel parameter 'keys' is sized_by 'context', expected a buffer sized by an integer parameter of the kernel}}
+func.func @kernel() attributes {cq4p.kernel = #cq4p.kernel<cached_attention, params = ["keys": memref<?x64xf32> sized_by "context", "rows": index]>} {
   return
 }
 

@@ -9,7 +9,7 @@
 // CHECK-LABEL: cq4p.step @decode
 // CHECK: cq4p.dispatch @cq4p_embedding_768x128_r3 <rows> work [1, 0] pointers [#cq4p.place<binding, index = 1>, #cq4p.place<ids, row_bytes = 8>, #cq4p.place<workspace, offset = 512, row_bytes = 1536>] scalars [rows] {grain = 64 : i64}
 // CHECK: func.func @cq4p_embedding_768x128_r3(%{{.*}}: memref<12x1x32x128xi8>, %{{.*}}: memref<768x1xf16>, %{{.*}}: memref<16xf16>, %{{.*}}: memref<128x128xf16>, %{{.*}}: memref<128xf16>, %[[IDS:.*]]: memref<?xi64>, %[[OUT:.*]]: memref<?x384xf32>, %[[ROWS:.*]]: index)
-// CHECK-SAME: op = "embedding_rows"
+// CHECK-SAME: cq4p.kernel = #cq4p.kernel<embedding_rows
 // CHECK: %[[TOTAL:.*]] = arith.muli %[[ROWS]], %{{.*}} : index
 // CHECK: %[[TABLE:.*]] = memref.alloca(%[[TOTAL]]) : memref<?xi64>
 // CHECK: scf.for

@@ -7,7 +7,7 @@
 
 // The cache holds layer 0 alone (keys at 0, values at 256 bytes per
 // position); the state the convolution's 2 rows of 128 floats.
-// CHECK: cq4p.model_plan = {{.*}}kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 1024 : i64
+// CHECK: cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = {{[0-9]+}}, kv_position_bytes = 512, kv_width = 64, state_bytes = 1024,
 // CHECK-LABEL: cq4p.step @decode
 // CHECK: cq4p.dispatch @cq4p_columns_128_o0_w96 <rows> work [1, 0] pointers [#cq4p.place<workspace, row_bytes = 512>, #cq4p.place<workspace, offset = [[H:[0-9]+]], row_bytes = 384>] scalars [rows]
 // CHECK-NEXT: cq4p.dispatch @cq4p_columns_96_o0_w128 <rows> work [1, 0] pointers [#cq4p.place<workspace, offset = [[H]], row_bytes = 384>, #cq4p.place<workspace, {{.*}}row_bytes = 512>] scalars [rows]

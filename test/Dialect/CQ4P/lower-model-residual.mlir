@@ -19,7 +19,7 @@
 // epilogue adds the residual to those channels.
 // KERNEL-LABEL: func.func @cq4p_gemv_residual_128x128_gs128(
 // KERNEL-SAME: %[[RES:[a-z0-9]+]]: memref<1x128xf32>, %[[Y:[a-z0-9]+]]: memref<1x128xf32>, %{{.*}}: index, %[[B:[a-z0-9]+]]: index, %[[E:[a-z0-9]+]]: index)
-// KERNEL-SAME: op = "matmul_residual"
+// KERNEL-SAME: cq4p.kernel = #cq4p.kernel<matmul_residual
 // KERNEL: cq4p.panel_matmul {{.*}}, %[[Y]], %[[B]], %[[E]]
 // KERNEL: scf.for
 // KERNEL: scf.for

@@ -30,7 +30,7 @@
 
 // An fp16 KV cache: the rotary embedding writes the keys as fp16; the
 // values are computed into the workspace and converted into the cache.
-// F16: cq4p.model_plan = {{.*}}kv_dtype = #cq4p.kv_dtype<f16>
+// F16: cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f16,
 // F16-LABEL: cq4p.step @decode
 // F16: cq4p.dispatch @cq4p_gemv_64x128_gs128 {{.*}} pointers [#cq4p.place<binding, index = 4>, {{.*}}, #cq4p.place<workspace, offset = [[V:[0-9]+]], row_bytes = 256>]
 // F16-NEXT: cq4p.dispatch @cq4p_convert_64_f16 <rows> {{.*}} pointers [#cq4p.place<workspace, offset = [[V]], row_bytes = 256>, #cq4p.place<values, cache_offset = 128, row_bytes = 128, at_position>] scalars [rows]
@@ -45,8 +45,8 @@
 // logits; the graph function is gone.
 
 // The descriptor's facts: bindings in argument order, the workspace.
-// CHECK: cq4p.model_plan = {bindings = [{group_size = 128 : i64, k = 128 : i64, kind = 1 : i64, n = 256 : i64, orthogonal = true, tensor = "model.embed_tokens.weight"}, {kind = 2 : i64, n = 128 : i64, tensor = "l0.ln"},
-// CHECK-SAME: kv_dtype = #cq4p.kv_dtype<f32>, kv_position_bytes = 512 : i64, kv_width = 64 : i64, prefill_chunk = 8 : i64, state_bytes = 0 : i64, workspace_bytes = {{[0-9]+}} : i64}
+// CHECK: cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = {{[0-9]+}}, kv_position_bytes = 512, kv_width = 64, state_bytes = 0,
+// CHECK-SAME: bindings = ["model.embed_tokens.weight": cq4<256x128, gs = 128, orthogonal>, "l0.ln": fp16<128>, "q": cq4<128x128, gs = 128>,
 // CHECK-NOT: func.func @forward
 // CHECK-LABEL: cq4p.step @decode attributes {max_rows = 1 : i64} {
 // CHECK-NEXT: cq4p.dispatch @cq4p_embedding_256x128 <rows> work [1, 0] pointers [#cq4p.place<binding>, #cq4p.place<ids, row_bytes = 8>, #cq4p.place<workspace, row_bytes = 512>] scalars [rows]
@@ -85,7 +85,7 @@
 // CHECK-NOT: cq4p_glu_
 // The fused transform's kernel: gate and up rows, the weight's regions.
 // KERNEL: func.func @cq4p_quantize_glu_silu_256_gs128_hadamard(%{{.*}}: memref<?x256xf32>, %{{.*}}: memref<?x256xf32>, %{{.*}}: memref<256xf16>, %{{.*}}: memref<128xi8>, %{{.*}}: memref<128xi8>, %{{.*}}: memref<128xi32>, %{{.*}}: memref<?x256xi8>, %{{.*}}: memref<?x2xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
-// KERNEL-SAME: op = "quantize_glu"
+// KERNEL-SAME: cq4p.kernel = #cq4p.kernel<quantize_glu
 // KERNEL-NEXT: cq4p.quantize_activations %{{.*}} gated by %{{.*}} : memref<?x256xf32>, {{.*}} {gating = #cq4p.activation<silu>, group_size = 128 : i64}
 
 module attributes {cq4p.model = {architecture = "llama", digest = "abc", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {

@@ -6,15 +6,15 @@
 // CHECK: cq4p.linear %{{.*}}, %{{.*}} {cq4p.kernels = [@cq4p_quantize_256_gs128_hadamard, @cq4p_gemv_100x256_gs128, @cq4p_gemm_100x256_gs128]}
 // CHECK-LABEL: func.func @cq4p_quantize_256_gs128_hadamard
 // CHECK-SAME: (%[[X:.*]]: memref<?x256xf32>, %[[ISR:.*]]: memref<256xf16>, %[[L:.*]]: memref<128xi8>, %[[R:.*]]: memref<128xi8>, %[[P:.*]]: memref<128xi32>, %[[A:.*]]: memref<?x256xi8>, %[[S:.*]]: memref<?x2xf32>, %[[G0:.*]]: index, %[[G1:.*]]: index)
-// CHECK-SAME: op = "quantize_hadamard"
+// CHECK-SAME: cq4p.kernel = #cq4p.kernel<quantize_hadamard, n = 1, k = 256, group_size = 128, params = ["x": memref<?x256xf32>, "weight.input_scale_recip": memref<256xf16>
 // CHECK: cq4p.quantize_activations %[[X]], %[[ISR]], %[[L]], %[[R]], %[[P]], %[[A]], %[[S]], %[[G0]], %[[G1]] {group_size = 128 : i64}
 // CHECK-LABEL: func.func @cq4p_gemv_100x256_gs128
-// CHECK-SAME: memref<2x2x32x128xi8>, %{{.*}}: memref<2x2x64xf32>, %{{.*}}: memref<16xi8>, %{{.*}}: memref<1x256xi8>, %{{.*}}: memref<1x2xf32>, %{{.*}}: memref<1x100xf32>
-// CHECK-SAME: max_rows = 1 : i64, min_rows = 1 : i64, n = 100 : i64, op = "matmul"
+// CHECK-SAME: memref<2x2x32x128xi8>, %{{[a-z0-9]*}}: memref<2x2x64xf32>, %{{[a-z0-9]*}}: memref<16xi8>, %{{[a-z0-9]*}}: memref<1x256xi8>, %{{[a-z0-9]*}}: memref<1x2xf32>, %{{[a-z0-9]*}}: memref<1x100xf32>
+// CHECK-SAME: cq4p.kernel = #cq4p.kernel<matmul, n = 100, k = 256, group_size = 128, max_rows = 1, params = ["weight.panels": memref<2x2x32x128xi8>
 // CHECK: cq4p.panel_matmul
 // CHECK-LABEL: func.func @cq4p_gemm_100x256_gs128
-// CHECK-SAME: memref<?x256xi8>, %{{.*}}: memref<?x2xf32>, %{{.*}}: memref<?x100xf32>
-// CHECK-SAME: max_rows = 0 : i64, min_rows = 2 : i64
+// CHECK-SAME: memref<?x256xi8>, %{{[a-z0-9]*}}: memref<?x2xf32>, %{{[a-z0-9]*}}: memref<?x100xf32>
+// CHECK-SAME: cq4p.kernel = #cq4p.kernel<matmul, n = 100, k = 256, group_size = 128, min_rows = 2, params = [
 // ONLY-NOT: func.func @prefill_or_decode
 // ONLY: func.func @cq4p_quantize_256_gs128_hadamard
 func.func @prefill_or_decode(%x: tensor<?x256xf32>,

@@ -1,7 +1,7 @@
 //===- CQ4PDialect.cpp - the cq4p dialect ---------------------------------===//
 //
 // The dialect, its attributes (`#cq4p.place` and the enums of the dispatch
-// contract), and the verifier of the discardable `cq4p.*` attributes the
+// contract, `#cq4p.kernel`, `#cq4p.model_plan`), and the verifier of the discardable `cq4p.*` attributes the
 // passes hand each other: a malformed one is reported where it is written,
 // not when a later pass trips over it.
 //
@@ -13,6 +13,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -131,6 +132,298 @@ PlaceAttr::verify(function_ref<InFlightDiagnostic()> emitError, PlaceBase base,
 }
 
 //===----------------------------------------------------------------------===//
+// #cq4p.kernel<kind, key = value, ..., params = ["name": type, ...]>
+//===----------------------------------------------------------------------===//
+
+Attribute KernelAttr::parse(AsmParser &parser, Type) {
+  MLIRContext *ctx = parser.getContext();
+  if (parser.parseLess())
+    return {};
+  SMLoc kindLoc = parser.getCurrentLocation();
+  StringRef kindName;
+  if (parser.parseKeyword(&kindName))
+    return {};
+  std::optional<KernelKind> kind = symbolizeKernelKind(kindName);
+  if (!kind) {
+    parser.emitError(kindLoc) << "unknown kernel kind '" << kindName << "'";
+    return {};
+  }
+  int64_t n = 0, k = 0, groupSize = 0, window = 0, minRows = 1, maxRows = 0;
+  bool orthogonal = false;
+  SmallVector<KernelParameter> params;
+  auto parseParam = [&]() -> ParseResult {
+    std::string name;
+    Type type;
+    if (parser.parseString(&name) || parser.parseColonType(type))
+      return failure();
+    StringAttr sizedBy;
+    if (succeeded(parser.parseOptionalKeyword("sized_by"))) {
+      std::string size;
+      if (parser.parseString(&size))
+        return failure();
+      sizedBy = StringAttr::get(ctx, size);
+    }
+    params.push_back({StringAttr::get(ctx, name), type, sizedBy});
+    return success();
+  };
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc loc = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key))
+      return {};
+    if (key == "orthogonal") {
+      orthogonal = true;
+      continue;
+    }
+    if (key == "params") {
+      if (parser.parseEqual() ||
+          parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
+                                         parseParam))
+        return {};
+      continue;
+    }
+    int64_t *field = llvm::StringSwitch<int64_t *>(key)
+                         .Case("n", &n)
+                         .Case("k", &k)
+                         .Case("group_size", &groupSize)
+                         .Case("window", &window)
+                         .Case("min_rows", &minRows)
+                         .Case("max_rows", &maxRows)
+                         .Default(nullptr);
+    if (!field) {
+      parser.emitError(loc) << "unknown kernel field '" << key
+                            << "' (expected n, k, group_size, window, "
+                               "orthogonal, min_rows, max_rows or params)";
+      return {};
+    }
+    if (parser.parseEqual() || parser.parseInteger(*field))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<KernelAttr>(ctx, *kind, n, k, groupSize, window,
+                                       orthogonal, minRows, maxRows, params);
+}
+
+void KernelAttr::print(AsmPrinter &printer) const {
+  printer << '<' << stringifyKernelKind(getKind());
+  auto field = [&](StringRef key, int64_t value, int64_t byDefault) {
+    if (value != byDefault)
+      printer << ", " << key << " = " << value;
+  };
+  field("n", getN(), 0);
+  field("k", getK(), 0);
+  field("group_size", getGroupSize(), 0);
+  field("window", getWindow(), 0);
+  if (getOrthogonal())
+    printer << ", orthogonal";
+  field("min_rows", getMinRows(), 1);
+  field("max_rows", getMaxRows(), 0);
+  printer << ", params = [";
+  llvm::interleaveComma(getParams(), printer, [&](const KernelParameter &param) {
+    printer.printString(param.name.getValue());
+    printer << ": ";
+    printer.printType(param.type);
+    if (param.sizedBy) {
+      printer << " sized_by ";
+      printer.printString(param.sizedBy.getValue());
+    }
+  });
+  printer << "]>";
+}
+
+LogicalResult KernelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 KernelKind kind, int64_t n, int64_t k,
+                                 int64_t groupSize, int64_t window,
+                                 bool orthogonal, int64_t minRows,
+                                 int64_t maxRows,
+                                 ArrayRef<KernelParameter> params) {
+  if (n < 0 || k < 0 || groupSize < 0 || window < 0)
+    return emitError() << "expected the kernel's n (" << n << "), k (" << k
+                       << "), group_size (" << groupSize << ") and window ("
+                       << window << ") to be non-negative";
+  if (minRows < 1)
+    return emitError() << "expected min_rows (" << minRows
+                       << ") to be at least 1";
+  if (maxRows != 0 && maxRows < minRows)
+    return emitError() << "expected max_rows (" << maxRows
+                       << ") to be 0 (unbounded) or at least min_rows ("
+                       << minRows << ")";
+  llvm::SmallDenseSet<StringAttr> names, scalars;
+  for (const KernelParameter &param : params) {
+    if (!param.name || param.name.getValue().empty() || !param.type)
+      return emitError() << "expected each kernel parameter to have a name "
+                            "and a type";
+    if (!names.insert(param.name).second)
+      return emitError() << "kernel parameter '" << param.name.getValue()
+                         << "' appears twice";
+    if (isa<IndexType, IntegerType>(param.type))
+      scalars.insert(param.name);
+    else if (!isa<MemRefType>(param.type))
+      return emitError() << "expected kernel parameter '"
+                         << param.name.getValue()
+                         << "' to be a memref, an index or an integer, got "
+                         << param.type;
+  }
+  for (const KernelParameter &param : params) {
+    if (!param.sizedBy)
+      continue;
+    if (!isa<MemRefType>(param.type) || !scalars.contains(param.sizedBy))
+      return emitError() << "kernel parameter '" << param.name.getValue()
+                         << "' is sized_by '" << param.sizedBy.getValue()
+                         << "', expected a buffer sized by an integer "
+                            "parameter of the kernel";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// #cq4p.model_plan<prefill_chunk = C, kv_dtype = D, ..., bindings = [...]>
+//===----------------------------------------------------------------------===//
+
+/// Parses `key = <integer>`.
+static ParseResult parseIntegerField(AsmParser &parser, StringRef key,
+                                     int64_t &value) {
+  return failure(parser.parseKeyword(key) || parser.parseEqual() ||
+                 parser.parseInteger(value));
+}
+
+/// Parses a binding: `"name": cq4<NxK, gs = G[, orthogonal]>` or
+/// `"name": fp16<N>` / `fp32<N>`.
+static ParseResult parsePlanBinding(AsmParser &parser,
+                                    SmallVectorImpl<PlanBinding> &bindings) {
+  std::string name;
+  if (parser.parseString(&name) || parser.parseColon())
+    return failure();
+  FailureOr<BindingKind> kind =
+      parseEnumKeyword<BindingKind>(parser, "binding kind", "cq4, fp16 or fp32");
+  if (failed(kind) || parser.parseLess())
+    return failure();
+  PlanBinding binding;
+  binding.tensor = StringAttr::get(parser.getContext(), name);
+  binding.kind = *kind;
+  if (*kind == BindingKind::cq4) {
+    SMLoc loc = parser.getCurrentLocation();
+    SmallVector<int64_t, 2> dims;
+    if (parser.parseDimensionList(dims, /*allowDynamic=*/false,
+                                  /*withTrailingX=*/false))
+      return failure();
+    if (dims.size() != 2)
+      return parser.emitError(loc)
+             << "expected a CQ4 binding's shape NxK, got " << dims.size()
+             << " dimensions";
+    binding.n = dims[0];
+    binding.k = dims[1];
+    if (parser.parseComma() ||
+        parseIntegerField(parser, "gs", binding.groupSize))
+      return failure();
+    if (succeeded(parser.parseOptionalComma())) {
+      if (parser.parseKeyword("orthogonal"))
+        return failure();
+      binding.orthogonal = true;
+    }
+  } else if (parser.parseInteger(binding.n)) {
+    return failure();
+  }
+  if (parser.parseGreater())
+    return failure();
+  bindings.push_back(binding);
+  return success();
+}
+
+Attribute ModelPlanAttr::parse(AsmParser &parser, Type) {
+  int64_t prefillChunk, workspaceBytes, kvPositionBytes, kvWidth, stateBytes;
+  SmallVector<PlanBinding> bindings;
+  if (parser.parseLess() ||
+      parseIntegerField(parser, "prefill_chunk", prefillChunk) ||
+      parser.parseComma() || parser.parseKeyword("kv_dtype") ||
+      parser.parseEqual())
+    return {};
+  FailureOr<KvDtype> kvDtype =
+      parseEnumKeyword<KvDtype>(parser, "KV cache element type", "f32 or f16");
+  if (failed(kvDtype) || parser.parseComma() ||
+      parseIntegerField(parser, "workspace_bytes", workspaceBytes) ||
+      parser.parseComma() ||
+      parseIntegerField(parser, "kv_position_bytes", kvPositionBytes) ||
+      parser.parseComma() || parseIntegerField(parser, "kv_width", kvWidth) ||
+      parser.parseComma() ||
+      parseIntegerField(parser, "state_bytes", stateBytes) ||
+      parser.parseComma() || parser.parseKeyword("bindings") ||
+      parser.parseEqual() ||
+      parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square,
+          [&] { return parsePlanBinding(parser, bindings); }) ||
+      parser.parseGreater())
+    return {};
+  return parser.getChecked<ModelPlanAttr>(
+      parser.getContext(), prefillChunk, *kvDtype, workspaceBytes,
+      kvPositionBytes, kvWidth, stateBytes, bindings);
+}
+
+void ModelPlanAttr::print(AsmPrinter &printer) const {
+  printer << "<prefill_chunk = " << getPrefillChunk()
+          << ", kv_dtype = " << stringifyKvDtype(getKvDtype())
+          << ", workspace_bytes = " << getWorkspaceBytes()
+          << ", kv_position_bytes = " << getKvPositionBytes()
+          << ", kv_width = " << getKvWidth()
+          << ", state_bytes = " << getStateBytes() << ", bindings = [";
+  llvm::interleaveComma(getBindings(), printer, [&](const PlanBinding &binding) {
+    printer.printString(binding.tensor.getValue());
+    printer << ": " << stringifyBindingKind(binding.kind) << '<';
+    if (binding.kind == BindingKind::cq4) {
+      printer << binding.n << 'x' << binding.k << ", gs = " << binding.groupSize;
+      if (binding.orthogonal)
+        printer << ", orthogonal";
+    } else {
+      printer << binding.n;
+    }
+    printer << '>';
+  });
+  printer << "]>";
+}
+
+LogicalResult
+ModelPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                      int64_t prefillChunk, KvDtype kvDtype,
+                      int64_t workspaceBytes, int64_t kvPositionBytes,
+                      int64_t kvWidth, int64_t stateBytes,
+                      ArrayRef<PlanBinding> bindings) {
+  if (prefillChunk < 2)
+    return emitError() << "expected prefill_chunk (" << prefillChunk
+                       << ") to be at least 2";
+  if (workspaceBytes < 0 || kvPositionBytes < 0 || kvWidth < 0 ||
+      stateBytes < 0)
+    return emitError() << "expected workspace_bytes (" << workspaceBytes
+                       << "), kv_position_bytes (" << kvPositionBytes
+                       << "), kv_width (" << kvWidth << ") and state_bytes ("
+                       << stateBytes << ") to be non-negative";
+  llvm::SmallDenseSet<StringAttr> tensors;
+  for (const PlanBinding &binding : bindings) {
+    if (!binding.tensor || binding.tensor.getValue().empty())
+      return emitError() << "expected each binding to name its tensor";
+    StringRef name = binding.tensor.getValue();
+    if (!tensors.insert(binding.tensor).second)
+      return emitError() << "binding '" << name << "' appears twice";
+    if (binding.n <= 0)
+      return emitError() << "expected binding '" << name << "''s size ("
+                         << binding.n << ") to be positive";
+    if (binding.kind != BindingKind::cq4) {
+      if (binding.k || binding.groupSize || binding.orthogonal)
+        return emitError() << "dense binding '" << name
+                           << "' has a K, a group size or a rotation";
+      continue;
+    }
+    if (binding.k <= 0 || binding.groupSize <= 0 ||
+        binding.k % binding.groupSize != 0)
+      return emitError() << "expected binding '" << name << "''s K ("
+                         << binding.k
+                         << ") to be a positive multiple of its group size ("
+                         << binding.groupSize << ")";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Discardable attributes.
 //===----------------------------------------------------------------------===//
 
@@ -159,56 +452,16 @@ LogicalResult verifyModel(Operation *op, NamedAttribute attr) {
 }
 
 LogicalResult verifyModelPlan(Operation *op, NamedAttribute attr) {
-  auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
-  if (!dict || !isa<ModuleOp>(op))
+  if (!isa<ModelPlanAttr>(attr.getValue()) || !isa<ModuleOp>(op))
     return op->emitError() << "'" << attr.getName().getValue()
-                           << "' expected a dictionary on a module";
-  if (failed(requireFields<IntegerAttr>(
-          op, attr.getName(), dict,
-          {"prefill_chunk", "workspace_bytes", "kv_position_bytes", "kv_width",
-           "state_bytes"},
-          "an integer")) ||
-      failed(requireFields<KvDtypeAttr>(op, attr.getName(), dict,
-                                        {"kv_dtype"}, "a #cq4p.kv_dtype")) ||
-      failed(requireFields<ArrayAttr>(op, attr.getName(), dict, {"bindings"},
-                                      "an array")))
-    return failure();
-  for (Attribute binding : dict.getAs<ArrayAttr>("bindings")) {
-    auto fields = dyn_cast<DictionaryAttr>(binding);
-    if (!fields || !fields.getAs<StringAttr>("tensor") ||
-        !fields.getAs<IntegerAttr>("kind"))
-      return op->emitError() << "'" << attr.getName().getValue()
-                             << "' expected each binding to be a dictionary "
-                                "with a tensor name and a kind, got "
-                             << binding;
-  }
+                           << "' expected a #cq4p.model_plan on a module";
   return success();
 }
 
 LogicalResult verifyKernel(Operation *op, NamedAttribute attr) {
-  auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
-  if (!dict || !isa<FunctionOpInterface>(op))
+  if (!isa<KernelAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
     return op->emitError() << "'" << attr.getName().getValue()
-                           << "' expected a dictionary on a function";
-  auto kind = dict.getAs<StringAttr>("op");
-  auto params = dict.getAs<ArrayAttr>("params");
-  auto types = dict.getAs<ArrayAttr>("param_types");
-  if (!kind || !params || !types ||
-      !llvm::all_of(params, llvm::IsaPred<StringAttr>) ||
-      !llvm::all_of(types, llvm::IsaPred<TypeAttr>))
-    return op->emitError() << "'" << attr.getName().getValue()
-                           << "' expected a string 'op', 'params' (strings) "
-                              "and 'param_types' (types), got "
-                           << dict;
-  auto dynamicSizes = dict.getAs<ArrayAttr>("dynamic_sizes");
-  if (params.size() != types.size() ||
-      (dynamicSizes && dynamicSizes.size() != params.size()))
-    return op->emitError() << "'" << attr.getName().getValue() << "' has "
-                           << params.size() << " params, " << types.size()
-                           << " param_types and "
-                           << (dynamicSizes ? dynamicSizes.size() : 0)
-                           << " dynamic_sizes (expected one of each per "
-                              "param, dynamic_sizes optional)";
+                           << "' expected a #cq4p.kernel on a function";
   return success();
 }
 

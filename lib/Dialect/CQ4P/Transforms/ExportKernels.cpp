@@ -7,7 +7,7 @@
 // with a `cq4p.kernel` attribute) this pass
 //
 //   - renames it `<name>_impl` with internal linkage;
-//   - adds `<name>` with the C signature of its op, which loads each weight
+//   - adds `<name>` with the C signature of its kind, which loads each weight
 //     region's pointer from the cq4p_weight_view, builds every descriptor
 //     (static sizes from the kernel's buffer types, the dynamic row count
 //     from the `rows`/`count` parameter, row-major strides) and calls it;
@@ -42,59 +42,61 @@ struct AbiSignature {
 };
 
 // The enums' values are kernel_abi.h's.
-static_assert(int(AbiKernel::quantize_hadamard) == CQ4P_KERNEL_QUANTIZE_HADAMARD &&
-              int(AbiKernel::quantize_orthogonal) ==
+static_assert(int(KernelKind::quantize_hadamard) == CQ4P_KERNEL_QUANTIZE_HADAMARD &&
+              int(KernelKind::quantize_orthogonal) ==
                   CQ4P_KERNEL_QUANTIZE_ORTHOGONAL &&
-              int(AbiKernel::matmul) == CQ4P_KERNEL_MATMUL &&
-              int(AbiKernel::embedding) == CQ4P_KERNEL_EMBEDDING &&
-              int(AbiKernel::attention) == CQ4P_KERNEL_ATTENTION);
+              int(KernelKind::matmul) == CQ4P_KERNEL_MATMUL &&
+              int(KernelKind::embedding) == CQ4P_KERNEL_EMBEDDING &&
+              int(KernelKind::attention) == CQ4P_KERNEL_ATTENTION);
 static_assert(int(Target::host) == CQ4P_TARGET_HOST &&
               int(Target::aarch64_neon) == CQ4P_TARGET_AARCH64_NEON &&
               int(Target::aarch64_sme2) == CQ4P_TARGET_AARCH64_SME2);
 
-AbiSignature signatureOf(AbiKernel kind) {
+/// The C signature of a kernel of the kernel table; none for a model kernel.
+std::optional<AbiSignature> tableSignature(KernelKind kind) {
   auto op = cq4p_kernel_op(kind);
   switch (kind) {
-  case AbiKernel::quantize_hadamard:
-  case AbiKernel::quantize_orthogonal:
+  case KernelKind::quantize_hadamard:
+  case KernelKind::quantize_orthogonal:
     return AbiSignature{op,
                         {"weight", "x", "act", "act_scales", "rows",
                          "group_begin", "group_end"},
                         4,
                         "rows"};
-  case AbiKernel::matmul:
+  case KernelKind::matmul:
     return AbiSignature{op,
                         {"weight", "act", "act_scales", "y", "rows",
                          "sb_begin", "sb_end"},
                         4,
                         "rows"};
-  case AbiKernel::embedding:
+  case KernelKind::embedding:
     return AbiSignature{op, {"weight", "ids", "out", "count"}, 3, "count"};
-  case AbiKernel::attention:
+  case KernelKind::attention:
     return AbiSignature{op,
                         {"q", "k", "v", "out", "seq", "head_begin", "head_end"},
                         4,
                         "seq"};
+  default:
+    return std::nullopt;
   }
-  llvm_unreachable("unknown AbiKernel");
 }
 
 /// A model kernel's entry (called by the model's steps, not listed in the
 /// table): one cq4p_weight_view pointer per weight it reads regions of
 /// (`<view>.<region>` parameters, views in order of first appearance), then
 /// its buffers' pointers and its integer parameters, in the kernel's order.
-AbiSignature genericSignature(ArrayAttr params, ArrayAttr types) {
+AbiSignature genericSignature(ArrayRef<KernelParameter> params) {
   AbiSignature abi{cq4p_kernel_op(0), {}, 0, "rows"};
   SmallVector<StringRef> views, buffers, scalars;
-  for (auto [param, type] : llvm::zip(params, types)) {
-    StringRef name = cast<StringAttr>(param).getValue();
+  for (const KernelParameter &param : params) {
+    StringRef name = param.name.getValue();
     auto [view, region] = name.split('.');
     if (!region.empty()) {
       if (!llvm::is_contained(views, view))
         views.push_back(view);
       continue;
     }
-    if (isa<MemRefType>(cast<TypeAttr>(type).getValue()))
+    if (isa<MemRefType>(param.type))
       buffers.push_back(name);
     else
       scalars.push_back(name);
@@ -183,26 +185,11 @@ private:
   }
 
   FailureOr<ExportedKernel> exportKernel(LLVM::LLVMFuncOp impl) {
-    auto info = impl->getAttrOfType<DictionaryAttr>("cq4p.kernel");
-    auto opName = info.getAs<StringAttr>("op");
-    auto params = info.getAs<ArrayAttr>("params");
-    auto types = info.getAs<ArrayAttr>("param_types");
-    std::optional<AbiSignature> abi;
-    if (std::optional<AbiKernel> kind =
-            opName ? symbolizeAbiKernel(opName.getValue()) : std::nullopt)
-      abi = signatureOf(*kind);
-    else if (opName && params && types)
-      abi = genericSignature(params, types);
-    auto dynamicSizes = info.getAs<ArrayAttr>("dynamic_sizes");
-    if (!abi || !params || !types || params.size() != types.size() ||
-        (dynamicSizes && dynamicSizes.size() != params.size()))
-      return impl.emitError() << "cq4p-export-kernels: malformed cq4p.kernel "
-                                 "attribute "
-                              << info;
-    auto intOf = [&](StringRef key) {
-      auto attr = info.getAs<IntegerAttr>(key);
-      return attr ? attr.getInt() : int64_t(0);
-    };
+    auto info = impl->getAttrOfType<KernelAttr>("cq4p.kernel");
+    ArrayRef<KernelParameter> params = info.getParams();
+    std::optional<AbiSignature> abi = tableSignature(info.getKind());
+    if (!abi)
+      abi = genericSignature(params);
 
     MLIRContext *ctx = &getContext();
     OpBuilder b(impl);
@@ -236,10 +223,9 @@ private:
       wrapper.setLinkage(LLVM::Linkage::Internal);
 
     SmallVector<Value> callArgs;
-    for (auto [index, paramAttr, typeAttr] :
-         llvm::enumerate(params, types)) {
-      StringRef param = cast<StringAttr>(paramAttr).getValue();
-      Type type = cast<TypeAttr>(typeAttr).getValue();
+    for (const KernelParameter &kernelParam : params) {
+      StringRef param = kernelParam.name.getValue();
+      Type type = kernelParam.type;
       Value pointer;
       if (auto [view, region] = param.split('.'); !region.empty()) {
         std::optional<WeightView::Field> field = weightField(region);
@@ -254,7 +240,8 @@ private:
       } else {
         Value arg = abiArg(param);
         if (!arg)
-          return impl.emitError() << "cq4p-export-kernels: the " << opName.getValue()
+          return impl.emitError() << "cq4p-export-kernels: the "
+                                  << stringifyKernelKind(info.getKind())
                                   << " ABI has no parameter '" << param << "'";
         if (!isa<MemRefType>(type)) {
           callArgs.push_back(arg);
@@ -267,10 +254,9 @@ private:
       callArgs.push_back(pointer);
       callArgs.push_back(pointer);
       callArgs.push_back(constant(0));
-      StringRef sizeParam = abi->rowsParam;
-      if (dynamicSizes &&
-          !cast<StringAttr>(dynamicSizes[index]).getValue().empty())
-        sizeParam = cast<StringAttr>(dynamicSizes[index]).getValue();
+      StringRef sizeParam = kernelParam.sizedBy
+                                ? kernelParam.sizedBy.getValue()
+                                : abi->rowsParam;
       SmallVector<Value> sizes;
       for (int64_t dim : memref.getShape()) {
         if (!ShapedType::isDynamic(dim)) {
@@ -301,15 +287,14 @@ private:
 
     return ExportedKernel{name,
                           abi->op,
-                          intOf("n"),
-                          intOf("k"),
-                          intOf("group_size"),
-                          intOf("min_rows"),
-                          intOf("max_rows"),
-                          info.getAs<BoolAttr>("orthogonal") &&
-                              info.getAs<BoolAttr>("orthogonal").getValue(),
+                          info.getN(),
+                          info.getK(),
+                          info.getGroupSize(),
+                          info.getMinRows(),
+                          info.getMaxRows(),
+                          info.getOrthogonal(),
                           wrapper,
-                          intOf("window")};
+                          info.getWindow()};
   }
 
   void emitTable(ModuleOp module, ArrayRef<ExportedKernel> kernels,

@@ -81,7 +81,7 @@ private:
   FailureOr<LLVM::LLVMFuncOp> task(DispatchOp dispatch, StringRef stepName,
                                    unsigned number);
   FailureOr<LLVM::LLVMFuncOp> step(StepOp stepOp);
-  void emitModel(DictionaryAttr model, DictionaryAttr plan,
+  void emitModel(DictionaryAttr model, ModelPlanAttr plan,
                  LLVM::LLVMFuncOp prefill, LLVM::LLVMFuncOp decode,
                  uint32_t targetId, uint64_t features);
   LLVM::GlobalOp string(OpBuilder &b, Location loc, StringRef name,
@@ -94,6 +94,9 @@ private:
   uint32_t kvDtypeId = CQ4P_KV_F32;
   static_assert(int(KvDtype::f32) == CQ4P_KV_F32 &&
                 int(KvDtype::f16) == CQ4P_KV_F16);
+  static_assert(int(BindingKind::cq4) == CQ4P_BINDING_CQ4 &&
+                int(BindingKind::fp16) == CQ4P_BINDING_FP16 &&
+                int(BindingKind::fp32) == CQ4P_BINDING_FP32);
   unsigned strings = 0;
 };
 
@@ -279,7 +282,7 @@ LLVM::GlobalOp StepExporter::string(OpBuilder &b, Location loc, StringRef name,
       b.getStringAttr(value));
 }
 
-void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
+void StepExporter::emitModel(DictionaryAttr model, ModelPlanAttr plan,
                              LLVM::LLVMFuncOp prefill, LLVM::LLVMFuncOp decode,
                              uint32_t targetId, uint64_t features) {
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
@@ -290,11 +293,10 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
     auto value = dict.getAs<IntegerAttr>(key);
     return value ? value.getInt() : int64_t(0);
   };
-  auto bindings = plan.getAs<ArrayAttr>("bindings");
+  ArrayRef<PlanBinding> bindings = plan.getBindings();
   SmallVector<LLVM::GlobalOp> names;
-  for (Attribute attr : bindings)
-    names.push_back(string(b, loc, "tensor",
-                           cast<DictionaryAttr>(attr).getAs<StringAttr>("tensor")));
+  for (const PlanBinding &binding : bindings)
+    names.push_back(string(b, loc, "tensor", binding.tensor.getValue()));
   auto arch = model.getAs<StringAttr>("architecture");
   auto digest = model.getAs<StringAttr>("digest");
   LLVM::GlobalOp archName = string(b, loc, "architecture", arch ? arch.getValue() : "");
@@ -308,9 +310,7 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(b.createBlock(&table.getInitializerRegion()));
     Value array = LLVM::ZeroOp::create(b, loc, arrayType);
-    for (auto [i, attr] : llvm::enumerate(bindings)) {
-      auto dict = cast<DictionaryAttr>(attr);
-      auto orthogonal = dict.getAs<BoolAttr>("orthogonal");
+    for (auto [i, binding] : llvm::enumerate(bindings)) {
       SmallVector<Value> values(bindingType.getBody().size());
       auto set = [&](ModelBinding::Field field, int64_t value) {
         Type type = abi::fieldType<cq4p_model_binding>(ctx, field);
@@ -318,11 +318,11 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
                                                  b.getIntegerAttr(type, value));
       };
       values[ModelBinding::tensor] = LLVM::AddressOfOp::create(b, loc, names[i]);
-      set(ModelBinding::kind, intOf(dict, "kind"));
-      set(ModelBinding::orthogonal, orthogonal && orthogonal.getValue());
-      set(ModelBinding::n, intOf(dict, "n"));
-      set(ModelBinding::k, intOf(dict, "k"));
-      set(ModelBinding::group_size, intOf(dict, "group_size"));
+      set(ModelBinding::kind, int64_t(binding.kind));
+      set(ModelBinding::orthogonal, binding.orthogonal);
+      set(ModelBinding::n, binding.n);
+      set(ModelBinding::k, binding.k);
+      set(ModelBinding::group_size, binding.groupSize);
       set(ModelBinding::reserved, 0);
       array = LLVM::InsertValueOp::create(
           b, loc, array, abi::structValue(b, loc, bindingType, values),
@@ -353,22 +353,22 @@ void StepExporter::emitModel(DictionaryAttr model, DictionaryAttr plan,
   set(ModelDesc::vocab, intOf(model, "vocab"));
   set(ModelDesc::hidden, intOf(model, "hidden"));
   set(ModelDesc::layers, intOf(model, "layers"));
-  set(ModelDesc::kv_width, intOf(plan, "kv_width"));
+  set(ModelDesc::kv_width, plan.getKvWidth());
   set(ModelDesc::kv_dtype, kvDtypeId);
   set(ModelDesc::target, targetId);
   set(ModelDesc::features, int64_t(features));
-  set(ModelDesc::prefill_chunk, intOf(plan, "prefill_chunk"));
-  set(ModelDesc::workspace_bytes, intOf(plan, "workspace_bytes"));
+  set(ModelDesc::prefill_chunk, plan.getPrefillChunk());
+  set(ModelDesc::workspace_bytes, plan.getWorkspaceBytes());
   address(ModelDesc::prefill, prefill);
   address(ModelDesc::decode, decode);
-  set(ModelDesc::kv_position_bytes, intOf(plan, "kv_position_bytes"));
-  set(ModelDesc::state_bytes, intOf(plan, "state_bytes"));
+  set(ModelDesc::kv_position_bytes, plan.getKvPositionBytes());
+  set(ModelDesc::state_bytes, plan.getStateBytes());
   LLVM::ReturnOp::create(b, loc, abi::structValue(b, loc, descType, values));
 }
 
 LogicalResult StepExporter::run(uint32_t targetId, uint64_t features) {
   auto model = module->getAttrOfType<DictionaryAttr>("cq4p.model");
-  auto plan = module->getAttrOfType<DictionaryAttr>("cq4p.model_plan");
+  auto plan = module->getAttrOfType<ModelPlanAttr>("cq4p.model_plan");
   SmallVector<StepOp> steps(module.getOps<StepOp>());
   if (steps.empty())
     return success();
@@ -376,8 +376,7 @@ LogicalResult StepExporter::run(uint32_t targetId, uint64_t features) {
     return module.emitError()
            << "cq4p.step ops need the cq4p.model and cq4p.model_plan "
               "attributes (run cq4p-lower-model)";
-  auto kvDtype = plan.getAs<KvDtypeAttr>("kv_dtype");
-  kvDtypeId = kvDtype ? uint32_t(kvDtype.getValue()) : uint32_t(CQ4P_KV_F32);
+  kvDtypeId = uint32_t(plan.getKvDtype());
   LLVM::LLVMFuncOp decode, prefill;
   // The single-row step first: the others branch to it.
   llvm::stable_sort(steps, [](StepOp a, StepOp b) {

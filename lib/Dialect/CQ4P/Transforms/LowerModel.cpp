@@ -40,25 +40,23 @@
 // the gated row is never written (the gate and up rows live until then).
 // The order of dispatches is the graph's order.
 //
+// The StepPlanner (StepPlanner.h) keeps the places, the workspace and the
+// caches; each op plans its own dispatches through PlanStepOpInterface
+// (PlanStep.cpp), so that an op of a model graph is planned where it is
+// made a kernel, not in a switch over every op here.
+//
 //===----------------------------------------------------------------------===//
 
-#include "cq4p/Codegen/KernelBuilder.h"
-#include "cq4p/Codegen/ModelKernels.h"
-#include "cq4p/Conversion/KernelLowering/KernelLowering.h"
+#include "StepPlanner.h"
 
-#include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
+#include "cq4p/Codegen/ModelKernels.h"
 #include "cq4p/Dialect/CQ4P/Transforms/Passes.h"
-#include "cq4p/format.h"
-#include "cq4p/kernel_abi.h"
 
 #include "mlir/Dialect/Math/Transforms/Approximation.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "llvm/ADT/DenseMap.h"
-
-#include <map>
 
 namespace mlir::cq4p {
 #define GEN_PASS_DEF_CQ4PLOWERMODEL
@@ -68,305 +66,8 @@ namespace mlir::cq4p {
 using namespace mlir;
 using namespace mlir::cq4p;
 
-namespace {
-
-/// Rows per range of the token embedding's dispatch (but the last).
-constexpr int64_t kEmbeddingGrain = kSmeEmbeddingMopaRows;
-
-/// Attention's ranges hold whole groups of query heads (those of one KV
-/// head) when the model has at least this many KV heads. A group walks the
-/// cache together, its keys and values read once for all its heads; a range
-/// that cuts a group takes its heads one at a time, each reading them again
-/// (on the 16-layer hidden-2048 model of bench/model, 32 heads in groups of
-/// 4, ranges of two heads doubled a 2-thread prefill's attention time). With
-/// fewer KV heads, whole groups would leave fewer ranges than a phone has
-/// cores, so heads stay the unit there.
-constexpr int64_t kMinGroupRanges = 8;
-
-/// The grain of an attention dispatch over `heads` query heads.
-int64_t attentionGrain(int64_t heads, int64_t kvHeads) {
-  if (kvHeads <= 0 || heads % kvHeads != 0 || kvHeads < kMinGroupRanges)
-    return 1;
-  return heads / kvHeads;
-}
-
-constexpr int64_t kAlignment = 64;
-
-int64_t alignUp(int64_t value) {
-  return (value + kAlignment - 1) / kAlignment * kAlignment;
-}
-
-/// Where a value lives while a step runs.
-struct Place {
-  PlaceBase base = PlaceBase::workspace;
-  int64_t index = 0;  ///< the binding, or the layer for keys and values
-  int64_t offset = 0; ///< bytes
-  /// Keys and values: bytes per position of the cache buffers before this
-  /// one (the buffer starts at kv_cache + context * cacheOffset).
-  int64_t cacheOffset = 0;
-  int64_t rowBytes = 0;
-  bool atPosition = false; ///< row 0 is the step's position (KV cache)
-  bool lastRow = false;    ///< a view of the last row of a workspace value
-  int slot = -1;           ///< the workspace slot (refcounted)
-
-  PlaceAttr attr(MLIRContext *ctx) const {
-    return PlaceAttr::get(ctx, base, index, offset, cacheOffset, rowBytes,
-                          atPosition, lastRow);
-  }
-
-  static Place binding(int64_t index) {
-    Place place;
-    place.base = PlaceBase::binding;
-    place.index = index;
-    return place;
-  }
-};
-
-constexpr DispatchScalar kRows = DispatchScalar::rows;
-constexpr DispatchScalar kPosition = DispatchScalar::position;
-constexpr DispatchScalar kBegin = DispatchScalar::begin;
-constexpr DispatchScalar kEnd = DispatchScalar::end;
-constexpr DispatchScalar kContext = DispatchScalar::context;
-
-/// First-fit allocation of 64-byte aligned blocks in one workspace.
-class Arena {
-public:
-  int64_t allocate(int64_t size) {
-    size = alignUp(std::max<int64_t>(size, 1));
-    int64_t offset = 0;
-    for (auto [start, length] : blocks) {
-      if (start - offset >= size)
-        break;
-      offset = std::max(offset, start + length);
-    }
-    blocks[offset] = size;
-    high = std::max(high, offset + size);
-    return offset;
-  }
-  void release(int64_t offset) { blocks.erase(offset); }
-  int64_t size() const { return high; }
-
-private:
-  std::map<int64_t, int64_t> blocks; ///< offset -> size
-  int64_t high = 0;
-};
-
-struct Slot {
-  int64_t offset;
-  int refs;
-};
-
-/// Plans one step of the graph.
-class StepPlanner {
-public:
-  /// Shared activation transforms: key -> (act, scales) places, last use.
-  struct Quantized {
-    Place act, scales;
-    int64_t lastUse;
-  };
-  StepPlanner(func::FuncOp forward, KernelBuilder &kernels, int64_t maxRows,
-              DictionaryAttr model, Type cacheElement, bool fuseDenseMlp,
-              bool gateInTransform, OpBuilder &stepBuilder)
-      : forward(forward), kernels(kernels), maxRows(maxRows), model(model),
-        cacheElement(cacheElement), fuseDenseMlp(fuseDenseMlp),
-        gateInTransform(gateInTransform),
-        b(stepBuilder) {}
-
-  LogicalResult plan();
-  int64_t workspaceBytes() const { return arena.size(); }
-  /// The KV cache's bytes per position, its widest layer (elements) and
-  /// the step state's bytes.
-  int64_t kvPositionBytes() const { return positionBytes; }
-  int64_t kvWidth() const { return widestCache; }
-  int64_t stateBytes() const { return stateSize; }
-
-private:
-  LogicalResult placeSpecialValues();
-  LogicalResult planOp(Operation *op, int64_t index);
-  LogicalResult planLinear(LinearOp linear, int64_t index);
-  /// The quantized activation `linear` reads (dispatched when new).
-  Quantized &quantize(LinearOp linear, Place weight,
-                      FlatSymbolRefAttr kernel, int64_t index);
-  /// gate = linear(x), up = linear(x), glu(gate, up) as one dispatch, when
-  /// `gate` is the gate of such a pattern.
-  bool planDenseMlp(LinearOp gate, int64_t index);
-  /// Marks the gatings whose result only Hadamard linears read: their
-  /// activation transform forms the gated row (`gated`), and the gate and
-  /// up rows live until the last of them.
-  void planGatedTransforms();
-  /// The residual `linear`'s result is added to, when that add can run in
-  /// the matmul's epilogue (the result's only use, the residual already
-  /// computed in the workspace); null otherwise.
-  Value residualOf(LinearOp linear);
-
-  /// The bound tensor an operand is (a @forward argument after ids and pos).
-  FailureOr<int64_t> bindingOf(Operation *op, Value value, StringRef what) {
-    auto arg = dyn_cast<BlockArgument>(value);
-    if (!arg || arg.getOwner() != &forward.getBody().front() ||
-        arg.getArgNumber() < 2)
-      return op->emitOpError() << "expected " << what
-                               << " to be a bound tensor (an argument of "
-                                  "@forward after the ids and the position)";
-    return int64_t(arg.getArgNumber() - 2);
-  }
-
-  /// Gemma 4's per-layer embedding table is run as rows of one layer each
-  /// (`rows_per_id`, one K x K rotation of the per-layer width). A graph
-  /// that decodes it as one row per token (K = layers x width, the layout
-  /// converters wrote before) would read a K x K rotation per token (321 MB
-  /// of them in the file at E2B's widths): refused, naming the fix. The
-  /// graph says which it decodes by `rows_per_id` (1 for a one-layer model,
-  /// whose two layouts are the same rows).
-  LogicalResult checkPerLayerTable(EmbeddingOp embedding) {
-    auto arg = cast<BlockArgument>(embedding.getWeight());
-    auto name = forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cq4p.tensor");
-    if (!name || !name.getValue().ends_with("embed_tokens_per_layer.weight") ||
-        embedding.getRowsPerId())
-      return success();
-    WeightType table = embedding.getWeight().getType();
-    return embedding.emitOpError()
-           << "the per-layer embedding table '" << name.getValue() << "' is stored as one ["
-           << table.getN() << " x " << table.getK()
-           << "] orthogonal tensor, a layout this cq4p no longer compiles (a " << table.getK()
-           << " x " << table.getK()
-           << " rotation read for every token); reconvert the checkpoint with `python -m "
-              "cq4p convert`, which stores it as rows of one layer each";
-  }
-
-  LogicalResult checkPosition(Operation *op, Value position) {
-    if (position != forward.getArgument(1))
-      return op->emitOpError()
-             << "expected the position to be @forward's position argument";
-    return success();
-  }
-
-  /// Rows of a value: 1 when static, the step's rows otherwise.
-  static bool singleRow(Value value) {
-    return cast<ShapedType>(value.getType()).getDimSize(0) == 1;
-  }
-  int64_t capacityRows(Value value) const {
-    return singleRow(value) ? 1 : maxRows;
-  }
-  static int64_t rowBytesOf(Value value) {
-    auto type = cast<ShapedType>(value.getType());
-    return type.getDimSize(1) * int64_t(type.getElementTypeBitWidth() / 8);
-  }
-
-  int newSlot(int64_t bytes) {
-    slots.push_back({arena.allocate(bytes), 1});
-    return int(slots.size()) - 1;
-  }
-  void releaseSlot(int slot) {
-    if (slot >= 0 && --slots[slot].refs == 0)
-      arena.release(slots[slot].offset);
-  }
-  Place workspacePlace(int slot, int64_t rowBytes) {
-    Place place;
-    place.offset = slots[slot].offset;
-    place.rowBytes = rowBytes;
-    place.slot = slot;
-    return place;
-  }
-
-  /// The place of a new value: its special place, else the slot of an
-  /// input that dies here (same row size, not a view), else a new slot.
-  Place placeResult(Value result, int64_t index, ArrayRef<Value> inPlace) {
-    auto special = places.find(result);
-    if (special != places.end())
-      return special->second;
-    int64_t rowBytes = rowBytesOf(result);
-    for (Value input : inPlace) {
-      auto it = places.find(input);
-      if (it == places.end() || it->second.slot < 0 || it->second.lastRow ||
-          lastUse.lookup(input) != index || rowBytesOf(input) != rowBytes ||
-          singleRow(input) != singleRow(result) || donated.contains(input))
-        continue;
-      donated.insert(input); // the result takes the input's reference
-      Place place = it->second;
-      places[result] = place;
-      return place;
-    }
-    Place place = workspacePlace(newSlot(capacityRows(result) * rowBytes),
-                                 rowBytes);
-    places[result] = place;
-    return place;
-  }
-
-  void dispatch(FlatSymbolRefAttr kernel, DispatchSplit split,
-                std::array<int64_t, 2> work, ArrayRef<Place> pointers,
-                ArrayRef<DispatchScalar> scalars, bool single,
-                int64_t grain = 1) {
-    MLIRContext *ctx = b.getContext();
-    SmallVector<Attribute> pointerAttrs, scalarAttrs;
-    for (const Place &place : pointers)
-      pointerAttrs.push_back(place.attr(ctx));
-    for (DispatchScalar scalar : scalars)
-      scalarAttrs.push_back(DispatchScalarAttr::get(ctx, scalar));
-    DispatchOp::create(b, forward.getLoc(), kernel,
-                       DispatchSplitAttr::get(ctx, split),
-                       b.getDenseI64ArrayAttr(work), b.getArrayAttr(pointerAttrs),
-                       b.getArrayAttr(scalarAttrs), /*serial=*/nullptr,
-                       single ? b.getUnitAttr() : nullptr,
-                       grain > 1 ? b.getI64IntegerAttr(grain) : nullptr);
-  }
-  /// A kernel over rows (a rows split), of `rowsOf`'s row count, its ranges
-  /// whole multiples of `grain` rows but the last.
-  void rowsDispatch(FlatSymbolRefAttr kernel, Value rowsOf,
-                    ArrayRef<Place> pointers, ArrayRef<DispatchScalar> scalars,
-                    int64_t grain = 1) {
-    bool single = singleRow(rowsOf);
-    dispatch(kernel, DispatchSplit::rows, {single ? 0 : 1, single ? 1 : 0},
-             pointers, scalars, single, single ? 1 : grain);
-  }
-
-  /// A layer's KV cache: where its keys and values start (bytes per
-  /// position before them) and the writer's shape.
-  struct Cache {
-    int64_t keysOffset, valuesOffset, rowBytes, kvHeads, headDim;
-  };
-  Place cachePlace(PlaceBase base, int64_t layer) const {
-    const Cache &cache = caches.at(layer);
-    Place place;
-    place.base = base;
-    place.index = layer;
-    place.rowBytes = cache.rowBytes;
-    place.cacheOffset =
-        base == PlaceBase::keys ? cache.keysOffset : cache.valuesOffset;
-    return place;
-  }
-
-  func::FuncOp forward;
-  KernelBuilder &kernels;
-  int64_t maxRows;
-  DictionaryAttr model;
-  Type cacheElement; ///< f32 or f16
-  bool fuseDenseMlp;
-  bool gateInTransform;
-  OpBuilder &b;
-  /// Ops a fused dispatch has already computed.
-  llvm::DenseSet<Operation *> fused;
-  /// Keys and values: their place in the KV cache. A value its producer
-  /// cannot write there (an fp16 cache, but not a rotary embedding's
-  /// output) lives in the workspace and is converted into the cache.
-  llvm::DenseMap<Value, Place> cachePlaces;
-
-  std::map<int64_t, Cache> caches;       ///< by layer
-  std::map<int64_t, int64_t> stateOffsets; ///< short-conv layer -> bytes
-  int64_t positionBytes = 0, widestCache = 0, stateSize = 0;
-
-  Arena arena;
-  SmallVector<Slot> slots;
-  llvm::DenseMap<Value, Place> places;
-  llvm::DenseMap<Value, int64_t> lastUse;
-  llvm::DenseSet<Value> donated;
-  /// Gatings computed by their users' activation transforms, by result.
-  llvm::DenseMap<Value, GluOp> gated;
-  std::map<std::string, Quantized> quantized;
-  /// Slots to release after the op of the given index.
-  std::map<int64_t, SmallVector<int>> deferred;
-};
-
-std::string quantizeKey(LinearOp linear, Value input, int64_t index) {
+std::string StepPlanner::quantizeKey(LinearOp linear, Value input,
+                                     int64_t index) {
   WeightType w = linear.getWeight().getType();
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(
                         input.getAsOpaquePointer())) +
@@ -594,359 +295,16 @@ StepPlanner::Quantized &StepPlanner::quantize(LinearOp linear, Place weight,
   return q;
 }
 
-Value StepPlanner::residualOf(LinearOp linear) {
-  Value y = linear.getResult();
-  auto add = y.hasOneUse() ? dyn_cast<arith::AddFOp>(*y.getUsers().begin())
-                           : arith::AddFOp();
-  if (!add || add.getLhs() == add.getRhs() ||
-      add->getBlock() != linear->getBlock())
-    return Value();
-  auto type = dyn_cast<RankedTensorType>(add.getType());
-  if (!type || type.getRank() != 2 || !type.getElementType().isF32() ||
-      type.getDimSize(1) % 16 != 0 ||
-      type.getDimSize(1) != linear.getWeight().getType().getN())
-    return Value();
-  Value residual = add.getLhs() == y ? add.getRhs() : add.getLhs();
-  // Computed before the matmul, and somewhere the epilogue can read it.
-  Operation *producer = residual.getDefiningOp();
-  auto place = places.find(residual);
-  if ((producer && !producer->isBeforeInBlock(linear)) ||
-      place == places.end() || place->second.base != PlaceBase::workspace ||
-      singleRow(residual) != singleRow(y))
-    return Value();
-  return residual;
-}
-
-bool StepPlanner::planDenseMlp(LinearOp gate, int64_t index) {
-  Value g = gate.getResult();
-  auto glu = g.hasOneUse() ? dyn_cast<GluOp>(*g.getUsers().begin()) : GluOp();
-  if (!glu || glu.getGate() != g || !glu.getUp().hasOneUse())
-    return false;
-  auto up = glu.getUp().getDefiningOp<LinearOp>();
-  WeightType w = gate.getWeight().getType();
-  if (!up || gate.getBias() || up.getBias() || up.getInput() != gate.getInput() ||
-      up.getWeight().getType() != w || w.getN() % 16 != 0 ||
-      quantizeKey(gate, gate.getInput(), index) !=
-          quantizeKey(up, up.getInput(), index) ||
-      glu->getBlock() != gate->getBlock() || up->isBeforeInBlock(gate))
-    return false;
-  FailureOr<int64_t> gateBinding = bindingOf(gate, gate.getWeight(), "the weight");
-  FailureOr<int64_t> upBinding = bindingOf(up, up.getWeight(), "the weight");
-  if (failed(gateBinding) || failed(upBinding))
-    return false;
-  Value x = gate.getInput();
-  bool single = singleRow(x) || maxRows == 1;
-  SmallVector<FlatSymbolRefAttr> refs =
-      createLinearKernels(kernels, w, /*gemv=*/true, /*gemm=*/!single);
-  Quantized &q = quantize(gate, Place::binding(*gateBinding), refs[0], index);
-  // The gate's and the up's matmuls write scratch rows of N; only the
-  // gated result outlives the dispatch.
-  int64_t rowBytes = w.getN() * 4;
-  int gSlot = newSlot(capacityRows(x) * rowBytes);
-  int uSlot = newSlot(capacityRows(x) * rowBytes);
-  Place out = placeResult(glu.getResult(), index, {});
-  dispatch(createFusedMlpKernel(kernels, w, glu.getActivation(), single),
-           DispatchSplit::range, {0, w.getNumSuperBlocks()},
-           {Place::binding(*gateBinding), Place::binding(*upBinding), q.act,
-            q.scales, workspacePlace(gSlot, rowBytes),
-            workspacePlace(uSlot, rowBytes), out},
-           {kRows, kBegin, kEnd}, singleRow(x));
-  releaseSlot(gSlot);
-  releaseSlot(uSlot);
-  fused.insert(up);
-  fused.insert(glu);
-  return true;
-}
-
-LogicalResult StepPlanner::planLinear(LinearOp linear, int64_t index) {
-  WeightType w = linear.getWeight().getType();
-  FailureOr<int64_t> binding = bindingOf(linear, linear.getWeight(), "the weight");
-  if (failed(binding))
-    return failure();
-  Value x = linear.getInput();
-  bool single = singleRow(x) || maxRows == 1;
-  Value bias = linear.getBias();
-  SmallVector<FlatSymbolRefAttr> refs = createLinearKernels(
-      kernels, w, /*gemv=*/!bias, /*gemm=*/!bias && !single);
-  Place weight = Place::binding(*binding);
-
-  Quantized &q = quantize(linear, weight, refs[0], index);
-  if (Value residual = bias ? Value() : residualOf(linear)) {
-    auto add = cast<arith::AddFOp>(*linear.getResult().getUsers().begin());
-    Place y = placeResult(add.getResult(), index, {});
-    dispatch(createResidualMatmulKernel(kernels, w, single),
-             DispatchSplit::range, {0, w.getNumSuperBlocks()},
-             {weight, q.act, q.scales, places[residual], y},
-             {kRows, kBegin, kEnd}, singleRow(x));
-    fused.insert(add);
-    return success();
-  }
-  Place y = placeResult(linear.getResult(), index, {});
-  if (!bias) {
-    dispatch(single ? refs[1] : refs[2], DispatchSplit::range, {0, w.getNumSuperBlocks()},
-             {weight, q.act, q.scales, y}, {kRows, kBegin, kEnd},
-             singleRow(x));
-    return success();
-  }
-  FailureOr<int64_t> biasBinding = bindingOf(linear, bias, "the bias");
-  if (failed(biasBinding))
-    return failure();
-  if (w.getN() % 16 != 0)
-    return linear.emitOpError() << "expected N (" << w.getN()
-                                << ") to be a multiple of 16 to add a bias";
-  auto biasType = cast<RankedTensorType>(bias.getType());
-  dispatch(createBiasedMatmulKernel(kernels, w, biasType.getElementType(), single),
-           DispatchSplit::range, {0, w.getNumSuperBlocks()},
-           {weight, q.act, q.scales, Place::binding(*biasBinding), y},
-           {kRows, kBegin, kEnd}, singleRow(x));
-  return success();
-}
-
 LogicalResult StepPlanner::planOp(Operation *op, int64_t index) {
   if (fused.contains(op))
     return success();
-  if (auto linear = dyn_cast<LinearOp>(op)) {
-    if (fuseDenseMlp && planDenseMlp(linear, index))
-      return success();
-    return planLinear(linear, index);
-  }
-
-  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
-    FailureOr<int64_t> binding =
-        bindingOf(op, embedding.getWeight(), "the embedding table");
-    if (failed(binding))
-      return failure();
-    if (embedding.getIds() != forward.getArgument(0))
-      return op->emitOpError() << "expected the ids to be @forward's ids";
-    // The runtime checks ids against the model's vocab: every table must
-    // have a row for each, or a kernel would read past its mapping.
-    int64_t vocab = model.getAs<IntegerAttr>("vocab").getInt();
-    int64_t tableRows = embedding.getWeight().getType().getN();
-    int64_t rowsPerId = embedding.getRowsPerIdOrOne();
-    if (tableRows / rowsPerId < vocab)
-      return op->emitOpError() << "expected the table's rows (" << tableRows
-                               << (rowsPerId > 1 ? ", " + std::to_string(rowsPerId) +
-                                                       " per id"
-                                                 : std::string())
-                               << ") to cover the model's vocab (" << vocab
-                               << "): ids up to " << vocab - 1
-                               << " would read past it";
-    if (failed(checkPerLayerTable(embedding)))
-      return failure();
-    Value out = embedding.getResult();
-    Place place = placeResult(out, index, {});
-    // Ranges of 64 rows: the orthogonal row decode reads the whole K x K
-    // rotation once per call (per stack chunk of rows), and SME2's outer
-    // products take prompt rows 64 at a time (kSmeEmbeddingMopaRows).
-    rowsDispatch(createEmbeddingKernel(kernels, embedding.getWeight().getType(), rowsPerId),
-                 out, {Place::binding(*binding), places[embedding.getIds()], place},
-                 {kRows}, kEmbeddingGrain);
-    if (FloatAttr scale = embedding.getScaleAttr())
-      rowsDispatch(createScaleKernel(kernels,
-                                     cast<ShapedType>(out.getType()).getDimSize(1),
-                                     scale.getValue().convertToFloat()),
-                   out, {place, place}, {kRows});
-    return success();
-  }
-
-  if (auto norm = dyn_cast<RmsNormOp>(op)) {
-    int64_t width = norm.getInput().getType().getDimSize(1);
-    int64_t d = norm.getChunkLength();
-    if (d % 16 != 0)
-      return op->emitOpError() << "expected the chunk length (" << d
-                               << ") to be a multiple of 16 to compile it";
-    Place in = places[norm.getInput()];
-    Place out = placeResult(norm.getResult(), index, {norm.getInput()});
-    Type weightElement;
-    SmallVector<Place> pointers = {in};
-    if (Value weight = norm.getWeight()) {
-      FailureOr<int64_t> binding = bindingOf(op, weight, "the weight");
-      if (failed(binding))
-        return failure();
-      weightElement = cast<RankedTensorType>(weight.getType()).getElementType();
-      pointers.push_back(Place::binding(*binding));
-    }
-    pointers.push_back(out);
-    rowsDispatch(createRmsNormKernel(kernels, width, weightElement, d,
-                                     norm.getEpsilon().convertToFloat(),
-                                     norm.getUnitOffset()),
-                 norm.getResult(), pointers, {kRows});
-    return success();
-  }
-
-  if (auto columns = dyn_cast<ColumnsOp>(op)) {
-    int64_t inWidth = columns.getInput().getType().getDimSize(1);
-    int64_t outWidth = columns.getResult().getType().getDimSize(1);
-    int64_t offset = columns.getOffset();
-    if (inWidth % 16 || outWidth % 16 || offset % 16)
-      return op->emitOpError() << "expected the widths (" << inWidth << ", "
-                               << outWidth << ") and the offset (" << offset
-                               << ") to be multiples of 16 to compile it";
-    Place in = places[columns.getInput()];
-    Place out = placeResult(columns.getResult(), index, {});
-    rowsDispatch(createColumnsKernel(kernels, inWidth, outWidth, offset),
-                 columns.getResult(), {in, out}, {kRows});
-    return success();
-  }
-
-  if (auto scale = dyn_cast<ScaleOp>(op)) {
-    int64_t width = scale.getInput().getType().getDimSize(1);
-    if (width % 16)
-      return op->emitOpError() << "expected the width (" << width
-                               << ") to be a multiple of 16 to compile it";
-    Place in = places[scale.getInput()];
-    Place out = placeResult(scale.getResult(), index, {scale.getInput()});
-    if (Value scalar = scale.getScalar()) {
-      FailureOr<int64_t> binding = bindingOf(op, scalar, "the scalar");
-      if (failed(binding))
-        return failure();
-      rowsDispatch(createScaleByKernel(
-                       kernels, width,
-                       cast<RankedTensorType>(scalar.getType()).getElementType()),
-                   scale.getResult(), {in, Place::binding(*binding), out}, {kRows});
-      return success();
-    }
-    rowsDispatch(createScaleKernel(kernels, width, scale.getFactor()->convertToFloat()),
-                 scale.getResult(), {in, out}, {kRows});
-    return success();
-  }
-
-  if (auto softcap = dyn_cast<SoftcapOp>(op)) {
-    int64_t width = softcap.getInput().getType().getDimSize(1);
-    if (width % 16)
-      return op->emitOpError() << "expected the width (" << width
-                               << ") to be a multiple of 16 to compile it";
-    Place in = places[softcap.getInput()];
-    Place out = placeResult(softcap.getResult(), index, {softcap.getInput()});
-    rowsDispatch(createSoftcapKernel(kernels, width, softcap.getCap().convertToFloat()),
-                 softcap.getResult(), {in, out}, {kRows});
-    return success();
-  }
-
-  if (auto conv = dyn_cast<ShortConvOp>(op)) {
-    if (failed(checkPosition(op, conv.getPosition())))
-      return failure();
-    FailureOr<int64_t> binding = bindingOf(op, conv.getWeight(), "the weight");
-    if (failed(binding))
-      return failure();
-    int64_t h = conv.getResult().getType().getDimSize(1);
-    if (h % 16)
-      return op->emitOpError() << "expected the width (" << h
-                               << ") to be a multiple of 16 to compile it";
-    Place in = places[conv.getInput()];
-    Place out = placeResult(conv.getResult(), index, {});
-    Place state;
-    state.base = PlaceBase::state;
-    state.offset = stateOffsets.at(conv.getLayer());
-    dispatch(createShortConvKernel(kernels, h, conv.getKernelWidth(),
-                                   conv.getWeight().getType().getElementType()),
-             DispatchSplit::range, {0, h / 16}, {in, Place::binding(*binding), state, out},
-             {kRows, kPosition, kBegin, kEnd}, singleRow(conv.getInput()));
-    return success();
-  }
-
-  if (auto rope = dyn_cast<RopeOp>(op)) {
-    if (failed(checkPosition(op, rope.getPosition())))
-      return failure();
-    int64_t width = rope.getInput().getType().getDimSize(1);
-    Place in = places[rope.getInput()];
-    Place out = placeResult(rope.getResult(), index, {rope.getInput()});
-    Type outElement = out.base == PlaceBase::keys || out.base == PlaceBase::values
-                          ? cacheElement
-                          : Type(Float32Type::get(op->getContext()));
-    rowsDispatch(createRopeKernel(kernels, width, rope.getHeadDim(),
-                                  rope.getFrequencies(), outElement),
-                 rope.getResult(), {in, out}, {kRows, kPosition});
-    return success();
-  }
-
-  if (auto attention = dyn_cast<CachedAttentionOp>(op)) {
-    if (failed(checkPosition(op, attention.getPosition())))
-      return failure();
-    Place q = places[attention.getQueries()];
-    Place out =
-        placeResult(attention.getResult(), index, {attention.getQueries()});
-    // The kernel reads the whole cache.
-    Place keys = cachePlace(PlaceBase::keys, attention.getLayer());
-    Place values = cachePlace(PlaceBase::values, attention.getLayer());
-    dispatch(createCachedAttentionKernel(
-                 kernels, attention.getNumHeads(), attention.getNumKvHeads(),
-                 attention.getHeadDim(), attention.getWindow(),
-                 attention.getScale().convertToFloat(), cacheElement),
-             DispatchSplit::range, {0, int64_t(attention.getNumHeads())}, {q, keys, values, out},
-             {kRows, kPosition, kContext, kBegin, kEnd},
-             singleRow(attention.getQueries()),
-             attentionGrain(attention.getNumHeads(), attention.getNumKvHeads()));
-    return success();
-  }
-
-  if (auto glu = dyn_cast<GluOp>(op)) {
-    if (gated.count(glu.getResult())) {
-      // Its users' transform reads the gate and up rows: they are released
-      // after the last of them.
-      int64_t last = lastUse.lookup(glu.getResult());
-      for (Value input : {glu.getGate(), glu.getUp()}) {
-        Place &place = places[input];
-        if (lastUse.lookup(input) == last && place.slot >= 0 &&
-            !place.lastRow && !donated.contains(input)) {
-          deferred[last].push_back(place.slot);
-          place.slot = -1;
-        }
-      }
-      return success();
-    }
-    Place gate = places[glu.getGate()], up = places[glu.getUp()];
-    Place out = placeResult(glu.getResult(), index, {glu.getGate(), glu.getUp()});
-    rowsDispatch(createGluKernel(kernels, glu.getGate().getType().getDimSize(1),
-                                 glu.getActivation()),
-                 glu.getResult(), {gate, up, out}, {kRows});
-    return success();
-  }
-
-  if (auto add = dyn_cast<arith::AddFOp>(op)) {
-    auto type = dyn_cast<RankedTensorType>(add.getType());
-    if (!type || type.getRank() != 2 || !type.getElementType().isF32())
-      return op->emitOpError() << "expected fp32 activations [M, width]";
-    Place lhs = places[add.getLhs()], rhs = places[add.getRhs()];
-    Place out = placeResult(add.getResult(), index, {add.getLhs(), add.getRhs()});
-    rowsDispatch(createAddKernel(kernels, type.getDimSize(1)), add.getResult(),
-                 {lhs, rhs, out}, {kRows});
-    return success();
-  }
-
-  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-    // Only the last row: offsets [dim(source, 0) - 1, 0], sizes [1, width].
-    auto sub = slice.getOffsets().size() == 1
-                   ? slice.getOffsets()[0].getDefiningOp<arith::SubIOp>()
-                   : arith::SubIOp();
-    auto dim = sub ? sub.getLhs().getDefiningOp<tensor::DimOp>() : tensor::DimOp();
-    std::optional<int64_t> one = sub ? getConstantIntValue(sub.getRhs()) : std::nullopt;
-    std::optional<int64_t> dimIndex = dim ? dim.getConstantIndex() : std::nullopt;
-    auto resultType = slice.getResultType();
-    if (!dim || dim.getSource() != slice.getSource() || !one || *one != 1 ||
-        !dimIndex || *dimIndex != 0 || resultType.getRank() != 2 ||
-        resultType.getDimSize(0) != 1 ||
-        resultType.getDimSize(1) != slice.getSourceType().getDimSize(1))
-      return op->emitOpError()
-             << "only the last row of an activation can be sliced "
-                "(offsets [dim(x, 0) - 1, 0], sizes [1, width])";
-    Place view = places[slice.getSource()];
-    view.lastRow = true;
-    places[slice.getResult()] = view;
-    // The source's slot lives as long as its view: released after the
-    // view's last use instead of its own.
-    int64_t viewEnd = lastUse.lookup(slice.getResult());
-    if (viewEnd > lastUse.lookup(slice.getSource()) && view.slot >= 0) {
-      lastUse[slice.getSource()] = INT64_MAX;
-      deferred[viewEnd].push_back(view.slot);
-    }
-    return success();
-  }
-
-  if (isa<tensor::DimOp, arith::SubIOp, arith::ConstantOp, func::ReturnOp>(op))
-    return success();
-  return op->emitOpError() << "is not supported in a model graph";
+  auto planning = dyn_cast<PlanStepOpInterface>(op);
+  if (!planning)
+    return op->emitOpError() << "is not supported in a model graph";
+  return planning.planStep(*this, index);
 }
+
+namespace {
 
 /// The module's `hidden` and `layers` against the graph they describe (the
 /// runtime sizes and checks by them): the token embedding (the first
@@ -985,6 +343,11 @@ LogicalResult checkModelAttributes(func::FuncOp forward, DictionaryAttr model) {
 class LowerModel : public mlir::cq4p::impl::CQ4PLowerModelBase<LowerModel> {
 public:
   using Base::Base;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    Base::getDependentDialects(registry);
+    registerPlanStepInterfaceExternalModels(registry);
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -1043,38 +406,29 @@ public:
       return signalPassFailure();
 
     // What the library's model descriptor records.
-    SmallVector<Attribute> bindings;
+    SmallVector<PlanBinding> bindings;
     for (unsigned i = 2; i < forward.getNumArguments(); ++i) {
       Type type = forward.getArgument(i).getType();
-      auto name = forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor");
-      SmallVector<NamedAttribute> fields = {b.getNamedAttr("tensor", name)};
+      PlanBinding binding;
+      binding.tensor = forward.getArgAttrOfType<StringAttr>(i, "cq4p.tensor");
       if (auto w = dyn_cast<WeightType>(type)) {
-        fields.push_back(b.getNamedAttr("kind", b.getI64IntegerAttr(CQ4P_BINDING_CQ4)));
-        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(w.getN())));
-        fields.push_back(b.getNamedAttr("k", b.getI64IntegerAttr(w.getK())));
-        fields.push_back(b.getNamedAttr("group_size", b.getI64IntegerAttr(w.getGroupSize())));
-        fields.push_back(b.getNamedAttr(
-            "orthogonal", b.getBoolAttr(w.getRotation() == Rotation::orthogonal)));
+        binding.kind = BindingKind::cq4;
+        binding.n = w.getN();
+        binding.k = w.getK();
+        binding.groupSize = w.getGroupSize();
+        binding.orthogonal = w.getRotation() == Rotation::orthogonal;
       } else {
         auto tensor = cast<RankedTensorType>(type);
-        fields.push_back(b.getNamedAttr(
-            "kind", b.getI64IntegerAttr(tensor.getElementType().isF16()
-                                            ? CQ4P_BINDING_FP16
-                                            : CQ4P_BINDING_FP32)));
-        fields.push_back(b.getNamedAttr("n", b.getI64IntegerAttr(tensor.getNumElements())));
+        binding.kind = tensor.getElementType().isF16() ? BindingKind::fp16
+                                                       : BindingKind::fp32;
+        binding.n = tensor.getNumElements();
       }
-      bindings.push_back(b.getDictionaryAttr(fields));
+      bindings.push_back(binding);
     }
     module->setAttr("cq4p.model_plan",
-                    b.getDictionaryAttr({
-                        b.getNamedAttr("bindings", b.getArrayAttr(bindings)),
-                        b.getNamedAttr("prefill_chunk", b.getI64IntegerAttr(prefillChunk)),
-                        b.getNamedAttr("kv_dtype", KvDtypeAttr::get(b.getContext(), kvCache)),
-                        b.getNamedAttr("workspace_bytes", b.getI64IntegerAttr(alignUp(workspace))),
-                        b.getNamedAttr("kv_position_bytes", b.getI64IntegerAttr(kvPositionBytes)),
-                        b.getNamedAttr("kv_width", b.getI64IntegerAttr(kvWidth)),
-                        b.getNamedAttr("state_bytes", b.getI64IntegerAttr(stateBytes)),
-                    }));
+                    ModelPlanAttr::get(b.getContext(), prefillChunk, kvCache,
+                                       alignUp(workspace), kvPositionBytes,
+                                       kvWidth, stateBytes, bindings));
     forward.erase();
 
     // exp and tanh as polynomials: vector code instead of a libm call per
@@ -1086,10 +440,11 @@ public:
     });
     FrozenRewritePatternSet frozen(std::move(patterns));
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      auto info = func->getAttrOfType<DictionaryAttr>("cq4p.kernel");
-      auto op = info ? info.getAs<StringAttr>("op") : StringAttr();
-      if (op && (op.getValue() == "glu" || op.getValue() == "dense_mlp" ||
-                 op.getValue() == "cached_attention" || op.getValue() == "softcap"))
+      auto kernel = func->getAttrOfType<KernelAttr>("cq4p.kernel");
+      if (kernel && llvm::is_contained({KernelKind::glu, KernelKind::dense_mlp,
+                                        KernelKind::cached_attention,
+                                        KernelKind::softcap},
+                                       kernel.getKind()))
         if (failed(applyPatternsGreedily(func, frozen)))
           return signalPassFailure();
     }

@@ -118,7 +118,7 @@ private:
     float scale = attention.getScale().convertToFloat();
     if (scale != float(1.0 / std::sqrt(double(dim))))
       spec.name += "_s" + std::to_string(llvm::bit_cast<uint32_t>(scale));
-    spec.op = "attention";
+    spec.kind = KernelKind::attention;
     spec.n = heads;
     spec.k = dim;
     spec.groupSize = kvHeads;

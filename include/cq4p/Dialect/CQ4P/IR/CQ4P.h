@@ -4,6 +4,7 @@
 #define CQ4P_DIALECT_CQ4P_IR_CQ4P_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
@@ -28,6 +29,45 @@ FailureOr<EnumT> parseEnumKeyword(AsmParser &parser, StringRef what,
     return *value;
   return parser.emitError(loc) << "expected a " << what << " (" << choices
                                << "), got '" << keyword << "'";
+}
+
+/// A parameter of a kernel function (`#cq4p.kernel`'s `params`): its ABI
+/// name, its type, and the integer parameter that gives its dynamic
+/// dimension (null: the op's row count).
+struct KernelParameter {
+  StringAttr name;
+  Type type;
+  StringAttr sizedBy;
+
+  bool operator==(const KernelParameter &other) const {
+    return name == other.name && type == other.type &&
+           sizedBy == other.sizedBy;
+  }
+};
+
+inline llvm::hash_code hash_value(const KernelParameter &param) {
+  return llvm::hash_combine(param.name, param.type, param.sizedBy);
+}
+
+/// A bound tensor of a model (`#cq4p.model_plan`'s `bindings`), as the
+/// library's descriptor records it: a CQ4 weight's N, K, group size and
+/// rotation, a dense tensor's element count (`n`).
+struct PlanBinding {
+  StringAttr tensor;
+  BindingKind kind;
+  int64_t n = 0, k = 0, groupSize = 0;
+  bool orthogonal = false;
+
+  bool operator==(const PlanBinding &other) const {
+    return tensor == other.tensor && kind == other.kind && n == other.n &&
+           k == other.k && groupSize == other.groupSize &&
+           orthogonal == other.orthogonal;
+  }
+};
+
+inline llvm::hash_code hash_value(const PlanBinding &binding) {
+  return llvm::hash_combine(binding.tensor, binding.kind, binding.n, binding.k,
+                            binding.groupSize, binding.orthogonal);
 }
 } // namespace mlir::cq4p
 

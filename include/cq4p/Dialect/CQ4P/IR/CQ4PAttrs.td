@@ -4,7 +4,9 @@
 // planner (cq4p-lower-model), the kernels and the step exporter
 // (cq4p-export-steps): how a dispatch splits its work, where each of a
 // kernel entry's pointers points (`#cq4p.place`), which integer each of its
-// scalars is, and the pass options that choose a target.
+// scalars is, what each kernel function computes (`#cq4p.kernel`), what
+// the library's model descriptor records (`#cq4p.model_plan`), and the pass
+// options that choose a target.
 //
 //===----------------------------------------------------------------------===//
 
@@ -151,19 +153,125 @@ def CQ4P_KvDtypeAttr : EnumAttr<CQ4P_Dialect, CQ4P_KvDtype, "kv_dtype"> {
   let assemblyFormat = "`<` $value `>`";
 }
 
-// The op of a kernel with a fixed C signature (`cq4p.kernel`'s `op`); the
-// values are kernel_abi.h's cq4p_kernel_op. Model kernels (`rms_norm`,
-// `rope`, ...) have a signature of their own parameters.
-def CQ4P_AbiKernel : I32EnumAttr<"AbiKernel",
-    "a kernel op with a fixed C-ABI signature", [
+// What a kernel function computes (`#cq4p.kernel`'s kind). The first five
+// are the kernels of the kernel table, with a fixed C signature each; their
+// values are kernel_abi.h's cq4p_kernel_op. The others are a model's
+// kernels, called by its steps only, whose C signature is their own
+// parameters (cq4p-export-kernels).
+def CQ4P_KernelKind : I32EnumAttr<"KernelKind", "what a kernel function computes", [
     I32EnumAttrCase<"quantize_hadamard", 1>,
     I32EnumAttrCase<"quantize_orthogonal", 2>,
     I32EnumAttrCase<"matmul", 3>,
     I32EnumAttrCase<"embedding", 4>,
     I32EnumAttrCase<"attention", 5>,
+    I32EnumAttrCase<"quantize_glu", 64>,
+    I32EnumAttrCase<"embedding_rows", 65>,
+    I32EnumAttrCase<"matmul_bias", 66>,
+    I32EnumAttrCase<"matmul_residual", 67>,
+    I32EnumAttrCase<"dense_mlp", 68>,
+    I32EnumAttrCase<"rms_norm", 69>,
+    I32EnumAttrCase<"rope", 70>,
+    I32EnumAttrCase<"cached_attention", 71>,
+    I32EnumAttrCase<"short_conv", 72>,
+    I32EnumAttrCase<"glu", 73>,
+    I32EnumAttrCase<"add", 74>,
+    I32EnumAttrCase<"scale", 75>,
+    I32EnumAttrCase<"scale_by", 76>,
+    I32EnumAttrCase<"softcap", 77>,
+    I32EnumAttrCase<"convert", 78>,
+    I32EnumAttrCase<"columns", 79>,
   ]> {
   let cppNamespace = "::mlir::cq4p";
   let genSpecializedAttr = 0;
+}
+
+def CQ4P_KernelAttr : AttrDef<CQ4P_Dialect, "Kernel"> {
+  let mnemonic = "kernel";
+  let summary = "what a kernel function computes, and its parameters";
+  let description = [{
+    The `cq4p.kernel` attribute of a kernel function: what
+    cq4p-export-kernels needs to give it a C entry point and list it in the
+    kernel table (kernel_abi.h). `kind` is what it computes; `n`, `k`,
+    `group_size`, `orthogonal` and `window` the shape the table records (the
+    weight's, or heads and head dim for attention); `min_rows` and
+    `max_rows` the row counts it takes (`max_rows` 0: unbounded). `params`
+    are the function's parameters in order, each with its ABI name
+    (`weight.<region>` reads a region of that weight view) and type; a
+    buffer whose dynamic dimension is not the op's row count names the
+    integer parameter that gives it (`sized_by`). Fields at their default
+    (0, `min_rows` 1) are left out.
+
+    Example:
+
+    ```mlir
+    #cq4p.kernel<add, n = 512, params = ["a": memref<?x512xf32>,
+        "b": memref<?x512xf32>, "out": memref<?x512xf32>, "rows": index]>
+    #cq4p.kernel<cached_attention, n = 8, k = 64, params = [
+        "q": memref<?x512xf32>, "keys": memref<?x256xf16> sized_by "context",
+        ..., "context": index, ...]>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<CQ4P_KernelKind>:$kind,
+    DefaultValuedParameter<"int64_t", "0">:$n,
+    DefaultValuedParameter<"int64_t", "0">:$k,
+    DefaultValuedParameter<"int64_t", "0">:$group_size,
+    DefaultValuedParameter<"int64_t", "0">:$window,
+    DefaultValuedParameter<"bool", "false">:$orthogonal,
+    DefaultValuedParameter<"int64_t", "1">:$min_rows,
+    DefaultValuedParameter<"int64_t", "0">:$max_rows,
+    ArrayRefParameter<"KernelParameter">:$params
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+// The values are kernel_abi.h's cq4p_binding_kind.
+def CQ4P_BindingKind : I32EnumAttr<"BindingKind",
+    "the file a model binding is", [
+    I32EnumAttrCase<"cq4", 1>,
+    I32EnumAttrCase<"fp16", 2>,
+    I32EnumAttrCase<"fp32", 3>,
+  ]> {
+  let cppNamespace = "::mlir::cq4p";
+  let genSpecializedAttr = 0;
+}
+
+def CQ4P_ModelPlanAttr : AttrDef<CQ4P_Dialect, "ModelPlan"> {
+  let mnemonic = "model_plan";
+  let summary = "what cq4p-lower-model planned for the library's model descriptor";
+  let description = [{
+    The `cq4p.model_plan` attribute cq4p-lower-model sets on the module and
+    cq4p-export-steps writes into `cq4p_model_desc` (kernel_abi.h): the
+    prefill step's rows, the KV cache's element type, the bytes of the
+    workspace, of the KV cache per position and of the step state, the
+    widest layer's cache row (elements), and the bound tensors in
+    `@forward`'s order, each with the shape the runtime checks its file
+    against: a CQ4 weight's `NxK`, group size and rotation, a dense
+    tensor's element count.
+
+    Example:
+
+    ```mlir
+    #cq4p.model_plan<prefill_chunk = 128, kv_dtype = f16,
+        workspace_bytes = 1048576, kv_position_bytes = 1024, kv_width = 256,
+        state_bytes = 0, bindings = [
+          "model.embed_tokens.weight": cq4<1024x512, gs = 128, orthogonal>,
+          "model.layers.0.input_layernorm.weight": fp16<512>,
+          "model.layers.0.self_attn.q_proj.weight": cq4<512x512, gs = 128>]>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$prefill_chunk,
+    EnumParameter<CQ4P_KvDtype>:$kv_dtype,
+    "int64_t":$workspace_bytes,
+    "int64_t":$kv_position_bytes,
+    "int64_t":$kv_width,
+    "int64_t":$state_bytes,
+    ArrayRefParameter<"PlanBinding">:$bindings
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -10,7 +10,7 @@ def CQ4PLowerToKernels : Pass<"cq4p-lower-to-kernels", "mlir::ModuleOp"> {
   let description = [{
     For every `cq4p.linear` and `cq4p.embedding` of the module, creates the
     kernel functions that compute it, over buffers, with the kernel ABI's
-    parameters (`cq4p.kernel` attribute):
+    parameters (the `cq4p.kernel` attribute, a `#cq4p.kernel`):
 
     - the activation kernel: `cq4p.quantize_activations` (Hadamard) or
       `cq4p.rotate_quantize_activations` (orthogonal lm_head);
@@ -45,8 +45,9 @@ def CQ4PLowerModel : Pass<"cq4p-lower-model", "mlir::ModuleOp"> {
     cache for keys and values, the logits for the result), linears that
     read the same value with the same activation transform share one
     quantization, and every kernel call becomes a `cq4p.dispatch` over its
-    work items. The graph function is then erased. A module without
-    `@forward` is left alone.
+    work items. The graph function is then erased, and what the library's
+    model descriptor records goes into the module's `cq4p.model_plan` (a
+    `#cq4p.model_plan`). A module without `@forward` is left alone.
   }];
   let options = [
     Option<"prefillChunk", "prefill-chunk", "int64_t", /*default=*/"128",
@@ -114,7 +115,7 @@ def CQ4PExportKernels : Pass<"cq4p-export-kernels", "mlir::ModuleOp"> {
     (runtime/include/cq4p/kernel_abi.h) that loads the weight regions from
     the runtime's `cq4p_weight_view`, builds the buffers' descriptors and
     calls the kernel, which becomes internal; then emits the
-    `cq4p_kernel_table` describing every entry (ABI version, op, shapes,
+    `cq4p_kernel_table` describing every entry (ABI version, kind, shapes,
     target, CPU features).
   }];
   let options = [
@@ -142,7 +143,8 @@ def CQ4PExportSteps : Pass<"cq4p-export-steps", "mlir::ModuleOp"> {
     task `(args, begin, end)` computing the kernel entry's pointers (from
     each `#cq4p.place`) and integers (its scalars) and calling the entry;
     then `cq4p_model_steps` describes the model (kernel_abi.h,
-    cq4p_model_desc). A module without steps is left alone.
+    cq4p_model_desc) from the module's `cq4p.model` and `cq4p.model_plan`.
+    A module without steps is left alone.
   }];
   let options = [
     Option<"target", "target", "mlir::cq4p::Target",
