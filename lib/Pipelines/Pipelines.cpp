@@ -22,13 +22,20 @@
 using namespace mlir;
 using namespace mlir::cq4p;
 
-void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, KernelTarget target,
+// The kernel target is the ODS Target everywhere in the compiler; its
+// values are the ones the kernel table carries (kernel_abi.h).
+static_assert(uint32_t(Target::host) == CQ4P_TARGET_HOST &&
+                  uint32_t(Target::aarch64_neon) == CQ4P_TARGET_AARCH64_NEON &&
+                  uint32_t(Target::aarch64_sme2) == CQ4P_TARGET_AARCH64_SME2,
+              "the ODS Target must keep kernel_abi.h's cq4p_target values");
+
+void mlir::cq4p::buildKernelPipeline(OpPassManager &pm, Target target,
                                      const KernelPipelineOptions &options) {
   buildKernelFrontPipeline(pm, target, options);
   buildKernelBackPipeline(pm, target, options);
 }
 
-void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target,
+void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, Target target,
                                           const KernelPipelineOptions &options) {
   // A model graph: its kernels and the planned prefill and decode steps.
   pm.addPass(createCQ4PLowerModel(
@@ -39,20 +46,20 @@ void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target
   // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.
   // SME2 computes one row's partials of every group of a super-block in a
   // streaming leaf; the rest is NEON.
-  bool sme2 = target == KernelTarget::AArch64Sme2;
-  bool neon = target == KernelTarget::AArch64Neon;
+  bool sme2 = target == Target::aarch64_sme2;
+  bool neon = target == Target::aarch64_neon;
   pm.addNestedPass<func::FuncOp>(createCQ4PTileSuperBlocks(
       CQ4PTileSuperBlocksOptions{options.gemmRows, sme2, neon}));
 }
 
-void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
+void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, Target target,
                                          const KernelPipelineOptions &options) {
-  bool sme2 = target == KernelTarget::AArch64Sme2;
+  bool sme2 = target == Target::aarch64_sme2;
   if (sme2)
     pm.addPass(createConvertCQ4PToArmSME(
         ConvertCQ4PToArmSMEOptions{options.sme2FmlalRotation}));
   // The target's panel dot; the shared lowering of the rest.
-  if (target != KernelTarget::Host) {
+  if (target != Target::host) {
     pm.addNestedPass<func::FuncOp>(createConvertCQ4PToNeon());
   } else {
     pm.addPass(createDeclareHostPrefetchFlag());
@@ -74,14 +81,12 @@ void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
   pm.addPass(createReconcileUnrealizedCastsPass());
   // The C ABI entry points and the kernel table.
   CQ4PExportKernelsOptions exportOptions;
-  exportOptions.target = target == KernelTarget::AArch64Neon   ? Target::aarch64_neon
-                         : target == KernelTarget::AArch64Sme2 ? Target::aarch64_sme2
-                                                               : Target::host;
+  exportOptions.target = target;
   // What the target's code needs, on top of what the caller adds (the
   // host's own features, for the host path).
-  uint64_t implied = target == KernelTarget::AArch64Neon
+  uint64_t implied = target == Target::aarch64_neon
                          ? CQ4P_FEATURE_AARCH64_DOTPROD
-                     : target == KernelTarget::AArch64Sme2
+                     : target == Target::aarch64_sme2
                          ? CQ4P_FEATURE_AARCH64_DOTPROD | CQ4P_FEATURE_AARCH64_SME2
                          : 0;
   exportOptions.features = options.features | implied;
@@ -96,19 +101,19 @@ void mlir::cq4p::registerPipelines() {
       "cq4p-neon-pipeline",
       "Graph-level cq4p IR to exported AArch64 NEON kernels in the LLVM dialect",
       [](OpPassManager &pm, const KernelPipelineOptions &options) {
-        buildKernelPipeline(pm, KernelTarget::AArch64Neon, options);
+        buildKernelPipeline(pm, Target::aarch64_neon, options);
       });
   PassPipelineRegistration<KernelPipelineOptions>(
       "cq4p-sme2-pipeline",
       "Graph-level cq4p IR to exported AArch64 SME2 kernels (NEON rescale) in "
       "the LLVM dialect",
       [](OpPassManager &pm, const KernelPipelineOptions &options) {
-        buildKernelPipeline(pm, KernelTarget::AArch64Sme2, options);
+        buildKernelPipeline(pm, Target::aarch64_sme2, options);
       });
   PassPipelineRegistration<KernelPipelineOptions>(
       "cq4p-host-pipeline",
       "Graph-level cq4p IR to exported host kernels in the LLVM dialect",
       [](OpPassManager &pm, const KernelPipelineOptions &options) {
-        buildKernelPipeline(pm, KernelTarget::Host, options);
+        buildKernelPipeline(pm, Target::host, options);
       });
 }

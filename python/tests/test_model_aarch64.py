@@ -168,7 +168,7 @@ def test_neon_and_sme2_models_match_the_oracle_and_each_other(arch, synthetic_mo
 def test_decode_across_softmax_blocks_matches_the_oracle(target, flags, synthetic_model,
                                                          tmp_path):
     # SME2's streaming decode attention (lib/Conversion/CQ4PToArmSME/
-    # DecodeAttention.cpp) and the NEON code (lib/Conversion/KernelLowering/
+    # DecodeAttention.cpp) and the NEON code (lib/Conversion/CQ4PToNeon/
     # NeonAttention.cpp) take the softmax in blocks of 256 keys: a 300-token
     # prompt puts every decode step's keys (301 to 304) across two blocks,
     # the last tile of 16 (NEON: quad of 4) partial, and NEON's prefill

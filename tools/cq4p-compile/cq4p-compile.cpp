@@ -275,7 +275,7 @@ int compile() {
   options.aarch64TuneCpu = tuneCpu;
   options.gemmRows = gemmRows.getNumOccurrences()
                          ? int64_t(gemmRows)
-                         : first.kernelTarget == cq4p::KernelTarget::AArch64Neon
+                         : first.kernelTarget == cq4p::Target::aarch64_neon
                                ? 8
                                : 4;
   options.prefillChunk = prefillChunk;

@@ -13,8 +13,6 @@
 
 namespace mlir::cq4p {
 
-enum class KernelTarget { Host, AArch64Neon, AArch64Sme2 };
-
 struct KernelPipelineOptions
     : public PassPipelineOptions<KernelPipelineOptions> {
   PassOptions::Option<int64_t> gemmRows{
@@ -73,7 +71,7 @@ struct KernelPipelineOptions
 ///   [convert-cq4p-to-arm-sme,] convert-cq4p-to-neon | convert-cq4p-to-vector,
 ///   canonicalize,
 ///   the upstream lowering to LLVM, cq4p-export-kernels, cq4p-export-steps.
-void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
+void buildKernelPipeline(OpPassManager &pm, Target target,
                          const KernelPipelineOptions &options);
 
 /// buildKernelPipeline in two parts, the first independent of the panel dot
@@ -81,9 +79,9 @@ void buildKernelPipeline(OpPassManager &pm, KernelTarget target,
 /// it serves every x86-64 level a library holds:
 ///   front: cq4p-lower-model, cq4p-lower-to-kernels, cq4p-tile-super-blocks;
 ///   back: the rest.
-void buildKernelFrontPipeline(OpPassManager &pm, KernelTarget target,
+void buildKernelFrontPipeline(OpPassManager &pm, Target target,
                               const KernelPipelineOptions &options);
-void buildKernelBackPipeline(OpPassManager &pm, KernelTarget target,
+void buildKernelBackPipeline(OpPassManager &pm, Target target,
                              const KernelPipelineOptions &options);
 
 /// Registers cq4p-neon-pipeline, cq4p-sme2-pipeline and cq4p-host-pipeline.

@@ -1,9 +1,9 @@
 //===- CQ4PToNeon.cpp - convert-cq4p-to-neon ------------------------------===//
 //
-// Lowers the kernel ops for AArch64 NEON: cq4p.panel_dot becomes the
-// pair-zip loop of TBL lookups and arm_neon.intr.sdot (KernelLowering.cpp
-// explains the data movement); the other kernel ops take the shared
-// lowering.
+// Lowers the kernel ops for AArch64 NEON: the shared kernel lowering
+// (KernelLowering.cpp) with NEON's KernelTargetInfo (NeonTargetInfo.cpp):
+// cq4p.panel_dot becomes the pair-zip loop of TBL lookups and
+// arm_neon.intr.sdot, cq4p.attention 4-lane NEON code.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +18,7 @@ using namespace mlir;
 using namespace mlir::cq4p;
 
 void mlir::cq4p::populateCQ4PToNeonPatterns(RewritePatternSet &patterns) {
-  populateCQ4PKernelLoweringPatterns(patterns, DotTarget::Neon);
+  populateCQ4PKernelLoweringPatterns(patterns, getNeonKernelTargetInfo());
 }
 
 namespace {
@@ -27,7 +27,7 @@ class ConvertCQ4PToNeon
     : public mlir::cq4p::impl::ConvertCQ4PToNeonBase<ConvertCQ4PToNeon> {
 public:
   void runOnOperation() override {
-    if (failed(lowerCQ4PKernels(getOperation(), DotTarget::Neon)))
+    if (failed(lowerCQ4PKernels(getOperation(), getNeonKernelTargetInfo())))
       signalPassFailure();
   }
 };

@@ -1,9 +1,10 @@
 //===- CQ4PToVector.cpp - convert-cq4p-to-vector --------------------------===//
 //
-// Lowers the kernel ops for the host: cq4p.panel_dot as `x86-dot` says
-// (128-bit pshufb and a generic dot for SSSE3; HostKernels.cpp's loop on
-// 256- or 512-bit vectors for AVX2, AVX-VNNI and AVX-512 VNNI; generic
-// vector code otherwise); the other kernel ops take the shared lowering.
+// Lowers the kernel ops for the host: the shared kernel lowering
+// (KernelLowering.cpp) with the host's KernelTargetInfo for `x86-dot`
+// (HostTargetInfo.cpp): cq4p.panel_dot as 128-bit pshufb and a generic dot
+// for SSSE3, HostKernels.cpp's loop on 256- or 512-bit vectors for AVX2,
+// AVX-VNNI and AVX-512 VNNI, generic vector code otherwise.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,28 +21,12 @@ using namespace mlir::cq4p;
 
 namespace {
 
-DotTarget hostDotTarget(X86Dot dot) {
-  switch (dot) {
-  case X86Dot::generic:
-    return DotTarget::Generic;
-  case X86Dot::ssse3:
-    return DotTarget::X86Ssse3;
-  case X86Dot::avx2:
-    return DotTarget::X86Avx2;
-  case X86Dot::avxvnni:
-    return DotTarget::X86AvxVnni;
-  case X86Dot::avx512vnni:
-    return DotTarget::X86Avx512Vnni;
-  }
-  llvm_unreachable("unknown X86Dot");
-}
-
 class ConvertCQ4PToVector
     : public mlir::cq4p::impl::ConvertCQ4PToVectorBase<ConvertCQ4PToVector> {
 public:
   using Base::Base;
   void runOnOperation() override {
-    if (failed(lowerCQ4PKernels(getOperation(), hostDotTarget(x86Dot))))
+    if (failed(lowerCQ4PKernels(getOperation(), getHostKernelTargetInfo(x86Dot))))
       signalPassFailure();
   }
 };
@@ -69,5 +54,5 @@ public:
 
 void mlir::cq4p::populateCQ4PToVectorPatterns(RewritePatternSet &patterns,
                                               X86Dot dot) {
-  populateCQ4PKernelLoweringPatterns(patterns, hostDotTarget(dot));
+  populateCQ4PKernelLoweringPatterns(patterns, getHostKernelTargetInfo(dot));
 }

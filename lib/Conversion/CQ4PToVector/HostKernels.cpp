@@ -122,14 +122,14 @@ Value hostPrefetching(OpBuilder &b, Location loc) {
 
 } // namespace
 
-bool mlir::cq4p::isWideX86DotTarget(DotTarget target) {
-  return target == DotTarget::X86Avx2 || target == DotTarget::X86AvxVnni ||
-         target == DotTarget::X86Avx512Vnni;
+bool mlir::cq4p::isWideX86Dot(X86Dot dot) {
+  return dot == X86Dot::avx2 || dot == X86Dot::avxvnni ||
+         dot == X86Dot::avx512vnni;
 }
 
 LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
                                                 PatternRewriter &rewriter,
-                                                DotTarget target) {
+                                                X86Dot dot) {
   Location loc = op.getLoc();
   OpBuilder &b = rewriter;
   auto panelsType = cast<MemRefType>(op.getPanels().getType());
@@ -139,8 +139,8 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
     return rewriter.notifyMatchFailure(
         op, "panel groups must be a multiple of 32 K values");
   int64_t rows = cast<MemRefType>(op.getPartials().getType()).getDimSize(0);
-  bool vnni = target != DotTarget::X86Avx2;
-  int64_t width = target == DotTarget::X86Avx512Vnni ? 64 : 32; // bytes
+  bool vnni = dot != X86Dot::avx2;
+  int64_t width = dot == X86Dot::avx512vnni ? 64 : 32; // bytes
   int64_t lanes = width / 16;                                     // 128-bit
   int64_t chunks = CQ4P_KG_BLOCK_BYTES / width; // loads per kg-block
   int64_t accBudget = (width == 64 ? 32 : 16) / 2;

@@ -1,7 +1,9 @@
-//===- HostKernels.h - the x86 panel dot on 256- and 512-bit vectors ------===//
+//===- HostKernels.h - the x86 lowerings on 256- and 512-bit vectors ------===//
 //
-// The hook KernelLowering.cpp calls for x86 targets with AVX2 or wider;
-// HostKernels.cpp explains the loop.
+// What the host's KernelTargetInfo (HostTargetInfo.cpp) hands the shared
+// kernel lowering for x86 with AVX2 or wider: the panel dot's loop
+// (HostKernels.cpp explains it) and the activation quantization's pattern
+// (HostQuantize.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,12 +15,20 @@
 
 namespace mlir::cq4p {
 
-/// Whether `target` is lowered by lowerWideX86PanelDot.
-bool isWideX86DotTarget(DotTarget target);
+/// Whether `dot` is lowered by lowerWideX86PanelDot and
+/// populateWideQuantizePatterns: AVX2 or wider.
+bool isWideX86Dot(X86Dot dot);
 
-/// Lowers `op` for X86Avx2, X86AvxVnni or X86Avx512Vnni.
+/// Lowers `op` for avx2, avxvnni or avx512vnni.
 LogicalResult lowerWideX86PanelDot(PanelDotOp op, PatternRewriter &rewriter,
-                                   DotTarget target);
+                                   X86Dot dot);
+
+/// cq4p.quantize_activations in natural order on `lanes` fp32 lanes (8 or
+/// 16), with AVX-512's word permutes and rounding conversion if `avx512`;
+/// `target` makes the output permutation where those do not.
+void populateWideQuantizePatterns(RewritePatternSet &patterns,
+                                  const KernelTargetInfo &target,
+                                  int64_t lanes, bool avx512);
 
 } // namespace mlir::cq4p
 

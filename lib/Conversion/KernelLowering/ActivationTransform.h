@@ -8,11 +8,37 @@
 
 namespace mlir::cq4p {
 
+/// Bytes of one quantized output vector: a group's bytes are chunks of 16.
+inline constexpr int64_t kQuantizedChunk = 16;
+
 /// Lowers cq4p.quantize_activations to straight-line vector code per group
-/// (butterflies between registers, a vector abs-max, a table permute), with
-/// the contract's fp32 operations in the contract's order.
+/// on 4-lane fp32 vectors (butterflies between registers, a vector abs-max,
+/// `target`'s rounding and output permutation), with the contract's fp32
+/// operations in the contract's order: KernelTargetInfo's default
+/// populateQuantizePatterns.
 void populateActivationTransformPatterns(RewritePatternSet &patterns,
-                                         DotTarget target);
+                                         const KernelTargetInfo &target);
+
+/// The output permutation act[k0 + j] = natural[perm[j]] of one group: a
+/// target's lookup indices, made from the permutation once per call (by
+/// KernelTargetInfo::createGroupPermuter), then the stores of each row.
+class GroupPermuter {
+public:
+  virtual ~GroupPermuter();
+
+  /// Stores the group's quantized bytes `natural` (natural order, in
+  /// vectors of kQuantizedChunk bytes) permuted to act[row, kBase + j].
+  virtual void store(ArrayRef<Value> natural, Value act, Value row,
+                     Value kBase) = 0;
+};
+
+/// The vectors of `parts` (a power of two of them, of one type), end to end.
+Value concatVectors(OpBuilder &b, Location loc, ArrayRef<Value> parts);
+
+/// act_scales[row, g] = max(maxAbs / 127, 1e-10), the contract's group
+/// scale; returns it.
+Value storeGroupScale(OpBuilder &b, Location loc, Value maxAbs, Value actScales,
+                      Value row, Value g);
 
 /// A gated transform's input act(g) * u lane by lane, cq4p.glu's formula in
 /// its order (fixed or scalable fp32 vectors): the vector lowerings and the

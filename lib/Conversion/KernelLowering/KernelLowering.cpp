@@ -1,8 +1,9 @@
 //===- KernelLowering.cpp - cq4p kernel ops to loops and vectors ----------===//
 //
-// The lowering of the kernel-level ops, shared by every backend; only the
-// codebook lookup and the 4-way int8 dot of `cq4p.panel_dot` differ by
-// target (DotTarget); x86 with AVX2 or wider takes HostKernels.cpp's loop.
+// The lowering of the kernel-level ops, shared by every backend; where a
+// target has instructions of its own the patterns ask its KernelTargetInfo
+// (the codebook lookup and the 4-way int8 dot of `cq4p.panel_dot`, or a
+// loop of its own: NEON's GEMV, x86's on 256- and 512-bit vectors).
 //
 // cq4p.panel_dot: the pair-zip loop. A 128-byte kg-block holds 4 K values
 // of 64 channels, channel c in bytes 2c (k0 low, k1 high) and 2c+1 (k2, k3).
@@ -17,9 +18,9 @@
 // the odd bytes of the pair's 8 activations, taken once per 32 activations
 // and broadcast by lane. Per 32 weights: half a zip, an and, a shift, two
 // lookups, two dots. A GEMV keeps all 64 channels in 16 accumulators (on
-// NEON with LD2 / four-register LD1 loads: emitNeonGemvLoop); a GEMM tile
-// passes over 8 channels at a time so that each unpacked weight vector
-// feeds every row of the tile.
+// NEON with LD2 / four-register LD1 loads: CQ4PToNeon/NeonTargetInfo.cpp);
+// a GEMM tile passes over 8 channels at a time so that each unpacked weight
+// vector feeds every row of the tile.
 //
 // cq4p.rescale lowers to plain scf loops over vector ops of the target's
 // float width, the same fp32 operations per lane on every target.
@@ -35,18 +36,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ActivationTransform.h"
-#include "CQ4PToVector/HostKernels.h"
 #include "LoweringHelpers.h"
-#include "NeonAttention.h"
+#include "PairZip.h"
 
 #include "cq4p/Codegen/ModelKernels.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
-#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 #include "cq4p/format.h"
 
-#include "mlir/Dialect/ArmNeon/ArmNeonDialect.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
@@ -55,141 +52,64 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::cq4p;
 
-namespace {
+KernelTargetInfo::~KernelTargetInfo() = default;
 
-Value shuffle(OpBuilder &b, Location loc, Value lhs, Value rhs,
-              ArrayRef<int64_t> mask) {
-  return vector::ShuffleOp::create(b, loc, lhs, rhs, mask);
-}
-
-Value bitcast(OpBuilder &b, Location loc, Value value, VectorType type) {
-  return vector::BitCastOp::create(b, loc, type, value);
-}
-
-/// The address of the i8 element memref[indices], as an LLVM pointer.
-Value bytePointer(OpBuilder &b, Location loc, Value memref, ValueRange indices) {
-  auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, memref);
-  Value linear = metadata.getOffset();
-  for (auto [index, stride] : llvm::zip_equal(indices, metadata.getStrides()))
-    linear = arith::AddIOp::create(b, loc, linear,
-                                   arith::MulIOp::create(b, loc, index, stride));
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
-  Value address = arith::IndexCastUIOp::create(
-      b, loc, b.getI64Type(), arith::AddIOp::create(b, loc, base, linear));
-  return LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(b.getContext()),
-                                  address);
-}
-
-/// `value` itself, which LLVM can no longer see through (cq4p_intr.opaque:
-/// no instruction). See emitNeonGemvLoop for why the GEMV's address chain
-/// needs that.
-Value opaqueValue(OpBuilder &b, Location loc, Value value) {
-  return cq4p_intr::OpaqueOp::create(b, loc, value.getType(), value);
-}
-
-/// The vectors of an AArch64 NEON structure load at `pointer`, LD1x4 (64
-/// bytes into four registers) or LD2 (32 bytes de-interleaved into even and
-/// odd bytes).
-template <typename LoadOp>
-SmallVector<Value> neonStructLoad(OpBuilder &b, Location loc, Value pointer) {
-  constexpr int64_t count = std::is_same_v<LoadOp, cq4p_intr::NeonLd1x4Op> ? 4 : 2;
+Value KernelTargetInfo::lookup(OpBuilder &b, Location loc, Value table,
+                               Value index) const {
+  // A select per level: slow, but portable to any target.
   auto i8x16 = VectorType::get({16}, b.getI8Type());
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), SmallVector<Type>(count, i8x16));
-  Value loaded = LoadOp::create(b, loc, structType, pointer);
-  SmallVector<Value> vectors;
-  for (int64_t i = 0; i < count; ++i)
-    vectors.push_back(LLVM::ExtractValueOp::create(b, loc, loaded, i));
-  return vectors;
+  Value result = splat(b, loc, i8x16, b.getI8IntegerAttr(0));
+  for (int64_t level = 0; level < CQ4P_CODEBOOK_LEVELS; ++level) {
+    Value levelIndex = splat(b, loc, i8x16, b.getI8IntegerAttr(level));
+    Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      index, levelIndex);
+    Value levelValue = shuffle(b, loc, table, table,
+                               SmallVector<int64_t>(16, level));
+    result = arith::SelectOp::create(b, loc, hit, levelValue, result);
+  }
+  return result;
 }
 
-/// The target's codebook lookup and 4-way dot.
-class DotEmitter {
-public:
-  DotEmitter(DotTarget target, OpBuilder &b, Location loc)
-      : target(target), b(b), loc(loc) {
-    i8x16 = VectorType::get({16}, b.getI8Type());
-    i32x4 = VectorType::get({4}, b.getI32Type());
-    i32x16 = VectorType::get({16}, b.getI32Type());
+Value KernelTargetInfo::dot(OpBuilder &b, Location loc, Value acc, Value lhs,
+                            Value rhs) const {
+  auto i32x16 = VectorType::get({16}, b.getI32Type());
+  Value l = arith::ExtSIOp::create(b, loc, i32x16, lhs);
+  Value r = arith::ExtSIOp::create(b, loc, i32x16, rhs);
+  Value products = arith::MulIOp::create(b, loc, l, r);
+  Value sum = acc;
+  for (int64_t j = 0; j < 4; ++j)
+    sum = arith::AddIOp::create(
+        b, loc, sum,
+        shuffle(b, loc, products, products, {j, 4 + j, 8 + j, 12 + j}));
+  return sum;
+}
+
+RotationBlocking KernelTargetInfo::rotationBlocking() const {
+  return {4, 4, 8, 4, 16, false};
+}
+
+void DotEmitter::unpackPair(Value table, Value lowMask, Value four, Value a,
+                            Value bb,
+                            function_ref<void(int64_t, Value, Value)> use) {
+  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto i16x8 = VectorType::get({8}, b.getI16Type());
+  Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
+  Value zipped[2] = {
+      bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
+      bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
+  for (int64_t half = 0; half < 2; ++half) {
+    Value low = arith::AndIOp::create(b, loc, zipped[half], lowMask);
+    Value high = arith::ShRUIOp::create(b, loc, zipped[half], four);
+    use(half, target.lookup(b, loc, table, low),
+        target.lookup(b, loc, table, high));
   }
+}
 
-  /// table[index] per byte, indices in [0, 16).
-  Value lookup(Value table, Value index) {
-    switch (target) {
-    case DotTarget::Neon:
-      return cq4p_intr::NeonTbl1Op::create(b, loc, i8x16, table, index);
-    case DotTarget::X86Ssse3:
-      return cq4p_intr::X86Ssse3PshufB128Op::create(b, loc, i8x16, table, index);
-    case DotTarget::X86Avx2:
-    case DotTarget::X86AvxVnni:
-    case DotTarget::X86Avx512Vnni:
-    case DotTarget::Generic:
-      break;
-    }
-    // A select per level: slow, but portable to any target.
-    Value result = splat(b, loc, i8x16, b.getI8IntegerAttr(0));
-    for (int64_t level = 0; level < CQ4P_CODEBOOK_LEVELS; ++level) {
-      Value levelIndex = splat(b, loc, i8x16, b.getI8IntegerAttr(level));
-      Value hit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                        index, levelIndex);
-      Value levelValue = shuffle(b, loc, table, table,
-                                 SmallVector<int64_t>(16, level));
-      result = arith::SelectOp::create(b, loc, hit, levelValue, result);
-    }
-    return result;
-  }
-
-  /// The codebook values of two 16-byte slices `a` and `bb` at one byte
-  /// offset of kg-blocks t and t+1: zipped as 16-bit lanes, then per half
-  /// (4 channels) the low and the high nibbles looked up in `table`, the
-  /// operands of the dots with the even and the odd activations, handed to
-  /// use(half, low, high) at once (so a half's weights die before the next
-  /// half's are made). `lowMask` and `four` are splats of 0x0F and 4.
-  void unpackPair(Value table, Value lowMask, Value four, Value a, Value bb,
-                  function_ref<void(int64_t, Value, Value)> use) {
-    auto i16x8 = VectorType::get({8}, b.getI16Type());
-    Value a16 = bitcast(b, loc, a, i16x8), b16 = bitcast(b, loc, bb, i16x8);
-    Value zipped[2] = {
-        bitcast(b, loc, shuffle(b, loc, a16, b16, {0, 8, 1, 9, 2, 10, 3, 11}), i8x16),
-        bitcast(b, loc, shuffle(b, loc, a16, b16, {4, 12, 5, 13, 6, 14, 7, 15}), i8x16)};
-    for (int64_t half = 0; half < 2; ++half) {
-      Value low = arith::AndIOp::create(b, loc, zipped[half], lowMask);
-      Value high = arith::ShRUIOp::create(b, loc, zipped[half], four);
-      use(half, lookup(table, low), lookup(table, high));
-    }
-  }
-
-  /// acc[i] + sum_{j<4} lhs[4i+j] * rhs[4i+j], exactly, in int32.
-  Value dot(Value acc, Value lhs, Value rhs) {
-    if (target == DotTarget::Neon)
-      return arm_neon::SdotOp::create(b, loc, i32x4, acc, lhs, rhs);
-    Value l = arith::ExtSIOp::create(b, loc, i32x16, lhs);
-    Value r = arith::ExtSIOp::create(b, loc, i32x16, rhs);
-    Value products = arith::MulIOp::create(b, loc, l, r);
-    Value sum = acc;
-    for (int64_t j = 0; j < 4; ++j)
-      sum = arith::AddIOp::create(
-          b, loc, sum,
-          shuffle(b, loc, products, products, {j, 4 + j, 8 + j, 12 + j}));
-    return sum;
-  }
-
-private:
-  DotTarget target;
-  OpBuilder &b;
-  Location loc;
-  VectorType i8x16, i32x4, i32x16;
-};
-
-/// The loop over a group's steps of 32 K values carrying `inits`:
-/// body(b, step, carried) builds one step and returns what the next step
-/// carries.
-scf::ForOp forKSteps(
+scf::ForOp mlir::cq4p::forKSteps(
     OpBuilder &b, Location loc, int64_t groupSize, ValueRange inits,
     function_ref<SmallVector<Value>(OpBuilder &, Value, SmallVector<Value>)> body) {
   auto loop = scf::ForOp::create(b, loc, cIndex(b, loc, 0),
@@ -203,16 +123,16 @@ scf::ForOp forKSteps(
   return loop;
 }
 
+namespace {
+
 struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
-  PanelDotLowering(MLIRContext *ctx, DotTarget target)
+  PanelDotLowering(MLIRContext *ctx, const KernelTargetInfo &target)
       : OpRewritePattern(ctx), target(target) {}
 
   LogicalResult matchAndRewrite(PanelDotOp op,
                                 PatternRewriter &rewriter) const override {
-    // A packed NEON tile takes the pair loop on every target (the x86 loop
-    // reads activations in their natural order).
-    if (isWideX86DotTarget(target) && !op.getPairedActivations())
-      return lowerWideX86PanelDot(op, rewriter, target);
+    if (std::optional<LogicalResult> lowered = target.lowerPanelDot(op, rewriter))
+      return *lowered;
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
     auto panelsType = cast<MemRefType>(op.getPanels().getType());
@@ -247,14 +167,10 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
       rewriter.eraseOp(op);
       return success();
     }
-    // The structure loads walk the panel and the activation row as
-    // contiguous bytes: identity layouts only (any other takes the loop
-    // below, which indexes the memrefs).
-    if (target == DotTarget::Neon && tileRows == 1 &&
-        panelsType.getLayout().isIdentity() &&
-        cast<MemRefType>(op.getAct().getType()).getLayout().isIdentity()) {
-      emitNeonGemvLoop(b, loc, op, emit, table, lowMask, four, zeroAcc,
-                       groupBase, groupSize);
+    if (tileRows == 1 &&
+        target.emitOneRowPanelDot(
+            b, loc, op, emit,
+            PairZipValues{table, lowMask, four, zeroAcc, groupBase, groupSize})) {
       rewriter.eraseOp(op);
       return success();
     }
@@ -351,102 +267,6 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
     return success();
   }
 
-  /// The NEON GEMV's pair loop (one row, all 64 channels in 16
-  /// accumulators), with the loads of the hand-written kernels: per 32 K
-  /// values one LD2 brings the activations already split into even and odd
-  /// bytes, and each 64 bytes of panel one four-register LD1 that advances
-  /// its pointer (post-index): 17 loads and no address arithmetic per 2048
-  /// weights, where 16-byte loads take 33 LDPs and adds. The four registers
-  /// of kg-block t and of kg-block t+1 (128 bytes further on) are taken
-  /// together, so two pointers walk the panel, each stepping 64 then 192
-  /// bytes, and 8 weight registers, 16 accumulators, the activations and
-  /// the unpack's temporaries fit the 32 vector registers.
-  ///
-  /// A four-register LD1 has no immediate offset, so the pointers must stay
-  /// chains of post-indexed steps through LLVM's optimizers: with constant
-  /// steps instruction selection folds them into offsets from one base
-  /// (then each load needs an add), and loop strength reduction rebuilds
-  /// any pointer recurrence it can analyze the same way. So the steps are
-  /// opaque registers and the loop-carried pointers pass through
-  /// cq4p_intr.opaque (opaqueValue): the selector then turns each add into
-  /// its load's post-index.
-  void emitNeonGemvLoop(OpBuilder &b, Location loc, PanelDotOp op,
-                        DotEmitter &emit, Value table, Value lowMask,
-                        Value four, Value zeroAcc, Value groupBase,
-                        int64_t groupSize) const {
-    constexpr int64_t kAccs = CQ4P_PANEL_CHANNELS / 4;
-    constexpr int64_t kKgBytes = CQ4P_KG_BLOCK_BYTES;
-    static_assert(CQ4P_PANEL_CHANNELS == 64 && kKgBytes == 128,
-                  "the loop's loads assume 128-byte kg-blocks of 64 channels");
-    auto i64 = b.getI64Type();
-    auto i8 = b.getI8Type();
-    auto ptrType = LLVM::LLVMPointerType::get(b.getContext());
-    Value c0 = cIndex(b, loc, 0);
-    auto stepOf = [&](int64_t bytes) {
-      return opaqueValue(
-          b, loc, LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(bytes)));
-    };
-    // Within a pair of kg-blocks, to the second half of the block; from
-    // there to the next pair.
-    Value halfStep = stepOf(kKgBytes / 2), pairStep = stepOf(3 * kKgBytes / 2);
-    Value panelA =
-        bytePointer(b, loc, op.getPanels(), ValueRange{op.getSuperBlock(), op.getGroup(), c0, c0});
-    Value panelB = LLVM::GEPOp::create(
-        b, loc, ptrType, i8, panelA,
-        ValueRange{LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(kKgBytes))});
-    Value actPointer =
-        bytePointer(b, loc, op.getAct(), ValueRange{op.getRow(), groupBase});
-    SmallVector<Value> inits(kAccs, zeroAcc);
-    inits.append({panelA, panelB, actPointer});
-    auto kLoop = forKSteps(b, loc, groupSize, inits,
-                           [&](OpBuilder &b, Value, SmallVector<Value> carried) {
-      SmallVector<Value> accs(carried.begin(), carried.begin() + kAccs);
-      Value pointers[2] = {carried[kAccs], carried[kAccs + 1]};
-      Value act = carried[kAccs + 2];
-      SmallVector<Value> split = neonStructLoad<cq4p_intr::NeonLd2Op>(b, loc, act);
-      auto i32x4 = VectorType::get({4}, b.getI32Type());
-      Value evens = bitcast(b, loc, split[0], i32x4);
-      Value odds = bitcast(b, loc, split[1], i32x4);
-      for (int64_t p = 0; p < 4; ++p) {
-        auto lane = [&](Value v) {
-          return bitcast(b, loc, shuffle(b, loc, v, v, {p, p, p, p}),
-                         VectorType::get({16}, b.getI8Type()));
-        };
-        Value evenLane = lane(evens), oddLane = lane(odds);
-        for (int64_t quarter = 0; quarter < 2; ++quarter) {
-          // Slices 4 quarter .. 4 quarter + 3 of kg-blocks 2p and 2p + 1.
-          SmallVector<Value> slices[2];
-          for (int64_t t = 0; t < 2; ++t) {
-            slices[t] = neonStructLoad<cq4p_intr::NeonLd1x4Op>(b, loc, pointers[t]);
-            pointers[t] = LLVM::GEPOp::create(b, loc, ptrType, i8, pointers[t],
-                                              ValueRange{quarter == 0 ? halfStep : pairStep});
-          }
-          for (int64_t s = 0; s < 4; ++s) {
-            int64_t slice = 4 * quarter + s;
-            emit.unpackPair(table, lowMask, four, slices[0][s], slices[1][s],
-                            [&](int64_t half, Value wLow, Value wHigh) {
-              Value &acc = accs[2 * slice + half];
-              acc = emit.dot(acc, wLow, evenLane);
-              acc = emit.dot(acc, wHigh, oddLane);
-            });
-          }
-        }
-      }
-      SmallVector<Value> results = accs;
-      results.push_back(opaqueValue(b, loc, pointers[0]));
-      results.push_back(opaqueValue(b, loc, pointers[1]));
-      results.push_back(opaqueValue(
-          b, loc,
-          LLVM::GEPOp::create(b, loc, ptrType, i8, act,
-                              ValueRange{LLVM::ConstantOp::create(
-                                  b, loc, i64, b.getI64IntegerAttr(32))})));
-      return results;
-    });
-    for (int64_t q = 0; q < kAccs; ++q)
-      vector::StoreOp::create(b, loc, kLoop.getResult(q), op.getPartials(),
-                              ValueRange{c0, cIndex(b, loc, 4 * q)});
-  }
-
   /// The pair loop over a packed tile (paired_activations): 8 channels per
   /// pass, every row of the tile on each unpacked weight vector. Per two
   /// pairs of kg-blocks the 8 weight vectors are unpacked first; then each
@@ -523,27 +343,8 @@ struct PanelDotLowering : public OpRewritePattern<PanelDotOp> {
                                              cIndex(b, loc, 4 * half))});
   }
 
-  DotTarget target;
+  const KernelTargetInfo &target;
 };
-
-/// The rescale's vector width per target: the widest register of the
-/// target's floats (16 lanes with AVX-512, 8 with AVX2, NEON's 4). Each
-/// lane's arithmetic is the same chain of fp32 operations at every width,
-/// so the width changes the instructions and not the bits.
-int64_t rescaleLanes(DotTarget target) {
-  switch (target) {
-  case DotTarget::X86Avx512Vnni:
-    return 16;
-  case DotTarget::X86Avx2:
-  case DotTarget::X86AvxVnni:
-    return 8;
-  case DotTarget::Neon:
-  case DotTarget::X86Ssse3:
-  case DotTarget::Generic:
-    return 4;
-  }
-  llvm_unreachable("unknown DotTarget");
-}
 
 struct RescaleLowering : public OpRewritePattern<RescaleOp> {
   RescaleLowering(MLIRContext *ctx, int64_t lanes)
@@ -657,63 +458,6 @@ Value rowsOf(OpBuilder &b, Location loc, Value memref) {
   if (!type.isDynamicDim(0))
     return cIndex(b, loc, type.getDimSize(0));
   return memref::DimOp::create(b, loc, memref, 0);
-}
-
-/// How the orthogonal rotations are blocked for the target's registers:
-/// `lanes` outputs per fp32 vector; tiles of up to `tileRows` rows (then
-/// halves of that, down to one row) hold `sums` vector sums, so a tile of
-/// r rows sums sums / r vectors of outputs at once (at most `rowVectors`),
-/// each rotation vector converted to fp32 once for the tile's rows; the
-/// rotation is taken `spanRows` of its rows at a time (see rotateRows).
-/// With `laneBroadcast`, a row's values are loaded `kRowValueLanes` at a
-/// time and each multiplies by lane (NEON's FMLA by element, no DUP);
-/// otherwise each is one broadcast load (x86's VBROADCASTSS). With
-/// `prefetchNextSpan`, a one-row tile (a decode step's embedding row, the
-/// lm_head's last row) prefetches, beside each rotation row it reads, the
-/// same outputs of the row one span further on: one row streams the whole
-/// K x K matrix from memory with nothing else to hide the misses behind.
-struct RotationBlocking {
-  int64_t lanes, tileRows, sums, rowVectors, spanRows;
-  bool laneBroadcast;
-  bool prefetchNextSpan = false;
-
-  /// Vectors of outputs a tile of `rows` rows sums at once.
-  int64_t vectorsFor(int64_t rows) const {
-    return std::max<int64_t>(1, std::min(rowVectors, sums / rows));
-  }
-};
-
-RotationBlocking rotationBlocking(DotTarget target) {
-  switch (target) {
-  case DotTarget::X86Avx512Vnni:
-    // 32 zmm: 16 sums, 2 rotation vectors. A 16-row tile (16 sums of one
-    // vector) converts half as often but measured 10-15% slower at K =
-    // 4096 (twice the broadcasts per product). A span of 8 rotation rows:
-    // a decode step's single row reads the 8 MiB matrix (K = 2048) from
-    // memory as 8 interleaved streams rather than 32, which the hardware
-    // prefetchers follow; with the next span prefetched, its embedding row
-    // took 0.55 ms rather than 0.96 and the lm_head's rotation 0.41 rather
-    // than 0.82 (1 thread, AMD EPYC, interleaved runs of the 16-layer
-    // hidden-2048 model of bench/model). The sums' reloads, four times as
-    // many as at a span of 32, are under a sixth of a multi-row tile's
-    // operations.
-    return {16, 8, 16, 8, 8, false, true};
-  case DotTarget::X86Avx2: // 16 ymm: 8 sums, 2 rotation vectors
-  case DotTarget::X86AvxVnni:
-    return {8, 4, 8, 4, 8, false, true};
-  case DotTarget::Neon:
-    // 32 q registers: 16 sums, up to 8 converted rotation vectors and the
-    // rows' values. One row sums 32 outputs: per rotation row 4 LDR of 8
-    // fp16 (LLVM addresses the span's rows from one register, beyond LDP's
-    // offsets), 8 FCVTL/FCVTL2 and 8 FMLA by element; with the sums'
-    // reloads once per span of 32 rotation rows, 0.625 instructions per
-    // multiply-add (bench/rotation-results.md).
-    return {4, 4, 16, 8, 32, true};
-  case DotTarget::X86Ssse3: // 16 xmm
-  case DotTarget::Generic:
-    break;
-  }
-  return {4, 4, 8, 4, 16, false};
 }
 
 /// A row's values per vector load with RotationBlocking::laneBroadcast.
@@ -1219,14 +963,15 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
   RotationBlocking blocking;
 };
 
-/// cq4p.attention on every target but SME2's streaming leaves: on AArch64
-/// the 4-lane NEON code (NeonAttention.cpp), on the host the 16-lane vector
-/// code (ModelKernels.cpp), for head dims that fill whole vectors; for
+/// cq4p.attention on every target but SME2's streaming leaves: the
+/// target's own code where it has some (NEON's 4-lane code,
+/// CQ4PToNeon/NeonAttention.cpp), else the 16-lane vector code
+/// (ModelKernels.cpp) for head dims that fill whole vectors; for
 /// other head dims (single tensors only), per query head and token, fp32
 /// scores (4-wide dot products), a max-subtracted softmax, then the values
 /// weighted by it. The runtime's threads split the heads.
 struct AttentionLowering : public OpRewritePattern<AttentionOp> {
-  AttentionLowering(MLIRContext *ctx, DotTarget target)
+  AttentionLowering(MLIRContext *ctx, const KernelTargetInfo &target)
       : OpRewritePattern(ctx), target(target) {}
 
   LogicalResult matchAndRewrite(AttentionOp op,
@@ -1235,8 +980,7 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
     OpBuilder &b = rewriter;
     int64_t dim = op.getHeadDim(), window = op.getWindow();
     int64_t group = op.getNumHeads() / op.getNumKvHeads();
-    if (target == DotTarget::Neon && hasNeonAttention(op)) {
-      emitNeonAttention(b, op);
+    if (target.emitAttention(b, op)) {
       rewriter.eraseOp(op);
       return success();
     }
@@ -1374,19 +1118,19 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
     return success();
   }
 
-  DotTarget target;
+  const KernelTargetInfo &target;
 };
 
 } // namespace
 
-void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
-                                                     DotTarget target) {
+void mlir::cq4p::populateCQ4PKernelLoweringPatterns(
+    RewritePatternSet &patterns, const KernelTargetInfo &target) {
   MLIRContext *ctx = patterns.getContext();
   patterns.add<PanelDotLowering>(ctx, target);
   patterns.add<RotateQuantizeActivationsLowering, DecodeEmbeddingLowering>(
-      ctx, rotationBlocking(target));
-  populateActivationTransformPatterns(patterns, target);
-  patterns.add<RescaleLowering>(ctx, rescaleLanes(target));
+      ctx, target.rotationBlocking());
+  target.populateQuantizePatterns(patterns);
+  patterns.add<RescaleLowering>(ctx, target.floatLanes());
   patterns.add<AttentionLowering>(ctx, target);
   // The attention's exp and a gated transform's exp and tanh as
   // polynomials: vector code instead of a libm call per lane, and the same
@@ -1397,7 +1141,8 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
   });
 }
 
-LogicalResult mlir::cq4p::lowerCQ4PKernels(func::FuncOp func, DotTarget target) {
+LogicalResult mlir::cq4p::lowerCQ4PKernels(func::FuncOp func,
+                                           const KernelTargetInfo &target) {
   RewritePatternSet patterns(func.getContext());
   populateCQ4PKernelLoweringPatterns(patterns, target);
   // The lowering creates no kernel op, so one walk over the function

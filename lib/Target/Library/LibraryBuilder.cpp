@@ -124,7 +124,7 @@ mlir::cq4p::buildKernelLibrary(OwningOpRef<ModuleOp> module,
   TemporaryFiles temporaries;
   std::vector<std::string> objects;
   std::vector<VariantEntry> entries;
-  bool sme2 = first.kernelTarget == KernelTarget::AArch64Sme2;
+  bool sme2 = first.kernelTarget == Target::aarch64_sme2;
   bool directObject = options.emit == EmitKind::Object &&
                       variants.size() == 1 && first.level.empty() && !sme2;
   for (size_t index = 0; index < variants.size(); ++index) {
@@ -174,7 +174,7 @@ mlir::cq4p::buildKernelLibrary(OwningOpRef<ModuleOp> module,
 
     if (directObject)
       return emitObject(**machine, *llvmModule, options.output);
-    if (choice.kernelTarget == KernelTarget::AArch64Sme2) {
+    if (choice.kernelTarget == Target::aarch64_sme2) {
       // The SME ABI routines the streaming leaves call (lazy ZA saves),
       // local to the library, linked ahead of the kernels.
       llvm::Expected<std::string> routines =

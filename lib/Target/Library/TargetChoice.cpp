@@ -190,7 +190,7 @@ mlir::cq4p::chooseTargets(const TargetRequest &request) {
   if (targetName == "aarch64-neon" || targetName == "aarch64-sme2") {
     bool sme2 = targetName == "aarch64-sme2";
     choice.kernelTarget =
-        sme2 ? KernelTarget::AArch64Sme2 : KernelTarget::AArch64Neon;
+        sme2 ? Target::aarch64_sme2 : Target::aarch64_neon;
     choice.triple = llvm::Triple(request.triple.empty() ? "aarch64-linux-gnu"
                                                         : request.triple);
     if (!choice.triple.isAArch64())
@@ -213,7 +213,7 @@ mlir::cq4p::chooseTargets(const TargetRequest &request) {
     return std::vector<TargetChoice>{choice};
   }
   if (targetName == "host") {
-    choice.kernelTarget = KernelTarget::Host;
+    choice.kernelTarget = Target::host;
     std::string host = llvm::sys::getProcessTriple();
     choice.triple =
         llvm::Triple(request.triple.empty() ? host : request.triple);

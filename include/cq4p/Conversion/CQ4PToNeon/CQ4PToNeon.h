@@ -3,11 +3,9 @@
 #ifndef CQ4P_CONVERSION_CQ4PTONEON_CQ4PTONEON_H
 #define CQ4P_CONVERSION_CQ4PTONEON_CQ4PTONEON_H
 
-#include "mlir/Pass/Pass.h"
+#include "cq4p/Conversion/KernelLowering/KernelTargetInfo.h"
 
-namespace mlir {
-class RewritePatternSet;
-} // namespace mlir
+#include "mlir/Pass/Pass.h"
 
 namespace mlir::cq4p {
 
@@ -17,6 +15,10 @@ namespace mlir::cq4p {
 /// The kernel ops to AArch64 NEON: the panel dot as TBL lookups and
 /// arm_neon.intr.sdot, the rest by the shared lowering.
 void populateCQ4PToNeonPatterns(RewritePatternSet &patterns);
+
+/// NEON's answers to the shared kernel lowering (NeonTargetInfo.cpp), which
+/// SME2 takes too for what its streaming leaves leave to NEON.
+const KernelTargetInfo &getNeonKernelTargetInfo();
 
 } // namespace mlir::cq4p
 

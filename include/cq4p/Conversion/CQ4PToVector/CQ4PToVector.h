@@ -3,13 +3,10 @@
 #ifndef CQ4P_CONVERSION_CQ4PTOVECTOR_CQ4PTOVECTOR_H
 #define CQ4P_CONVERSION_CQ4PTOVECTOR_CQ4PTOVECTOR_H
 
+#include "cq4p/Conversion/KernelLowering/KernelTargetInfo.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
 #include "mlir/Pass/Pass.h"
-
-namespace mlir {
-class RewritePatternSet;
-} // namespace mlir
 
 namespace mlir::cq4p {
 
@@ -25,6 +22,10 @@ inline constexpr llvm::StringLiteral kHostPrefetchFlag = "cq4p_host_prefetch";
 
 /// The kernel ops to the host's vector code, the panel dot as `dot` says.
 void populateCQ4PToVectorPatterns(RewritePatternSet &patterns, X86Dot dot);
+
+/// The host's answers to the shared kernel lowering for `dot`
+/// (HostTargetInfo.cpp).
+const KernelTargetInfo &getHostKernelTargetInfo(X86Dot dot);
 
 } // namespace mlir::cq4p
 

@@ -1,29 +1,23 @@
 //===- KernelLowering.h - the kernel ops' lowering shared by targets -*- C++ -*-===//
 //
-// Every backend lowers the kernel-level ops the same way except for the
-// codebook lookup and 4-way int8 dot of `cq4p.panel_dot`, which each target
-// spells with its own instructions (DotTarget). convert-cq4p-to-neon and
-// convert-cq4p-to-vector are this lowering for their targets.
+// Every backend lowers the kernel-level ops with the same patterns; where a
+// target spells a step with its own instructions (the codebook lookup and
+// 4-way int8 dot of `cq4p.panel_dot`, the quantization's rounding and
+// permutation, attention) the patterns ask its KernelTargetInfo.
+// convert-cq4p-to-neon and convert-cq4p-to-vector are this lowering for
+// their targets.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_CONVERSION_KERNELLOWERING_KERNELLOWERING_H
 #define CQ4P_CONVERSION_KERNELLOWERING_KERNELLOWERING_H
 
+#include "cq4p/Conversion/KernelLowering/KernelTargetInfo.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 
 namespace mlir::cq4p {
-
-/// How a target spells the two operations the panel dot is built from.
-enum class DotTarget {
-  Neon,          ///< tbl + arm_neon.intr.sdot
-  X86Ssse3,      ///< 128-bit pshufb + generic 4-way dot
-  X86Avx2,       ///< 256-bit pshufb + pmaddubsw/pmaddwd (HostKernels.cpp)
-  X86AvxVnni,    ///< 256-bit pshufb + AVX-VNNI vpdpbusd, biased codebook
-  X86Avx512Vnni, ///< 512-bit pshufb + AVX-512 VNNI vpdpbusd, biased codebook
-  Generic,       ///< generic vector code only
-};
 
 /// The attribute convert-cq4p-to-arm-sme puts on
 /// cq4p.rotate_quantize_activations and cq4p.decode_embedding: the
@@ -50,15 +44,15 @@ inline constexpr int64_t kSmeEmbeddingMopaRows = 64;
 /// them.
 inline constexpr int64_t kSmeEmbeddingMopaMinRows = 32;
 
-/// Patterns lowering cq4p kernel ops (panel_dot for `target`, and the
-/// target-independent rescale, activation quantization and embedding
-/// decode) to scf, vector, arith, math, memref and target intrinsics.
+/// Patterns lowering cq4p kernel ops for `target` (which they keep a
+/// reference to) to scf, vector, arith, math, memref and target intrinsics.
 void populateCQ4PKernelLoweringPatterns(RewritePatternSet &patterns,
-                                        DotTarget target);
+                                        const KernelTargetInfo &target);
 
 /// Applies the patterns for `target` to `func` and fails, naming the op,
 /// if a kernel op is left.
-LogicalResult lowerCQ4PKernels(func::FuncOp func, DotTarget target);
+LogicalResult lowerCQ4PKernels(func::FuncOp func,
+                               const KernelTargetInfo &target);
 
 } // namespace mlir::cq4p
 

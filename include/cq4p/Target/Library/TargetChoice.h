@@ -34,7 +34,7 @@ namespace mlir::cq4p {
 
 /// One code variant of a library.
 struct TargetChoice {
-  KernelTarget kernelTarget = KernelTarget::Host;
+  Target kernelTarget = Target::host;
   llvm::Triple triple;
   std::string cpu, features, tuneCpu;
   uint64_t kernelFeatures = 0;

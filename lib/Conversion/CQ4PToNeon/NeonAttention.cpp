@@ -62,7 +62,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "NeonAttention.h"
-#include "LoweringHelpers.h"
+#include "KernelLowering/LoweringHelpers.h"
 
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 

@@ -1,7 +1,7 @@
 //===- NeonAttention.h - cq4p.attention in 128-bit NEON steps -*- C++ -*-===//
 
-#ifndef CQ4P_LIB_CONVERSION_KERNELLOWERING_NEONATTENTION_H
-#define CQ4P_LIB_CONVERSION_KERNELLOWERING_NEONATTENTION_H
+#ifndef CQ4P_LIB_CONVERSION_CQ4PTONEON_NEONATTENTION_H
+#define CQ4P_LIB_CONVERSION_CQ4PTONEON_NEONATTENTION_H
 
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
@@ -19,4 +19,4 @@ void emitNeonAttention(OpBuilder &b, AttentionOp op);
 
 } // namespace mlir::cq4p
 
-#endif // CQ4P_LIB_CONVERSION_KERNELLOWERING_NEONATTENTION_H
+#endif // CQ4P_LIB_CONVERSION_CQ4PTONEON_NEONATTENTION_H
