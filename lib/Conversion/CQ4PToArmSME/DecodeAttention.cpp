@@ -224,14 +224,13 @@ struct Streaming {
   }
 
   /// ZA slice `slice` as an instruction's index register (W12-W15) plus
-  /// its immediate offset. Once makeSliceBases has run, the slice is one of
-  /// four opaque bases 0, 4, 8, 12 plus slice % 4, which instruction
-  /// selection takes as the register and the offset: with plain constants
-  /// LLVM moved each slice number into an index register before every
-  /// ZA access (about 80 MOVs per tile of keys).
+  /// its immediate offset: one of four opaque bases 0, 4, 8, 12 (made by
+  /// makeSliceBases) plus slice % 4, which instruction selection takes as
+  /// the register and the offset. With plain constants LLVM moved each
+  /// slice number into an index register before every ZA access (about 80
+  /// MOVs per tile of keys).
   Value sliceIndex(int64_t slice) {
-    if (!sliceBases[0])
-      return i32(slice);
+    assert(sliceBases[0] && "makeSliceBases runs first, in the entry block");
     Value base = sliceBases[slice / 4];
     if (slice % 4 == 0)
       return base;
