@@ -192,3 +192,10 @@ func.func @forward(%w: tensor<4xf16> {cq4p.tensr = "w"}) {
 func.func @forward(%w: tensor<4xf16> {cq4p.tensor = 3 : i64}) {
   return
 }
+
+// -----
+
+// A CQ4 binding's shape is a weight's: NxK (the same parser).
+// expected-error @+1 {{expected a weight shape NxK with 2 dimensions, got 3}}
+module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["w": cq4<64x128x2, gs = 64>]>} {
+}

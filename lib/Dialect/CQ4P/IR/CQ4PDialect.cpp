@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "WeightShape.h"
+
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -303,17 +305,8 @@ static ParseResult parsePlanBinding(AsmParser &parser,
   binding.tensor = StringAttr::get(parser.getContext(), name);
   binding.kind = *kind;
   if (*kind == BindingKind::cq4) {
-    SMLoc loc = parser.getCurrentLocation();
-    SmallVector<int64_t, 2> dims;
-    if (parser.parseDimensionList(dims, /*allowDynamic=*/false,
-                                  /*withTrailingX=*/false))
+    if (cq4p::detail::parseWeightShape(parser, binding.n, binding.k))
       return failure();
-    if (dims.size() != 2)
-      return parser.emitError(loc)
-             << "expected a CQ4 binding's shape NxK, got " << dims.size()
-             << " dimensions";
-    binding.n = dims[0];
-    binding.k = dims[1];
     if (parser.parseComma() ||
         parseIntegerField(parser, "gs", binding.groupSize))
       return failure();

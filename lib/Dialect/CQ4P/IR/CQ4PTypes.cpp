@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "WeightShape.h"
+
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/format.h"
 
@@ -19,9 +21,8 @@
 using namespace mlir;
 using namespace mlir::cq4p;
 
-/// Parses `NxK` with static sizes, as in a tensor type's shape.
-static ParseResult parseWeightShape(AsmParser &parser, int64_t &n,
-                                    int64_t &k) {
+ParseResult mlir::cq4p::detail::parseWeightShape(AsmParser &parser,
+                                                int64_t &n, int64_t &k) {
   SMLoc loc = parser.getCurrentLocation();
   SmallVector<int64_t, 2> dims;
   if (parser.parseDimensionList(dims, /*allowDynamic=*/false,
@@ -35,6 +36,8 @@ static ParseResult parseWeightShape(AsmParser &parser, int64_t &n,
   k = dims[1];
   return success();
 }
+
+using mlir::cq4p::detail::parseWeightShape;
 
 static void printWeightShape(AsmPrinter &printer, int64_t n, int64_t k) {
   printer << n << 'x' << k;
