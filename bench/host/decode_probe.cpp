@@ -3,9 +3,12 @@
 // bench/model's roofline for decode: opens every tensor file of a bundle
 // through the runtime (the same mappings, page sizes included, that a model
 // reads its weights through), and times a plain vector read of the bytes one
-// decode step reads: every file whole, except the token embedding's data, of
-// which a step reads one row. 1 thread reads them all; n threads each read
-// a contiguous share of the bytes, as a step's dispatches split them.
+// decode step reads: every file whole, except the embedding tables' data, of
+// which a step reads one row (the token embedding's, and Gemma 4's per-layer
+// table's). A bundle without an lm_head file has its lm_head tied to the
+// token embedding, which then streams that table's data whole every step:
+// it is counted whole. 1 thread reads them all; n threads each read a
+// contiguous share of the bytes, as a step's dispatches split them.
 //
 //   cq4p-bench-decode-probe BUNDLE THREADS REPS [LIBRARY]
 //
@@ -180,6 +183,13 @@ int main(int argc, char **argv) {
     if (entry.is_regular_file() && entry.path().extension() == ".weights")
       paths.push_back(entry.path().string());
   std::sort(paths.begin(), paths.end());
+  auto named = [](const std::string &path, const char *tensor) {
+    std::string file = std::filesystem::path(path).filename().string();
+    return file.rfind(tensor, 0) == 0;
+  };
+  bool tiedHead = std::none_of(paths.begin(), paths.end(), [&](const std::string &p) {
+    return named(p, "lm_head.weight.");
+  });
   for (const std::string &path : paths) {
     std::unique_ptr<TensorFile> file;
     if (Status status = TensorFile::open(path, file); !status) {
@@ -188,7 +198,8 @@ int main(int argc, char **argv) {
     }
     const uint8_t *base = file->region(CQ4P_REGION_DATA).data - file->info().data_offset;
     size_t size = size_t(file->info().data_offset + file->region(CQ4P_REGION_DATA).size);
-    if (path.find("embed_tokens") != std::string::npos) {
+    bool tokenTable = named(path, "model.embed_tokens.weight.");
+    if ((tokenTable && !tiedHead) || (!tokenTable && path.find("embed_tokens") != std::string::npos)) {
       // Its headers and scales, and one row of data.
       size = size_t(file->info().data_offset) + size_t(file->k() / 2);
     }
@@ -197,6 +208,8 @@ int main(int argc, char **argv) {
     files.push_back(std::move(file));
   }
   std::printf("bytes %zu\n", total);
+  std::printf("lm_head %s\n", tiedHead ? "tied to the token embedding (its data whole)"
+                                      : "its own file (the token embedding: one row)");
   volatile uint64_t sink = 0;
   if (argc == 5)
     return pairs(argv[1], argv[4], spans, total, maxThreads, reps, sink);
