@@ -495,64 +495,167 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return next;
   };
 
+  // The prompt's rows keep their heads' states in stack buffers made once
+  // per call (emitHeads runs inside the rows loop, where an alloca would
+  // grow the stack every row): every head of a group's running max, sum
+  // and accumulators, and per tile the heads' 16 dot-product vectors, their
+  // weights and corrections.
+  Value rowMax, rowSum, rowAcc, rowDots, rowWeights, rowCorrection;
+  auto makeRowBuffers = [&](OpBuilder &b1, Location l1) {
+    Type f32 = b1.getF32Type();
+    rowMax = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
+    rowSum = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
+    rowCorrection = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
+    rowAcc = memref::AllocaOp::create(b1, l1, MemRefType::get({group, d}, f32));
+    rowDots = memref::AllocaOp::create(
+        b1, l1, MemRefType::get({group * kLanes, kLanes}, f32));
+    rowWeights = memref::AllocaOp::create(b1, l1, MemRefType::get({group, kLanes}, f32));
+  };
+
   // The heads [h0, h0 + count) of KV head `kv` over keys [first, end) of
-  // row r: count is `group` (a whole group) or 1.
+  // row r: count is `group` (a whole group) or 1. A tile of 16 keys runs in
+  // three phases over all of the heads, so that its keys and then its
+  // values are each read from memory once and stay in L1 while every head
+  // uses them (head by head, a tile's keys and values together, 32 KiB at
+  // a head dim of 256, had left L1 for each head):
+  //   1. scores: per key row, every head's dot product, each key chunk
+  //      loaded once for all of them; the dots go to the stack;
+  //   2. per head: the dots folded into one vector of 16 scores, the
+  //      online softmax's new max, correction, weights and sum;
+  //   3. per chunk of the head dim: every head's accumulator rescaled, then
+  //      the weighted sum of the tile's value rows, each value chunk loaded
+  //      once for all of the heads.
+  // Each head's arithmetic is the per-head walk's, op for op (the same
+  // fold tree and exponentials, the accumulators summing keys in order),
+  // so the bits are too.
   auto emitHeads = [&](OpBuilder &b2, Location l2, Value r, Value first,
                        Value end, Value kv, Value h0, int64_t count) {
     Emitter e2{b2, l2};
     Value kvBase = e2.muli(kv, e2.index(d));
     SmallVector<Value> qBase;
-    SmallVector<SmallVector<Value>> qv(count);
-    for (int64_t g = 0; g < count; ++g) {
+    for (int64_t g = 0; g < count; ++g)
       qBase.push_back(e2.muli(e2.addi(h0, e2.index(g)), e2.index(d)));
-      for (int64_t c = 0; c < chunks; ++c)
-        qv[g].push_back(e2.load(q, {r, e2.addi(qBase[g], e2.index(c * kLanes))}));
-    }
-    // Per head: running max, running sum, then its chunks accumulators.
-    int64_t stride = 2 + chunks;
-    SmallVector<Value> init;
     for (int64_t g = 0; g < count; ++g) {
-      init.append({e2.f32c(lowest), e2.f32c(0.0f)});
+      Value gi = e2.index(g);
+      memref::StoreOp::create(b2, l2, e2.f32c(lowest), rowMax, gi);
+      memref::StoreOp::create(b2, l2, e2.f32c(0.0f), rowSum, gi);
       for (int64_t c = 0; c < chunks; ++c)
-        init.push_back(e2.splatc(0.0f));
+        e2.store(e2.splatc(0.0f), rowAcc, {gi, e2.index(c * kLanes)});
     }
-    // The whole tiles (flat addressing, no masks), then the last one if
-    // it is partial.
-    auto tile = [&](OpBuilder &b3, Location l3, Value t, ValueRange state,
-                    bool masked) {
+    // One tile [t, t + 16): `masked` when it may pass `end`.
+    auto tile = [&](OpBuilder &b3, Location l3, Value t, bool masked) {
       Emitter e3{b3, l3};
-      // Lanes past the last key are masked: their weight is 0.
       Value valid, tileBase;
       SmallVector<Value> keyRows;
       if (masked)
         valid = maskedTile(e3, t, end, keyRows);
       else
         tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
-      SmallVector<Value> next;
-      for (int64_t g = 0; g < count; ++g)
-        next.append(headTile(b3, l3, keyRows, valid, kvBase, qv[g],
-                             state.slice(g * stride, stride), tileBase));
-      return next;
+      // Chunk c of key or value row i (i a loop index when `row` is given:
+      // its cache row, clamped like maskedTile's in a masked tile).
+      auto chunkOf = [&](Emitter &en, Value cache, Value flat, Value i,
+                         Value row, Value c) {
+        if (!masked)
+          return en.load(flat, {en.addi(en.addi(tileBase, en.muli(i, en.index(kvWidth))), c)});
+        return en.load(cache, {row, en.addi(kvBase, c)});
+      };
+      auto rowOf = [&](Emitter &en, Value i) -> Value {
+        if (!masked)
+          return {};
+        Value j = en.addi(t, i);
+        Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
+        return arith::SelectOp::create(en.b, en.loc, inside, j, t);
+      };
+      // 1. Scores.
+      e3.loop(e3.index(0), e3.index(kLanes), 1, [&](OpBuilder &b4, Location l4, Value i) {
+        Emitter e4{b4, l4};
+        Value row = rowOf(e4, i);
+        SmallVector<Value> dots(count);
+        for (int64_t c = 0; c < chunks; ++c) {
+          Value key = chunkOf(e4, keys, flatKeys, i, row, e4.index(c * kLanes));
+          for (int64_t g = 0; g < count; ++g) {
+            Value qc = e4.load(q, {r, e4.addi(qBase[g], e4.index(c * kLanes))});
+            dots[g] = c == 0 ? e4.mul(qc, key)
+                             : math::FmaOp::create(b4, l4, qc, key, dots[g]).getResult();
+          }
+        }
+        for (int64_t g = 0; g < count; ++g)
+          e4.store(dots[g], rowDots, {e4.addi(e4.index(g * kLanes), i), e4.index(0)});
+      });
+      // 2. Softmax, head by head.
+      e3.loop(e3.index(0), e3.index(count), 1, [&](OpBuilder &b4, Location l4, Value g) {
+        Emitter e4{b4, l4};
+        Value dotBase = e4.muli(g, e4.index(kLanes));
+        SmallVector<std::pair<Value, int64_t>> pending;
+        for (int64_t i = 0; i < kLanes; ++i) {
+          Value dot = e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
+          int64_t keysIn = 1;
+          while (!pending.empty() && pending.back().second == keysIn) {
+            dot = foldPair(e4, pending.back().first, dot, keysIn);
+            pending.pop_back();
+            keysIn *= 2;
+          }
+          pending.push_back({dot, keysIn});
+        }
+        Value scores = e4.mul(pending.front().first, e4.splatc(scale));
+        if (valid)
+          scores = arith::SelectOp::create(b4, l4, valid, scores, e4.splatc(lowest));
+        Value maxOld = memref::LoadOp::create(b4, l4, rowMax, g);
+        Value maxNew = arith::MaximumFOp::create(b4, l4, maxOld, e4.max(scores));
+        Value isFirst = arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld,
+                                              e4.f32c(lowest));
+        Value correction = arith::SelectOp::create(
+            b4, l4, isFirst, e4.f32c(0.0f),
+            math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
+        Value weights = math::ExpOp::create(b4, l4, e4.sub(scores, e4.splat(maxNew)));
+        if (valid)
+          weights = arith::SelectOp::create(b4, l4, valid, weights, e4.splatc(0.0f));
+        Value sumOld = memref::LoadOp::create(b4, l4, rowSum, g);
+        memref::StoreOp::create(b4, l4, maxNew, rowMax, g);
+        memref::StoreOp::create(b4, l4, e4.add(e4.mul(sumOld, correction), e4.sum(weights)),
+                                rowSum, g);
+        memref::StoreOp::create(b4, l4, correction, rowCorrection, g);
+        e4.store(weights, rowWeights, {g, e4.index(0)});
+      });
+      // 3. Values.
+      e3.loop(e3.index(0), e3.index(d), kLanes, [&](OpBuilder &b4, Location l4, Value c) {
+        Emitter e4{b4, l4};
+        SmallVector<Value> acc;
+        for (int64_t g = 0; g < count; ++g) {
+          Value gi = e4.index(g);
+          acc.push_back(e4.mul(e4.load(rowAcc, {gi, c}),
+                               e4.splat(memref::LoadOp::create(b4, l4, rowCorrection, gi))));
+        }
+        for (int64_t i = 0; i < kLanes; ++i) {
+          Value ii = e4.index(i);
+          Value value = chunkOf(e4, values, flatValues, ii, masked ? keyRows[i] : Value(), c);
+          for (int64_t g = 0; g < count; ++g) {
+            Value w = e4.splat(memref::LoadOp::create(b4, l4, rowWeights,
+                                                      ValueRange{e4.index(g), ii}));
+            acc[g] = math::FmaOp::create(b4, l4, w, value, acc[g]);
+          }
+        }
+        for (int64_t g = 0; g < count; ++g)
+          e4.store(acc[g], rowAcc, {e4.index(g), c});
+      });
     };
     Value whole = wholeTilesEnd(e2, first, end);
-    auto wholeTiles = scf::ForOp::create(
-        b2, l2, first, whole, e2.index(kLanes), init,
-        [&](OpBuilder &b3, Location l3, Value t, ValueRange state) {
-          scf::YieldOp::create(b3, l3, tile(b3, l3, t, state, /*masked=*/false));
-        });
-    auto tiles = scf::IfOp::create(
+    e2.loop(first, whole, kLanes, [&](OpBuilder &b3, Location l3, Value t) {
+      tile(b3, l3, t, /*masked=*/false);
+    });
+    auto tail = scf::IfOp::create(
         b2, l2, arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::slt, whole, end),
-        [&](OpBuilder &b3, Location l3) {
-          scf::YieldOp::create(b3, l3,
-                               tile(b3, l3, whole, wholeTiles.getResults(), /*masked=*/true));
-        },
-        [&](OpBuilder &b3, Location l3) {
-          scf::YieldOp::create(b3, l3, wholeTiles.getResults());
-        });
+        /*withElseRegion=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b2);
+      b2.setInsertionPoint(tail.thenBlock()->getTerminator());
+      tile(b2, l2, whole, /*masked=*/true);
+    }
     for (int64_t g = 0; g < count; ++g) {
-      Value inv = e2.splat(e2.div(e2.f32c(1.0f), tiles.getResult(g * stride + 1)));
+      Value gi = e2.index(g);
+      Value inv = e2.splat(e2.div(e2.f32c(1.0f), memref::LoadOp::create(b2, l2, rowSum, gi)));
       for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.mul(tiles.getResult(g * stride + 2 + c), inv), out,
+        e2.store(e2.mul(e2.load(rowAcc, {gi, e2.index(c * kLanes)}), inv), out,
                  {r, e2.addi(qBase[g], e2.index(c * kLanes))});
     }
   };
@@ -653,6 +756,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   b.setInsertionPoint(byRows.thenBlock()->getTerminator());
   oneRow(b, loc);
   b.setInsertionPoint(byRows.elseBlock()->getTerminator());
+  makeRowBuffers(b, loc);
   e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
     Emitter e1{b1, l1};
     Value first, end;

@@ -7,7 +7,11 @@
 // polynomial (no libm call). A whole tile loads its keys through the flat
 // cache (one index plus constants), the partial last tile by rows, masked.
 // One row (a decode step) takes the tiles outermost, every head of the
-// range per tile, their states in stack buffers.
+// range per tile, their states in stack buffers. A prompt's rows walk the
+// tiles per KV head, each tile in three phases over the group's heads: the
+// scores (each key chunk loaded once for all of them) into a stack buffer,
+// the softmax head by head, the values chunk by chunk; the buffers are made
+// once, before the rows loop.
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
@@ -26,6 +30,9 @@
 // CHECK: scf.if
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK: } else {
+// CHECK: memref.alloca() : memref<2x64xf32>
+// CHECK: %[[DOTS:.*]] = memref.alloca() : memref<32x16xf32>
+// CHECK: %[[WEIGHTS:.*]] = memref.alloca() : memref<2x16xf32>
 // CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]]
 // CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[R]]
 // CHECK: %[[END:.*]] = arith.addi %[[P]], %c1
@@ -33,7 +40,18 @@
 // CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %c0
 // CHECK: scf.for %[[H:.*]] =
 // CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 {
 // CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
+// CHECK: math.fma
+// CHECK: vector.store %{{.*}}, %[[DOTS]][%{{.*}}, %c0]
+// CHECK: scf.for %{{.*}} = %c0 to %c2 step %c1 {
+// CHECK: vector.load %[[DOTS]]
+// CHECK: vector.shuffle
+// CHECK: vector.store %{{.*}}, %[[WEIGHTS]]
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c16 {
+// CHECK: vector.load %{{.*}} : memref<?xf16>, vector<16xf16>
+// CHECK: memref.load %[[WEIGHTS]]
+// CHECK: math.fma
 // CHECK: scf.if
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK-NOT: math.exp
