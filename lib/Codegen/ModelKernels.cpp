@@ -495,171 +495,6 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return next;
   };
 
-  // The prompt's rows keep their heads' states in stack buffers made once
-  // per call (emitHeads runs inside the rows loop, where an alloca would
-  // grow the stack every row): every head of a group's running max, sum
-  // and accumulators, and per tile the heads' 16 dot-product vectors, their
-  // weights and corrections.
-  Value rowMax, rowSum, rowAcc, rowDots, rowWeights, rowCorrection;
-  auto makeRowBuffers = [&](OpBuilder &b1, Location l1) {
-    Type f32 = b1.getF32Type();
-    rowMax = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
-    rowSum = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
-    rowCorrection = memref::AllocaOp::create(b1, l1, MemRefType::get({group}, f32));
-    rowAcc = memref::AllocaOp::create(b1, l1, MemRefType::get({group, d}, f32));
-    rowDots = memref::AllocaOp::create(
-        b1, l1, MemRefType::get({group * kLanes, kLanes}, f32));
-    rowWeights = memref::AllocaOp::create(b1, l1, MemRefType::get({group, kLanes}, f32));
-  };
-
-  // The heads [h0, h0 + count) of KV head `kv` over keys [first, end) of
-  // row r: count is `group` (a whole group) or 1. A tile of 16 keys runs in
-  // three phases over all of the heads, so that its keys and then its
-  // values are each read from memory once and stay in L1 while every head
-  // uses them (head by head, a tile's keys and values together, 32 KiB at
-  // a head dim of 256, had left L1 for each head):
-  //   1. scores: per key row, every head's dot product, each key chunk
-  //      loaded once for all of them; the dots go to the stack;
-  //   2. per head: the dots folded into one vector of 16 scores, the
-  //      online softmax's new max, correction, weights and sum;
-  //   3. per chunk of the head dim: every head's accumulator rescaled, then
-  //      the weighted sum of the tile's value rows, each value chunk loaded
-  //      once for all of the heads.
-  // Each head's arithmetic is the per-head walk's, op for op (the same
-  // fold tree and exponentials, the accumulators summing keys in order),
-  // so the bits are too.
-  auto emitHeads = [&](OpBuilder &b2, Location l2, Value r, Value first,
-                       Value end, Value kv, Value h0, int64_t count) {
-    Emitter e2{b2, l2};
-    Value kvBase = e2.muli(kv, e2.index(d));
-    SmallVector<Value> qBase;
-    for (int64_t g = 0; g < count; ++g)
-      qBase.push_back(e2.muli(e2.addi(h0, e2.index(g)), e2.index(d)));
-    for (int64_t g = 0; g < count; ++g) {
-      Value gi = e2.index(g);
-      memref::StoreOp::create(b2, l2, e2.f32c(lowest), rowMax, gi);
-      memref::StoreOp::create(b2, l2, e2.f32c(0.0f), rowSum, gi);
-      for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.splatc(0.0f), rowAcc, {gi, e2.index(c * kLanes)});
-    }
-    // One tile [t, t + 16): `masked` when it may pass `end`.
-    auto tile = [&](OpBuilder &b3, Location l3, Value t, bool masked) {
-      Emitter e3{b3, l3};
-      Value valid, tileBase;
-      SmallVector<Value> keyRows;
-      if (masked)
-        valid = maskedTile(e3, t, end, keyRows);
-      else
-        tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
-      // Chunk c of key or value row i (i a loop index when `row` is given:
-      // its cache row, clamped like maskedTile's in a masked tile).
-      auto chunkOf = [&](Emitter &en, Value cache, Value flat, Value i,
-                         Value row, Value c) {
-        if (!masked)
-          return en.load(flat, {en.addi(en.addi(tileBase, en.muli(i, en.index(kvWidth))), c)});
-        return en.load(cache, {row, en.addi(kvBase, c)});
-      };
-      auto rowOf = [&](Emitter &en, Value i) -> Value {
-        if (!masked)
-          return {};
-        Value j = en.addi(t, i);
-        Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
-        return arith::SelectOp::create(en.b, en.loc, inside, j, t);
-      };
-      // 1. Scores.
-      e3.loop(e3.index(0), e3.index(kLanes), 1, [&](OpBuilder &b4, Location l4, Value i) {
-        Emitter e4{b4, l4};
-        Value row = rowOf(e4, i);
-        SmallVector<Value> dots(count);
-        for (int64_t c = 0; c < chunks; ++c) {
-          Value key = chunkOf(e4, keys, flatKeys, i, row, e4.index(c * kLanes));
-          for (int64_t g = 0; g < count; ++g) {
-            Value qc = e4.load(q, {r, e4.addi(qBase[g], e4.index(c * kLanes))});
-            dots[g] = c == 0 ? e4.mul(qc, key)
-                             : math::FmaOp::create(b4, l4, qc, key, dots[g]).getResult();
-          }
-        }
-        for (int64_t g = 0; g < count; ++g)
-          e4.store(dots[g], rowDots, {e4.addi(e4.index(g * kLanes), i), e4.index(0)});
-      });
-      // 2. Softmax, head by head.
-      e3.loop(e3.index(0), e3.index(count), 1, [&](OpBuilder &b4, Location l4, Value g) {
-        Emitter e4{b4, l4};
-        Value dotBase = e4.muli(g, e4.index(kLanes));
-        SmallVector<std::pair<Value, int64_t>> pending;
-        for (int64_t i = 0; i < kLanes; ++i) {
-          Value dot = e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
-          int64_t keysIn = 1;
-          while (!pending.empty() && pending.back().second == keysIn) {
-            dot = foldPair(e4, pending.back().first, dot, keysIn);
-            pending.pop_back();
-            keysIn *= 2;
-          }
-          pending.push_back({dot, keysIn});
-        }
-        Value scores = e4.mul(pending.front().first, e4.splatc(scale));
-        if (valid)
-          scores = arith::SelectOp::create(b4, l4, valid, scores, e4.splatc(lowest));
-        Value maxOld = memref::LoadOp::create(b4, l4, rowMax, g);
-        Value maxNew = arith::MaximumFOp::create(b4, l4, maxOld, e4.max(scores));
-        Value isFirst = arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld,
-                                              e4.f32c(lowest));
-        Value correction = arith::SelectOp::create(
-            b4, l4, isFirst, e4.f32c(0.0f),
-            math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
-        Value weights = math::ExpOp::create(b4, l4, e4.sub(scores, e4.splat(maxNew)));
-        if (valid)
-          weights = arith::SelectOp::create(b4, l4, valid, weights, e4.splatc(0.0f));
-        Value sumOld = memref::LoadOp::create(b4, l4, rowSum, g);
-        memref::StoreOp::create(b4, l4, maxNew, rowMax, g);
-        memref::StoreOp::create(b4, l4, e4.add(e4.mul(sumOld, correction), e4.sum(weights)),
-                                rowSum, g);
-        memref::StoreOp::create(b4, l4, correction, rowCorrection, g);
-        e4.store(weights, rowWeights, {g, e4.index(0)});
-      });
-      // 3. Values.
-      e3.loop(e3.index(0), e3.index(d), kLanes, [&](OpBuilder &b4, Location l4, Value c) {
-        Emitter e4{b4, l4};
-        SmallVector<Value> acc;
-        for (int64_t g = 0; g < count; ++g) {
-          Value gi = e4.index(g);
-          acc.push_back(e4.mul(e4.load(rowAcc, {gi, c}),
-                               e4.splat(memref::LoadOp::create(b4, l4, rowCorrection, gi))));
-        }
-        for (int64_t i = 0; i < kLanes; ++i) {
-          Value ii = e4.index(i);
-          Value value = chunkOf(e4, values, flatValues, ii, masked ? keyRows[i] : Value(), c);
-          for (int64_t g = 0; g < count; ++g) {
-            Value w = e4.splat(memref::LoadOp::create(b4, l4, rowWeights,
-                                                      ValueRange{e4.index(g), ii}));
-            acc[g] = math::FmaOp::create(b4, l4, w, value, acc[g]);
-          }
-        }
-        for (int64_t g = 0; g < count; ++g)
-          e4.store(acc[g], rowAcc, {e4.index(g), c});
-      });
-    };
-    Value whole = wholeTilesEnd(e2, first, end);
-    e2.loop(first, whole, kLanes, [&](OpBuilder &b3, Location l3, Value t) {
-      tile(b3, l3, t, /*masked=*/false);
-    });
-    auto tail = scf::IfOp::create(
-        b2, l2, arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::slt, whole, end),
-        /*withElseRegion=*/false);
-    {
-      OpBuilder::InsertionGuard guard(b2);
-      b2.setInsertionPoint(tail.thenBlock()->getTerminator());
-      tile(b2, l2, whole, /*masked=*/true);
-    }
-    for (int64_t g = 0; g < count; ++g) {
-      Value gi = e2.index(g);
-      Value inv = e2.splat(e2.div(e2.f32c(1.0f), memref::LoadOp::create(b2, l2, rowSum, gi)));
-      for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.mul(e2.load(rowAcc, {gi, e2.index(c * kLanes)}), inv), out,
-                 {r, e2.addi(qBase[g], e2.index(c * kLanes))});
-    }
-  };
-
   // The keys query position p attends to: [first, end), end = p + 1, first
   // 0 or, with a window, max(0, p + 1 - window) (keys j > p - window).
   auto keysOf = [&](Emitter &en, Value p) -> std::pair<Value, Value> {
@@ -670,6 +505,241 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
           en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
           en.index(0));
     return {first, end};
+  };
+
+  // A prompt's rows go in blocks of rowBlock, which share each tile of keys
+  // and values read from the cache: a walk per row had read a layer's
+  // whole cache once per row and KV head (8 MiB a row at 1,024 positions of
+  // Qwen3-1.7B's, from L3). A block's units are its rows times the heads of
+  // the group it visits, at most kMaxUnits (their dot products live in
+  // registers) unless one row's group alone has more.
+  constexpr int64_t kMaxUnits = 8;
+  int64_t rowBlock = std::max<int64_t>(1, kMaxUnits / group);
+  int64_t maxUnits = rowBlock * group;
+  // The units' states in stack buffers made once per call (emitHeads runs
+  // inside the rows loop, where an alloca would grow the stack every
+  // block): running max, sum and accumulators, and per tile the units' 16
+  // dot-product vectors, weights and corrections.
+  Value rowMax, rowSum, rowAcc, rowDots, rowWeights, rowCorrection;
+  auto makeRowBuffers = [&](OpBuilder &b1, Location l1) {
+    Type f32 = b1.getF32Type();
+    rowMax = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
+    rowSum = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
+    rowCorrection = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
+    rowAcc = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits, d}, f32));
+    rowDots = memref::AllocaOp::create(
+        b1, l1, MemRefType::get({maxUnits * kLanes, kLanes}, f32));
+    rowWeights = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits, kLanes}, f32));
+  };
+
+  // The rows [r0, r0 + rowBlock) (those past the last row repeat it and
+  // store nothing) and heads [h0, h0 + count) of KV head `kv`: count is
+  // `group` (a whole group) or 1. Unit u is row u / count and head
+  // u % count. The tiles of 16 keys start at the block's first row's first
+  // key and run to its last row's end; a tile every unit sees whole takes
+  // flat addresses and no masks, any other masks each unit's lanes to its
+  // row's keys (a tile outside a row's keys weighs nothing for it: its
+  // scores are -inf and its weights 0). A tile runs in three phases over
+  // the units, so that its keys and then its values are each read from
+  // memory once and stay in L1 while every unit uses them:
+  //   1. scores: per key row, every unit's dot product, each key chunk
+  //      loaded once for all of them; the dots go to the stack;
+  //   2. per unit: the dots folded into one vector of 16 scores (the
+  //      per-row walk's tree), the online softmax's new max, correction,
+  //      weights and sum;
+  //   3. per chunk of the head dim: every unit's accumulator rescaled,
+  //      then the weighted sum of the tile's value rows, each value chunk
+  //      loaded once for all of the units.
+  // A block's first row sees the tiles a walk of its own would (the ones
+  // past its end weigh nothing for it); the others' tiles start where its
+  // do, which can move their softmax's rounding (prefill in chunks and one
+  // token at a time agree within the models' tolerance).
+  auto emitHeads = [&](OpBuilder &b2, Location l2, Value r0, Value kv, Value h0,
+                       int64_t count) {
+    Emitter e2{b2, l2};
+    int64_t units = rowBlock * count;
+    Value kvBase = e2.muli(kv, e2.index(d));
+    Value lastRow = arith::SubIOp::create(b2, l2, rows, e2.index(1));
+    SmallVector<Value> rowOfUnit, firstOf, endOf, qBase;
+    for (int64_t k = 0; k < rowBlock; ++k) {
+      Value row = arith::MinUIOp::create(b2, l2, e2.addi(r0, e2.index(k)), lastRow);
+      Value first, end;
+      std::tie(first, end) = keysOf(e2, e2.addi(position, row));
+      rowOfUnit.push_back(row);
+      firstOf.push_back(first);
+      endOf.push_back(end);
+    }
+    for (int64_t u = 0; u < units; ++u)
+      qBase.push_back(e2.muli(e2.addi(h0, e2.index(u % count)), e2.index(d)));
+    for (int64_t u = 0; u < units; ++u) {
+      Value ui = e2.index(u);
+      memref::StoreOp::create(b2, l2, e2.f32c(lowest), rowMax, ui);
+      memref::StoreOp::create(b2, l2, e2.f32c(0.0f), rowSum, ui);
+      for (int64_t c = 0; c < chunks; ++c)
+        e2.store(e2.splatc(0.0f), rowAcc, {ui, e2.index(c * kLanes)});
+    }
+    Value tilesFirst = firstOf.front(), tilesEnd = endOf.back();
+    // Every unit sees [firstOf.back(), endOf.front()) whole.
+    Value wholeFirst = firstOf.back(), wholeEnd = endOf.front();
+    // One tile [t, t + 16): `masked` when some unit may not see all of it.
+    auto tile = [&](OpBuilder &b3, Location l3, Value t, bool masked) {
+      Emitter e3{b3, l3};
+      Value tileBase;
+      SmallVector<Value> keyRows, valid;
+      if (masked) {
+        // Rows past the block's keys are clamped to t (in bounds; their
+        // lanes are masked for every unit).
+        (void)maskedTile(e3, t, tilesEnd, keyRows);
+        Value tI32 = arith::IndexCastOp::create(b3, l3, b3.getI32Type(), t);
+        Value keyNumbers = arith::AddIOp::create(
+            b3, l3, lanes, vector::BroadcastOp::create(b3, l3, laneType, tI32));
+        for (int64_t k = 0; k < rowBlock; ++k) {
+          auto bound = [&](Value v) {
+            return vector::BroadcastOp::create(
+                b3, l3, laneType,
+                arith::IndexCastOp::create(b3, l3, b3.getI32Type(), v));
+          };
+          Value atOrAfterFirst = arith::CmpIOp::create(
+              b3, l3, arith::CmpIPredicate::sge, keyNumbers, bound(firstOf[k]));
+          Value beforeEnd = arith::CmpIOp::create(
+              b3, l3, arith::CmpIPredicate::slt, keyNumbers, bound(endOf[k]));
+          valid.push_back(arith::AndIOp::create(b3, l3, atOrAfterFirst, beforeEnd));
+        }
+      } else {
+        tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
+      }
+      // Chunk c of key or value row i of the tile.
+      auto chunkOf = [&](Emitter &en, Value cache, Value flat, Value i, Value row,
+                         Value c) {
+        if (!masked)
+          return en.load(flat, {en.addi(en.addi(tileBase, en.muli(i, en.index(kvWidth))), c)});
+        return en.load(cache, {row, en.addi(kvBase, c)});
+      };
+      auto rowOf = [&](Emitter &en, Value i) -> Value {
+        if (!masked)
+          return {};
+        Value j = en.addi(t, i);
+        Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j,
+                                             tilesEnd);
+        return arith::SelectOp::create(en.b, en.loc, inside, j, t);
+      };
+      // 1. Scores.
+      e3.loop(e3.index(0), e3.index(kLanes), 1, [&](OpBuilder &b4, Location l4, Value i) {
+        Emitter e4{b4, l4};
+        Value row = rowOf(e4, i);
+        SmallVector<Value> dots(units);
+        for (int64_t c = 0; c < chunks; ++c) {
+          Value key = chunkOf(e4, keys, flatKeys, i, row, e4.index(c * kLanes));
+          for (int64_t u = 0; u < units; ++u) {
+            Value qc = e4.load(q, {rowOfUnit[u / count],
+                                   e4.addi(qBase[u], e4.index(c * kLanes))});
+            dots[u] = c == 0 ? e4.mul(qc, key)
+                             : math::FmaOp::create(b4, l4, qc, key, dots[u]).getResult();
+          }
+        }
+        for (int64_t u = 0; u < units; ++u)
+          e4.store(dots[u], rowDots, {e4.addi(e4.index(u * kLanes), i), e4.index(0)});
+      });
+      // 2. Softmax, unit by unit (a row's units in a loop of their own, so
+      // that its mask is a value there).
+      for (int64_t k = 0; k < rowBlock; ++k) {
+        Value rowValid = masked ? valid[k] : Value();
+        e3.loop(e3.index(k * count), e3.index((k + 1) * count), 1,
+                [&](OpBuilder &b4, Location l4, Value u) {
+          Emitter e4{b4, l4};
+          Value dotBase = e4.muli(u, e4.index(kLanes));
+          SmallVector<std::pair<Value, int64_t>> pending;
+          for (int64_t i = 0; i < kLanes; ++i) {
+            Value dot = e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
+            int64_t keysIn = 1;
+            while (!pending.empty() && pending.back().second == keysIn) {
+              dot = foldPair(e4, pending.back().first, dot, keysIn);
+              pending.pop_back();
+              keysIn *= 2;
+            }
+            pending.push_back({dot, keysIn});
+          }
+          Value scores = e4.mul(pending.front().first, e4.splatc(scale));
+          if (rowValid)
+            scores = arith::SelectOp::create(b4, l4, rowValid, scores, e4.splatc(lowest));
+          Value maxOld = memref::LoadOp::create(b4, l4, rowMax, u);
+          Value maxNew = arith::MaximumFOp::create(b4, l4, maxOld, e4.max(scores));
+          Value isFirst = arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld,
+                                                e4.f32c(lowest));
+          Value correction = arith::SelectOp::create(
+              b4, l4, isFirst, e4.f32c(0.0f),
+              math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
+          Value weights = math::ExpOp::create(b4, l4, e4.sub(scores, e4.splat(maxNew)));
+          if (rowValid)
+            weights = arith::SelectOp::create(b4, l4, rowValid, weights, e4.splatc(0.0f));
+          Value sumOld = memref::LoadOp::create(b4, l4, rowSum, u);
+          memref::StoreOp::create(b4, l4, maxNew, rowMax, u);
+          memref::StoreOp::create(b4, l4, e4.add(e4.mul(sumOld, correction), e4.sum(weights)),
+                                  rowSum, u);
+          memref::StoreOp::create(b4, l4, correction, rowCorrection, u);
+          e4.store(weights, rowWeights, {u, e4.index(0)});
+        });
+      }
+      // 3. Values.
+      e3.loop(e3.index(0), e3.index(d), kLanes, [&](OpBuilder &b4, Location l4, Value c) {
+        Emitter e4{b4, l4};
+        SmallVector<Value> acc;
+        for (int64_t u = 0; u < units; ++u) {
+          Value ui = e4.index(u);
+          acc.push_back(e4.mul(e4.load(rowAcc, {ui, c}),
+                               e4.splat(memref::LoadOp::create(b4, l4, rowCorrection, ui))));
+        }
+        for (int64_t i = 0; i < kLanes; ++i) {
+          Value ii = e4.index(i);
+          Value value = chunkOf(e4, values, flatValues, ii, masked ? keyRows[i] : Value(), c);
+          for (int64_t u = 0; u < units; ++u) {
+            Value w = e4.splat(memref::LoadOp::create(b4, l4, rowWeights,
+                                                      ValueRange{e4.index(u), ii}));
+            acc[u] = math::FmaOp::create(b4, l4, w, value, acc[u]);
+          }
+        }
+        for (int64_t u = 0; u < units; ++u)
+          e4.store(acc[u], rowAcc, {e4.index(u), c});
+      });
+    };
+    e2.loop(tilesFirst, tilesEnd, kLanes, [&](OpBuilder &b3, Location l3, Value t) {
+      Emitter e3{b3, l3};
+      Value whole = arith::AndIOp::create(
+          b3, l3,
+          arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::sge, t, wholeFirst),
+          arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::sle,
+                                e3.addi(t, e3.index(kLanes)), wholeEnd));
+      auto branch = scf::IfOp::create(b3, l3, whole, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard guard(b3);
+      b3.setInsertionPoint(branch.thenBlock()->getTerminator());
+      tile(b3, l3, t, /*masked=*/false);
+      b3.setInsertionPoint(branch.elseBlock()->getTerminator());
+      tile(b3, l3, t, /*masked=*/true);
+    });
+    // The block's rows that exist.
+    for (int64_t k = 0; k < rowBlock; ++k) {
+      auto store = [&](OpBuilder &b3, Location l3) {
+        Emitter e3{b3, l3};
+        for (int64_t g = 0; g < count; ++g) {
+          Value ui = e3.index(k * count + g);
+          Value inv = e3.splat(e3.div(e3.f32c(1.0f), memref::LoadOp::create(b3, l3, rowSum, ui)));
+          for (int64_t c = 0; c < chunks; ++c)
+            e3.store(e3.mul(e3.load(rowAcc, {ui, e3.index(c * kLanes)}), inv), out,
+                     {rowOfUnit[k], e3.addi(qBase[k * count + g], e3.index(c * kLanes))});
+        }
+      };
+      if (k == 0) {
+        store(b2, l2);
+        continue;
+      }
+      auto exists = scf::IfOp::create(
+          b2, l2, arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::ult,
+                                        e2.addi(r0, e2.index(k)), rows),
+          /*withElseRegion=*/false);
+      OpBuilder::InsertionGuard guard(b2);
+      b2.setInsertionPoint(exists.thenBlock()->getTerminator());
+      store(b2, l2);
+    }
   };
 
   // One row (a decode step): tiles outermost, and per tile every head of
@@ -757,20 +827,18 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   oneRow(b, loc);
   b.setInsertionPoint(byRows.elseBlock()->getTerminator());
   makeRowBuffers(b, loc);
-  e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+  e.loop(e.index(0), rows, rowBlock, [&](OpBuilder &b1, Location l1, Value r) {
     Emitter e1{b1, l1};
-    Value first, end;
-    std::tie(first, end) = keysOf(e1, e1.addi(position, r));
     Value groupSize = e1.index(group);
     auto oneByOne = [&](OpBuilder &b2, Location l2, Value kv, Value from,
                         Value to) {
       Emitter{b2, l2}.loop(from, to, 1, [&](OpBuilder &b3, Location l3, Value h) {
-        emitHeads(b3, l3, r, first, end, kv, h, 1);
+        emitHeads(b3, l3, r, kv, h, 1);
       });
     };
     if (group == 1) {
       Emitter{b1, l1}.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
-        emitHeads(b2, l2, r, first, end, h, h, 1);
+        emitHeads(b2, l2, r, h, h, 1);
       });
       return;
     }
@@ -790,7 +858,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       {
         OpBuilder::InsertionGuard guard(b2);
         b2.setInsertionPoint(branch.thenBlock()->getTerminator());
-        emitHeads(b2, l2, r, first, end, kv, from, group);
+        emitHeads(b2, l2, r, kv, from, group);
         b2.setInsertionPoint(branch.elseBlock()->getTerminator());
         oneByOne(b2, l2, kv, from, to);
       }

@@ -7,11 +7,12 @@
 // polynomial (no libm call). A whole tile loads its keys through the flat
 // cache (one index plus constants), the partial last tile by rows, masked.
 // One row (a decode step) takes the tiles outermost, every head of the
-// range per tile, their states in stack buffers. A prompt's rows walk the
-// tiles per KV head, each tile in three phases over the group's heads: the
-// scores (each key chunk loaded once for all of them) into a stack buffer,
-// the softmax head by head, the values chunk by chunk; the buffers are made
-// once, before the rows loop.
+// range per tile, their states in stack buffers. A prompt's rows go in
+// blocks (here 4 rows of a 2-head group: 8 units) that walk the tiles of a
+// KV head together, a tile whole for every unit without masks, each tile in
+// three phases over the units: the scores (each key chunk loaded once for
+// all of them) into a stack buffer, the softmax unit by unit, the values
+// chunk by chunk; the buffers are made once, before the rows loop.
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
@@ -30,16 +31,19 @@
 // CHECK: scf.if
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK: } else {
-// CHECK: memref.alloca() : memref<2x64xf32>
-// CHECK: %[[DOTS:.*]] = memref.alloca() : memref<32x16xf32>
-// CHECK: %[[WEIGHTS:.*]] = memref.alloca() : memref<2x16xf32>
-// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]]
-// CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[R]]
+// CHECK: memref.alloca() : memref<8x64xf32>
+// CHECK: %[[DOTS:.*]] = memref.alloca() : memref<128x16xf32>
+// CHECK: %[[WEIGHTS:.*]] = memref.alloca() : memref<8x16xf32>
+// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
+// CHECK: scf.for %[[H:.*]] =
+// CHECK: %[[LAST:.*]] = arith.subi %[[ROWS]], %c1
+// CHECK: %[[ROW0:.*]] = arith.minui %[[R]], %[[LAST]]
+// CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[ROW0]]
 // CHECK: %[[END:.*]] = arith.addi %[[P]], %c1
 // CHECK: %[[START:.*]] = arith.subi %[[END]], %c32
 // CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %c0
-// CHECK: scf.for %[[H:.*]] =
-// CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16
+// CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16 {
+// CHECK: scf.if
 // CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 {
 // CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
 // CHECK: math.fma
@@ -49,10 +53,9 @@
 // CHECK: vector.shuffle
 // CHECK: vector.store %{{.*}}, %[[WEIGHTS]]
 // CHECK: scf.for %{{.*}} = %c0 to %c64 step %c16 {
-// CHECK: vector.load %{{.*}} : memref<?xf16>, vector<16xf16>
 // CHECK: memref.load %[[WEIGHTS]]
 // CHECK: math.fma
-// CHECK: scf.if
+// CHECK: } else {
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK-NOT: math.exp
 // CHECK-NOT: call
@@ -72,9 +75,10 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // CHECK-NOT: cq4p.attention
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
 // CHECK: } else {
-// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]]
-// CHECK: %[[END:.*]] = arith.addi %[[R]], %c1
+// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
 // CHECK: scf.for %[[H:.*]] =
+// CHECK: %[[ROW0:.*]] = arith.minui %[[R]],
+// CHECK: %[[END:.*]] = arith.addi %[[ROW0]], %c1
 // CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c16
 // CHECK: vector.load %{{.*}} : memref<?xf32>, vector<16xf32>
 // CHECK-NOT: math.exp
