@@ -434,6 +434,49 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return en.addi(first, en.muli(tiles, en.index(kLanes)));
   };
 
+  // The 16 dot-product vectors of a tile's keys (dotOf(i): key i's 16
+  // partial sums) folded into one vector of their sums, lane i key i's:
+  // each folds into the tree as soon as it has a partner of the same size
+  // (a binary counter), so at most log2(16) + 1 of them are live at once.
+  auto foldDots = [&](Emitter &en, function_ref<Value(int64_t)> dotOf) -> Value {
+    SmallVector<std::pair<Value, int64_t>> pending;
+    for (int64_t i = 0; i < kLanes; ++i) {
+      Value dot = dotOf(i);
+      int64_t keysIn = 1;
+      while (!pending.empty() && pending.back().second == keysIn) {
+        dot = foldPair(en, pending.back().first, dot, keysIn);
+        pending.pop_back();
+        keysIn *= 2;
+      }
+      pending.push_back({dot, keysIn});
+    }
+    return pending.front().first;
+  };
+  // The online softmax's step over a tile: from the folded dots (lanes
+  // `valid`, or all when null), the running max and sum, to the new max
+  // and sum, the correction of what came before and the tile's weights.
+  struct SoftmaxStep {
+    Value max, sum, correction, weights;
+  };
+  auto softmaxStep = [&](Emitter &en, Value dots, Value valid, Value maxOld,
+                         Value sumOld) -> SoftmaxStep {
+    Value scores = en.mul(dots, en.splatc(scale));
+    if (valid)
+      scores = arith::SelectOp::create(en.b, en.loc, valid, scores, en.splatc(lowest));
+    Value maxNew = arith::MaximumFOp::create(en.b, en.loc, maxOld, en.max(scores));
+    // exp(-inf) is taken as 0 explicitly: the polynomial exp is only meant
+    // for finite arguments.
+    Value isFirst = arith::CmpFOp::create(en.b, en.loc, arith::CmpFPredicate::OEQ, maxOld,
+                                          en.f32c(lowest));
+    Value correction = arith::SelectOp::create(
+        en.b, en.loc, isFirst, en.f32c(0.0f),
+        math::ExpOp::create(en.b, en.loc, en.sub(maxOld, maxNew)));
+    Value weights = math::ExpOp::create(en.b, en.loc, en.sub(scores, en.splat(maxNew)));
+    if (valid)
+      weights = arith::SelectOp::create(en.b, en.loc, valid, weights, en.splatc(0.0f));
+    return {maxNew, en.add(en.mul(sumOld, correction), en.sum(weights)), correction, weights};
+  };
+
   // One query head's step over a tile of 16 keys (rows keyRows, lanes
   // `valid` or all when null) from its state (running max, sum,
   // accumulators) to its next.
@@ -449,39 +492,16 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
         return e3.load(flat, {e3.addi(tileBase, e3.index(i * kvWidth + c * kLanes))});
       return e3.load(cache, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))});
     };
-    // Each key's dot product folds into the tree as soon as it has a
-    // partner of the same size (a binary counter), so at most log2(16) + 1
-    // of them are live at once.
-    SmallVector<std::pair<Value, int64_t>> pending;
-    for (int64_t i = 0; i < kLanes; ++i) {
+    Value folded = foldDots(e3, [&](int64_t i) {
       auto keyChunk = [&](int64_t c) { return slice(keys, flatKeys, i, c); };
       Value dot = e3.mul(qv[0], keyChunk(0));
       for (int64_t c = 1; c < chunks; ++c)
         dot = math::FmaOp::create(b3, l3, qv[c], keyChunk(c), dot);
-      int64_t keysIn = 1;
-      while (!pending.empty() && pending.back().second == keysIn) {
-        dot = foldPair(e3, pending.back().first, dot, keysIn);
-        pending.pop_back();
-        keysIn *= 2;
-      }
-      pending.push_back({dot, keysIn});
-    }
-    Value scores = e3.mul(pending.front().first, e3.splatc(scale));
-    if (valid)
-      scores = arith::SelectOp::create(b3, l3, valid, scores, e3.splatc(lowest));
-    Value maxOld = head[0];
-    Value maxNew = arith::MaximumFOp::create(b3, l3, maxOld, e3.max(scores));
-    // exp(-inf) is taken as 0 explicitly: the polynomial exp is only meant
-    // for finite arguments.
-    Value isFirst = arith::CmpFOp::create(b3, l3, arith::CmpFPredicate::OEQ, maxOld,
-                                          e3.f32c(lowest));
-    Value correction = arith::SelectOp::create(
-        b3, l3, isFirst, e3.f32c(0.0f),
-        math::ExpOp::create(b3, l3, e3.sub(maxOld, maxNew)));
-    Value weights = math::ExpOp::create(b3, l3, e3.sub(scores, e3.splat(maxNew)));
-    if (valid)
-      weights = arith::SelectOp::create(b3, l3, valid, weights, e3.splatc(0.0f));
-    SmallVector<Value> next{maxNew, e3.add(e3.mul(head[1], correction), e3.sum(weights))};
+      return dot;
+    });
+    SoftmaxStep step = softmaxStep(e3, folded, valid, head[0], head[1]);
+    Value correction = step.correction, weights = step.weights;
+    SmallVector<Value> next{step.max, step.sum};
     Value corrV = e3.splat(correction);
     SmallVector<Value> acc;
     for (int64_t c = 0; c < chunks; ++c)
@@ -648,35 +668,16 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
                 [&](OpBuilder &b4, Location l4, Value u) {
           Emitter e4{b4, l4};
           Value dotBase = e4.muli(u, e4.index(kLanes));
-          SmallVector<std::pair<Value, int64_t>> pending;
-          for (int64_t i = 0; i < kLanes; ++i) {
-            Value dot = e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
-            int64_t keysIn = 1;
-            while (!pending.empty() && pending.back().second == keysIn) {
-              dot = foldPair(e4, pending.back().first, dot, keysIn);
-              pending.pop_back();
-              keysIn *= 2;
-            }
-            pending.push_back({dot, keysIn});
-          }
-          Value scores = e4.mul(pending.front().first, e4.splatc(scale));
-          if (rowValid)
-            scores = arith::SelectOp::create(b4, l4, rowValid, scores, e4.splatc(lowest));
-          Value maxOld = memref::LoadOp::create(b4, l4, rowMax, u);
-          Value maxNew = arith::MaximumFOp::create(b4, l4, maxOld, e4.max(scores));
-          Value isFirst = arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld,
-                                                e4.f32c(lowest));
-          Value correction = arith::SelectOp::create(
-              b4, l4, isFirst, e4.f32c(0.0f),
-              math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
-          Value weights = math::ExpOp::create(b4, l4, e4.sub(scores, e4.splat(maxNew)));
-          if (rowValid)
-            weights = arith::SelectOp::create(b4, l4, rowValid, weights, e4.splatc(0.0f));
-          Value sumOld = memref::LoadOp::create(b4, l4, rowSum, u);
-          memref::StoreOp::create(b4, l4, maxNew, rowMax, u);
-          memref::StoreOp::create(b4, l4, e4.add(e4.mul(sumOld, correction), e4.sum(weights)),
-                                  rowSum, u);
-          memref::StoreOp::create(b4, l4, correction, rowCorrection, u);
+          Value folded = foldDots(e4, [&](int64_t i) {
+            return e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
+          });
+          SoftmaxStep step =
+              softmaxStep(e4, folded, rowValid, memref::LoadOp::create(b4, l4, rowMax, u),
+                          memref::LoadOp::create(b4, l4, rowSum, u));
+          memref::StoreOp::create(b4, l4, step.max, rowMax, u);
+          memref::StoreOp::create(b4, l4, step.sum, rowSum, u);
+          memref::StoreOp::create(b4, l4, step.correction, rowCorrection, u);
+          Value weights = step.weights;
           e4.store(weights, rowWeights, {u, e4.index(0)});
         });
       }
