@@ -43,6 +43,9 @@ void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, Target target,
                             options.fuseDenseMlp, options.gateInTransform}));
   // Graph-level ops to kernel functions over buffers (M-dispatch).
   pm.addPass(createCQ4PLowerToKernels(CQ4PLowerToKernelsOptions{true}));
+  // Each kernel op's strategy, once, from the target's KernelTargetInfo:
+  // what the tiling below and the conversions read.
+  pm.addPass(createCQ4PSelectStrategy(CQ4PSelectStrategyOptions{target}));
   // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.
   // SME2 computes one row's partials of every group of a super-block in a
   // streaming leaf; the rest is NEON.

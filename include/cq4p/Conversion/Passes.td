@@ -5,6 +5,38 @@
 
 include "mlir/Pass/PassBase.td"
 
+def CQ4PSelectStrategy : Pass<"cq4p-select-strategy", "mlir::ModuleOp"> {
+  let summary = "Record each kernel op's #cq4p.strategy for a target, once";
+  let description = [{
+    Asks `target`'s KernelTargetInfo (selectStrategy) how it computes each
+    `cq4p.panel_matmul` and `cq4p.decode_embedding`, and records the answer
+    as the op's `cq4p.strategy` attribute (none where the target takes the
+    shared lowering's default). The decisions are then made in one place:
+    `cq4p-tile-super-blocks` tiles a GEMM as the strategy says and
+    `convert-cq4p-to-arm-sme` and the shared kernel lowering build and call
+    the leaves it names, instead of each deciding again from constants of
+    their own. An op that already has a strategy keeps it.
+
+    Example (`target=aarch64-sme2`):
+
+    ```mlir
+    cq4p.panel_matmul ... {cq4p.strategy = #cq4p.strategy<tile_rows = 16,
+                                                          min_tile_rows = 7>}
+    ```
+  }];
+  let options = [
+    Option<"target", "target", "mlir::cq4p::Target",
+           /*default=*/"mlir::cq4p::Target::host",
+           "Target whose strategies are recorded (default host)",
+           [{::llvm::cl::values(
+               clEnumValN(mlir::cq4p::Target::host, "host", "this machine"),
+               clEnumValN(mlir::cq4p::Target::aarch64_neon, "aarch64-neon",
+                          "AArch64 with NEON"),
+               clEnumValN(mlir::cq4p::Target::aarch64_sme2, "aarch64-sme2",
+                          "AArch64 with SME2"))}]>,
+  ];
+}
+
 def ConvertCQ4PToNeon : Pass<"convert-cq4p-to-neon", "mlir::func::FuncOp"> {
   let summary = "Lower cq4p kernel ops to AArch64 NEON (SDOT and TBL)";
   let description = [{

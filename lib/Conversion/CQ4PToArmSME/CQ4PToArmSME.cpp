@@ -96,6 +96,7 @@
 #include "DecodeAttention.h"
 #include "PrefillAttention.h"
 #include "StreamingQuantize.h"
+#include "Sme2Strategy.h"
 
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
@@ -120,7 +121,6 @@ namespace {
 
 constexpr int64_t kStreamingBytes = 64;  // SVL 512: one Z register
 constexpr int64_t kZaSlices = 16;        // ZA vector groups of 4 at SVL 512
-constexpr int64_t kSmeTileRows = 16;     // rows of a 32-bit ZA tile
 constexpr int64_t kMaxLeafRows = 8;      // unpacked rows: slice offsets 0-7
 
 /// Builds a leaf's operations: ArmSME dialect operations where it has them,
@@ -1646,12 +1646,21 @@ public:
           [&](OpBuilder &b, ValueRange args) {
             buildRotationLeafBody(b, op->getLoc(), k, halfValues, args);
           });
-      op->setAttr(kSmeRotationAttrName, FlatSymbolRefAttr::get(leaf));
+      op->setAttr(kRotationLeafAttrName, FlatSymbolRefAttr::get(leaf));
       if (halfValues && isa<RotateQuantizeActivationsOp>(op))
-        op->setAttr(kSmeRotationF16AttrName, UnitAttr::get(op->getContext()));
-      // Prompt rows of the embedding: FP32 outer products (64 values of c
-      // per byte tile of the transpose).
-      if (auto embedding = dyn_cast<DecodeEmbeddingOp>(op); embedding && k % 64 == 0) {
+        op->setAttr(kRotationLeafF16AttrName, UnitAttr::get(op->getContext()));
+      // Prompt rows of the embedding, where its strategy (cq4p-select-
+      // strategy) asks for it: FP32 outer products (64 values of c per byte
+      // tile of the transpose).
+      StrategyAttr strategy = getStrategy(op);
+      if (auto embedding = dyn_cast<DecodeEmbeddingOp>(op);
+          embedding && strategy && strategy.getEmbeddingRows() > 0) {
+        if (strategy.getEmbeddingRows() != kSmeEmbeddingMopaRows || k % 64 != 0) {
+          op->emitError() << "SME2's embedding leaf takes chunks of "
+                          << kSmeEmbeddingMopaRows << " rows and K a multiple of 64, got "
+                          << strategy.getEmbeddingRows() << " rows and K " << k;
+          return signalPassFailure();
+        }
         SmallVector<Type> mopaTypes{
             matrixType, embedding.getPanels().getType(), embedding.getCodebook().getType(),
             embedding.getIds().getType(), MemRefType::get({k, 32}, b.getI8Type()),
@@ -1662,7 +1671,7 @@ public:
             mopaTypes, op->getLoc(), [&](OpBuilder &b, ValueRange args) {
               buildEmbeddingMopaLeafBody(b, op->getLoc(), k, args);
             });
-        op->setAttr(kSmeEmbeddingMopaAttrName, FlatSymbolRefAttr::get(mopa));
+        op->setAttr(kEmbeddingLeafAttrName, FlatSymbolRefAttr::get(mopa));
       }
     }
     streamSmallKernels(module, symbols);

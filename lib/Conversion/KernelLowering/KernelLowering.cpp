@@ -613,10 +613,10 @@ void forChunks(OpBuilder &b, Location loc, Value rows, int64_t chunkRows,
 /// pages), the other tiles find them in cache, and the sums wait in `sums`
 /// (cached too) from one span to the next.
 ///
-/// With `smeLeaf` (SME2: the op's kSmeRotationAttrName), the streaming leaf
+/// With `smeLeaf` (SME2: the op's kRotationLeafAttrName), the streaming leaf
 /// convert-cq4p-to-arm-sme built computes the same sums, the same bits;
 /// its row values may then be fp16 (the embedding's codebook levels, or the
-/// lm_head's rounded activations with kSmeRotationF16AttrName).
+/// lm_head's rounded activations with kRotationLeafF16AttrName).
 void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
                 Value sums, Value sumsFirst, Value count, Value jBegin,
                 Value jEnd, int64_t granule, int64_t k,
@@ -664,7 +664,7 @@ void rotateRows(OpBuilder &b, Location loc, Value matrix, Value rowValues,
   });
 }
 
-/// For SME2's FMLAL rotation (kSmeRotationF16AttrName): each of the `count`
+/// For SME2's FMLAL rotation (kRotationLeafF16AttrName): each of the `count`
 /// rows of `values` ([?][k] fp32) times a power of two that brings its
 /// largest magnitude to [2^14, 2^15), rounded to fp16 (to nearest even)
 /// into `halves`, and the power's inverse into `unscale`. fp16's relative
@@ -749,8 +749,8 @@ struct RotateQuantizeActivationsLowering
     auto f16v = VectorType::get({lanes}, b.getF16Type());
     auto f32v = VectorType::get({lanes}, b.getF32Type());
     Value c0 = cIndex(b, loc, 0), cGs = cIndex(b, loc, gs);
-    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName);
-    bool halfValues = smeLeaf && op->hasAttr(kSmeRotationF16AttrName);
+    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kRotationLeafAttrName);
+    bool halfValues = smeLeaf && op->hasAttr(kRotationLeafF16AttrName);
     // The fp16 rows take half a buffer more.
     int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/halfValues ? 3 : 2);
     auto buffer = MemRefType::get({chunk, k}, b.getF32Type());
@@ -824,8 +824,8 @@ struct RotateQuantizeActivationsLowering
 /// its virtual groups; the runtime checks that). The sums wait in the
 /// output rows themselves, so the stack holds only the decoded rows (fp16
 /// for the SME2 leaf's FMLAL, fp32 for the vector code). With SME2's
-/// outer-product leaf (kSmeEmbeddingMopaAttrName), chunks of its 64 rows:
-/// one of at least kSmeEmbeddingMopaMinRows rows is the leaf's whole (it
+/// outer-product leaf (kEmbeddingLeafAttrName), chunks of the strategy's
+/// embedding_rows: one of at least embedding_min_rows rows is the leaf's whole (it
 /// decodes from the panels; the stack holds its [K][32] bytes of transposed
 /// indices), a shorter one is decoded here for the FMLAL leaf.
 struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
@@ -849,16 +849,19 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
     Value c0 = cIndex(b, loc, 0), cK = cIndex(b, loc, k);
     Value c4 = cIndex(b, loc, 4), c64 = cIndex(b, loc, CQ4P_PANEL_CHANNELS);
     int64_t chunk = chunkRowsFor(blocking, k, /*buffers=*/1);
-    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeRotationAttrName);
-    auto mopaLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kSmeEmbeddingMopaAttrName);
-    // With SME2's outer-product leaf, chunks of its 64 rows; the FMLAL
-    // leaf's fp16 rows then only ever hold a chunk of fewer than
-    // kSmeEmbeddingMopaMinRows (the last).
-    int64_t decodedRows = chunk;
+    auto smeLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kRotationLeafAttrName);
+    auto mopaLeaf = op->getAttrOfType<FlatSymbolRefAttr>(kEmbeddingLeafAttrName);
+    // With the outer-product leaf, chunks of the strategy's embedding_rows;
+    // the rotation leaf's fp16 rows then only ever hold a chunk of fewer
+    // than embedding_min_rows (the last).
+    int64_t decodedRows = chunk, leafMinRows = 0;
     Value nibbles;
     if (mopaLeaf) {
-      chunk = kSmeEmbeddingMopaRows;
-      decodedRows = kSmeEmbeddingMopaMinRows - 1;
+      // The dialect's verifier makes the leaf come with this strategy.
+      StrategyAttr strategy = getStrategy(op);
+      chunk = strategy.getEmbeddingRows();
+      leafMinRows = strategy.getEmbeddingMinRows();
+      decodedRows = leafMinRows - 1;
       nibbles = entryAlloca(b, op, MemRefType::get({k, 32}, b.getI8Type()));
     }
     Type levelType = smeLeaf ? Type(b.getF16Type()) : Type(b.getF32Type());
@@ -920,7 +923,7 @@ struct DecodeEmbeddingLowering : public OpRewritePattern<DecodeEmbeddingOp> {
         auto many = scf::IfOp::create(
             b, loc,
             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, count,
-                                  cIndex(b, loc, kSmeEmbeddingMopaMinRows)),
+                                  cIndex(b, loc, leafMinRows)),
             /*withElseRegion=*/true);
         {
           OpBuilder::InsertionGuard guard(b);

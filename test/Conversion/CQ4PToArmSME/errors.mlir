@@ -37,3 +37,18 @@ func.func @rotation_k192(%panels: memref<2x1x48x128xi8>, %norms: memref<100x1xf1
         memref<192xf16>, memref<?xi64>, memref<?x192xf32>
   return
 }
+
+// -----
+
+// The embedding leaf is built for the chunk rows of SME2's own strategy.
+func.func @embedding_strategy(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
+                              %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,
+                              %isr: memref<128xf16>, %ids: memref<?xi64>,
+                              %out: memref<?x128xf32>) {
+  // expected-error @+1 {{SME2's embedding leaf takes chunks of 64 rows and K a multiple of 64, got 32 rows and K 128}}
+  cq4p.decode_embedding %panels, %norms, %cb, %rotation_t, %isr, %ids, %out
+      {cq4p.strategy = #cq4p.strategy<embedding_rows = 32, embedding_min_rows = 16>}
+      : memref<2x1x32x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<128x128xf16>,
+        memref<128xf16>, memref<?xi64>, memref<?x128xf32>
+  return
+}

@@ -1,9 +1,9 @@
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme=fmlal-rotation=false \
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -convert-cq4p-to-arm-sme=fmlal-rotation=false \
 // RUN:   | FileCheck %s
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme=fmlal-rotation=false \
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -convert-cq4p-to-arm-sme=fmlal-rotation=false \
 // RUN:   -convert-cq4p-to-neon | FileCheck %s --check-prefix=CALL
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme | FileCheck %s --check-prefix=FMLAL
-// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-arm-sme -convert-cq4p-to-neon \
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -convert-cq4p-to-arm-sme | FileCheck %s --check-prefix=FMLAL
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -convert-cq4p-to-arm-sme -convert-cq4p-to-neon \
 // RUN:   | FileCheck %s --check-prefix=FMLALCALL
 
 // The orthogonal lm_head's rotation on SME2: the op names its streaming

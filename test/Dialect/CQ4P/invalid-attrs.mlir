@@ -199,3 +199,58 @@ func.func @forward(%w: tensor<4xf16> {cq4p.tensor = 3 : i64}) {
 // expected-error @+1 {{expected a weight shape NxK with 2 dimensions, got 3}}
 module attributes {cq4p.model_plan = #cq4p.model_plan<prefill_chunk = 8, kv_dtype = f32, workspace_bytes = 64, kv_position_bytes = 512, kv_width = 64, state_bytes = 0, bindings = ["w": cq4<64x128x2, gs = 64>]>} {
 }
+
+// -----
+
+// expected-error @+1 {{expected min_tile_rows (17) to be in [1, tile_rows (16)]}}
+func.func @strategy_min_rows() attributes {s = #cq4p.strategy<tile_rows = 16, min_tile_rows = 17>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected embedding_min_rows (32) to be 0 when embedding_rows is 0}}
+func.func @strategy_min_without_rows() attributes {s = #cq4p.strategy<embedding_min_rows = 32>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected tile_rows (-16) to be at least 0}}
+func.func @strategy_negative() attributes {s = #cq4p.strategy<tile_rows = -16, min_tile_rows = 7>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'cq4p.strategy' expected a #cq4p.strategy on cq4p.panel_matmul or cq4p.decode_embedding}}
+func.func @strategy_on_function() attributes {cq4p.strategy = #cq4p.strategy<tile_rows = 16, min_tile_rows = 7>} {
+  return
+}
+
+// -----
+
+func.func @strategy_embedding_on_matmul(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
+                                        %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
+                                        %y: memref<?x64xf32>, %sb0: index, %sb1: index) {
+  // expected-error @+1 {{'cq4p.strategy' on cq4p.panel_matmul expected no embedding_rows}}
+  cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
+      {cq4p.strategy = #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32>}
+      : memref<1x4x8x128xi8>, memref<1x4x64xf32>, memref<16xi8>, memref<?x128xi8>,
+        memref<?x4xf32>, memref<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_leaf_without_strategy(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
+                                           %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,
+                                           %isr: memref<128xf16>, %ids: memref<?xi64>,
+                                           %out: memref<?x128xf32>) {
+  // expected-error @+1 {{'cq4p.sme_embedding_mopa' expected a cq4p.strategy with embedding_rows}}
+  cq4p.decode_embedding %panels, %norms, %cb, %rotation_t, %isr, %ids, %out
+      {cq4p.sme_embedding_mopa = @leaf}
+      : memref<2x1x32x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<128x128xf16>,
+        memref<128xf16>, memref<?xi64>, memref<?x128xf32>
+  return
+}

@@ -19,30 +19,31 @@
 
 namespace mlir::cq4p {
 
+#define GEN_PASS_DECL_CQ4PSELECTSTRATEGY
+#include "cq4p/Conversion/Passes.h.inc"
+
+/// The KernelTargetInfo whose strategies cq4p-select-strategy records for
+/// `target` (SME2's, NEON's, or the host's).
+const KernelTargetInfo &getKernelTargetInfo(Target target);
+
 /// The attribute convert-cq4p-to-arm-sme puts on
 /// cq4p.rotate_quantize_activations and cq4p.decode_embedding: the
 /// streaming leaf that computes their matrix product, which the lowering
 /// below then calls instead of emitting the vector code.
-inline constexpr llvm::StringLiteral kSmeRotationAttrName = "cq4p.sme_rotation";
+inline constexpr llvm::StringLiteral kRotationLeafAttrName = "cq4p.sme_rotation";
 
-/// On a cq4p.rotate_quantize_activations with kSmeRotationAttrName: the leaf
-/// takes fp16 values (convert-cq4p-to-arm-sme's fmlal-rotation), which the
-/// lowering rounds from a = x * isr after scaling each row by a power of two
-/// (its largest |a| to [2^14, 2^15)), and whose sums it scales back.
-inline constexpr llvm::StringLiteral kSmeRotationF16AttrName = "cq4p.sme_rotation_f16";
+/// On a cq4p.rotate_quantize_activations with kRotationLeafAttrName: the
+/// leaf takes fp16 values (convert-cq4p-to-arm-sme's fmlal-rotation), which
+/// the lowering rounds from a = x * isr after scaling each row by a power of
+/// two (its largest |a| to [2^14, 2^15)), and whose sums it scales back.
+inline constexpr llvm::StringLiteral kRotationLeafF16AttrName = "cq4p.sme_rotation_f16";
 
-/// cq4p.decode_embedding on SME2: the streaming leaf that decodes a chunk of
-/// at least kSmeEmbeddingMopaMinRows (at most kSmeEmbeddingMopaRows) rows
-/// straight from the panels and rotates them with FP32 outer products; the
-/// lowering calls it for such chunks and keeps the kSmeRotationAttrName leaf
-/// (FMLAL by lane) for fewer rows, which it counts fewer instructions for.
-inline constexpr llvm::StringLiteral kSmeEmbeddingMopaAttrName = "cq4p.sme_embedding_mopa";
-/// Rows of the outer-product leaf's pass: four 16-row fp32 ZA tiles.
-inline constexpr int64_t kSmeEmbeddingMopaRows = 64;
-/// The fewest rows the outer-product leaf takes: its cost hardly depends on
-/// the rows (the outer products cover all 64), the FMLAL leaf's grows with
-/// them.
-inline constexpr int64_t kSmeEmbeddingMopaMinRows = 32;
+/// cq4p.decode_embedding whose #cq4p.strategy has embedding_rows (SME2):
+/// the leaf convert-cq4p-to-arm-sme builds to decode a chunk of at least
+/// embedding_min_rows (at most embedding_rows) rows straight from the
+/// panels and rotate them with outer products; the lowering calls it for
+/// such chunks and keeps the kRotationLeafAttrName leaf for fewer rows.
+inline constexpr llvm::StringLiteral kEmbeddingLeafAttrName = "cq4p.sme_embedding_mopa";
 
 /// Patterns lowering cq4p kernel ops for `target` (which they keep a
 /// reference to) to scf, vector, arith, math, memref and target intrinsics.

@@ -5,10 +5,13 @@
 // patterns ask the target's KernelTargetInfo: its fp32 vector width, how
 // its registers block the rotations, the panel dot's codebook lookup and
 // 4-way dot (or a loop of its own), the activation quantization's rounding
-// and output permutation (or patterns of its own), and its attention. The
-// defaults are portable vector code. Each target implements the interface
-// in its own folder (CQ4PToNeon/, CQ4PToVector/) and hands it out through
-// its conversion's header; docs/DIALECT.md lists what a new target writes.
+// and output permutation (or patterns of its own), and its attention; and,
+// before any of that, cq4p-select-strategy asks it for each kernel op's
+// #cq4p.strategy (the tiling and leaves it chooses). The defaults are
+// portable vector code. Each target implements the interface in its own
+// folder (CQ4PToNeon/, CQ4PToVector/, CQ4PToArmSME/) and hands it out
+// through its conversion's header; docs/DIALECT.md lists what a new target
+// writes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,6 +63,14 @@ struct RotationBlocking {
 class KernelTargetInfo {
 public:
   virtual ~KernelTargetInfo();
+
+  //===--------------------------------------------------------------------===//
+  // Strategy
+  //===--------------------------------------------------------------------===//
+
+  /// The #cq4p.strategy cq4p-select-strategy records on kernel op `op`, or
+  /// null to record none (the shared lowering's default, as here).
+  virtual StrategyAttr selectStrategy(Operation *op) const { return {}; }
 
   //===--------------------------------------------------------------------===//
   // Vector width and register budget

@@ -375,6 +375,34 @@ void ModelPlanAttr::print(AsmPrinter &printer) const {
   printer << "]>";
 }
 
+/// A strategy's pair of row counts: both 0 (no decision), or rows > 0 and
+/// minRows in [1, rows].
+static LogicalResult verifyStrategyRows(function_ref<InFlightDiagnostic()> emitError,
+                                        StringRef rowsName, int64_t rows,
+                                        StringRef minName, int64_t minRows) {
+  if (rows < 0)
+    return emitError() << "expected " << rowsName << " (" << rows
+                       << ") to be at least 0";
+  if (rows == 0 && minRows != 0)
+    return emitError() << "expected " << minName << " (" << minRows
+                       << ") to be 0 when " << rowsName << " is 0";
+  if (rows > 0 && (minRows < 1 || minRows > rows))
+    return emitError() << "expected " << minName << " (" << minRows
+                       << ") to be in [1, " << rowsName << " (" << rows << ")]";
+  return success();
+}
+
+LogicalResult StrategyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   int64_t tileRows, int64_t minTileRows,
+                                   int64_t embeddingRows,
+                                   int64_t embeddingMinRows) {
+  if (failed(verifyStrategyRows(emitError, "tile_rows", tileRows,
+                                "min_tile_rows", minTileRows)))
+    return failure();
+  return verifyStrategyRows(emitError, "embedding_rows", embeddingRows,
+                            "embedding_min_rows", embeddingMinRows);
+}
+
 LogicalResult
 ModelPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                       int64_t prefillChunk, KvDtype kvDtype,
@@ -497,11 +525,16 @@ LogicalResult verifySmeRotationF16(Operation *op, NamedAttribute attr) {
 }
 
 /// The embedding's outer-product leaf for prompt rows (set by
-/// convert-cq4p-to-arm-sme, read by the kernel lowering).
+/// convert-cq4p-to-arm-sme, read by the kernel lowering), for the chunks
+/// of rows the op's strategy records.
 LogicalResult verifySmeEmbeddingMopa(Operation *op, NamedAttribute attr) {
   if (!isa<FlatSymbolRefAttr>(attr.getValue()) || !isa<DecodeEmbeddingOp>(op))
     return op->emitError() << "'" << attr.getName().getValue()
                            << "' expected a symbol on cq4p.decode_embedding";
+  StrategyAttr strategy = getStrategy(op);
+  if (!strategy || strategy.getEmbeddingRows() == 0)
+    return op->emitError() << "'" << attr.getName().getValue()
+                           << "' expected a cq4p.strategy with embedding_rows";
   return success();
 }
 
@@ -520,6 +553,20 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     return verifyKernels(op, attr);
   if (name == "cq4p.sme_leaf" || name == "cq4p.sme_fixed_lanes")
     return verifySmeLeaf(op, attr);
+  if (name == kStrategyAttrName) {
+    auto strategy = dyn_cast<StrategyAttr>(attr.getValue());
+    if (!strategy || !isa<PanelMatmulOp, DecodeEmbeddingOp>(op))
+      return op->emitError() << "'" << name
+                             << "' expected a #cq4p.strategy on cq4p.panel_matmul "
+                                "or cq4p.decode_embedding";
+    if (isa<PanelMatmulOp>(op) && strategy.getEmbeddingRows() != 0)
+      return op->emitError() << "'" << name
+                             << "' on cq4p.panel_matmul expected no embedding_rows";
+    if (isa<DecodeEmbeddingOp>(op) && strategy.getTileRows() != 0)
+      return op->emitError() << "'" << name
+                             << "' on cq4p.decode_embedding expected no tile_rows";
+    return success();
+  }
   if (name == "cq4p.sme_rotation")
     return verifySmeRotation(op, attr);
   if (name == "cq4p.sme_rotation_f16")

@@ -24,7 +24,6 @@
 #include "StepPlanner.h"
 
 #include "cq4p/Codegen/ModelKernels.h"
-#include "cq4p/Conversion/KernelLowering/KernelLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -39,8 +38,11 @@ using namespace mlir::cq4p;
 namespace {
 
 
-/// Rows per range of the token embedding's dispatch (but the last).
-constexpr int64_t kEmbeddingGrain = kSmeEmbeddingMopaRows;
+/// Rows per range of the token embedding's dispatch (but the last): the
+/// same for every target, so that a plan does not depend on it; a multiple
+/// of the embedding_rows any target's #cq4p.strategy records (SME2's 64,
+/// Sme2Strategy.h), so that no range splits one of its chunks.
+constexpr int64_t kEmbeddingGrain = 64;
 
 /// Attention's ranges hold whole groups of query heads (those of one KV
 /// head) when the model has at least this many KV heads. A group walks the
@@ -238,7 +240,7 @@ LogicalResult planEmbedding(StepPlanner &planner,
   Place place = planner.placeResult(out, index, {});
   // Ranges of 64 rows: the orthogonal row decode reads the whole K x K
   // rotation once per call (per stack chunk of rows), and SME2's outer
-  // products take prompt rows 64 at a time (kSmeEmbeddingMopaRows).
+  // products take prompt rows 64 at a time (its embedding strategy).
   planner.rowsDispatch(createEmbeddingKernel(planner.kernels, embedding.getWeight().getType(), rowsPerId),
                        out, {Place::binding(*binding), planner.places[embedding.getIds()], place},
                        {kRows}, kEmbeddingGrain);

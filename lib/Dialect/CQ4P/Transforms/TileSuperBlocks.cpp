@@ -23,10 +23,11 @@
 //     (the same with one-row tiles for the rows past the last full tile)
 //   }
 //
-// A GEMV (one static row) has one-row tiles only. With super-block partials
-// (SME2), a GEMM packs tiles of 16 rows for outer products instead, pads the
-// last one only if it has at least kSmeMinTileRows rows, and runs the rows
-// past its tiles as one tile of as many rows (1 to kSmeMinTileRows - 1).
+// A GEMV (one static row) has one-row tiles only. A GEMM whose recorded
+// #cq4p.strategy (cq4p-select-strategy; SME2's) has tile_rows packs tiles of
+// that many rows for outer products instead, pads the last one only if it
+// has at least min_tile_rows rows, and runs the rows past its tiles as one
+// tile of as many rows (1 to min_tile_rows - 1).
 //
 //===----------------------------------------------------------------------===//
 
@@ -131,15 +132,6 @@ void copyToOutput(OpBuilder &b, Location loc, Value accum, Value y, Value row,
                           ValueRange{outRow, arith::AddIOp::create(b, loc, first, c)});
 }
 
-/// Rows per SME2 outer-product tile: the 16 rows of a 32-bit ZA tile at a
-/// 512-bit streaming vector length.
-constexpr int64_t kSmeTileRows = 16;
-/// Fewest rows of a padded SME2 tile: a tile costs the same whatever its
-/// rows, so fewer rows than this go through the R-row leaf instead, whose
-/// cost grows with R (bench/run, section 5.5, 1024x1024: the padded tile
-/// costs about 81k instructions at 7 or 8 rows, the 6-row leaf 75k; a
-/// 7-row leaf measured 84k, QEMU instruction counts).
-constexpr int64_t kSmeMinTileRows = 7;
 /// Panel bytes of a block of super-blocks that row tiles share (half of a
 /// 1 MiB L2, leaving room for the activations and the output rows).
 constexpr int64_t kPanelBlockBytes = 512 * 1024;
@@ -161,8 +153,9 @@ public:
     for (PanelMatmulOp op : matmuls) {
       bool singleRow =
           cast<MemRefType>(op.getAct().getType()).getDimSize(0) == 1;
-      if (superBlockPartials && !singleRow)
-        tileOuterProducts(op);
+      StrategyAttr strategy = getStrategy(op);
+      if (strategy && strategy.getTileRows() > 0 && !singleRow)
+        tileOuterProducts(op, strategy.getTileRows(), strategy.getMinTileRows());
       else if (pairedTiles && !singleRow)
         tilePaired(op);
       else
@@ -313,11 +306,13 @@ private:
     vector::StoreOp::create(b, loc, pairs, packed, ValueRange{r, k});
   }
 
-  /// The SME2 GEMM: tiles of 16 rows (the last one padded with zero
-  /// rows), packed once per tile for the outer products, then per
+  /// The outer-product GEMM (SME2's strategy): tiles of `tileRows` rows
+  /// (the last one padded with zero rows if it has at least `minTileRows`),
+  /// packed once per tile for the outer products, then per
   /// super-block the partials of a few groups per streaming call, each
   /// group rescaled into the tile's accumulator.
-  void tileOuterProducts(PanelMatmulOp op) {
+  void tileOuterProducts(PanelMatmulOp op, int64_t tileRows,
+                         int64_t minTileRows) {
     OpBuilder b(op);
     Location loc = op.getLoc();
     auto panelsType = cast<MemRefType>(op.getPanels().getType());
@@ -327,52 +322,53 @@ private:
     // out of ZA, so the partials buffer is never written).
     int64_t chunk = ng;
     Value c0 = constantIndex(b, loc, 0), c1 = constantIndex(b, loc, 1);
-    Value c16 = constantIndex(b, loc, kSmeTileRows);
+    Value cTileRows = constantIndex(b, loc, tileRows);
     Value c64 = constantIndex(b, loc, CQ4P_PANEL_CHANNELS);
     Value packed = memref::AllocaOp::create(
         b, loc,
-        MemRefType::get({ng, kg, kSmeTileRows, CQ4P_KG_BLOCK_K}, b.getI8Type()));
+        MemRefType::get({ng, kg, tileRows, CQ4P_KG_BLOCK_K}, b.getI8Type()));
     Value packedScales = memref::AllocaOp::create(
-        b, loc, MemRefType::get({kSmeTileRows, ng}, b.getF32Type()));
+        b, loc, MemRefType::get({tileRows, ng}, b.getF32Type()));
     Value partials = memref::AllocaOp::create(
         b, loc,
-        MemRefType::get({chunk, kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
+        MemRefType::get({chunk, tileRows, CQ4P_PANEL_CHANNELS}, b.getI32Type()));
     Value accum = memref::AllocaOp::create(
         b, loc,
-        MemRefType::get({kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
+        MemRefType::get({tileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type()));
     Value rows = memref::DimOp::create(b, loc, op.getAct(), 0);
     // Whole tiles, and a padded last one if it has at least
-    // kSmeMinTileRows rows; the rows past them in one few-row block.
+    // minTileRows rows; the rows past them in one few-row block.
     Value tiles = arith::DivUIOp::create(
         b, loc,
         arith::AddIOp::create(b, loc, rows,
-                              constantIndex(b, loc, kSmeTileRows - kSmeMinTileRows)),
-        c16);
+                              constantIndex(b, loc, tileRows - minTileRows)),
+        cTileRows);
     Value tiledRows = arith::MinSIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, tiles, c16), rows);
+        b, loc, arith::MulIOp::create(b, loc, tiles, cTileRows), rows);
 
     auto tileLoop = scf::ForOp::create(b, loc, c0, tiles, c1);
     b.setInsertionPointToStart(tileLoop.getBody());
-    Value row = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(), c16);
+    Value row = arith::MulIOp::create(b, loc, tileLoop.getInductionVar(), cTileRows);
     PackActivationTileOp::create(b, loc, op.getAct(), op.getActScales(), packed,
                                  packedScales, row);
     Value validRows = arith::MinSIOp::create(
-        b, loc, arith::SubIOp::create(b, loc, rows, row), c16);
+        b, loc, arith::SubIOp::create(b, loc, rows, row), cTileRows);
 
     auto sbLoop = scf::ForOp::create(b, loc, op.getSbBegin(), op.getSbEnd(), c1);
     b.setInsertionPointToStart(sbLoop.getBody());
     Value sb = sbLoop.getInductionVar();
     Value validChannels = channelsBelowN(b, loc, n, sb);
-    // A whole tile (16 rows, 64 channels below N) accumulates straight into
-    // y; a partial one into `accum`, then copied. Both as a [16][64] view
+    // A whole tile (tileRows rows, 64 channels below N) accumulates straight
+    // into y; a partial one into `accum`, then copied. Both as a
+    // [tileRows][64] view
     // with a dynamic row stride, so one leaf serves both.
     auto viewType = MemRefType::get(
-        {kSmeTileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type(),
+        {tileRows, CQ4P_PANEL_CHANNELS}, b.getF32Type(),
         StridedLayoutAttr::get(b.getContext(), ShapedType::kDynamic,
                                {ShapedType::kDynamic, 1}));
     Value whole = arith::AndIOp::create(
         b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validRows, c16),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validRows, cTileRows),
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, validChannels, c64));
     auto target = scf::IfOp::create(b, loc, TypeRange{viewType}, whole,
                                     /*withElseRegion=*/true);
@@ -382,7 +378,7 @@ private:
       Value outputs = memref::SubViewOp::create(
           b, loc, op.getY(),
           ArrayRef<OpFoldResult>{row, OpFoldResult(arith::MulIOp::create(b, loc, sb, c64))},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(kSmeTileRows),
+          ArrayRef<OpFoldResult>{b.getIndexAttr(tileRows),
                                  b.getIndexAttr(CQ4P_PANEL_CHANNELS)},
           ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
       scf::YieldOp::create(b, loc,
@@ -424,13 +420,13 @@ private:
     }
 
     // The rows past the tiles, after every tile: one block of R = rows -
-    // tiledRows < kSmeMinTileRows rows through the R-row streaming leaf,
+    // tiledRows < minTileRows rows through the R-row streaming leaf,
     // which expands each weight vector once for its R rows; nothing when
     // the tiles hold every row.
     b.setInsertionPointAfter(tileLoop);
     SmallVector<int64_t> blockSizes;
     SmallVector<std::pair<Value, Value>> blockBuffers; // partials, accum
-    for (int64_t blockRows = 1; blockRows < kSmeMinTileRows; ++blockRows) {
+    for (int64_t blockRows = 1; blockRows < minTileRows; ++blockRows) {
       blockSizes.push_back(blockRows);
       blockBuffers.emplace_back(
           memref::AllocaOp::create(

@@ -80,4 +80,15 @@ inline llvm::hash_code hash_value(const PlanBinding &binding) {
 #define GET_OP_CLASSES
 #include "cq4p/Dialect/CQ4P/IR/CQ4POps.h.inc"
 
+namespace mlir::cq4p {
+/// The discardable attribute holding a kernel op's #cq4p.strategy
+/// (cq4p-select-strategy records it; tiling and the conversions read it).
+inline constexpr llvm::StringLiteral kStrategyAttrName = "cq4p.strategy";
+
+/// `op`'s recorded strategy, or null where none was recorded.
+inline StrategyAttr getStrategy(Operation *op) {
+  return op->getAttrOfType<StrategyAttr>(kStrategyAttrName);
+}
+} // namespace mlir::cq4p
+
 #endif // CQ4P_DIALECT_CQ4P_IR_CQ4P_H

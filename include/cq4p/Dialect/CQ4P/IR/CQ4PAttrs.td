@@ -297,6 +297,38 @@ def CQ4P_PartialsRescaleAttr
   let assemblyFormat = "`<` $value `>`";
 }
 
+def CQ4P_StrategyAttr : AttrDef<CQ4P_Dialect, "Strategy"> {
+  let mnemonic = "strategy";
+  let summary = "how a target computes one kernel op, chosen once";
+  let description = [{
+    The `cq4p.strategy` attribute cq4p-select-strategy records on a kernel
+    op from its target's KernelTargetInfo; tiling and the conversions read
+    it instead of deciding again. On a `cq4p.panel_matmul` of more than one
+    row, `tile_rows` > 0 asks for outer-product row tiles of that many rows
+    (the last padded with zero rows if it has at least `min_tile_rows`, the
+    rows past the tiles one tile of as many rows). On a
+    `cq4p.decode_embedding`, `embedding_rows` > 0 asks for an outer-product
+    leaf over chunks of that many prompt rows, a chunk of fewer than
+    `embedding_min_rows` rows taking the rotation leaf. Fields at 0 (the
+    default, left out) decide nothing: the shared lowering's default.
+
+    Example:
+
+    ```mlir
+    #cq4p.strategy<tile_rows = 16, min_tile_rows = 7>
+    #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "0">:$tile_rows,
+    DefaultValuedParameter<"int64_t", "0">:$min_tile_rows,
+    DefaultValuedParameter<"int64_t", "0">:$embedding_rows,
+    DefaultValuedParameter<"int64_t", "0">:$embedding_min_rows
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Pass options.
 //===----------------------------------------------------------------------===//

@@ -84,6 +84,10 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
     accumulates them in fp32; the accumulated channels of the super-block
     are then written to the output, those past N left alone.
 
+    A GEMM whose `cq4p.strategy` (recorded by `cq4p-select-strategy`) has
+    `tile_rows` is tiled for outer products: packed tiles of that many rows,
+    the last padded if it has at least `min_tile_rows`.
+
     With `super-block-partials`, each `cq4p.panel_partials` records the
     tiling chosen here for the lowering (`rescale =
     #cq4p.partials_rescale<group_loop>`: the loop right after it rescales
