@@ -527,15 +527,17 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return {first, end};
   };
 
-  // A prompt's rows go in blocks of rowBlock, which share each tile of keys
-  // and values read from the cache: a walk per row had read a layer's
-  // whole cache once per row and KV head (8 MiB a row at 1,024 positions of
-  // Qwen3-1.7B's, from L3). A block's units are its rows times the heads of
-  // the group it visits, at most kMaxUnits (their dot products live in
-  // registers) unless one row's group alone has more.
+  // A prompt's rows go in blocks, which share each tile of keys and values
+  // read from the cache: a walk per row had read a layer's whole cache once
+  // per row and KV head (8 MiB a row at 1,024 positions of Qwen3-1.7B's,
+  // from L3). A block's units are its rows times the heads it visits, at
+  // most kMaxUnits (their dot products live in registers): a whole group's
+  // heads in blocks of rowBlock rows (one row when the group alone has
+  // more), a head of a group the range cuts (or of a group of one) in
+  // blocks of kMaxUnits rows.
   constexpr int64_t kMaxUnits = 8;
-  int64_t rowBlock = std::max<int64_t>(1, kMaxUnits / group);
-  int64_t maxUnits = rowBlock * group;
+  const int64_t rowBlock = std::max<int64_t>(1, kMaxUnits / group);
+  int64_t maxUnits = std::max(rowBlock * group, kMaxUnits);
   // The units' states in stack buffers made once per call (emitHeads runs
   // inside the rows loop, where an alloca would grow the stack every
   // block): running max, sum and accumulators, and per tile the units' 16
@@ -552,14 +554,14 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     rowWeights = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits, kLanes}, f32));
   };
 
-  // The rows [r0, r0 + rowBlock) (those past the last row repeat it and
+  // The rows [r0, r0 + block) (those past the last row repeat it and
   // store nothing) and heads [h0, h0 + count) of KV head `kv`: count is
-  // `group` (a whole group) or 1. Unit u is row u / count and head
-  // u % count. The tiles of 16 keys start at the block's first row's first
-  // key and run to its last row's end; a tile every unit sees whole takes
-  // flat addresses and no masks, any other masks each unit's lanes to its
-  // row's keys (a tile outside a row's keys weighs nothing for it: its
-  // scores are -inf and its weights 0). A tile runs in three phases over
+  // `group` (a whole group, block rowBlock) or 1 (block kMaxUnits). Unit u
+  // is row u / count and head u % count. The tiles of 16 keys start at the
+  // block's first row's first key and run to its last row's end; a tile
+  // every unit sees whole takes flat addresses and no masks, any other
+  // masks each unit's lanes to its row's keys (a tile outside a row's keys
+  // weighs nothing for it: its scores are -inf and its weights 0). A tile runs in three phases over
   // the units, so that its keys and then its values are each read from
   // memory once and stay in L1 while every unit uses them:
   //   1. scores: per key row, every unit's dot product, each key chunk
@@ -575,13 +577,13 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   // do, which can move their softmax's rounding (prefill in chunks and one
   // token at a time agree within the models' tolerance).
   auto emitHeads = [&](OpBuilder &b2, Location l2, Value r0, Value kv, Value h0,
-                       int64_t count) {
+                       int64_t count, int64_t block) {
     Emitter e2{b2, l2};
-    int64_t units = rowBlock * count;
+    int64_t units = block * count;
     Value kvBase = e2.muli(kv, e2.index(d));
     Value lastRow = arith::SubIOp::create(b2, l2, rows, e2.index(1));
     SmallVector<Value> rowOfUnit, firstOf, endOf, qBase;
-    for (int64_t k = 0; k < rowBlock; ++k) {
+    for (int64_t k = 0; k < block; ++k) {
       Value row = arith::MinUIOp::create(b2, l2, e2.addi(r0, e2.index(k)), lastRow);
       Value first, end;
       std::tie(first, end) = keysOf(e2, e2.addi(position, row));
@@ -613,7 +615,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
         Value tI32 = arith::IndexCastOp::create(b3, l3, b3.getI32Type(), t);
         Value keyNumbers = arith::AddIOp::create(
             b3, l3, lanes, vector::BroadcastOp::create(b3, l3, laneType, tI32));
-        for (int64_t k = 0; k < rowBlock; ++k) {
+        for (int64_t k = 0; k < block; ++k) {
           auto bound = [&](Value v) {
             return vector::BroadcastOp::create(
                 b3, l3, laneType,
@@ -662,7 +664,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       });
       // 2. Softmax, unit by unit (a row's units in a loop of their own, so
       // that its mask is a value there).
-      for (int64_t k = 0; k < rowBlock; ++k) {
+      for (int64_t k = 0; k < block; ++k) {
         Value rowValid = masked ? valid[k] : Value();
         e3.loop(e3.index(k * count), e3.index((k + 1) * count), 1,
                 [&](OpBuilder &b4, Location l4, Value u) {
@@ -718,7 +720,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       tile(b3, l3, t, /*masked=*/true);
     });
     // The block's rows that exist.
-    for (int64_t k = 0; k < rowBlock; ++k) {
+    for (int64_t k = 0; k < block; ++k) {
       auto store = [&](OpBuilder &b3, Location l3) {
         Emitter e3{b3, l3};
         for (int64_t g = 0; g < count; ++g) {
@@ -828,42 +830,41 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   oneRow(b, loc);
   b.setInsertionPoint(byRows.elseBlock()->getTerminator());
   makeRowBuffers(b, loc);
-  e.loop(e.index(0), rows, rowBlock, [&](OpBuilder &b1, Location l1, Value r) {
-    Emitter e1{b1, l1};
-    Value groupSize = e1.index(group);
-    auto oneByOne = [&](OpBuilder &b2, Location l2, Value kv, Value from,
-                        Value to) {
-      Emitter{b2, l2}.loop(from, to, 1, [&](OpBuilder &b3, Location l3, Value h) {
-        emitHeads(b3, l3, r, kv, h, 1);
-      });
-    };
-    if (group == 1) {
-      Emitter{b1, l1}.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
-        emitHeads(b2, l2, r, h, h, 1);
-      });
-      return;
-    }
-    // KV heads [headBegin / group, ceil(headEnd / group)); each visits
-    // the heads of its group inside [headBegin, headEnd).
-    Value kvFirst = arith::DivUIOp::create(b1, l1, headBegin, groupSize);
-    Value kvEnd = arith::CeilDivUIOp::create(b1, l1, headEnd, groupSize);
-    e1.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b2, Location l2, Value kv) {
+  // Per KV head its rows, so that its slice of the cache is reused from
+  // cache block after block. The heads [from, to) one at a time (kv null:
+  // each head its own KV head).
+  auto oneByOne = [&](OpBuilder &b1, Location l1, Value kv, Value from, Value to) {
+    Emitter{b1, l1}.loop(from, to, 1, [&](OpBuilder &b2, Location l2, Value h) {
       Emitter e2{b2, l2};
-      Value groupFirst = e2.muli(kv, groupSize);
-      Value from = arith::MaxSIOp::create(b2, l2, headBegin, groupFirst);
-      Value to = arith::MinSIOp::create(b2, l2, headEnd, e2.addi(groupFirst, groupSize));
-      Value whole = arith::CmpIOp::create(
-          b2, l2, arith::CmpIPredicate::eq,
-          arith::SubIOp::create(b2, l2, to, from), groupSize);
-      auto branch = scf::IfOp::create(b2, l2, whole, /*withElseRegion=*/true);
-      {
-        OpBuilder::InsertionGuard guard(b2);
-        b2.setInsertionPoint(branch.thenBlock()->getTerminator());
-        emitHeads(b2, l2, r, kv, from, group);
-        b2.setInsertionPoint(branch.elseBlock()->getTerminator());
-        oneByOne(b2, l2, kv, from, to);
-      }
+      e2.loop(e2.index(0), rows, kMaxUnits, [&](OpBuilder &b3, Location l3, Value r) {
+        emitHeads(b3, l3, r, kv ? kv : h, h, 1, kMaxUnits);
+      });
     });
+  };
+  if (group == 1) {
+    oneByOne(b, loc, Value(), headBegin, headEnd);
+    return;
+  }
+  // KV heads [headBegin / group, ceil(headEnd / group)); each visits the
+  // heads of its group inside [headBegin, headEnd).
+  Value groupSize = e.index(group);
+  Value kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
+  Value kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
+  e.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
+    Emitter e1{b1, l1};
+    Value groupFirst = e1.muli(kv, groupSize);
+    Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
+    Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addi(groupFirst, groupSize));
+    Value whole = arith::CmpIOp::create(b1, l1, arith::CmpIPredicate::eq,
+                                        arith::SubIOp::create(b1, l1, to, from), groupSize);
+    auto branch = scf::IfOp::create(b1, l1, whole, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b1);
+    b1.setInsertionPoint(branch.thenBlock()->getTerminator());
+    e1.loop(e1.index(0), rows, rowBlock, [&](OpBuilder &b2, Location l2, Value r) {
+      emitHeads(b2, l2, r, kv, from, group, rowBlock);
+    });
+    b1.setInsertionPoint(branch.elseBlock()->getTerminator());
+    oneByOne(b1, l1, kv, from, to);
   });
 }
 

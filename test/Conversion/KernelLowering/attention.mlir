@@ -7,12 +7,13 @@
 // polynomial (no libm call). A whole tile loads its keys through the flat
 // cache (one index plus constants), the partial last tile by rows, masked.
 // One row (a decode step) takes the tiles outermost, every head of the
-// range per tile, their states in stack buffers. A prompt's rows go in
-// blocks (here 4 rows of a 2-head group: 8 units) that walk the tiles of a
-// KV head together, a tile whole for every unit without masks, each tile in
-// three phases over the units: the scores (each key chunk loaded once for
-// all of them) into a stack buffer, the softmax unit by unit, the values
-// chunk by chunk; the buffers are made once, before the rows loop.
+// range per tile, their states in stack buffers. A prompt's rows go, per KV
+// head, in blocks (here 4 rows of a 2-head group: 8 units; a head of a
+// group the range cuts, 8 rows) that walk the tiles of the KV head
+// together, a tile whole for every unit without masks, each tile in three
+// phases over the units: the scores (each key chunk loaded once for all of
+// them) into a stack buffer, the softmax unit by unit, the values chunk by
+// chunk; the buffers are made once, before the KV heads loop.
 // CHECK-LABEL: func.func @cached_attention
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
@@ -34,8 +35,9 @@
 // CHECK: memref.alloca() : memref<8x64xf32>
 // CHECK: %[[DOTS:.*]] = memref.alloca() : memref<128x16xf32>
 // CHECK: %[[WEIGHTS:.*]] = memref.alloca() : memref<8x16xf32>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK: scf.if
 // CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
-// CHECK: scf.for %[[H:.*]] =
 // CHECK: %[[LAST:.*]] = arith.subi %[[ROWS]], %c1
 // CHECK: %[[ROW0:.*]] = arith.minui %[[R]], %[[LAST]]
 // CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[ROW0]]
@@ -57,6 +59,9 @@
 // CHECK: math.fma
 // CHECK: } else {
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
+// CHECK: } else {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK: scf.for %{{.*}} = %c0 to %[[ROWS]] step %c8
 // CHECK-NOT: math.exp
 // CHECK-NOT: call
 // CHECK: return
@@ -75,8 +80,8 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // CHECK-NOT: cq4p.attention
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
 // CHECK: } else {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
 // CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
-// CHECK: scf.for %[[H:.*]] =
 // CHECK: %[[ROW0:.*]] = arith.minui %[[R]],
 // CHECK: %[[END:.*]] = arith.addi %[[ROW0]], %c1
 // CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c16
