@@ -413,6 +413,12 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   // Tile [t, t + 16) of a walk over keys before `end` that may pass it:
   // its key rows (clamped to the tile's first past `end`, in bounds) in
   // keyRows, and the mask of its lanes before `end`.
+  // Key row t + i of a tile, or t (in bounds) when that passes `end`.
+  auto tileRow = [&](Emitter &en, Value t, Value i, Value end) -> Value {
+    Value j = en.addi(t, i);
+    Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
+    return arith::SelectOp::create(en.b, en.loc, inside, j, t);
+  };
   auto maskedTile = [&](Emitter &en, Value t, Value end,
                         SmallVectorImpl<Value> &keyRows) -> Value {
     Value remaining = arith::IndexCastOp::create(
@@ -420,11 +426,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Value valid = arith::CmpIOp::create(
         en.b, en.loc, arith::CmpIPredicate::slt, lanes,
         vector::BroadcastOp::create(en.b, en.loc, laneType, remaining));
-    for (int64_t i = 0; i < kLanes; ++i) {
-      Value j = en.addi(t, en.index(i));
-      Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
-      keyRows.push_back(arith::SelectOp::create(en.b, en.loc, inside, j, t));
-    }
+    for (int64_t i = 0; i < kLanes; ++i)
+      keyRows.push_back(tileRow(en, t, en.index(i), end));
     return valid;
   };
   // The end of the whole tiles of keys [first, end).
@@ -611,7 +614,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       if (masked) {
         // Rows past the block's keys are clamped to t (in bounds; their
         // lanes are masked for every unit).
-        (void)maskedTile(e3, t, tilesEnd, keyRows);
+        for (int64_t i = 0; i < kLanes; ++i)
+          keyRows.push_back(tileRow(e3, t, e3.index(i), tilesEnd));
         Value tI32 = arith::IndexCastOp::create(b3, l3, b3.getI32Type(), t);
         Value keyNumbers = arith::AddIOp::create(
             b3, l3, lanes, vector::BroadcastOp::create(b3, l3, laneType, tI32));
@@ -638,12 +642,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
         return en.load(cache, {row, en.addi(kvBase, c)});
       };
       auto rowOf = [&](Emitter &en, Value i) -> Value {
-        if (!masked)
-          return {};
-        Value j = en.addi(t, i);
-        Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j,
-                                             tilesEnd);
-        return arith::SelectOp::create(en.b, en.loc, inside, j, t);
+        return masked ? tileRow(en, t, i, tilesEnd) : Value();
       };
       // 1. Scores.
       e3.loop(e3.index(0), e3.index(kLanes), 1, [&](OpBuilder &b4, Location l4, Value i) {
