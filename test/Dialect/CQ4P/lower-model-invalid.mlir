@@ -278,3 +278,22 @@ module attributes {cq4p.model = {architecture = "gemma4", digest = "d", vocab = 
     return %l : tensor<1x256xf32>
   }
 }
+
+// -----
+
+// The planner compiles a norm in chunks of 16 lanes.
+module attributes {cq4p.model = {architecture = "llama", digest = "d", vocab = 256 : i64, hidden = 128 : i64, layers = 1 : i64, num_kv_heads = 1 : i64, head_dim = 64 : i64}} {
+  func.func @forward(%ids: tensor<?xi64>, %pos: index,
+      %embed: !cq4p.weight<256x128, gs = 128, orthogonal, panels> {cq4p.tensor = "e"}) -> tensor<1x256xf32> {
+    %h = cq4p.embedding %ids, %embed : tensor<?xi64>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<?x128xf32>
+    // expected-error @+1 {{expected the chunk length (8) to be a multiple of 16 to compile it}}
+    %n = cq4p.rms_norm %h {chunk = 8 : i64, epsilon = 1.0e-06 : f32} : tensor<?x128xf32> -> tensor<?x128xf32>
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %rows = tensor.dim %n, %c0 : tensor<?x128xf32>
+    %last = arith.subi %rows, %c1 : index
+    %t = tensor.extract_slice %n[%last, 0] [1, 128] [1, 1] : tensor<?x128xf32> to tensor<1x128xf32>
+    %l = cq4p.linear %t, %embed : tensor<1x128xf32>, !cq4p.weight<256x128, gs = 128, orthogonal, panels> -> tensor<1x256xf32>
+    return %l : tensor<1x256xf32>
+  }
+}

@@ -252,13 +252,21 @@ LogicalResult planEmbedding(StepPlanner &planner,
   return success();
 }
 
+/// The vector kernels take 16 lanes at a time: the `what` of an op (its
+/// value `value`) must be a multiple of 16.
+LogicalResult checkMultipleOf16(Operation *op, StringRef what, int64_t value) {
+  if (value % 16 == 0)
+    return success();
+  return op->emitOpError() << "expected the " << what << " (" << value
+                           << ") to be a multiple of 16 to compile it";
+}
+
 LogicalResult planRmsNorm(StepPlanner &planner, RmsNormOp norm, int64_t index) {
   Operation *op = norm;
   int64_t width = norm.getInput().getType().getDimSize(1);
   int64_t d = norm.getChunkLength();
-  if (d % 16 != 0)
-    return op->emitOpError() << "expected the chunk length (" << d
-                             << ") to be a multiple of 16 to compile it";
+  if (failed(checkMultipleOf16(op, "chunk length", d)))
+    return failure();
   Place in = planner.places[norm.getInput()];
   Place out = planner.placeResult(norm.getResult(), index, {norm.getInput()});
   Type weightElement;
@@ -298,9 +306,8 @@ LogicalResult planColumns(StepPlanner &planner,
 LogicalResult planScale(StepPlanner &planner, ScaleOp scale, int64_t index) {
   Operation *op = scale;
   int64_t width = scale.getInput().getType().getDimSize(1);
-  if (width % 16)
-    return op->emitOpError() << "expected the width (" << width
-                             << ") to be a multiple of 16 to compile it";
+  if (failed(checkMultipleOf16(op, "width", width)))
+    return failure();
   Place in = planner.places[scale.getInput()];
   Place out = planner.placeResult(scale.getResult(), index, {scale.getInput()});
   if (Value scalar = scale.getScalar()) {
@@ -322,9 +329,8 @@ LogicalResult planSoftcap(StepPlanner &planner,
                           SoftcapOp softcap, int64_t index) {
   Operation *op = softcap;
   int64_t width = softcap.getInput().getType().getDimSize(1);
-  if (width % 16)
-    return op->emitOpError() << "expected the width (" << width
-                             << ") to be a multiple of 16 to compile it";
+  if (failed(checkMultipleOf16(op, "width", width)))
+    return failure();
   Place in = planner.places[softcap.getInput()];
   Place out = planner.placeResult(softcap.getResult(), index, {softcap.getInput()});
   planner.rowsDispatch(createSoftcapKernel(planner.kernels, width, softcap.getCap().convertToFloat()),
@@ -341,9 +347,8 @@ LogicalResult planShortConv(StepPlanner &planner,
   if (failed(binding))
     return failure();
   int64_t h = conv.getResult().getType().getDimSize(1);
-  if (h % 16)
-    return op->emitOpError() << "expected the width (" << h
-                             << ") to be a multiple of 16 to compile it";
+  if (failed(checkMultipleOf16(op, "width", h)))
+    return failure();
   Place in = planner.places[conv.getInput()];
   Place out = planner.placeResult(conv.getResult(), index, {});
   Place state;
