@@ -198,8 +198,9 @@ int main(int argc, char **argv) {
     }
     const uint8_t *base = file->region(CQ4P_REGION_DATA).data - file->info().data_offset;
     size_t size = size_t(file->info().data_offset + file->region(CQ4P_REGION_DATA).size);
-    bool tokenTable = named(path, "model.embed_tokens.weight.");
-    if ((tokenTable && !tiedHead) || (!tokenTable && path.find("embed_tokens") != std::string::npos)) {
+    bool table = path.find("embed_tokens") != std::string::npos;
+    bool streamedWhole = tiedHead && named(path, "model.embed_tokens.weight.");
+    if (table && !streamedWhole) {
       // Its headers and scales, and one row of data.
       size = size_t(file->info().data_offset) + size_t(file->k() / 2);
     }
