@@ -309,8 +309,17 @@ def test_model_host_rows_from_measurements():
                                         "rest (steps, runtime, libc)": 20.0}}
     assert model.profile_row("demo", perf) == (
         "| %s | 60.0%% | 0.0%% | 20.0%% | 0.0%% | 20.0%% | 40.0%% | m |" % demo)
-    speed, profile, labels, roofline = model.host_rows({"demo": {"host": host, "perf": perf}})
+    speed, profile, labels, roofline, prefill = model.host_rows(
+        {"demo": {"host": host, "perf": perf}})
     assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 5
+    # A run before the compute probe was part of the host rows has no
+    # prefill rows; one with it, a row per thread count: 100 tok/s of
+    # 13 M multiply-adds is 1.3 GMAC/s, 13% of a 10 GMAC/s mix.
+    assert prefill == []
+    probed = dict(host, prefill_macs=13e6, compute={"1": [12.0, 10.0], "2": [24.0, 20.0]})
+    assert model.host_compute_rows("demo", probed) == [
+        "| %s | 1 | 100.0 | 13 M | 1 GMAC/s | 12 GMAC/s | 10 GMAC/s | 13%% | m |" % demo,
+        "| %s | 2 | 150.0 | 13 M | 2 GMAC/s | 24 GMAC/s | 20 GMAC/s | 10%% | m |" % demo]
 
 
 def test_model_llamacpp_section_against_the_faster_llamacpp():
@@ -341,6 +350,44 @@ def test_model_llamacpp_section_against_the_faster_llamacpp():
     assert section[-1] == ("| %s | 2 / 1 | cq4p native | prefill 2.00x, decode 2.00x | | | |" %
                            name)
     assert len(section) == 4 + 6 + 4
+
+
+def test_model_llamacpp_long_prompt_sections():
+    # A comparison at another prompt (--prompt N) is kept under its own
+    # key beside the model's own prompt's, rendered after it, with
+    # llama.cpp's flash attention on and off as its columns and cq4p's
+    # ratios against the faster of the two.
+    model = load_script(SOURCE / "bench" / "model")
+    assert model.entry_key("2048", 512) == "llamacpp"
+    assert model.entry_key("2048", 4096) == "llamacpp@4096"
+    assert model.entry_key("qwen3-1.7b", 1024) == "llamacpp"
+
+    def entry(prompt, values):
+        medians, ranges = {}, {}
+        for label, value in values.items():
+            for threads in (1, 2):
+                medians["%s|%d" % (label, threads)] = [v * threads for v in value]
+                ranges["%s|%d" % (label, threads)] = [[v, v] for v in value]
+        return {"measured": "m", "llamacpp": "b1 (build 1)", "runs": 2, "agreement": "a",
+                "medians": medians, "ranges": ranges, "prompt": prompt}
+
+    own = entry(512, {"llama.cpp Q4_0": [100.0, 10.0, 1000.0],
+                      "cq4p default": [200.0, 30.0, 500.0], "cq4p native": [200.0, 30.0, 500.0]})
+    long = entry(4096, {"llama.cpp Q4_0, -mmp 0 -fa on": [50.0, 8.0, 8000.0],
+                        "llama.cpp Q4_0, -mmp 0 -fa off": [40.0, 6.0, 10000.0],
+                        "cq4p default": [100.0, 12.0, 4000.0],
+                        "cq4p native": [110.0, 12.0, 3700.0]})
+    first, second = model.peer_sections({"2048": {"llamacpp@4096": long, "llamacpp": own}})
+    assert "llama.cpp Q4_0, -mmp 0" not in first[2]
+    assert "flash attention" not in first[0] and "flash attention" in second[0]
+    assert second[2] == ("| model | threads | measure | llama.cpp Q4_0, -mmp 0 -fa on | "
+                         "llama.cpp Q4_0, -mmp 0 -fa off | cq4p default | cq4p native |")
+    name = model.describe("2048")
+    assert second[4] == ("| %s | 1 | prefill tok/s | 50.0 (50.0-50.0) | 40.0 (40.0-40.0) | "
+                         "100.0 (100.0-100.0): 2.00x | 110.0 (110.0-110.0): 2.20x |" % name)
+    assert second[6] == ("| %s | 1 | time to first token, ms | 8000 (8000-8000) | "
+                         "10000 (10000-10000) | 4000 (4000-4000): 0.50x | "
+                         "3700 (3700-3700): 0.46x |" % name)
 
 
 def test_model_llamacpp_section_from_measurements():
