@@ -410,15 +410,20 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
                   vector::ShuffleOp::create(en.b, en.loc, x, y, high));
   };
 
-  // Tile [t, t + 16) of a walk over keys before `end` that may pass it:
-  // its key rows (clamped to the tile's first past `end`, in bounds) in
-  // keyRows, and the mask of its lanes before `end`.
   // Key row t + i of a tile, or t (in bounds) when that passes `end`.
   auto tileRow = [&](Emitter &en, Value t, Value i, Value end) -> Value {
     Value j = en.addi(t, i);
     Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
     return arith::SelectOp::create(en.b, en.loc, inside, j, t);
   };
+  // The 16 key rows of tile [t, t + 16), each clamped by tileRow.
+  auto tileRows = [&](Emitter &en, Value t, Value end, SmallVectorImpl<Value> &keyRows) {
+    for (int64_t i = 0; i < kLanes; ++i)
+      keyRows.push_back(tileRow(en, t, en.index(i), end));
+  };
+  // Tile [t, t + 16) of a walk over keys before `end` that may pass it:
+  // its key rows (clamped to the tile's first past `end`, in bounds) in
+  // keyRows, and the mask of its lanes before `end`.
   auto maskedTile = [&](Emitter &en, Value t, Value end,
                         SmallVectorImpl<Value> &keyRows) -> Value {
     Value remaining = arith::IndexCastOp::create(
@@ -426,8 +431,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Value valid = arith::CmpIOp::create(
         en.b, en.loc, arith::CmpIPredicate::slt, lanes,
         vector::BroadcastOp::create(en.b, en.loc, laneType, remaining));
-    for (int64_t i = 0; i < kLanes; ++i)
-      keyRows.push_back(tileRow(en, t, en.index(i), end));
+    tileRows(en, t, end, keyRows);
     return valid;
   };
   // The end of the whole tiles of keys [first, end).
@@ -614,8 +618,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       if (masked) {
         // Rows past the block's keys are clamped to t (in bounds; their
         // lanes are masked for every unit).
-        for (int64_t i = 0; i < kLanes; ++i)
-          keyRows.push_back(tileRow(e3, t, e3.index(i), tilesEnd));
+        tileRows(e3, t, tilesEnd, keyRows);
         Value tI32 = arith::IndexCastOp::create(b3, l3, b3.getI32Type(), t);
         Value keyNumbers = arith::AddIOp::create(
             b3, l3, lanes, vector::BroadcastOp::create(b3, l3, laneType, tI32));
