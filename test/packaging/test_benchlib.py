@@ -8,6 +8,7 @@ import importlib.machinery
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -388,6 +389,19 @@ def test_model_llamacpp_long_prompt_sections():
     assert second[6] == ("| %s | 1 | time to first token, ms | 8000 (8000-8000) | "
                          "10000 (10000-10000) | 4000 (4000-4000): 0.50x | "
                          "3700 (3700-3700): 0.46x |" % name)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "4096"], "--prompt needs --llamacpp DIR"),
+    (["--llamacpp", "DIR", "--prompt", "8"], "--prompt must be 16 to 32768 tokens, got 8"),
+])
+def test_model_refuses_a_prompt_it_cannot_take(args, message):
+    # Refused before anything is built or measured: the usage error names
+    # the flag and the number.
+    result = subprocess.run([sys.executable, str(SOURCE / "bench" / "model")] + args,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert message in result.stderr
 
 
 def test_model_llamacpp_section_from_measurements():
