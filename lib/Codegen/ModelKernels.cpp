@@ -352,12 +352,318 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
       [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
 }
 
+namespace {
+
+/// The rows of a prompt (more than one) of cq4p.attention, as code whose
+/// vector lanes are query units: a block of `lanes` units is the heads of
+/// [h0, h0 + count) (all of one KV head's group inside the range, at most
+/// `lanes` of them) for the rows [r0, r0 + lanes / count), unit u being row
+/// r0 + u / count and head h0 + u % count (lanes past the block's units,
+/// and rows past the last, repeat the last: they compute its values again
+/// and store them to the same place). A block walks the keys it sees in
+/// tiles of kTile, every unit's online softmax step at once:
+///   scores: S_k = sum_c Q[c] * K[t + k][c], Q[c] the units' head dim c
+///           (gathered once per block into a [d][lanes] buffer), K[..][c]
+///           one broadcast scalar: a GEMM whose product tile is kTile
+///           vectors, with no horizontal sums;
+///   softmax: per lane, the running max and sum and the correction, the
+///           tile's max and sum taken across its kTile vectors (lane-wise
+///           operations in a fixed tree);
+///   values: O[c] = O[c] * correction + sum_k P_k * V[t + k][c], O the
+///           units' [d][lanes] accumulators on the stack.
+/// Tiles start at multiples of kTile, so every unit visits the same tiles
+/// whatever block, thread or prompt chunk it falls in, and each lane's
+/// arithmetic is the same chain at every vector width: the prompt's
+/// outputs do not depend on the host level, the threads or the chunking.
+/// A tile every unit sees whole reads fp32 keys and values straight from
+/// the cache; any other (its lanes masked to each unit's keys, its rows
+/// past the block's last key clamped in bounds) or an fp16 cache's is
+/// first copied to fp32 stack buffers.
+void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
+                         Value values, Value out, Value rows, Value position,
+                         Value headBegin,
+                         Value headEnd, int64_t heads, int64_t kvHeads, int64_t d,
+                         int64_t window, float scale, int64_t lanes) {
+  constexpr int64_t kTile = 16;
+  // Register blocking (it changes the instructions, not the bits): keys
+  // per pass of the score loop and head dims per step of both dot loops.
+  // With 32 vector registers a pass is the whole tile, 16 sums beside 8
+  // query vectors; with 16, half of it beside 4.
+  const int64_t pass = lanes >= 16 ? 16 : 8;
+  const int64_t step = lanes >= 16 ? 8 : 4;
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  auto floats = VectorType::get({lanes}, f32);
+  auto ints = VectorType::get({lanes}, i32);
+  int64_t group = heads / kvHeads;
+  bool halfCache = !cast<MemRefType>(keys.getType()).getElementType().isF32();
+  float lowest = -std::numeric_limits<float>::infinity();
+  Emitter e{b, loc};
+  SmallVector<ReassociationIndices> both{{0, 1}};
+  Value flatQ = memref::CollapseShapeOp::create(b, loc, q, both);
+  Value flatOut = memref::CollapseShapeOp::create(b, loc, out, both);
+  // Per call: the block's queries and accumulators, one head dim a
+  // vector, and a tile's keys and values in fp32.
+  Value queries = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
+  Value acc = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
+  Value keyStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
+  Value valueStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
+  SmallVector<int32_t> laneNumbers;
+  for (int32_t i = 0; i < lanes; ++i)
+    laneNumbers.push_back(i);
+  Value laneIds = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(ints, ArrayRef<int32_t>(laneNumbers)));
+  Value allLanes = arith::ConstantOp::create(
+      b, loc, DenseElementsAttr::get(VectorType::get({lanes}, b.getI1Type()), true));
+
+  auto splatF = [&](Emitter &en, Value scalar) -> Value {
+    return vector::BroadcastOp::create(en.b, en.loc, floats, scalar);
+  };
+  auto splatI = [&](Emitter &en, Value index) -> Value {
+    return vector::BroadcastOp::create(
+        en.b, en.loc, ints, arith::IndexCastOp::create(en.b, en.loc, i32, index));
+  };
+  auto loadF = [&](Emitter &en, Value memref, ValueRange at) -> Value {
+    return vector::LoadOp::create(en.b, en.loc, floats, memref, at);
+  };
+  // values[0] combined pairwise to one, in a fixed tree.
+  auto tree = [&](SmallVector<Value> values,
+                  function_ref<Value(Value, Value)> combine) -> Value {
+    while (values.size() > 1) {
+      SmallVector<Value> next;
+      for (size_t i = 0; i + 1 < values.size(); i += 2)
+        next.push_back(combine(values[i], values[i + 1]));
+      if (values.size() % 2)
+        next.push_back(values.back());
+      values = next;
+    }
+    return values.front();
+  };
+  // [first, end): the keys of the query at `p`.
+  auto keysOf = [&](Emitter &en, Value p) -> std::pair<Value, Value> {
+    Value end = en.addi(p, en.index(1));
+    Value first = en.index(0);
+    if (window > 0)
+      first = arith::MaxSIOp::create(
+          en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
+          en.index(0));
+    return {first, end};
+  };
+
+  // One block: KV head kv, heads [h0, h0 + count), rows from r0.
+  auto block = [&](OpBuilder &b3, Location l3, Value kv, Value h0, Value count,
+                   Value rowsPer, Value r0) {
+    Emitter e3{b3, l3};
+    Value units = e3.muli(rowsPer, count);
+    Value lastRow = arith::MinUIOp::create(
+        b3, l3, arith::SubIOp::create(b3, l3, e3.addi(r0, rowsPer), e3.index(1)),
+        arith::SubIOp::create(b3, l3, rows, e3.index(1)));
+    Value unit = arith::MinUIOp::create(
+        b3, l3, laneIds,
+        splatI(e3, arith::SubIOp::create(b3, l3, units, e3.index(1))));
+    Value countV = splatI(e3, count);
+    Value rowV = arith::AddIOp::create(b3, l3, splatI(e3, r0),
+                                       arith::DivUIOp::create(b3, l3, unit, countV));
+    rowV = arith::MinUIOp::create(b3, l3, rowV, splatI(e3, lastRow));
+    Value headV = arith::AddIOp::create(b3, l3, splatI(e3, h0),
+                                        arith::RemUIOp::create(b3, l3, unit, countV));
+    Value offsets = arith::AddIOp::create(
+        b3, l3, arith::MulIOp::create(b3, l3, rowV, splatI(e3, e3.index(heads * d))),
+        arith::MulIOp::create(b3, l3, headV, splatI(e3, e3.index(d))));
+    Value endV = arith::AddIOp::create(
+        b3, l3, arith::AddIOp::create(b3, l3, splatI(e3, position), rowV),
+        splatI(e3, e3.index(1)));
+    Value firstV;
+    if (window > 0)
+      firstV = arith::MaxSIOp::create(
+          b3, l3, arith::SubIOp::create(b3, l3, endV, splatI(e3, e3.index(window))),
+          splatI(e3, e3.index(0)));
+    Value firstOfFirst, endOfFirst, firstOfLast, endOfLast;
+    std::tie(firstOfFirst, endOfFirst) = keysOf(e3, e3.addi(position, r0));
+    std::tie(firstOfLast, endOfLast) = keysOf(e3, e3.addi(position, lastRow));
+    Value tilesFirst = e3.muli(
+        arith::DivUIOp::create(b3, l3, firstOfFirst, e3.index(kTile)), e3.index(kTile));
+    Value tilesEnd = endOfLast;
+    Value kvBase = e3.muli(kv, e3.index(d));
+    Value zeros = splatF(e3, e3.f32c(0.0f));
+    e3.loop(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
+      Emitter e4{b4, l4};
+      Value at = arith::AddIOp::create(b4, l4, offsets, splatI(e4, c));
+      Value qc = vector::GatherOp::create(b4, l4, floats, flatQ, ValueRange{e4.index(0)},
+                                          at, allLanes, zeros);
+      vector::StoreOp::create(b4, l4, qc, queries, ValueRange{c, e4.index(0)});
+      vector::StoreOp::create(b4, l4, zeros, acc, ValueRange{c, e4.index(0)});
+    });
+
+    // The tile [t, t + kTile) from the state (max, sum) to the next.
+    auto tile = [&](OpBuilder &b4, Location l4, Value t, bool masked, Value maxOld,
+                    Value sumOld) -> std::pair<Value, Value> {
+      Emitter e4{b4, l4};
+      bool staged = masked || halfCache;
+      if (staged) {
+        for (int64_t k = 0; k < kTile; ++k) {
+          Value row = e4.addi(t, e4.index(k));
+          if (masked)
+            row = arith::SelectOp::create(
+                b4, l4,
+                arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, row, tilesEnd),
+                row, t);
+          for (int64_t c = 0; c < d; c += kLanes) {
+            e4.store(e4.load(keys, {row, e4.addi(kvBase, e4.index(c))}), keyStage,
+                     {e4.index(k), e4.index(c)});
+            e4.store(e4.load(values, {row, e4.addi(kvBase, e4.index(c))}), valueStage,
+                     {e4.index(k), e4.index(c)});
+          }
+        }
+      }
+      // Element c of key or value row k of the tile, broadcast.
+      auto element = [&](Emitter &en, Value cache, Value stage, int64_t k, Value c) {
+        Value x = staged ? memref::LoadOp::create(en.b, en.loc, stage,
+                                                  ValueRange{en.index(k), c})
+                         : memref::LoadOp::create(
+                               en.b, en.loc, cache,
+                               ValueRange{en.addi(t, en.index(k)), en.addi(kvBase, c)});
+        return splatF(en, x);
+      };
+      // Scores.
+      SmallVector<Value> scores;
+      for (int64_t k0 = 0; k0 < kTile; k0 += pass) {
+        SmallVector<Value> init(pass, zeros);
+        auto sums = scf::ForOp::create(
+            b4, l4, e4.index(0), e4.index(d), e4.index(step), init,
+            [&](OpBuilder &b5, Location l5, Value c0, ValueRange s) {
+              Emitter e5{b5, l5};
+              SmallVector<Value> next(s.begin(), s.end());
+              for (int64_t p = 0; p < step; ++p) {
+                Value c = e5.addi(c0, e5.index(p));
+                Value qc = loadF(e5, queries, {c, e5.index(0)});
+                for (int64_t k = 0; k < pass; ++k)
+                  next[k] = math::FmaOp::create(
+                      b5, l5, qc, element(e5, keys, keyStage, k0 + k, c), next[k]);
+              }
+              scf::YieldOp::create(b5, l5, next);
+            });
+        scores.append(sums.getResults().begin(), sums.getResults().end());
+      }
+      // Softmax.
+      Value scaleV = splatF(e4, e4.f32c(scale));
+      Value lowestV = splatF(e4, e4.f32c(lowest));
+      SmallVector<Value> valid;
+      for (int64_t k = 0; k < kTile; ++k) {
+        scores[k] = e4.mul(scores[k], scaleV);
+        if (!masked)
+          continue;
+        Value key = splatI(e4, e4.addi(t, e4.index(k)));
+        Value ok = arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, key, endV);
+        if (firstV)
+          ok = arith::AndIOp::create(
+              b4, l4, ok,
+              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, key, firstV));
+        valid.push_back(ok);
+        scores[k] = arith::SelectOp::create(b4, l4, ok, scores[k], lowestV);
+      }
+      Value maxNew = arith::MaximumFOp::create(
+          b4, l4, maxOld, tree(scores, [&](Value x, Value y) -> Value {
+            return arith::MaximumFOp::create(b4, l4, x, y);
+          }));
+      // exp(-inf) is taken as 0 explicitly (the polynomial exp is only meant
+      // for finite arguments), as is a masked key's weight.
+      Value isFirst =
+          arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld, lowestV);
+      Value correction = arith::SelectOp::create(
+          b4, l4, isFirst, zeros, math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
+      SmallVector<Value> weights;
+      for (int64_t k = 0; k < kTile; ++k) {
+        Value w = math::ExpOp::create(b4, l4, e4.sub(scores[k], maxNew));
+        if (masked)
+          w = arith::SelectOp::create(b4, l4, valid[k], w, zeros);
+        weights.push_back(w);
+      }
+      Value sumNew = e4.add(e4.mul(sumOld, correction),
+                            tree(weights, [&](Value x, Value y) { return e4.add(x, y); }));
+      // Values.
+      e4.loop(e4.index(0), e4.index(d), step, [&](OpBuilder &b5, Location l5, Value c0) {
+        Emitter e5{b5, l5};
+        SmallVector<Value> o, at;
+        for (int64_t p = 0; p < step; ++p) {
+          at.push_back(e5.addi(c0, e5.index(p)));
+          o.push_back(e5.mul(loadF(e5, acc, {at[p], e5.index(0)}), correction));
+        }
+        for (int64_t k = 0; k < kTile; ++k)
+          for (int64_t p = 0; p < step; ++p)
+            o[p] = math::FmaOp::create(b5, l5, weights[k],
+                                       element(e5, values, valueStage, k, at[p]), o[p]);
+        for (int64_t p = 0; p < step; ++p)
+          vector::StoreOp::create(b5, l5, o[p], acc, ValueRange{at[p], e5.index(0)});
+      });
+      return {maxNew, sumNew};
+    };
+
+    // The walk; the tiles inside [firstOfLast, endOfFirst) every unit sees
+    // whole.
+    SmallVector<Value> init{splatF(e3, e3.f32c(lowest)), zeros};
+    auto walk = scf::ForOp::create(
+        b3, l3, tilesFirst, tilesEnd, e3.index(kTile), init,
+        [&](OpBuilder &b4, Location l4, Value t, ValueRange state) {
+          Emitter e4{b4, l4};
+          Value whole = arith::AndIOp::create(
+              b4, l4,
+              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, t, firstOfLast),
+              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sle,
+                                    e4.addi(t, e4.index(kTile)), endOfFirst));
+          auto branch = scf::IfOp::create(b4, l4, TypeRange{floats, floats}, whole,
+                                          /*withElseRegion=*/true);
+          for (bool masked : {false, true}) {
+            OpBuilder::InsertionGuard guard(b4);
+            b4.setInsertionPointToStart(masked ? branch.elseBlock() : branch.thenBlock());
+            std::pair<Value, Value> next = tile(b4, l4, t, masked, state[0], state[1]);
+            scf::YieldOp::create(b4, l4, ValueRange{next.first, next.second});
+          }
+          scf::YieldOp::create(b4, l4, branch.getResults());
+        });
+    Value inverse = e3.div(splatF(e3, e3.f32c(1.0f)), walk.getResult(1));
+    e3.loop(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
+      Emitter e4{b4, l4};
+      Value at = arith::AddIOp::create(b4, l4, offsets, splatI(e4, c));
+      Value o = e4.mul(loadF(e4, acc, {c, e4.index(0)}), inverse);
+      vector::ScatterOp::create(b4, l4, Type(), flatOut, ValueRange{e4.index(0)}, at,
+                                allLanes, o);
+    });
+  };
+
+  // KV heads [headBegin / group, ceil(headEnd / group)); each takes the
+  // heads of its group inside [headBegin, headEnd), at most `lanes` at a
+  // time, in blocks of rows.
+  Value groupSize = e.index(group);
+  Value kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
+  Value kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
+  e.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
+    Emitter e1{b1, l1};
+    Value groupFirst = e1.muli(kv, groupSize);
+    Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
+    Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addi(groupFirst, groupSize));
+    e1.loop(from, to, lanes, [&](OpBuilder &b2, Location l2, Value h0) {
+      Emitter e2{b2, l2};
+      Value count = arith::MinSIOp::create(b2, l2, arith::SubIOp::create(b2, l2, to, h0),
+                                           e2.index(lanes));
+      Value rowsPer = arith::DivUIOp::create(b2, l2, e2.index(lanes), count);
+      scf::ForOp::create(b2, l2, e2.index(0), rows, rowsPer, ValueRange{},
+                         [&](OpBuilder &b3, Location l3, Value r0, ValueRange) {
+                           block(b3, l3, kv, h0, count, rowsPer, r0);
+                           scf::YieldOp::create(b3, l3);
+                         });
+    });
+  });
+}
+
+} // namespace
+
 void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
                                       Value keys, Value values, Value out,
                                       Value position, Value headBegin,
                                       Value headEnd, int64_t heads,
                                       int64_t kvHeads, int64_t d,
-                                      int64_t window, float scale) {
+                                      int64_t window, float scale,
+                                      int64_t vectorLanes) {
   int64_t chunks = d / kLanes;
   int64_t group = heads / kvHeads;
   int64_t kvWidth = kvHeads * d;
@@ -410,20 +716,9 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
                   vector::ShuffleOp::create(en.b, en.loc, x, y, high));
   };
 
-  // Key row t + i of a tile, or t (in bounds) when that passes `end`.
-  auto tileRow = [&](Emitter &en, Value t, Value i, Value end) -> Value {
-    Value j = en.addi(t, i);
-    Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
-    return arith::SelectOp::create(en.b, en.loc, inside, j, t);
-  };
-  // The 16 key rows of tile [t, t + 16), each clamped by tileRow.
-  auto tileRows = [&](Emitter &en, Value t, Value end, SmallVectorImpl<Value> &keyRows) {
-    for (int64_t i = 0; i < kLanes; ++i)
-      keyRows.push_back(tileRow(en, t, en.index(i), end));
-  };
   // Tile [t, t + 16) of a walk over keys before `end` that may pass it:
-  // its key rows (clamped to the tile's first past `end`, in bounds) in
-  // keyRows, and the mask of its lanes before `end`.
+  // its key rows (those past `end` clamped to t, in bounds) in keyRows, and
+  // the mask of its lanes before `end`.
   auto maskedTile = [&](Emitter &en, Value t, Value end,
                         SmallVectorImpl<Value> &keyRows) -> Value {
     Value remaining = arith::IndexCastOp::create(
@@ -431,7 +726,11 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Value valid = arith::CmpIOp::create(
         en.b, en.loc, arith::CmpIPredicate::slt, lanes,
         vector::BroadcastOp::create(en.b, en.loc, laneType, remaining));
-    tileRows(en, t, end, keyRows);
+    for (int64_t i = 0; i < kLanes; ++i) {
+      Value j = en.addi(t, en.index(i));
+      Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
+      keyRows.push_back(arith::SelectOp::create(en.b, en.loc, inside, j, t));
+    }
     return valid;
   };
   // The end of the whole tiles of keys [first, end).
@@ -534,219 +833,6 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return {first, end};
   };
 
-  // A prompt's rows go in blocks, which share each tile of keys and values
-  // read from the cache: a walk per row had read a layer's whole cache once
-  // per row and KV head (8 MiB a row at 1,024 positions of Qwen3-1.7B's,
-  // from L3). A block's units are its rows times the heads it visits, at
-  // most kMaxUnits (their dot products live in registers): a whole group's
-  // heads in blocks of rowBlock rows (one row when the group alone has
-  // more), a head of a group the range cuts (or of a group of one) in
-  // blocks of kMaxUnits rows.
-  constexpr int64_t kMaxUnits = 8;
-  const int64_t rowBlock = std::max<int64_t>(1, kMaxUnits / group);
-  int64_t maxUnits = std::max(rowBlock * group, kMaxUnits);
-  // The units' states in stack buffers made once per call (emitHeads runs
-  // inside the rows loop, where an alloca would grow the stack every
-  // block): running max, sum and accumulators, and per tile the units' 16
-  // dot-product vectors, weights and corrections.
-  Value rowMax, rowSum, rowAcc, rowDots, rowWeights, rowCorrection;
-  auto makeRowBuffers = [&](OpBuilder &b1, Location l1) {
-    Type f32 = b1.getF32Type();
-    rowMax = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
-    rowSum = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
-    rowCorrection = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits}, f32));
-    rowAcc = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits, d}, f32));
-    rowDots = memref::AllocaOp::create(
-        b1, l1, MemRefType::get({maxUnits * kLanes, kLanes}, f32));
-    rowWeights = memref::AllocaOp::create(b1, l1, MemRefType::get({maxUnits, kLanes}, f32));
-  };
-
-  // The rows [r0, r0 + block) (those past the last row repeat it and
-  // store nothing) and heads [h0, h0 + count) of KV head `kv`: count is
-  // `group` (a whole group, block rowBlock) or 1 (block kMaxUnits). Unit u
-  // is row u / count and head u % count. The tiles of 16 keys start at the
-  // block's first row's first key and run to its last row's end; a tile
-  // every unit sees whole takes flat addresses and no masks, any other
-  // masks each unit's lanes to its row's keys (a tile outside a row's keys
-  // weighs nothing for it: its scores are -inf and its weights 0). A tile runs in three phases over
-  // the units, so that its keys and then its values are each read from
-  // memory once and stay in L1 while every unit uses them:
-  //   1. scores: per key row, every unit's dot product, each key chunk
-  //      loaded once for all of them; the dots go to the stack;
-  //   2. per unit: the dots folded into one vector of 16 scores (the
-  //      per-row walk's tree), the online softmax's new max, correction,
-  //      weights and sum;
-  //   3. per chunk of the head dim: every unit's accumulator rescaled,
-  //      then the weighted sum of the tile's value rows, each value chunk
-  //      loaded once for all of the units.
-  // A block's first row sees the tiles a walk of its own would (the ones
-  // past its end weigh nothing for it); the others' tiles start where its
-  // do, which can move their softmax's rounding (prefill in chunks and one
-  // token at a time agree within the models' tolerance).
-  auto emitHeads = [&](OpBuilder &b2, Location l2, Value r0, Value kv, Value h0,
-                       int64_t count, int64_t block) {
-    Emitter e2{b2, l2};
-    int64_t units = block * count;
-    Value kvBase = e2.muli(kv, e2.index(d));
-    Value lastRow = arith::SubIOp::create(b2, l2, rows, e2.index(1));
-    SmallVector<Value> rowOfUnit, firstOf, endOf, qBase;
-    for (int64_t k = 0; k < block; ++k) {
-      Value row = arith::MinUIOp::create(b2, l2, e2.addi(r0, e2.index(k)), lastRow);
-      Value first, end;
-      std::tie(first, end) = keysOf(e2, e2.addi(position, row));
-      rowOfUnit.push_back(row);
-      firstOf.push_back(first);
-      endOf.push_back(end);
-    }
-    for (int64_t u = 0; u < units; ++u)
-      qBase.push_back(e2.muli(e2.addi(h0, e2.index(u % count)), e2.index(d)));
-    for (int64_t u = 0; u < units; ++u) {
-      Value ui = e2.index(u);
-      memref::StoreOp::create(b2, l2, e2.f32c(lowest), rowMax, ui);
-      memref::StoreOp::create(b2, l2, e2.f32c(0.0f), rowSum, ui);
-      for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.splatc(0.0f), rowAcc, {ui, e2.index(c * kLanes)});
-    }
-    Value tilesFirst = firstOf.front(), tilesEnd = endOf.back();
-    // Every unit sees [firstOf.back(), endOf.front()) whole.
-    Value wholeFirst = firstOf.back(), wholeEnd = endOf.front();
-    // One tile [t, t + 16): `masked` when some unit may not see all of it.
-    auto tile = [&](OpBuilder &b3, Location l3, Value t, bool masked) {
-      Emitter e3{b3, l3};
-      Value tileBase;
-      SmallVector<Value> keyRows, valid;
-      if (masked) {
-        // Rows past the block's keys are clamped to t (in bounds; their
-        // lanes are masked for every unit).
-        tileRows(e3, t, tilesEnd, keyRows);
-        Value tI32 = arith::IndexCastOp::create(b3, l3, b3.getI32Type(), t);
-        Value keyNumbers = arith::AddIOp::create(
-            b3, l3, lanes, vector::BroadcastOp::create(b3, l3, laneType, tI32));
-        for (int64_t k = 0; k < block; ++k) {
-          auto bound = [&](Value v) {
-            return vector::BroadcastOp::create(
-                b3, l3, laneType,
-                arith::IndexCastOp::create(b3, l3, b3.getI32Type(), v));
-          };
-          Value atOrAfterFirst = arith::CmpIOp::create(
-              b3, l3, arith::CmpIPredicate::sge, keyNumbers, bound(firstOf[k]));
-          Value beforeEnd = arith::CmpIOp::create(
-              b3, l3, arith::CmpIPredicate::slt, keyNumbers, bound(endOf[k]));
-          valid.push_back(arith::AndIOp::create(b3, l3, atOrAfterFirst, beforeEnd));
-        }
-      } else {
-        tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
-      }
-      // Chunk c of key or value row i of the tile.
-      auto chunkOf = [&](Emitter &en, Value cache, Value flat, Value i, Value row,
-                         Value c) {
-        if (!masked)
-          return en.load(flat, {en.addi(en.addi(tileBase, en.muli(i, en.index(kvWidth))), c)});
-        return en.load(cache, {row, en.addi(kvBase, c)});
-      };
-      auto rowOf = [&](Emitter &en, Value i) -> Value {
-        return masked ? tileRow(en, t, i, tilesEnd) : Value();
-      };
-      // 1. Scores.
-      e3.loop(e3.index(0), e3.index(kLanes), 1, [&](OpBuilder &b4, Location l4, Value i) {
-        Emitter e4{b4, l4};
-        Value row = rowOf(e4, i);
-        SmallVector<Value> dots(units);
-        for (int64_t c = 0; c < chunks; ++c) {
-          Value key = chunkOf(e4, keys, flatKeys, i, row, e4.index(c * kLanes));
-          for (int64_t u = 0; u < units; ++u) {
-            Value qc = e4.load(q, {rowOfUnit[u / count],
-                                   e4.addi(qBase[u], e4.index(c * kLanes))});
-            dots[u] = c == 0 ? e4.mul(qc, key)
-                             : math::FmaOp::create(b4, l4, qc, key, dots[u]).getResult();
-          }
-        }
-        for (int64_t u = 0; u < units; ++u)
-          e4.store(dots[u], rowDots, {e4.addi(e4.index(u * kLanes), i), e4.index(0)});
-      });
-      // 2. Softmax, unit by unit (a row's units in a loop of their own, so
-      // that its mask is a value there).
-      for (int64_t k = 0; k < block; ++k) {
-        Value rowValid = masked ? valid[k] : Value();
-        e3.loop(e3.index(k * count), e3.index((k + 1) * count), 1,
-                [&](OpBuilder &b4, Location l4, Value u) {
-          Emitter e4{b4, l4};
-          Value dotBase = e4.muli(u, e4.index(kLanes));
-          Value folded = foldDots(e4, [&](int64_t i) {
-            return e4.load(rowDots, {e4.addi(dotBase, e4.index(i)), e4.index(0)});
-          });
-          SoftmaxStep step =
-              softmaxStep(e4, folded, rowValid, memref::LoadOp::create(b4, l4, rowMax, u),
-                          memref::LoadOp::create(b4, l4, rowSum, u));
-          memref::StoreOp::create(b4, l4, step.max, rowMax, u);
-          memref::StoreOp::create(b4, l4, step.sum, rowSum, u);
-          memref::StoreOp::create(b4, l4, step.correction, rowCorrection, u);
-          Value weights = step.weights;
-          e4.store(weights, rowWeights, {u, e4.index(0)});
-        });
-      }
-      // 3. Values.
-      e3.loop(e3.index(0), e3.index(d), kLanes, [&](OpBuilder &b4, Location l4, Value c) {
-        Emitter e4{b4, l4};
-        SmallVector<Value> acc;
-        for (int64_t u = 0; u < units; ++u) {
-          Value ui = e4.index(u);
-          acc.push_back(e4.mul(e4.load(rowAcc, {ui, c}),
-                               e4.splat(memref::LoadOp::create(b4, l4, rowCorrection, ui))));
-        }
-        for (int64_t i = 0; i < kLanes; ++i) {
-          Value ii = e4.index(i);
-          Value value = chunkOf(e4, values, flatValues, ii, masked ? keyRows[i] : Value(), c);
-          for (int64_t u = 0; u < units; ++u) {
-            Value w = e4.splat(memref::LoadOp::create(b4, l4, rowWeights,
-                                                      ValueRange{e4.index(u), ii}));
-            acc[u] = math::FmaOp::create(b4, l4, w, value, acc[u]);
-          }
-        }
-        for (int64_t u = 0; u < units; ++u)
-          e4.store(acc[u], rowAcc, {e4.index(u), c});
-      });
-    };
-    e2.loop(tilesFirst, tilesEnd, kLanes, [&](OpBuilder &b3, Location l3, Value t) {
-      Emitter e3{b3, l3};
-      Value whole = arith::AndIOp::create(
-          b3, l3,
-          arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::sge, t, wholeFirst),
-          arith::CmpIOp::create(b3, l3, arith::CmpIPredicate::sle,
-                                e3.addi(t, e3.index(kLanes)), wholeEnd));
-      auto branch = scf::IfOp::create(b3, l3, whole, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard guard(b3);
-      b3.setInsertionPoint(branch.thenBlock()->getTerminator());
-      tile(b3, l3, t, /*masked=*/false);
-      b3.setInsertionPoint(branch.elseBlock()->getTerminator());
-      tile(b3, l3, t, /*masked=*/true);
-    });
-    // The block's rows that exist.
-    for (int64_t k = 0; k < block; ++k) {
-      auto store = [&](OpBuilder &b3, Location l3) {
-        Emitter e3{b3, l3};
-        for (int64_t g = 0; g < count; ++g) {
-          Value ui = e3.index(k * count + g);
-          Value inv = e3.splat(e3.div(e3.f32c(1.0f), memref::LoadOp::create(b3, l3, rowSum, ui)));
-          for (int64_t c = 0; c < chunks; ++c)
-            e3.store(e3.mul(e3.load(rowAcc, {ui, e3.index(c * kLanes)}), inv), out,
-                     {rowOfUnit[k], e3.addi(qBase[k * count + g], e3.index(c * kLanes))});
-        }
-      };
-      if (k == 0) {
-        store(b2, l2);
-        continue;
-      }
-      auto exists = scf::IfOp::create(
-          b2, l2, arith::CmpIOp::create(b2, l2, arith::CmpIPredicate::ult,
-                                        e2.addi(r0, e2.index(k)), rows),
-          /*withElseRegion=*/false);
-      OpBuilder::InsertionGuard guard(b2);
-      b2.setInsertionPoint(exists.thenBlock()->getTerminator());
-      store(b2, l2);
-    }
-  };
-
   // One row (a decode step): tiles outermost, and per tile every head of
   // the range in turn, their states in stack buffers between tiles; a
   // whole tile addresses its keys and values by one flat index plus
@@ -831,43 +917,8 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   b.setInsertionPoint(byRows.thenBlock()->getTerminator());
   oneRow(b, loc);
   b.setInsertionPoint(byRows.elseBlock()->getTerminator());
-  makeRowBuffers(b, loc);
-  // Per KV head its rows, so that its slice of the cache is reused from
-  // cache block after block. The heads [from, to) one at a time (kv null:
-  // each head its own KV head).
-  auto oneByOne = [&](OpBuilder &b1, Location l1, Value kv, Value from, Value to) {
-    Emitter{b1, l1}.loop(from, to, 1, [&](OpBuilder &b2, Location l2, Value h) {
-      Emitter e2{b2, l2};
-      e2.loop(e2.index(0), rows, kMaxUnits, [&](OpBuilder &b3, Location l3, Value r) {
-        emitHeads(b3, l3, r, kv ? kv : h, h, 1, kMaxUnits);
-      });
-    });
-  };
-  if (group == 1) {
-    oneByOne(b, loc, Value(), headBegin, headEnd);
-    return;
-  }
-  // KV heads [headBegin / group, ceil(headEnd / group)); each visits the
-  // heads of its group inside [headBegin, headEnd).
-  Value groupSize = e.index(group);
-  Value kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
-  Value kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
-  e.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
-    Emitter e1{b1, l1};
-    Value groupFirst = e1.muli(kv, groupSize);
-    Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
-    Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addi(groupFirst, groupSize));
-    Value whole = arith::CmpIOp::create(b1, l1, arith::CmpIPredicate::eq,
-                                        arith::SubIOp::create(b1, l1, to, from), groupSize);
-    auto branch = scf::IfOp::create(b1, l1, whole, /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard guard(b1);
-    b1.setInsertionPoint(branch.thenBlock()->getTerminator());
-    e1.loop(e1.index(0), rows, rowBlock, [&](OpBuilder &b2, Location l2, Value r) {
-      emitHeads(b2, l2, r, kv, from, group, rowBlock);
-    });
-    b1.setInsertionPoint(branch.elseBlock()->getTerminator());
-    oneByOne(b1, l1, kv, from, to);
-  });
+  emitPromptAttention(b, loc, q, keys, values, out, rows, position, headBegin, headEnd,
+                      heads, kvHeads, d, window, scale, vectorLanes);
 }
 
 FlatSymbolRefAttr mlir::cq4p::createCachedAttentionKernel(

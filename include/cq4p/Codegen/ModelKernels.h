@@ -69,16 +69,20 @@ FlatSymbolRefAttr createCachedAttentionKernel(KernelBuilder &kernels,
                                               int64_t heads, int64_t kvHeads,
                                               int64_t d, int64_t window,
                                               float scale, Type cacheElement);
-/// cq4p.attention as 16-lane vector code: per query row (at position + r,
-/// r < rows(q)) and head of [headBegin, headEnd), the visible keys in tiles
-/// of 16 with the softmax's rescale once per tile (a flash-attention
-/// decode). `position` may be null (0). The lowering of cq4p.attention on
-/// every target but SME2's prefill; `d` a multiple of 16.
+/// cq4p.attention as vector code. One row (a decode step): per head of
+/// [headBegin, headEnd), the visible keys in tiles of 16 lanes with the
+/// softmax's rescale once per tile (a flash-attention decode). More rows (a
+/// prompt): query units (rows times the heads of one KV head) in the lanes
+/// of `lanes`-wide vectors against tiles of 16 keys, scores and weighted
+/// values as small GEMMs with an online softmax per lane (`lanes` is the
+/// target's fp32 vector width: it picks the registers, not the bits).
+/// `position` may be null (0). The lowering of cq4p.attention on every
+/// target without its own; `d` a multiple of 16.
 void emitVectorAttention(OpBuilder &b, Location loc, Value q, Value keys,
                          Value values, Value out, Value position,
                          Value headBegin, Value headEnd, int64_t heads,
                          int64_t kvHeads, int64_t d, int64_t window,
-                         float scale);
+                         float scale, int64_t lanes);
 
 /// The dense MLP's gate and up matmuls and its gating, over a range of
 /// super-blocks: (gate, up views; act, act_scales, g, u, out, rows,

@@ -991,7 +991,7 @@ struct AttentionLowering : public OpRewritePattern<AttentionOp> {
       emitVectorAttention(b, loc, op.getQ(), op.getK(), op.getV(), op.getOut(),
                           op.getPosition(), op.getHeadBegin(), op.getHeadEnd(),
                           op.getNumHeads(), op.getNumKvHeads(), dim, window,
-                          op.getScale().convertToFloat());
+                          op.getScale().convertToFloat(), target.floatLanes());
       rewriter.eraseOp(op);
       return success();
     }

@@ -1,4 +1,5 @@
 // RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-vector | FileCheck %s
+// RUN: cq4p-opt %s -split-input-file -convert-cq4p-to-vector=x86-dot=avx512vnni | FileCheck %s --check-prefix=WIDE
 
 // cq4p.attention on the host (NEON's 4-lane code: CQ4PToNeon/attention.mlir):
 // the 16-lane vector code of a flash-attention decode, per query row at
@@ -7,14 +8,26 @@
 // polynomial (no libm call). A whole tile loads its keys through the flat
 // cache (one index plus constants), the partial last tile by rows, masked.
 // One row (a decode step) takes the tiles outermost, every head of the
-// range per tile, their states in stack buffers. A prompt's rows go, per KV
-// head, in blocks (here 4 rows of a 2-head group: 8 units; a head of a
-// group the range cuts, 8 rows) that walk the tiles of the KV head
-// together, a tile whole for every unit without masks, each tile in three
-// phases over the units: the scores (each key chunk loaded once for all of
-// them) into a stack buffer, the softmax unit by unit, the values chunk by
-// chunk; the buffers are made once, before the KV heads loop.
+// range per tile, their states in stack buffers. A prompt's rows put query
+// units (rows times the heads of one KV head) in the lanes of the target's
+// vectors (4 here, 16 with AVX-512: the WIDE run): per KV head, heads at
+// most a vector's lanes at a time, blocks of lanes / heads rows. A block
+// gathers its queries one head dim a vector, then walks tiles of 16 keys
+// from a multiple of 16: the scores a loop over the head dim whose 16
+// sums are its iteration arguments (a query vector times a broadcast key
+// element), the softmax lane-wise, the values a loop over the head dim
+// (weights times broadcast value elements); an fp16 cache's tile is first
+// converted to fp32 on the stack. The outputs are scattered back.
 // CHECK-LABEL: func.func @cached_attention
+// WIDE-LABEL: func.func @cached_attention
+// WIDE: } else {
+// WIDE: memref.alloca() : memref<64x16xf32>
+// WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 {
+// WIDE: arith.divui %c16, %{{.*}} : index
+// WIDE: vector.gather {{.*}} into vector<16xf32>
+// WIDE: scf.for %{{.*}} = %c0 to %c64 step %c8 iter_args(
+// WIDE-SAME: -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
+// WIDE: vector.scatter {{.*}} vector<16xf32>
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
 // CHECK: %[[FLATK:.*]] = memref.collapse_shape %{{.*}} {{\[\[}}0, 1]] : memref<?x128xf16> into memref<?xf16>
@@ -32,36 +45,40 @@
 // CHECK: scf.if
 // CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
 // CHECK: } else {
-// CHECK: memref.alloca() : memref<8x64xf32>
-// CHECK: %[[DOTS:.*]] = memref.alloca() : memref<128x16xf32>
-// CHECK: %[[WEIGHTS:.*]] = memref.alloca() : memref<8x16xf32>
+// CHECK: %[[Q:.*]] = memref.alloca() : memref<64x4xf32>
+// CHECK: %[[ACC:.*]] = memref.alloca() : memref<64x4xf32>
+// CHECK: %[[KS:.*]] = memref.alloca() : memref<16x64xf32>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
-// CHECK: scf.if
-// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
-// CHECK: %[[LAST:.*]] = arith.subi %[[ROWS]], %c1
-// CHECK: %[[ROW0:.*]] = arith.minui %[[R]], %[[LAST]]
-// CHECK: %[[P:.*]] = arith.addi %[[POS]], %[[ROW0]]
-// CHECK: %[[END:.*]] = arith.addi %[[P]], %c1
-// CHECK: %[[START:.*]] = arith.subi %[[END]], %c32
-// CHECK: %[[FIRST:.*]] = arith.maxsi %[[START]], %c0
-// CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16 {
-// CHECK: scf.if
-// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 {
-// CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
+// CHECK: scf.for %[[H0:.*]] = %{{.*}} to %{{.*}} step %c4 {
+// CHECK: %[[PER:.*]] = arith.divui %c4, %{{.*}} : index
+// CHECK: scf.for %{{.*}} = %c0 to %[[ROWS]] step %[[PER]] {
+// CHECK: arith.divui %{{.*}} : vector<4xi32>
+// CHECK: %[[TILE0:.*]] = arith.divui %{{.*}}, %c16 : index
+// CHECK: %[[FIRST:.*]] = arith.muli %[[TILE0]], %c16 : index
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 {
+// CHECK: vector.gather
+// CHECK: vector.store %{{.*}}, %[[Q]]
+// CHECK: scf.for %{{.*}} = %[[FIRST]] to %{{.*}} step %c16 iter_args(
+// CHECK-SAME: -> (vector<4xf32>, vector<4xf32>)
+// CHECK: scf.if %{{.*}} -> (vector<4xf32>, vector<4xf32>) {
+// CHECK: vector.load %{{.*}} : memref<?x128xf16>, vector<16xf16>
+// CHECK: arith.extf
+// CHECK: vector.store %{{.*}}, %[[KS]]
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c4 iter_args(
+// CHECK: vector.load %[[Q]]
+// CHECK: memref.load %[[KS]]
+// CHECK: vector.broadcast
 // CHECK: math.fma
-// CHECK: vector.store %{{.*}}, %[[DOTS]][%{{.*}}, %c0]
-// CHECK: scf.for %{{.*}} = %c0 to %c2 step %c1 {
-// CHECK: vector.load %[[DOTS]]
-// CHECK: vector.shuffle
-// CHECK: vector.store %{{.*}}, %[[WEIGHTS]]
-// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c16 {
-// CHECK: memref.load %[[WEIGHTS]]
+// CHECK: arith.maximumf
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c4 {
+// CHECK: vector.load %[[ACC]]
 // CHECK: math.fma
+// CHECK: vector.store %{{.*}}, %[[ACC]]
 // CHECK: } else {
-// CHECK: vector.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x128xf16>, vector<16xf16>
-// CHECK: } else {
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
-// CHECK: scf.for %{{.*}} = %c0 to %[[ROWS]] step %c8
+// CHECK: arith.cmpi slt, %{{.*}} : vector<4xi32>
+// CHECK: arith.cmpi sge, %{{.*}} : vector<4xi32>
+// CHECK: arith.divf
+// CHECK: vector.scatter
 // CHECK-NOT: math.exp
 // CHECK-NOT: call
 // CHECK: return
@@ -81,11 +98,12 @@ func.func @cached_attention(%q: memref<?x256xf32>, %k: memref<?x128xf16>, %v: me
 // CHECK: %[[ROWS:.*]] = memref.dim %{{.*}}, %c0
 // CHECK: } else {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
-// CHECK: scf.for %[[R:.*]] = %c0 to %[[ROWS]] step %c4
-// CHECK: %[[ROW0:.*]] = arith.minui %[[R]],
-// CHECK: %[[END:.*]] = arith.addi %[[ROW0]], %c1
-// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c16
-// CHECK: vector.load %{{.*}} : memref<?xf32>, vector<16xf32>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4 {
+// CHECK: scf.for %{{.*}} = %c0 to %[[ROWS]] step %{{.*}} {
+// CHECK: vector.gather
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 iter_args(
+// CHECK: memref.load %{{.*}} : memref<?x64xf32>
+// CHECK: math.fma
 // CHECK-NOT: math.exp
 // CHECK: return
 func.func @prefill_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: memref<?x64xf32>,
