@@ -6,7 +6,10 @@
 // are exact and the rescale and the rotations sum in one order, so every
 // level must give the bits of the default library, which KernelTest.cpp
 // holds to the fp64 oracle; here each level is also checked against that
-// oracle directly. A level this CPU cannot run is refused at load, naming
+// oracle directly. The attention kernels too: their prompt rows sum in
+// one order at every vector width and whatever heads share a block, so
+// each level gives the default's bits, and a call split in two head ranges
+// gives those of one call. A level this CPU cannot run is refused at load, naming
 // what it lacks. The default library, holding the three levels' kernels,
 // runs each level's bits.
 //
@@ -22,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -121,6 +125,35 @@ std::vector<std::vector<float>> outputs(const KernelLibrary &library) {
       EXPECT_NEAR(out[i * 1536 + j], ref[i * 1536 + j] * s * isr, 1e-2);
     }
   all.push_back(out);
+  // Every attention kernel over a prompt of 40 rows (more than a block of
+  // rows and than two tiles of keys) and one row: the heads whole, then in
+  // the two ranges two threads would take, which give the same bits (a
+  // row's outputs do not depend on which heads share its block).
+  for (size_t i = 0; i < library.kernelCount(); ++i) {
+    const cq4p_kernel_desc &kernel = library.kernel(i);
+    if (kernel.op != CQ4P_KERNEL_ATTENTION)
+      continue;
+    auto attention =
+        reinterpret_cast<cq4p_attention_fn>(const_cast<void *>(kernel.entry));
+    int64_t heads = int64_t(kernel.n), kvHeads = int64_t(kernel.group_size),
+            dim = int64_t(kernel.k);
+    for (int64_t seq : {40, 1}) {
+      std::vector<float> q = gaussianRows(seq, heads * dim, uint32_t(i + 7));
+      std::vector<float> k = gaussianRows(seq, kvHeads * dim, uint32_t(i + 8));
+      std::vector<float> v = gaussianRows(seq, kvHeads * dim, uint32_t(i + 9));
+      std::vector<float> whole(q.size(), std::nanf("")), split = whole;
+      attention(q.data(), k.data(), v.data(), whole.data(), seq, 0, heads);
+      attention(q.data(), k.data(), v.data(), split.data(), seq, 0, 3);
+      attention(q.data(), k.data(), v.data(), split.data(), seq, 3, heads);
+      EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)))
+          << "attention " << heads << "/" << kvHeads << " heads, d " << dim << ", "
+          << seq << " rows: the split heads differ from the whole";
+      EXPECT_TRUE(std::all_of(whole.begin(), whole.end(),
+                              [](float x) { return std::isfinite(x); }))
+          << "attention " << heads << "/" << kvHeads << ": an output not written";
+      all.push_back(whole);
+    }
+  }
   return all;
 }
 

@@ -384,28 +384,31 @@ std::vector<double> referenceAttention(const std::vector<float> &q,
 /// Runs every attention case through `lib` and checks it against fp64.
 void checkAttention(const KernelLibrary &lib, const std::string &label) {
   struct Case {
-    int64_t dim, window;
-  } cases[] = {{64, 0}, {256, 0}, {64, 32}, {64, 20}};
-  const int64_t heads = 8, kvHeads = 4;
+    int64_t heads, kvHeads, dim, window;
+  } cases[] = {{8, 4, 64, 0},  {8, 4, 256, 0}, {8, 4, 64, 32},
+               {8, 4, 64, 20}, {12, 4, 64, 0}, {24, 1, 32, 24}};
   uint32_t seed = 300;
   for (const Case &c : cases) {
     cq4p_attention_fn kernel =
-        attentionKernel(lib, heads, kvHeads, c.dim, uint32_t(c.window));
-    ASSERT_NE(kernel, nullptr) << "no attention kernel for d " << c.dim;
+        attentionKernel(lib, c.heads, c.kvHeads, c.dim, uint32_t(c.window));
+    ASSERT_NE(kernel, nullptr) << "no attention kernel for " << c.heads << "/"
+                               << c.kvHeads << " heads, d " << c.dim;
     for (int64_t seq : {1, 17, 128}) {
-      std::string name = label + "attention d" + std::to_string(c.dim) +
+      std::string name = label + "attention " + std::to_string(c.heads) + "/" +
+                         std::to_string(c.kvHeads) + " d" + std::to_string(c.dim) +
                          (c.window ? " w" + std::to_string(c.window) : "") +
                          " S" + std::to_string(seq);
       SCOPED_TRACE(name);
-      std::vector<float> q = gaussianRows(seq, heads * c.dim, seed++);
-      std::vector<float> k = gaussianRows(seq, kvHeads * c.dim, seed++);
-      std::vector<float> v = gaussianRows(seq, kvHeads * c.dim, seed++);
+      std::vector<float> q = gaussianRows(seq, c.heads * c.dim, seed++);
+      std::vector<float> k = gaussianRows(seq, c.kvHeads * c.dim, seed++);
+      std::vector<float> v = gaussianRows(seq, c.kvHeads * c.dim, seed++);
       std::vector<float> out(q.size(), std::nanf(""));
       double scale = 1.0 / std::sqrt(double(c.dim));
-      // Two calls over head ranges, as two threads would make them.
+      // Two calls over head ranges, as two threads would make them (the
+      // first cuts a group).
       kernel(q.data(), k.data(), v.data(), out.data(), seq, 0, 3);
-      kernel(q.data(), k.data(), v.data(), out.data(), seq, 3, heads);
-      Errors e = compare(out, referenceAttention(q, k, v, seq, heads, kvHeads,
+      kernel(q.data(), k.data(), v.data(), out.data(), seq, 3, c.heads);
+      Errors e = compare(out, referenceAttention(q, k, v, seq, c.heads, c.kvHeads,
                                                  c.dim, c.window, scale));
       measured()[name] = e;
       EXPECT_LT(e.relative, 0.01);

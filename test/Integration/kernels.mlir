@@ -148,3 +148,16 @@ func.func @attention_d64_window20(%q: tensor<?x512xf32>, %k: tensor<?x256xf32>, 
   %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 20 : i64, scale = 0.125 : f32} : tensor<?x512xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x512xf32>
   return %o : tensor<?x512xf32>
 }
+
+// Groups that do not fill a vector of query units: 3 heads a KV head (rows
+// of 3 units, lanes to spare), and 24 (more than a vector's lanes: the group
+// in pieces) with a window.
+func.func @attention_group3(%q: tensor<?x768xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x768xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 12 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32} : tensor<?x768xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x768xf32>
+  return %o : tensor<?x768xf32>
+}
+
+func.func @attention_group24(%q: tensor<?x768xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>) -> tensor<?x768xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 24 : i64, num_kv_heads = 1 : i64, head_dim = 32 : i64, window = 24 : i64, scale = 0.17677669 : f32} : tensor<?x768xf32>, tensor<?x32xf32>, tensor<?x32xf32> -> tensor<?x768xf32>
+  return %o : tensor<?x768xf32>
+}
