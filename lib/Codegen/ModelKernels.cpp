@@ -12,7 +12,9 @@
 //
 // Vectors are 16 fp32 lanes (one zmm, four q registers). Sums are kept in
 // 16 lanes and folded by halves (16 -> 8 -> 4 -> 2 -> 1), an order that
-// does not depend on the target.
+// does not depend on the target. The one exception is a prompt's
+// attention, whose lanes are query units at the target's width (each
+// lane's arithmetic the same chain at every width).
 //
 //===----------------------------------------------------------------------===//
 

@@ -161,3 +161,15 @@ func.func @attention_group24(%q: tensor<?x768xf32>, %k: tensor<?x32xf32>, %v: te
   %o = cq4p.prefill_attention %q, %k, %v {num_heads = 24 : i64, num_kv_heads = 1 : i64, head_dim = 32 : i64, window = 24 : i64, scale = 0.17677669 : f32} : tensor<?x768xf32>, tensor<?x32xf32>, tensor<?x32xf32> -> tensor<?x768xf32>
   return %o : tensor<?x768xf32>
 }
+
+// Gemma 4's shapes: one KV head for 8 query heads, head dims 256 with a
+// window of 16 (one tile) and 512.
+func.func @attention_group8_d256(%q: tensor<?x2048xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>) -> tensor<?x2048xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 1 : i64, head_dim = 256 : i64, window = 16 : i64, scale = 1.0 : f32} : tensor<?x2048xf32>, tensor<?x256xf32>, tensor<?x256xf32> -> tensor<?x2048xf32>
+  return %o : tensor<?x2048xf32>
+}
+
+func.func @attention_group8_d512(%q: tensor<?x4096xf32>, %k: tensor<?x512xf32>, %v: tensor<?x512xf32>) -> tensor<?x4096xf32> {
+  %o = cq4p.prefill_attention %q, %k, %v {num_heads = 8 : i64, num_kv_heads = 1 : i64, head_dim = 512 : i64, window = 0 : i64, scale = 1.0 : f32} : tensor<?x4096xf32>, tensor<?x512xf32>, tensor<?x512xf32> -> tensor<?x4096xf32>
+  return %o : tensor<?x4096xf32>
+}
