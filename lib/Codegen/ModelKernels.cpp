@@ -356,6 +356,18 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
 
 namespace {
 
+/// The keys query position p attends to: [first, end), end = p + 1, first
+/// 0 or, with a window, max(0, p + 1 - window) (keys j > p - window).
+std::pair<Value, Value> keysOf(Emitter &en, Value p, int64_t window) {
+  Value end = en.addi(p, en.index(1));
+  Value first = en.index(0);
+  if (window > 0)
+    first = arith::MaxSIOp::create(
+        en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
+        en.index(0));
+  return {first, end};
+}
+
 /// The rows of a prompt (more than one) of cq4p.attention, as code whose
 /// vector lanes are query units: a block of `lanes` units is the heads of
 /// [h0, h0 + count) (all of one KV head's group inside the range, at most
@@ -440,16 +452,6 @@ void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
     }
     return values.front();
   };
-  // [first, end): the keys of the query at `p`.
-  auto keysOf = [&](Emitter &en, Value p) -> std::pair<Value, Value> {
-    Value end = en.addi(p, en.index(1));
-    Value first = en.index(0);
-    if (window > 0)
-      first = arith::MaxSIOp::create(
-          en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
-          en.index(0));
-    return {first, end};
-  };
 
   // One block: KV head kv, heads [h0, h0 + count), rows from r0.
   auto block = [&](OpBuilder &b3, Location l3, Value kv, Value h0, Value count,
@@ -480,8 +482,8 @@ void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
           b3, l3, arith::SubIOp::create(b3, l3, endV, splatI(e3, e3.index(window))),
           splatI(e3, e3.index(0)));
     Value firstOfFirst, endOfFirst, firstOfLast, endOfLast;
-    std::tie(firstOfFirst, endOfFirst) = keysOf(e3, e3.addi(position, r0));
-    std::tie(firstOfLast, endOfLast) = keysOf(e3, e3.addi(position, lastRow));
+    std::tie(firstOfFirst, endOfFirst) = keysOf(e3, e3.addi(position, r0), window);
+    std::tie(firstOfLast, endOfLast) = keysOf(e3, e3.addi(position, lastRow), window);
     Value tilesFirst = e3.muli(
         arith::DivUIOp::create(b3, l3, firstOfFirst, e3.index(kTile)), e3.index(kTile));
     Value tilesEnd = endOfLast;
@@ -823,17 +825,6 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     return next;
   };
 
-  // The keys query position p attends to: [first, end), end = p + 1, first
-  // 0 or, with a window, max(0, p + 1 - window) (keys j > p - window).
-  auto keysOf = [&](Emitter &en, Value p) -> std::pair<Value, Value> {
-    Value end = en.addi(p, en.index(1));
-    Value first = en.index(0);
-    if (window > 0)
-      first = arith::MaxSIOp::create(
-          en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, en.index(window)),
-          en.index(0));
-    return {first, end};
-  };
 
   // One row (a decode step): tiles outermost, and per tile every head of
   // the range in turn, their states in stack buffers between tiles; a
@@ -848,7 +839,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Emitter e1{b1, l1};
     Value r = e1.index(0);
     Value first, end;
-    std::tie(first, end) = keysOf(e1, position);
+    std::tie(first, end) = keysOf(e1, position, window);
     Type f32 = b1.getF32Type();
     Value maxBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads}, f32));
     Value sumBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads}, f32));
