@@ -679,11 +679,11 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   // the softmax's exponentials and its running max and sum are vector ops
   // and the online rescale happens once per tile (a flash-attention decode).
   //
-  // The query heads that share a KV head (GQA) walk the cache together, one
+  // One row (a decode step; a prompt's rows are emitPromptAttention's):
+  // the query heads that share a KV head (GQA) walk the cache together, one
   // tile at a time: the tile's key and value rows come from memory once and
   // from L1 for the group's other heads (each head's own accumulators stay
-  // in registers, so the loop body is one head's at a time). A range of
-  // heads that cuts a group takes its partial groups one head at a time.
+  // in registers, so the loop body is one head's at a time).
   //
   // A tile's 16 scores are 16 dot products of a query head with key rows,
   // each a 16-lane vector of partial sums (fused multiply-adds over the head
