@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cq4p/Codegen/ModelKernels.h"
+#include "cq4p/Codegen/EmitBuilder.h"
 
 #include "cq4p/format.h"
 
@@ -46,21 +47,14 @@ std::string floatTag(float value) {
   return std::to_string(llvm::bit_cast<uint32_t>(value));
 }
 
-/// Small helpers over an OpBuilder at a location.
-struct Emitter {
-  OpBuilder &b;
-  Location loc;
+/// The host's emitter: EmitBuilder over 16-lane fp32 vectors, with their
+/// loads and stores of any float element type and folds across lanes.
+struct Emitter : EmitBuilder {
+  Emitter(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({kLanes}, b.getF32Type())) {}
 
-  Type f32() { return b.getF32Type(); }
-  VectorType vec() { return VectorType::get({kLanes}, f32()); }
-  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32c(float v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-  }
-  Value splat(Value scalar) {
-    return vector::BroadcastOp::create(b, loc, vec(), scalar);
-  }
-  Value splatc(float v) { return splat(f32c(v)); }
+  Type f32Type() { return b.getF32Type(); }
+  VectorType vec() { return floats; }
   Value load(Value memref, ValueRange indices) {
     auto type = cast<MemRefType>(memref.getType());
     Value v = vector::LoadOp::create(
@@ -77,12 +71,6 @@ struct Emitter {
           b, loc, cast<VectorType>(v.getType()).clone(element), v);
     vector::StoreOp::create(b, loc, v, memref, indices);
   }
-  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
-  Value sub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
-  Value div(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
-  Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
 
   /// A 16-lane vector folded by halves with `combine` to one value.
   Value fold(Value v, function_ref<Value(Value, Value)> combine) {
@@ -97,36 +85,24 @@ struct Emitter {
     }
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
   }
-  Value sum(Value v) {
-    return fold(v, [&](Value x, Value y) { return add(x, y); });
+  Value sumOfLanes(Value v) {
+    return fold(v, [&](Value x, Value y) { return addF(x, y); });
   }
-  Value max(Value v) {
-    return fold(v, [&](Value x, Value y) -> Value {
-      return arith::MaximumFOp::create(b, loc, x, y);
-    });
+  Value maxOfLanes(Value v) {
+    return fold(v, [&](Value x, Value y) { return maxF(x, y); });
   }
 
   /// silu(x) = x / (1 + exp(-x)), or gelu_tanh(x) = 0.5 x (1 + tanh(
   /// sqrt(2/pi) (x + 0.044715 x^3))).
   Value activate(Value x, bool silu) {
     if (silu)
-      return div(x, add(splatc(1.0f),
+      return divF(x, addF(splatF32(1.0f),
                         math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x))));
-    Value cube = mul(mul(x, x), x);
-    Value inner = mul(splatc(0.7978845608028654f),
-                      add(x, mul(splatc(0.044715f), cube)));
-    return mul(mul(splatc(0.5f), x),
-               add(splatc(1.0f), math::TanhOp::create(b, loc, inner)));
-  }
-
-  /// for (i = lb; i < ub; i += step) body(i)
-  void loop(Value lb, Value ub, int64_t step,
-            function_ref<void(OpBuilder &, Location, Value)> body) {
-    scf::ForOp::create(b, loc, lb, ub, index(step), ValueRange{},
-                       [&](OpBuilder &nb, Location nl, Value i, ValueRange) {
-                         body(nb, nl, i);
-                         scf::YieldOp::create(nb, nl);
-                       });
+    Value cube = mulF(mulF(x, x), x);
+    Value inner = mulF(splatF32(0.7978845608028654f),
+                      addF(x, mulF(splatF32(0.044715f), cube)));
+    return mulF(mulF(splatF32(0.5f), x),
+               addF(splatF32(1.0f), math::TanhOp::create(b, loc, inner)));
   }
 };
 
@@ -144,9 +120,9 @@ void forRangeChannels(Emitter &e, Value sbBegin, Value sbEnd, int64_t n,
   Value begin = arith::MulIOp::create(e.b, e.loc, sbBegin, channels);
   Value end = arith::MinSIOp::create(
       e.b, e.loc, arith::MulIOp::create(e.b, e.loc, sbEnd, channels), e.index(n));
-  e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+  e.forEach(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
     Emitter e1{b1, l1};
-    e1.loop(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
+    e1.forEach(begin, end, kLanes, [&](OpBuilder &b2, Location l2, Value c) {
       Emitter e2{b2, l2};
       body(e2, r, c);
     });
@@ -180,35 +156,35 @@ FlatSymbolRefAttr mlir::cq4p::createRmsNormKernel(KernelBuilder &kernels,
     Value x = args[0], w = weighted ? args[1] : Value(),
           out = args[weighted ? 2 : 1], rows = args[weighted ? 3 : 2];
     Emitter e{b, loc};
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.forEach(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), d,
+      e1.forEach(e1.index(0), e1.index(width), d,
               [&](OpBuilder &b2, Location l2, Value base) {
                 Emitter e2{b2, l2};
                 auto sumLoop = scf::ForOp::create(
                     b2, l2, e2.index(0), e2.index(d), e2.index(kLanes),
-                    ValueRange{e2.splatc(0.0f)},
+                    ValueRange{e2.splatF32(0.0f)},
                     [&](OpBuilder &b3, Location l3, Value i, ValueRange acc) {
                       Emitter e3{b3, l3};
-                      Value v = e3.load(x, {r, e3.addi(base, i)});
+                      Value v = e3.load(x, {r, e3.addI(base, i)});
                       scf::YieldOp::create(
-                          b3, l3, ValueRange{e3.add(acc[0], e3.mul(v, v))});
+                          b3, l3, ValueRange{e3.addF(acc[0], e3.mulF(v, v))});
                     });
-                Value mean = e2.div(e2.sum(sumLoop.getResult(0)),
-                                    e2.f32c(float(d)));
+                Value mean = e2.divF(e2.sumOfLanes(sumLoop.getResult(0)),
+                                    e2.f32(float(d)));
                 Value root =
-                    math::SqrtOp::create(b2, l2, e2.add(mean, e2.f32c(epsilon)));
-                Value inv = e2.splat(e2.div(e2.f32c(1.0f), root));
-                e2.loop(e2.index(0), e2.index(d), kLanes,
+                    math::SqrtOp::create(b2, l2, e2.addF(mean, e2.f32(epsilon)));
+                Value inv = e2.splat(e2.divF(e2.f32(1.0f), root));
+                e2.forEach(e2.index(0), e2.index(d), kLanes,
                         [&](OpBuilder &b3, Location l3, Value i) {
                           Emitter e3{b3, l3};
-                          Value col = e3.addi(base, i);
-                          Value v = e3.mul(e3.load(x, {r, col}), inv);
+                          Value col = e3.addI(base, i);
+                          Value v = e3.mulF(e3.load(x, {r, col}), inv);
                           if (weighted) {
                             Value scale = e3.load(w, {i});
                             if (unitOffset)
-                              scale = e3.add(e3.splatc(1.0f), scale);
-                            v = e3.mul(v, scale);
+                              scale = e3.addF(e3.splatF32(1.0f), scale);
+                            v = e3.mulF(v, scale);
                           }
                           e3.store(v, out, {r, col});
                         });
@@ -246,15 +222,15 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
                                        ValueRange args) {
     Value x = args[0], out = args[1], rows = args[2], position = args[3];
     Emitter e{b, loc};
-    auto halfType = VectorType::get({half}, e.f32());
+    auto halfType = VectorType::get({half}, e.f32Type());
     Value freqs = arith::ConstantOp::create(
         b, loc, DenseElementsAttr::get(halfType, ArrayRef<float>(invFreq)));
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.forEach(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
       Value p = arith::IndexCastOp::create(b1, l1, b1.getI64Type(),
-                                           e1.addi(position, r));
-      Value pf = arith::SIToFPOp::create(b1, l1, e1.f32(), p);
-      Value angles = e1.mul(vector::BroadcastOp::create(b1, l1, halfType, pf),
+                                           e1.addI(position, r));
+      Value pf = arith::SIToFPOp::create(b1, l1, e1.f32Type(), p);
+      Value angles = e1.mulF(vector::BroadcastOp::create(b1, l1, halfType, pf),
                             freqs);
       Value cos = math::CosOp::create(b1, l1, angles);
       Value sin = math::SinOp::create(b1, l1, angles);
@@ -269,21 +245,21 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
         cosParts.push_back(part(cos));
         sinParts.push_back(part(sin));
       }
-      e1.loop(e1.index(0), e1.index(width), d,
+      e1.forEach(e1.index(0), e1.index(width), d,
               [&](OpBuilder &b2, Location l2, Value head) {
                 Emitter e2{b2, l2};
                 for (auto [j, c] : llvm::enumerate(cosParts)) {
                   int64_t lanes = cast<VectorType>(c.getType()).getNumElements();
-                  auto partType = VectorType::get({lanes}, e2.f32());
-                  Value lo = e2.addi(head, e2.index(int64_t(j) * kLanes));
-                  Value hi = e2.addi(lo, e2.index(half));
+                  auto partType = VectorType::get({lanes}, e2.f32Type());
+                  Value lo = e2.addI(head, e2.index(int64_t(j) * kLanes));
+                  Value hi = e2.addI(lo, e2.index(half));
                   Value x1 = vector::LoadOp::create(b2, l2, partType, x,
                                                     ValueRange{r, lo});
                   Value x2 = vector::LoadOp::create(b2, l2, partType, x,
                                                     ValueRange{r, hi});
                   Value s = sinParts[j];
-                  e2.store(e2.sub(e2.mul(x1, c), e2.mul(x2, s)), out, {r, lo});
-                  e2.store(e2.add(e2.mul(x2, c), e2.mul(x1, s)), out, {r, hi});
+                  e2.store(e2.subF(e2.mulF(x1, c), e2.mulF(x2, s)), out, {r, lo});
+                  e2.store(e2.addF(e2.mulF(x2, c), e2.mulF(x1, s)), out, {r, hi});
                 }
               });
     });
@@ -310,9 +286,9 @@ createElementwiseKernel(KernelBuilder &kernels, std::string name, KernelKind kin
   return kernels.getOrCreate(spec, [&](OpBuilder &b, Location loc,
                                        ValueRange args) {
     Emitter e{b, loc};
-    e.loop(e.index(0), args[count + 1], 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.forEach(e.index(0), args[count + 1], 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), kLanes,
+      e1.forEach(e1.index(0), e1.index(width), kLanes,
               [&](OpBuilder &b2, Location l2, Value i) {
                 Emitter e2{b2, l2};
                 SmallVector<Value> loaded;
@@ -334,7 +310,7 @@ FlatSymbolRefAttr mlir::cq4p::createGluKernel(KernelBuilder &kernels,
           std::to_string(width),
       KernelKind::glu, width, {"gate", "up"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) {
-        return e.mul(e.activate(v[0], silu), v[1]);
+        return e.mulF(e.activate(v[0], silu), v[1]);
       });
 }
 
@@ -343,7 +319,7 @@ FlatSymbolRefAttr mlir::cq4p::createAddKernel(KernelBuilder &kernels,
   return createElementwiseKernel(
       kernels, "cq4p_add_" + std::to_string(width), KernelKind::add, width, {"a", "b"},
       Float32Type::get(kernels.getContext()),
-      [](Emitter &e, ArrayRef<Value> v) { return e.add(v[0], v[1]); });
+      [](Emitter &e, ArrayRef<Value> v) { return e.addF(v[0], v[1]); });
 }
 
 FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
@@ -351,7 +327,7 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
   return createElementwiseKernel(
       kernels, "cq4p_scale_" + std::to_string(width) + "_f" + floatTag(factor),
       KernelKind::scale, width, {"x"}, Float32Type::get(kernels.getContext()),
-      [&](Emitter &e, ArrayRef<Value> v) { return e.mul(v[0], e.splatc(factor)); });
+      [&](Emitter &e, ArrayRef<Value> v) { return e.mulF(v[0], e.splatF32(factor)); });
 }
 
 namespace {
@@ -359,7 +335,7 @@ namespace {
 /// The keys query position p attends to: [first, end), end = p + 1, first
 /// 0 or, with a window, max(0, p + 1 - window) (keys j > p - window).
 std::pair<Value, Value> keysOf(Emitter &en, Value p, int64_t window) {
-  Value end = en.addi(p, en.index(1));
+  Value end = en.addI(p, en.index(1));
   Value first = en.index(0);
   if (window > 0)
     first = arith::MaxSIOp::create(
@@ -393,55 +369,102 @@ std::pair<Value, Value> keysOf(Emitter &en, Value p, int64_t window) {
 /// the cache; any other (its lanes masked to each unit's keys, its rows
 /// past the block's last key clamped in bounds) or an fp16 cache's is
 /// first copied to fp32 stack buffers.
-void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
-                         Value values, Value out, Value rows, Value position,
-                         Value headBegin,
-                         Value headEnd, int64_t heads, int64_t kvHeads, int64_t d,
-                         int64_t window, float scale, int64_t lanes) {
-  constexpr int64_t kTile = 16;
-  // Register blocking (it changes the instructions, not the bits): keys
-  // per pass of the score loop and head dims per step of both dot loops.
-  // With 32 vector registers a pass is the whole tile, 16 sums beside 8
-  // query vectors; with 16, half of it beside 4.
-  const int64_t pass = lanes >= 16 ? 16 : 8;
-  const int64_t step = lanes >= 16 ? 8 : 4;
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
-  auto floats = VectorType::get({lanes}, f32);
-  auto ints = VectorType::get({lanes}, i32);
-  int64_t group = heads / kvHeads;
-  bool halfCache = !cast<MemRefType>(keys.getType()).getElementType().isF32();
-  float lowest = -std::numeric_limits<float>::infinity();
-  Emitter e{b, loc};
-  SmallVector<ReassociationIndices> both{{0, 1}};
-  Value flatQ = memref::CollapseShapeOp::create(b, loc, q, both);
-  Value flatOut = memref::CollapseShapeOp::create(b, loc, out, both);
-  // Per call: the block's queries and accumulators, one head dim a
-  // vector, and a tile's keys and values in fp32.
-  Value queries = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
-  Value acc = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
-  Value keyStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
-  Value valueStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
-  SmallVector<int32_t> laneNumbers;
-  for (int32_t i = 0; i < lanes; ++i)
-    laneNumbers.push_back(i);
-  Value laneIds = arith::ConstantOp::create(
-      b, loc, DenseElementsAttr::get(ints, ArrayRef<int32_t>(laneNumbers)));
-  Value allLanes = arith::ConstantOp::create(
-      b, loc, DenseElementsAttr::get(VectorType::get({lanes}, b.getI1Type()), true));
+/// The steps of emitPromptAttention: the call's constants and buffers,
+/// then per block of units its setup, per tile its staging, scores,
+/// softmax and values, and the block's outputs.
+class PromptAttention {
+public:
+  PromptAttention(Emitter &e, Value q, Value keys, Value values, Value out, Value rows,
+                  Value position, int64_t heads, int64_t kvHeads, int64_t d,
+                  int64_t window, float scale, int64_t lanes)
+      : keys(keys), values(values), rows(rows), position(position), heads(heads),
+        group(heads / kvHeads), d(d), window(window), scale(scale), lanes(lanes),
+        // Register blocking (it changes the instructions, not the bits):
+        // keys per pass of the score loop and head dims per step of both dot
+        // loops. With 32 vector registers a pass is the whole tile, 16 sums
+        // beside 8 query vectors; with 16, half of it beside 4.
+        pass(lanes >= 16 ? 16 : 8), step(lanes >= 16 ? 8 : 4),
+        floats(VectorType::get({lanes}, e.b.getF32Type())),
+        ints(VectorType::get({lanes}, e.b.getI32Type())),
+        halfCache(!cast<MemRefType>(keys.getType()).getElementType().isF32()) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Type f32 = b.getF32Type();
+    SmallVector<ReassociationIndices> both{{0, 1}};
+    flatQ = memref::CollapseShapeOp::create(b, loc, q, both);
+    flatOut = memref::CollapseShapeOp::create(b, loc, out, both);
+    // Per call: the block's queries and accumulators, one head dim a
+    // vector, and a tile's keys and values in fp32.
+    queries = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
+    acc = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
+    keyStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
+    valueStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
+    SmallVector<int32_t> laneNumbers;
+    for (int32_t i = 0; i < lanes; ++i)
+      laneNumbers.push_back(i);
+    laneIds = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(ints, ArrayRef<int32_t>(laneNumbers)));
+    allLanes = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(VectorType::get({lanes}, b.getI1Type()), true));
+  }
 
-  auto splatF = [&](Emitter &en, Value scalar) -> Value {
+  /// KV heads [headBegin / group, ceil(headEnd / group)); each takes the
+  /// heads of its group inside [headBegin, headEnd), at most `lanes` at a
+  /// time, in blocks of rows.
+  void emit(Emitter &e, Value headBegin, Value headEnd) {
+    Value groupSize = e.index(group);
+    Value kvFirst = arith::DivUIOp::create(e.b, e.loc, headBegin, groupSize);
+    Value kvEnd = arith::CeilDivUIOp::create(e.b, e.loc, headEnd, groupSize);
+    e.forEach(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
+      Emitter e1{b1, l1};
+      Value groupFirst = e1.mulI(kv, groupSize);
+      Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
+      Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addI(groupFirst, groupSize));
+      e1.forEach(from, to, lanes, [&](OpBuilder &b2, Location l2, Value h0) {
+        Emitter e2{b2, l2};
+        Value count = arith::MinSIOp::create(b2, l2, arith::SubIOp::create(b2, l2, to, h0),
+                                             e2.index(lanes));
+        Value rowsPer = arith::DivUIOp::create(b2, l2, e2.index(lanes), count);
+        scf::ForOp::create(b2, l2, e2.index(0), rows, rowsPer, ValueRange{},
+                           [&](OpBuilder &b3, Location l3, Value r0, ValueRange) {
+                             Emitter e3{b3, l3};
+                             Block block = beginBlock(e3, kv, h0, count, rowsPer, r0);
+                             storeOutputs(e3, block, walk(e3, block));
+                             scf::YieldOp::create(b3, l3);
+                           });
+      });
+    });
+  }
+
+private:
+  static constexpr int64_t kTile = 16;
+
+  /// A block's units: their flat offsets into q and out, their keys'
+  /// bounds, and the tiles the block walks.
+  struct Block {
+    Value offsets, endV, firstV, kvBase, zeros;
+    Value tilesFirst, tilesEnd;
+    /// Tiles inside [firstOfLast, endOfFirst) every unit sees whole.
+    Value firstOfLast, endOfFirst;
+  };
+  /// A tile's softmax step.
+  struct Weights {
+    Value maxNew, sumNew, correction;
+    SmallVector<Value> weights;
+  };
+
+  Value splatF(Emitter &en, Value scalar) {
     return vector::BroadcastOp::create(en.b, en.loc, floats, scalar);
-  };
-  auto splatI = [&](Emitter &en, Value index) -> Value {
+  }
+  Value splatI(Emitter &en, Value index) {
     return vector::BroadcastOp::create(
-        en.b, en.loc, ints, arith::IndexCastOp::create(en.b, en.loc, i32, index));
-  };
-  auto loadF = [&](Emitter &en, Value memref, ValueRange at) -> Value {
+        en.b, en.loc, ints, arith::IndexCastOp::create(en.b, en.loc, en.b.getI32Type(), index));
+  }
+  Value loadF(Emitter &en, Value memref, ValueRange at) {
     return vector::LoadOp::create(en.b, en.loc, floats, memref, at);
-  };
-  // values[0] combined pairwise to one, in a fixed tree.
-  auto tree = [&](SmallVector<Value> values,
-                  function_ref<Value(Value, Value)> combine) -> Value {
+  }
+  /// values[0] combined pairwise to one, in a fixed tree.
+  static Value tree(SmallVector<Value> values, function_ref<Value(Value, Value)> combine) {
     while (values.size() > 1) {
       SmallVector<Value> next;
       for (size_t i = 0; i + 1 < values.size(); i += 2)
@@ -451,15 +474,18 @@ void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
       values = next;
     }
     return values.front();
-  };
+  }
 
-  // One block: KV head kv, heads [h0, h0 + count), rows from r0.
-  auto block = [&](OpBuilder &b3, Location l3, Value kv, Value h0, Value count,
-                   Value rowsPer, Value r0) {
-    Emitter e3{b3, l3};
-    Value units = e3.muli(rowsPer, count);
+  /// Block setup, KV head kv, heads [h0, h0 + count), rows from r0: the
+  /// units' offsets and key bounds; their queries gathered, their
+  /// accumulators zeroed.
+  Block beginBlock(Emitter &e3, Value kv, Value h0, Value count, Value rowsPer, Value r0) {
+    OpBuilder &b3 = e3.b;
+    Location l3 = e3.loc;
+    Block block;
+    Value units = e3.mulI(rowsPer, count);
     Value lastRow = arith::MinUIOp::create(
-        b3, l3, arith::SubIOp::create(b3, l3, e3.addi(r0, rowsPer), e3.index(1)),
+        b3, l3, arith::SubIOp::create(b3, l3, e3.addI(r0, rowsPer), e3.index(1)),
         arith::SubIOp::create(b3, l3, rows, e3.index(1)));
     Value unit = arith::MinUIOp::create(
         b3, l3, laneIds,
@@ -470,193 +496,231 @@ void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
     rowV = arith::MinUIOp::create(b3, l3, rowV, splatI(e3, lastRow));
     Value headV = arith::AddIOp::create(b3, l3, splatI(e3, h0),
                                         arith::RemUIOp::create(b3, l3, unit, countV));
-    Value offsets = arith::AddIOp::create(
+    block.offsets = arith::AddIOp::create(
         b3, l3, arith::MulIOp::create(b3, l3, rowV, splatI(e3, e3.index(heads * d))),
         arith::MulIOp::create(b3, l3, headV, splatI(e3, e3.index(d))));
-    Value endV = arith::AddIOp::create(
+    block.endV = arith::AddIOp::create(
         b3, l3, arith::AddIOp::create(b3, l3, splatI(e3, position), rowV),
         splatI(e3, e3.index(1)));
-    Value firstV;
     if (window > 0)
-      firstV = arith::MaxSIOp::create(
-          b3, l3, arith::SubIOp::create(b3, l3, endV, splatI(e3, e3.index(window))),
+      block.firstV = arith::MaxSIOp::create(
+          b3, l3, arith::SubIOp::create(b3, l3, block.endV, splatI(e3, e3.index(window))),
           splatI(e3, e3.index(0)));
-    Value firstOfFirst, endOfFirst, firstOfLast, endOfLast;
-    std::tie(firstOfFirst, endOfFirst) = keysOf(e3, e3.addi(position, r0), window);
-    std::tie(firstOfLast, endOfLast) = keysOf(e3, e3.addi(position, lastRow), window);
-    Value tilesFirst = e3.muli(
+    Value firstOfFirst, endOfLast;
+    std::tie(firstOfFirst, block.endOfFirst) = keysOf(e3, e3.addI(position, r0), window);
+    std::tie(block.firstOfLast, endOfLast) = keysOf(e3, e3.addI(position, lastRow), window);
+    block.tilesFirst = e3.mulI(
         arith::DivUIOp::create(b3, l3, firstOfFirst, e3.index(kTile)), e3.index(kTile));
-    Value tilesEnd = endOfLast;
-    Value kvBase = e3.muli(kv, e3.index(d));
-    Value zeros = splatF(e3, e3.f32c(0.0f));
-    e3.loop(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
+    block.tilesEnd = endOfLast;
+    block.kvBase = e3.mulI(kv, e3.index(d));
+    block.zeros = splatF(e3, e3.f32(0.0f));
+    e3.forEach(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
       Emitter e4{b4, l4};
-      Value at = arith::AddIOp::create(b4, l4, offsets, splatI(e4, c));
+      Value at = arith::AddIOp::create(b4, l4, block.offsets, splatI(e4, c));
       Value qc = vector::GatherOp::create(b4, l4, floats, flatQ, ValueRange{e4.index(0)},
-                                          at, allLanes, zeros);
+                                          at, allLanes, block.zeros);
       vector::StoreOp::create(b4, l4, qc, queries, ValueRange{c, e4.index(0)});
-      vector::StoreOp::create(b4, l4, zeros, acc, ValueRange{c, e4.index(0)});
+      vector::StoreOp::create(b4, l4, block.zeros, acc, ValueRange{c, e4.index(0)});
     });
+    return block;
+  }
 
-    // The tile [t, t + kTile) from the state (max, sum) to the next.
-    auto tile = [&](OpBuilder &b4, Location l4, Value t, bool masked, Value maxOld,
-                    Value sumOld) -> std::pair<Value, Value> {
-      Emitter e4{b4, l4};
-      bool staged = masked || halfCache;
-      if (staged) {
-        for (int64_t k = 0; k < kTile; ++k) {
-          Value row = e4.addi(t, e4.index(k));
-          if (masked)
-            row = arith::SelectOp::create(
-                b4, l4,
-                arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, row, tilesEnd),
-                row, t);
-          for (int64_t c = 0; c < d; c += kLanes) {
-            e4.store(e4.load(keys, {row, e4.addi(kvBase, e4.index(c))}), keyStage,
-                     {e4.index(k), e4.index(c)});
-            e4.store(e4.load(values, {row, e4.addi(kvBase, e4.index(c))}), valueStage,
-                     {e4.index(k), e4.index(c)});
-          }
-        }
-      }
-      // Element c of key or value row k of the tile, broadcast.
-      auto element = [&](Emitter &en, Value cache, Value stage, int64_t k, Value c) {
-        Value x = staged ? memref::LoadOp::create(en.b, en.loc, stage,
-                                                  ValueRange{en.index(k), c})
-                         : memref::LoadOp::create(
-                               en.b, en.loc, cache,
-                               ValueRange{en.addi(t, en.index(k)), en.addi(kvBase, c)});
-        return splatF(en, x);
-      };
-      // Scores.
-      SmallVector<Value> scores;
-      for (int64_t k0 = 0; k0 < kTile; k0 += pass) {
-        SmallVector<Value> init(pass, zeros);
-        auto sums = scf::ForOp::create(
-            b4, l4, e4.index(0), e4.index(d), e4.index(step), init,
-            [&](OpBuilder &b5, Location l5, Value c0, ValueRange s) {
-              Emitter e5{b5, l5};
-              SmallVector<Value> next(s.begin(), s.end());
-              for (int64_t p = 0; p < step; ++p) {
-                Value c = e5.addi(c0, e5.index(p));
-                Value qc = loadF(e5, queries, {c, e5.index(0)});
-                for (int64_t k = 0; k < pass; ++k)
-                  next[k] = math::FmaOp::create(
-                      b5, l5, qc, element(e5, keys, keyStage, k0 + k, c), next[k]);
-              }
-              scf::YieldOp::create(b5, l5, next);
-            });
-        scores.append(sums.getResults().begin(), sums.getResults().end());
-      }
-      // Softmax.
-      Value scaleV = splatF(e4, e4.f32c(scale));
-      Value lowestV = splatF(e4, e4.f32c(lowest));
-      SmallVector<Value> valid;
-      for (int64_t k = 0; k < kTile; ++k) {
-        scores[k] = e4.mul(scores[k], scaleV);
-        if (!masked)
-          continue;
-        Value key = splatI(e4, e4.addi(t, e4.index(k)));
-        Value ok = arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, key, endV);
-        if (firstV)
-          ok = arith::AndIOp::create(
-              b4, l4, ok,
-              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, key, firstV));
-        valid.push_back(ok);
-        scores[k] = arith::SelectOp::create(b4, l4, ok, scores[k], lowestV);
-      }
-      Value maxNew = arith::MaximumFOp::create(
-          b4, l4, maxOld, tree(scores, [&](Value x, Value y) -> Value {
-            return arith::MaximumFOp::create(b4, l4, x, y);
-          }));
-      // exp(-inf) is taken as 0 explicitly (the polynomial exp is only meant
-      // for finite arguments), as is a masked key's weight.
-      Value isFirst =
-          arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld, lowestV);
-      Value correction = arith::SelectOp::create(
-          b4, l4, isFirst, zeros, math::ExpOp::create(b4, l4, e4.sub(maxOld, maxNew)));
-      SmallVector<Value> weights;
-      for (int64_t k = 0; k < kTile; ++k) {
-        Value w = math::ExpOp::create(b4, l4, e4.sub(scores[k], maxNew));
-        if (masked)
-          w = arith::SelectOp::create(b4, l4, valid[k], w, zeros);
-        weights.push_back(w);
-      }
-      Value sumNew = e4.add(e4.mul(sumOld, correction),
-                            tree(weights, [&](Value x, Value y) { return e4.add(x, y); }));
-      // Values.
-      e4.loop(e4.index(0), e4.index(d), step, [&](OpBuilder &b5, Location l5, Value c0) {
-        Emitter e5{b5, l5};
-        SmallVector<Value> o, at;
-        for (int64_t p = 0; p < step; ++p) {
-          at.push_back(e5.addi(c0, e5.index(p)));
-          o.push_back(e5.mul(loadF(e5, acc, {at[p], e5.index(0)}), correction));
-        }
-        for (int64_t k = 0; k < kTile; ++k)
-          for (int64_t p = 0; p < step; ++p)
-            o[p] = math::FmaOp::create(b5, l5, weights[k],
-                                       element(e5, values, valueStage, k, at[p]), o[p]);
-        for (int64_t p = 0; p < step; ++p)
-          vector::StoreOp::create(b5, l5, o[p], acc, ValueRange{at[p], e5.index(0)});
-      });
-      return {maxNew, sumNew};
-    };
-
-    // The walk; the tiles inside [firstOfLast, endOfFirst) every unit sees
-    // whole.
-    SmallVector<Value> init{splatF(e3, e3.f32c(lowest)), zeros};
+  /// The walk over the block's tiles; its result is the units' sums.
+  Value walk(Emitter &e3, const Block &block) {
+    OpBuilder &b3 = e3.b;
+    Location l3 = e3.loc;
+    SmallVector<Value> init{splatF(e3, e3.f32(lowest)), block.zeros};
     auto walk = scf::ForOp::create(
-        b3, l3, tilesFirst, tilesEnd, e3.index(kTile), init,
+        b3, l3, block.tilesFirst, block.tilesEnd, e3.index(kTile), init,
         [&](OpBuilder &b4, Location l4, Value t, ValueRange state) {
           Emitter e4{b4, l4};
           Value whole = arith::AndIOp::create(
               b4, l4,
-              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, t, firstOfLast),
+              arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, t, block.firstOfLast),
               arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sle,
-                                    e4.addi(t, e4.index(kTile)), endOfFirst));
+                                    e4.addI(t, e4.index(kTile)), block.endOfFirst));
           auto branch = scf::IfOp::create(b4, l4, TypeRange{floats, floats}, whole,
                                           /*withElseRegion=*/true);
           for (bool masked : {false, true}) {
             OpBuilder::InsertionGuard guard(b4);
             b4.setInsertionPointToStart(masked ? branch.elseBlock() : branch.thenBlock());
-            std::pair<Value, Value> next = tile(b4, l4, t, masked, state[0], state[1]);
+            std::pair<Value, Value> next = tile(e4, block, t, masked, state[0], state[1]);
             scf::YieldOp::create(b4, l4, ValueRange{next.first, next.second});
           }
           scf::YieldOp::create(b4, l4, branch.getResults());
         });
-    Value inverse = e3.div(splatF(e3, e3.f32c(1.0f)), walk.getResult(1));
-    e3.loop(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
+    return walk.getResult(1);
+  }
+
+  /// The tile [t, t + kTile) from the state (max, sum) to the next.
+  std::pair<Value, Value> tile(Emitter &e4, const Block &block, Value t, bool masked,
+                               Value maxOld, Value sumOld) {
+    bool staged = masked || halfCache;
+    if (staged)
+      stageTile(e4, block, t, masked);
+    SmallVector<Value> scores = scoreTile(e4, block, t, staged);
+    Weights w = softmaxTile(e4, block, t, masked, scores, maxOld, sumOld);
+    accumulateValues(e4, block, t, staged, w);
+    return {w.maxNew, w.sumNew};
+  }
+
+  /// The tile's key and value rows copied to fp32 stack buffers (rows
+  /// past the block's last key clamped to t, in bounds, when `masked`).
+  void stageTile(Emitter &e4, const Block &block, Value t, bool masked) {
+    for (int64_t k = 0; k < kTile; ++k) {
+      Value row = e4.addI(t, e4.index(k));
+      if (masked)
+        row = arith::SelectOp::create(
+            e4.b, e4.loc,
+            arith::CmpIOp::create(e4.b, e4.loc, arith::CmpIPredicate::slt, row,
+                                  block.tilesEnd),
+            row, t);
+      for (int64_t c = 0; c < d; c += kLanes) {
+        e4.store(e4.load(keys, {row, e4.addI(block.kvBase, e4.index(c))}), keyStage,
+                 {e4.index(k), e4.index(c)});
+        e4.store(e4.load(values, {row, e4.addI(block.kvBase, e4.index(c))}), valueStage,
+                 {e4.index(k), e4.index(c)});
+      }
+    }
+  }
+
+  /// Element c of key or value row k of the tile, broadcast.
+  Value element(Emitter &en, const Block &block, Value t, bool staged, Value cache,
+                Value stage, int64_t k, Value c) {
+    Value x = staged ? memref::LoadOp::create(en.b, en.loc, stage,
+                                              ValueRange{en.index(k), c})
+                     : memref::LoadOp::create(
+                           en.b, en.loc, cache,
+                           ValueRange{en.addI(t, en.index(k)), en.addI(block.kvBase, c)});
+    return splatF(en, x);
+  }
+
+  /// Scores: the kTile dot products of the units' queries with the
+  /// tile's keys, `pass` keys per loop over the head dim.
+  SmallVector<Value> scoreTile(Emitter &e4, const Block &block, Value t, bool staged) {
+    SmallVector<Value> scores;
+    for (int64_t k0 = 0; k0 < kTile; k0 += pass) {
+      SmallVector<Value> init(pass, block.zeros);
+      auto sums = scf::ForOp::create(
+          e4.b, e4.loc, e4.index(0), e4.index(d), e4.index(step), init,
+          [&](OpBuilder &b5, Location l5, Value c0, ValueRange s) {
+            Emitter e5{b5, l5};
+            SmallVector<Value> next(s.begin(), s.end());
+            for (int64_t p = 0; p < step; ++p) {
+              Value c = e5.addI(c0, e5.index(p));
+              Value qc = loadF(e5, queries, {c, e5.index(0)});
+              for (int64_t k = 0; k < pass; ++k)
+                next[k] = math::FmaOp::create(
+                    b5, l5, qc, element(e5, block, t, staged, keys, keyStage, k0 + k, c),
+                    next[k]);
+            }
+            scf::YieldOp::create(b5, l5, next);
+          });
+      scores.append(sums.getResults().begin(), sums.getResults().end());
+    }
+    return scores;
+  }
+
+  /// Softmax: the scores scaled (and masked to each unit's keys when
+  /// `masked`), the new running max, the correction of what came before,
+  /// the tile's weights and the new running sum.
+  Weights softmaxTile(Emitter &e4, const Block &block, Value t, bool masked,
+                      SmallVector<Value> scores, Value maxOld, Value sumOld) {
+    OpBuilder &b4 = e4.b;
+    Location l4 = e4.loc;
+    Weights w;
+    Value scaleV = splatF(e4, e4.f32(scale));
+    Value lowestV = splatF(e4, e4.f32(lowest));
+    SmallVector<Value> valid;
+    for (int64_t k = 0; k < kTile; ++k) {
+      scores[k] = e4.mulF(scores[k], scaleV);
+      if (!masked)
+        continue;
+      Value key = splatI(e4, e4.addI(t, e4.index(k)));
+      Value ok = arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, key, block.endV);
+      if (block.firstV)
+        ok = arith::AndIOp::create(
+            b4, l4, ok,
+            arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, key, block.firstV));
+      valid.push_back(ok);
+      scores[k] = arith::SelectOp::create(b4, l4, ok, scores[k], lowestV);
+    }
+    w.maxNew = arith::MaximumFOp::create(
+        b4, l4, maxOld, tree(scores, [&](Value x, Value y) -> Value {
+          return arith::MaximumFOp::create(b4, l4, x, y);
+        }));
+    // exp(-inf) is taken as 0 explicitly (the polynomial exp is only meant
+    // for finite arguments), as is a masked key's weight.
+    Value isFirst =
+        arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld, lowestV);
+    w.correction = arith::SelectOp::create(
+        b4, l4, isFirst, block.zeros, math::ExpOp::create(b4, l4, e4.subF(maxOld, w.maxNew)));
+    for (int64_t k = 0; k < kTile; ++k) {
+      Value weight = math::ExpOp::create(b4, l4, e4.subF(scores[k], w.maxNew));
+      if (masked)
+        weight = arith::SelectOp::create(b4, l4, valid[k], weight, block.zeros);
+      w.weights.push_back(weight);
+    }
+    w.sumNew = e4.addF(e4.mulF(sumOld, w.correction),
+                       tree(w.weights, [&](Value x, Value y) { return e4.addF(x, y); }));
+    return w;
+  }
+
+  /// Values: the accumulators times the correction plus the tile's
+  /// weighted value rows, `step` head dims at a time.
+  void accumulateValues(Emitter &e4, const Block &block, Value t, bool staged,
+                        const Weights &w) {
+    e4.forEach(e4.index(0), e4.index(d), step, [&](OpBuilder &b5, Location l5, Value c0) {
+      Emitter e5{b5, l5};
+      SmallVector<Value> o, at;
+      for (int64_t p = 0; p < step; ++p) {
+        at.push_back(e5.addI(c0, e5.index(p)));
+        o.push_back(e5.mulF(loadF(e5, acc, {at[p], e5.index(0)}), w.correction));
+      }
+      for (int64_t k = 0; k < kTile; ++k)
+        for (int64_t p = 0; p < step; ++p)
+          o[p] = math::FmaOp::create(
+              b5, l5, w.weights[k],
+              element(e5, block, t, staged, values, valueStage, k, at[p]), o[p]);
+      for (int64_t p = 0; p < step; ++p)
+        vector::StoreOp::create(b5, l5, o[p], acc, ValueRange{at[p], e5.index(0)});
+    });
+  }
+
+  /// The block's outputs: the accumulators over the sums, scattered to
+  /// the units' rows and heads.
+  void storeOutputs(Emitter &e3, const Block &block, Value sum) {
+    Value inverse = e3.divF(splatF(e3, e3.f32(1.0f)), sum);
+    e3.forEach(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
       Emitter e4{b4, l4};
-      Value at = arith::AddIOp::create(b4, l4, offsets, splatI(e4, c));
-      Value o = e4.mul(loadF(e4, acc, {c, e4.index(0)}), inverse);
+      Value at = arith::AddIOp::create(b4, l4, block.offsets, splatI(e4, c));
+      Value o = e4.mulF(loadF(e4, acc, {c, e4.index(0)}), inverse);
       vector::ScatterOp::create(b4, l4, Type(), flatOut, ValueRange{e4.index(0)}, at,
                                 allLanes, o);
     });
-  };
+  }
 
-  // KV heads [headBegin / group, ceil(headEnd / group)); each takes the
-  // heads of its group inside [headBegin, headEnd), at most `lanes` at a
-  // time, in blocks of rows.
-  Value groupSize = e.index(group);
-  Value kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
-  Value kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
-  e.loop(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
-    Emitter e1{b1, l1};
-    Value groupFirst = e1.muli(kv, groupSize);
-    Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
-    Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addi(groupFirst, groupSize));
-    e1.loop(from, to, lanes, [&](OpBuilder &b2, Location l2, Value h0) {
-      Emitter e2{b2, l2};
-      Value count = arith::MinSIOp::create(b2, l2, arith::SubIOp::create(b2, l2, to, h0),
-                                           e2.index(lanes));
-      Value rowsPer = arith::DivUIOp::create(b2, l2, e2.index(lanes), count);
-      scf::ForOp::create(b2, l2, e2.index(0), rows, rowsPer, ValueRange{},
-                         [&](OpBuilder &b3, Location l3, Value r0, ValueRange) {
-                           block(b3, l3, kv, h0, count, rowsPer, r0);
-                           scf::YieldOp::create(b3, l3);
-                         });
-    });
-  });
+  static constexpr float lowest = -std::numeric_limits<float>::infinity();
+
+  Value keys, values, rows, position;
+  int64_t heads, group, d, window;
+  float scale;
+  int64_t lanes, pass, step;
+  VectorType floats, ints;
+  bool halfCache;
+  // Per call.
+  Value flatQ, flatOut, queries, acc, keyStage, valueStage, laneIds, allLanes;
+};
+
+void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
+                         Value values, Value out, Value rows, Value position,
+                         Value headBegin,
+                         Value headEnd, int64_t heads, int64_t kvHeads, int64_t d,
+                         int64_t window, float scale, int64_t lanes) {
+  Emitter e{b, loc};
+  PromptAttention(e, q, keys, values, out, rows, position, heads, kvHeads, d, window,
+                  scale, lanes)
+      .emit(e, headBegin, headEnd);
 }
 
 } // namespace
@@ -716,7 +780,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
           low.push_back(source * kLanes + k * partsIn + part);
           high.push_back(source * kLanes + k * partsIn + partsOut + part);
         }
-    return en.add(vector::ShuffleOp::create(en.b, en.loc, x, y, low),
+    return en.addF(vector::ShuffleOp::create(en.b, en.loc, x, y, low),
                   vector::ShuffleOp::create(en.b, en.loc, x, y, high));
   };
 
@@ -731,7 +795,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
         en.b, en.loc, arith::CmpIPredicate::slt, lanes,
         vector::BroadcastOp::create(en.b, en.loc, laneType, remaining));
     for (int64_t i = 0; i < kLanes; ++i) {
-      Value j = en.addi(t, en.index(i));
+      Value j = en.addI(t, en.index(i));
       Value inside = arith::CmpIOp::create(en.b, en.loc, arith::CmpIPredicate::slt, j, end);
       keyRows.push_back(arith::SelectOp::create(en.b, en.loc, inside, j, t));
     }
@@ -741,7 +805,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   auto wholeTilesEnd = [&](Emitter &en, Value first, Value end) -> Value {
     Value tiles = arith::DivUIOp::create(
         en.b, en.loc, arith::SubIOp::create(en.b, en.loc, end, first), en.index(kLanes));
-    return en.addi(first, en.muli(tiles, en.index(kLanes)));
+    return en.addI(first, en.mulI(tiles, en.index(kLanes)));
   };
 
   // The 16 dot-product vectors of a tile's keys (dotOf(i): key i's 16
@@ -770,21 +834,21 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
   };
   auto softmaxStep = [&](Emitter &en, Value dots, Value valid, Value maxOld,
                          Value sumOld) -> SoftmaxStep {
-    Value scores = en.mul(dots, en.splatc(scale));
+    Value scores = en.mulF(dots, en.splatF32(scale));
     if (valid)
-      scores = arith::SelectOp::create(en.b, en.loc, valid, scores, en.splatc(lowest));
-    Value maxNew = arith::MaximumFOp::create(en.b, en.loc, maxOld, en.max(scores));
+      scores = arith::SelectOp::create(en.b, en.loc, valid, scores, en.splatF32(lowest));
+    Value maxNew = arith::MaximumFOp::create(en.b, en.loc, maxOld, en.maxOfLanes(scores));
     // exp(-inf) is taken as 0 explicitly: the polynomial exp is only meant
     // for finite arguments.
     Value isFirst = arith::CmpFOp::create(en.b, en.loc, arith::CmpFPredicate::OEQ, maxOld,
-                                          en.f32c(lowest));
+                                          en.f32(lowest));
     Value correction = arith::SelectOp::create(
-        en.b, en.loc, isFirst, en.f32c(0.0f),
-        math::ExpOp::create(en.b, en.loc, en.sub(maxOld, maxNew)));
-    Value weights = math::ExpOp::create(en.b, en.loc, en.sub(scores, en.splat(maxNew)));
+        en.b, en.loc, isFirst, en.f32(0.0f),
+        math::ExpOp::create(en.b, en.loc, en.subF(maxOld, maxNew)));
+    Value weights = math::ExpOp::create(en.b, en.loc, en.subF(scores, en.splat(maxNew)));
     if (valid)
-      weights = arith::SelectOp::create(en.b, en.loc, valid, weights, en.splatc(0.0f));
-    return {maxNew, en.add(en.mul(sumOld, correction), en.sum(weights)), correction, weights};
+      weights = arith::SelectOp::create(en.b, en.loc, valid, weights, en.splatF32(0.0f));
+    return {maxNew, en.addF(en.mulF(sumOld, correction), en.sumOfLanes(weights)), correction, weights};
   };
 
   // One query head's step over a tile of 16 keys (rows keyRows, lanes
@@ -799,12 +863,12 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     // the load's displacement.
     auto slice = [&](Value cache, Value flat, int64_t i, int64_t c) {
       if (tileBase)
-        return e3.load(flat, {e3.addi(tileBase, e3.index(i * kvWidth + c * kLanes))});
-      return e3.load(cache, {keyRows[i], e3.addi(kvBase, e3.index(c * kLanes))});
+        return e3.load(flat, {e3.addI(tileBase, e3.index(i * kvWidth + c * kLanes))});
+      return e3.load(cache, {keyRows[i], e3.addI(kvBase, e3.index(c * kLanes))});
     };
     Value folded = foldDots(e3, [&](int64_t i) {
       auto keyChunk = [&](int64_t c) { return slice(keys, flatKeys, i, c); };
-      Value dot = e3.mul(qv[0], keyChunk(0));
+      Value dot = e3.mulF(qv[0], keyChunk(0));
       for (int64_t c = 1; c < chunks; ++c)
         dot = math::FmaOp::create(b3, l3, qv[c], keyChunk(c), dot);
       return dot;
@@ -815,7 +879,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Value corrV = e3.splat(correction);
     SmallVector<Value> acc;
     for (int64_t c = 0; c < chunks; ++c)
-      acc.push_back(e3.mul(head[2 + c], corrV));
+      acc.push_back(e3.mulF(head[2 + c], corrV));
     for (int64_t i = 0; i < kLanes; ++i) {
       Value w = e3.splat(vector::ExtractOp::create(b3, l3, weights, ArrayRef<int64_t>{i}));
       for (int64_t c = 0; c < chunks; ++c)
@@ -845,12 +909,12 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
     Value sumBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads}, f32));
     Value accBuf = memref::AllocaOp::create(b1, l1, MemRefType::get({heads, d}, f32));
     Value groupSize = e1.index(group);
-    e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
+    e1.forEach(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
       Emitter e2{b2, l2};
-      memref::StoreOp::create(b2, l2, e2.f32c(lowest), maxBuf, h);
-      memref::StoreOp::create(b2, l2, e2.f32c(0.0f), sumBuf, h);
+      memref::StoreOp::create(b2, l2, e2.f32(lowest), maxBuf, h);
+      memref::StoreOp::create(b2, l2, e2.f32(0.0f), sumBuf, h);
       for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.splatc(0.0f), accBuf, {h, e2.index(c * kLanes)});
+        e2.store(e2.splatF32(0.0f), accBuf, {h, e2.index(c * kLanes)});
     });
     // The range's heads over the tile of keys [t, t + 16); masked: the
     // tile may pass `end`.
@@ -860,19 +924,19 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       SmallVector<Value> keyRows;
       if (masked)
         valid = maskedTile(e2, t, end, keyRows);
-      e2.loop(headBegin, headEnd, 1, [&](OpBuilder &b3, Location l3, Value h) {
+      e2.forEach(headBegin, headEnd, 1, [&](OpBuilder &b3, Location l3, Value h) {
         Emitter e3{b3, l3};
-        Value kvBase = e3.muli(arith::DivUIOp::create(b3, l3, h, groupSize), e3.index(d));
-        Value qBase = e3.muli(h, e3.index(d));
+        Value kvBase = e3.mulI(arith::DivUIOp::create(b3, l3, h, groupSize), e3.index(d));
+        Value qBase = e3.mulI(h, e3.index(d));
         SmallVector<Value> qv, state{memref::LoadOp::create(b3, l3, maxBuf, h),
                                      memref::LoadOp::create(b3, l3, sumBuf, h)};
         for (int64_t c = 0; c < chunks; ++c) {
-          qv.push_back(e3.load(q, {r, e3.addi(qBase, e3.index(c * kLanes))}));
+          qv.push_back(e3.load(q, {r, e3.addI(qBase, e3.index(c * kLanes))}));
           state.push_back(e3.load(accBuf, {h, e3.index(c * kLanes)}));
         }
         Value tileBase;
         if (!masked)
-          tileBase = e3.addi(e3.muli(t, e3.index(kvWidth)), kvBase);
+          tileBase = e3.addI(e3.mulI(t, e3.index(kvWidth)), kvBase);
         SmallVector<Value> next =
             headTile(b3, l3, keyRows, valid, kvBase, qv, state, tileBase);
         memref::StoreOp::create(b3, l3, next[0], maxBuf, h);
@@ -882,7 +946,7 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       });
     };
     Value whole = wholeTilesEnd(e1, first, end);
-    e1.loop(first, whole, kLanes, [&](OpBuilder &b2, Location l2, Value t) {
+    e1.forEach(first, whole, kLanes, [&](OpBuilder &b2, Location l2, Value t) {
       tileAll(b2, l2, t, /*masked=*/false);
     });
     auto tail = scf::IfOp::create(
@@ -893,13 +957,13 @@ void mlir::cq4p::emitVectorAttention(OpBuilder &b, Location loc, Value q,
       b1.setInsertionPoint(tail.thenBlock()->getTerminator());
       tileAll(b1, l1, whole, /*masked=*/true);
     }
-    e1.loop(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
+    e1.forEach(headBegin, headEnd, 1, [&](OpBuilder &b2, Location l2, Value h) {
       Emitter e2{b2, l2};
-      Value inv = e2.splat(e2.div(e2.f32c(1.0f), memref::LoadOp::create(b2, l2, sumBuf, h)));
-      Value qBase = e2.muli(h, e2.index(d));
+      Value inv = e2.splat(e2.divF(e2.f32(1.0f), memref::LoadOp::create(b2, l2, sumBuf, h)));
+      Value qBase = e2.mulI(h, e2.index(d));
       for (int64_t c = 0; c < chunks; ++c)
-        e2.store(e2.mul(e2.load(accBuf, {h, e2.index(c * kLanes)}), inv), out,
-                 {r, e2.addi(qBase, e2.index(c * kLanes))});
+        e2.store(e2.mulF(e2.load(accBuf, {h, e2.index(c * kLanes)}), inv), out,
+                 {r, e2.addI(qBase, e2.index(c * kLanes))});
     });
   };
 
@@ -971,18 +1035,18 @@ FlatSymbolRefAttr mlir::cq4p::createColumnsKernel(KernelBuilder &kernels,
                                        ValueRange args) {
     Value x = args[0], out = args[1], rows = args[2];
     Emitter e{b, loc};
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.forEach(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(copied), kLanes,
+      e1.forEach(e1.index(0), e1.index(copied), kLanes,
               [&](OpBuilder &b2, Location l2, Value j) {
                 Emitter e2{b2, l2};
-                e2.store(e2.load(x, {r, e2.addi(j, e2.index(offset))}), out, {r, j});
+                e2.store(e2.load(x, {r, e2.addI(j, e2.index(offset))}), out, {r, j});
               });
       if (copied < outWidth)
-        e1.loop(e1.index(copied), e1.index(outWidth), kLanes,
+        e1.forEach(e1.index(copied), e1.index(outWidth), kLanes,
                 [&](OpBuilder &b2, Location l2, Value j) {
                   Emitter e2{b2, l2};
-                  e2.store(e2.splatc(0.0f), out, {r, j});
+                  e2.store(e2.splatF32(0.0f), out, {r, j});
                 });
     });
   });
@@ -1007,14 +1071,14 @@ FlatSymbolRefAttr mlir::cq4p::createScaleByKernel(KernelBuilder &kernels,
     Emitter e{b, loc};
     Value factor = memref::LoadOp::create(b, loc, s, ValueRange{e.index(0)});
     if (!scalarElement.isF32())
-      factor = arith::ExtFOp::create(b, loc, e.f32(), factor);
+      factor = arith::ExtFOp::create(b, loc, e.f32Type(), factor);
     Value splat = e.splat(factor);
-    e.loop(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
+    e.forEach(e.index(0), rows, 1, [&](OpBuilder &b1, Location l1, Value r) {
       Emitter e1{b1, l1};
-      e1.loop(e1.index(0), e1.index(width), kLanes,
+      e1.forEach(e1.index(0), e1.index(width), kLanes,
               [&](OpBuilder &b2, Location l2, Value i) {
                 Emitter e2{b2, l2};
-                e2.store(e2.mul(e2.load(x, {r, i}), splat), out, {r, i});
+                e2.store(e2.mulF(e2.load(x, {r, i}), splat), out, {r, i});
               });
     });
   });
@@ -1026,8 +1090,8 @@ FlatSymbolRefAttr mlir::cq4p::createSoftcapKernel(KernelBuilder &kernels,
       kernels, "cq4p_softcap_" + std::to_string(width) + "_c" + floatTag(cap),
       KernelKind::softcap, width, {"x"}, Float32Type::get(kernels.getContext()),
       [&](Emitter &e, ArrayRef<Value> v) {
-        Value inner = e.div(v[0], e.splatc(cap));
-        return e.mul(e.splatc(cap), math::TanhOp::create(e.b, e.loc, inner));
+        Value inner = e.divF(v[0], e.splatF32(cap));
+        return e.mulF(e.splatF32(cap), math::TanhOp::create(e.b, e.loc, inner));
       });
 }
 
@@ -1060,19 +1124,19 @@ FlatSymbolRefAttr mlir::cq4p::createShortConvKernel(KernelBuilder &kernels,
     Emitter e{b, loc};
     Value atStart = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                           position, e.index(0));
-    e.loop(begin, end, 1, [&](OpBuilder &b1, Location l1, Value item) {
+    e.forEach(begin, end, 1, [&](OpBuilder &b1, Location l1, Value item) {
       Emitter e1{b1, l1};
-      Value c = e1.muli(item, e1.index(kLanes));
+      Value c = e1.mulI(item, e1.index(kLanes));
       // The kernel's taps for these 16 channels: w[c * l + j].
       SmallVector<Value> taps;
       for (int64_t j = 0; j < l; ++j) {
-        Value tap = e1.splatc(0.0f);
+        Value tap = e1.splatF32(0.0f);
         for (int64_t lane = 0; lane < kLanes; ++lane) {
-          Value at = e1.addi(e1.muli(e1.addi(c, e1.index(lane)), e1.index(l)),
+          Value at = e1.addI(e1.mulI(e1.addI(c, e1.index(lane)), e1.index(l)),
                              e1.index(j));
           Value v = memref::LoadOp::create(b1, l1, w, ValueRange{at});
           if (!weightElement.isF32())
-            v = arith::ExtFOp::create(b1, l1, e1.f32(), v);
+            v = arith::ExtFOp::create(b1, l1, e1.f32Type(), v);
           tap = vector::InsertOp::create(b1, l1, v, tap, ArrayRef<int64_t>{lane});
         }
         taps.push_back(tap);
@@ -1080,22 +1144,22 @@ FlatSymbolRefAttr mlir::cq4p::createShortConvKernel(KernelBuilder &kernels,
       SmallVector<Value> history;
       for (int64_t j = 0; j + 1 < l; ++j)
         history.push_back(arith::SelectOp::create(
-            b1, l1, atStart, e1.splatc(0.0f), e1.load(state, {e1.index(j), c})));
+            b1, l1, atStart, e1.splatF32(0.0f), e1.load(state, {e1.index(j), c})));
       auto rowLoop = scf::ForOp::create(
           b1, l1, e1.index(0), rows, e1.index(1), history,
           [&](OpBuilder &b2, Location l2, Value r, ValueRange carried) {
             Emitter e2{b2, l2};
             Value bv = e2.load(x, {r, c});
-            Value cv = e2.load(x, {r, e2.addi(c, e2.index(h))});
-            Value xv = e2.load(x, {r, e2.addi(c, e2.index(2 * h))});
-            Value bx = e2.mul(bv, xv);
+            Value cv = e2.load(x, {r, e2.addI(c, e2.index(h))});
+            Value xv = e2.load(x, {r, e2.addI(c, e2.index(2 * h))});
+            Value bx = e2.mulF(bv, xv);
             // y = sum_j taps[j] * Bx[t - (l - 1) + j], in j order.
             Value y;
             for (int64_t j = 0; j < l; ++j) {
-              Value term = e2.mul(taps[j], j + 1 < l ? carried[j] : bx);
-              y = j == 0 ? term : e2.add(y, term);
+              Value term = e2.mulF(taps[j], j + 1 < l ? carried[j] : bx);
+              y = j == 0 ? term : e2.addF(y, term);
             }
-            e2.store(e2.mul(cv, y), out, {r, c});
+            e2.store(e2.mulF(cv, y), out, {r, c});
             SmallVector<Value> next(carried.begin() + std::min<int64_t>(1, carried.size()),
                                     carried.end());
             if (l > 1)
@@ -1166,7 +1230,7 @@ FlatSymbolRefAttr mlir::cq4p::createBiasedMatmulKernel(KernelBuilder &kernels,
       kernels, w, single, "bias", biasElement.isF16() ? "_f16" : "_f32",
       KernelKind::matmul_bias, {"bias", MemRefType::get({w.getN()}, biasElement)},
       [](Emitter &e, Value bias, Value y, Value r, Value c) {
-        return e.add(e.load(y, {r, c}), e.load(bias, {c}));
+        return e.addF(e.load(y, {r, c}), e.load(bias, {c}));
       });
 }
 
@@ -1182,7 +1246,7 @@ FlatSymbolRefAttr mlir::cq4p::createResidualMatmulKernel(KernelBuilder &kernels,
       {"residual", MemRefType::get({single ? 1 : kDynamic, w.getN()},
                                    Float32Type::get(kernels.getContext()))},
       [](Emitter &e, Value residual, Value y, Value r, Value c) {
-        return e.add(e.load(residual, {r, c}), e.load(y, {r, c}));
+        return e.addF(e.load(residual, {r, c}), e.load(y, {r, c}));
       });
 }
 
@@ -1246,7 +1310,7 @@ FlatSymbolRefAttr mlir::cq4p::createFusedMlpKernel(KernelBuilder &kernels,
     forRangeChannels(e, sbBegin, sbEnd, n, single ? e.index(1) : rowCount,
                      [&](Emitter &e2, Value r, Value c) {
                        Value gv = e2.load(g, {r, c});
-                       e2.store(e2.mul(e2.activate(gv, silu), e2.load(u, {r, c})),
+                       e2.store(e2.mulF(e2.activate(gv, silu), e2.load(u, {r, c})),
                                 out, {r, c});
                      });
   });

@@ -98,6 +98,7 @@
 #include "StreamingQuantize.h"
 #include "Sme2Strategy.h"
 
+#include "cq4p/Codegen/EmitBuilder.h"
 #include "cq4p/Conversion/Passes.h"
 #include "cq4p/Dialect/CQ4P/IR/CQ4P.h"
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
@@ -126,19 +127,12 @@ constexpr int64_t kMaxLeafRows = 8;      // unpacked rows: slice offsets 0-7
 /// Builds a leaf's operations: ArmSME dialect operations where it has them,
 /// a cq4p_intr operation in one helper each where neither it nor the ArmSVE
 /// dialect does (as of MLIR 22).
-class LeafBuilder {
+class LeafBuilder : public EmitBuilder {
 public:
-  LeafBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {
+  LeafBuilder(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
     ptrType = LLVM::LLVMPointerType::get(b.getContext());
     nxv16i8 = VectorType::get({16}, b.getI8Type(), {true});
-  }
-
-  Value index(int64_t value) { return arith::ConstantIndexOp::create(b, loc, value); }
-  Value i32(int64_t value) {
-    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(value));
-  }
-  Value toI32(Value indexValue) {
-    return arith::IndexCastOp::create(b, loc, b.getI32Type(), indexValue);
   }
 
   /// The address of a memref's first element.
@@ -408,8 +402,6 @@ public:
                                                   ints[1], ints[2], ints[3]));
   }
 
-  OpBuilder &b;
-  Location loc;
   Type ptrType;
   VectorType nxv16i8;
 

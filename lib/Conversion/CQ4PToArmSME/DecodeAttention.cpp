@@ -49,6 +49,8 @@
 #include "KernelLowering/LoweringHelpers.h"
 #include "Addresses.h"
 
+#include "cq4p/Codegen/EmitBuilder.h"
+
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -73,30 +75,18 @@ constexpr int64_t kBlockTiles = 16;   // tiles per softmax block
 constexpr int64_t kZaVectors = 64;    // ZA array vectors (four fp32 tiles)
 constexpr int64_t kVectorBytes = 64;
 
-/// Streaming-mode building blocks over 16-lane fp32 vectors
-/// (vector<[4]xf32> at vscale 4).
-struct Streaming {
-  Streaming(OpBuilder &b, Location loc) : b(b), loc(loc) {
+/// SME2's decode leaf emitter: EmitBuilder over 16-lane fp32 vectors
+/// (vector<[4]xf32> at vscale 4), with ZA tiles, masks and multi-vector
+/// loads.
+struct Streaming : EmitBuilder {
+  Streaming(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
     ctx = b.getContext();
     ptr = LLVM::LLVMPointerType::get(ctx);
-    vec = VectorType::get({4}, b.getF32Type(), {true});
+    vec = floats;
     ivec = VectorType::get({4}, b.getI32Type(), {true});
     pred = VectorType::get({4}, b.getI1Type(), {true});
   }
-
-  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value i32(int64_t v) {
-    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
-  }
-  Value f32(float v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-  }
-  Value splat(Value scalar) {
-    return vector::BroadcastOp::create(b, loc, vec, scalar);
-  }
-  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
-  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
 
   /// The address of a memref's first element.
   Value base(Value memref) { return sme::alignedBase(b, loc, memref); }
@@ -131,19 +121,8 @@ struct Streaming {
     return vector::CreateMaskOp::create(b, loc, pred, ValueRange{count});
   }
 
-  Value maximum(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
-  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
-  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
-  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
-  /// exp(x) for x <= 0 (a softmax's differences from the running max, the
-  /// max's correction): expNonPositive, 12 instructions per vector where
-  /// math.exp's polynomial, which handles every x, took 33 in this leaf.
-  Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
   Value isMinusInf(Value x, Value minusInf) {
     return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x, minusInf);
-  }
-  Value select(Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, loc, c, x, y);
   }
 
   /// ZA tiles named by the eight 64-bit tiles they cover.
@@ -191,18 +170,6 @@ struct Streaming {
   }
   Type quad4(Type v) { return LLVM::LLVMStructType::getLiteral(ctx, {v, v, v, v}); }
 
-  /// for i in [begin, end) step 1, with loop-carried `init`.
-  scf::ForOp loop(Value begin, Value end, ValueRange init,
-                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    return scf::ForOp::create(
-        b, loc, begin, end, index(1), init,
-        [&](OpBuilder &inner, Location, Value i, ValueRange state) {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(inner.getInsertionBlock(), inner.getInsertionPoint());
-          SmallVector<Value> next = body(i, state);
-          scf::YieldOp::create(b, loc, next);
-        });
-  }
   /// if (condition) then() else otherwise(), both yielding `types`.
   scf::IfOp branch(Value condition, TypeRange types,
                    function_ref<SmallVector<Value>()> then,
@@ -249,8 +216,6 @@ struct Streaming {
         b, loc, LLVM::LLVMTargetExtType::get(ctx, "aarch64.svcount", {}, {}));
   }
 
-  OpBuilder &b;
-  Location loc;
   MLIRContext *ctx;
   Type ptr;
   VectorType vec, ivec, pred;
@@ -304,7 +269,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
       vector::BroadcastOp::create(b, loc, s.ivec, s.i32(group)));
 
   Value c0 = s.index(0), c16 = s.index(kTileKeys);
-  Value end = s.add(position, s.index(1));
+  Value end = s.addI(position, s.index(1));
   Value first = c0;
   if (shape.window > 0)
     first = arith::MaxSIOp::create(
@@ -326,17 +291,17 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
     return v;
   };
 
-  s.loop(kvFirst, kvEnd, {}, [&](Value kv, ValueRange) -> SmallVector<Value> {
-    Value kvColumnBytes = s.mul(kv, s.index(dim * 4));
+  s.forLoop(kvFirst, kvEnd, 1, {}, [&](Value kv, ValueRange) -> SmallVector<Value> {
+    Value kvColumnBytes = s.mulI(kv, s.index(dim * 4));
     // Qr: row G k + h of ZA0.S is head h's 16 dims, its columns Qr[d].
-    Value groupRows = s.at(qBase, s.mul(kv, s.index(group * dim * 4)));
+    Value groupRows = s.at(qBase, s.mulI(kv, s.index(group * dim * 4)));
     for (int64_t blk = 0; blk < blocks16; ++blk) {
       for (int64_t row = 0; row < kLanes; ++row)
         s.loadRow(0, row, all, s.at(groupRows, ((row % group) * dim + 16 * blk) * 4));
       for (int64_t quad = 0; quad < 4; ++quad) {
         SmallVector<Value> columns = s.readColumns4(0, 4 * quad);
         for (int64_t i = 0; i < 4; ++i)
-          s.store(s.fmul(columns[i], scaleV),
+          s.store(s.mulF(columns[i], scaleV),
                   s.at(qrep, (16 * blk + 4 * quad + i) * kVectorBytes));
       }
     }
@@ -345,7 +310,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
 
     Value groupKeys = s.at(keysBase, kvColumnBytes);
     Value groupValues = s.at(valuesBase, kvColumnBytes);
-    auto tileStart = [&](Value t) { return s.add(first, s.mul(t, c16)); };
+    auto tileStart = [&](Value t) { return s.addI(first, s.mulI(t, c16)); };
 
     // Q K^T of the tile at key j0 with `valid` keys (16 when `partial` is
     // false): its G vectors P_r into `scores` at `slot`; returns their
@@ -367,7 +332,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
       // rather than 16 rows' constant offsets, which it spilled and
       // reloaded for every load; the pass's blocks are 0, 16 and 32
       // words from the row.
-      Value rows = s.at(groupKeys, s.mul(j0, s.index(kvWidth * 4)));
+      Value rows = s.at(groupKeys, s.mulI(j0, s.index(kvWidth * 4)));
       const int64_t transposeTiles[] = {0, 2, 3};
       for (int64_t pass = 0; pass < blocks16; pass += 3) {
         int64_t count = std::min<int64_t>(3, blocks16 - pass);
@@ -388,7 +353,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
               s.outerProduct(1, all, all, kt[i], qr[i]);
           }
       }
-      Value slotBase = s.at(scores, s.mul(slot, s.index(group * kVectorBytes)));
+      Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
       for (int64_t r = 0; r < group; ++r) {
         Value p = zeros;
         for (int64_t k = 0; k < classes; ++k)
@@ -405,22 +370,22 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
           p = s.select(inside, p, minusInf);
         }
         s.store(p, s.at(slotBase, r * kVectorBytes));
-        runningMax = s.maximum(runningMax, p);
+        runningMax = s.maxF(runningMax, p);
       }
       return runningMax;
     };
 
     // P V of the tile at key j0 for dims [64 c, 64 c + 64) into ZA.
     auto valueTile = [&](Value j0, Value valid, bool partial, Value slot, int64_t c) {
-      Value slotBase = s.at(scores, s.mul(slot, s.index(group * kVectorBytes)));
+      Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
       SmallVector<Value> p;
       for (int64_t r = 0; r < group; ++r)
         p.push_back(s.load(s.at(slotBase, r * kVectorBytes)));
-      Value rows = s.at(groupValues, s.mul(j0, s.index(kvWidth * 4)));
+      Value rows = s.at(groupValues, s.mulI(j0, s.index(kvWidth * 4)));
       Value last = arith::SubIOp::create(b, loc, valid, s.index(1));
       for (int64_t i = 0; i < kTileKeys; ++i) {
         // A key past the end has weight 0: its row is the tile's last.
-        Value row = partial ? s.at(rows, s.mul(s.min(s.index(i), last), s.index(kvWidth * 4)))
+        Value row = partial ? s.at(rows, s.mulI(s.minSI(s.index(i), last), s.index(kvWidth * 4)))
                             : s.at(rows, i * kvWidth * 4);
         SmallVector<Value> v = s.loadQuad(s.at(row, 64 * c * 4));
         for (int64_t t = 0; t < 4; ++t)
@@ -436,8 +401,8 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
                            function_ref<SmallVector<Value>(Value, Value, bool, Value,
                                                            ValueRange)>
                                body) -> SmallVector<Value> {
-      Value wholeEnd = s.min(te, wholeTiles);
-      auto whole = s.loop(tb, wholeEnd, init,
+      Value wholeEnd = s.minSI(te, wholeTiles);
+      auto whole = s.forLoop(tb, wholeEnd, 1, init,
                           [&](Value t, ValueRange state) -> SmallVector<Value> {
                             return body(tileStart(t), c16,
                                         false, arith::SubIOp::create(b, loc, t, tb), state);
@@ -456,33 +421,33 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
       return SmallVector<Value>(ifOp.getResults());
     };
 
-    auto blockLoop = s.loop(
-        c0, blocks, {minusInf, zeros},
+    auto blockLoop = s.forLoop(
+        c0, blocks, 1, {minusInf, zeros},
         [&](Value blk, ValueRange state) -> SmallVector<Value> {
           Value mOld = state[0], l = state[1];
-          Value tb = s.mul(blk, s.index(kBlockTiles));
-          Value te = s.min(tiles, s.add(tb, s.index(kBlockTiles)));
+          Value tb = s.mulI(blk, s.index(kBlockTiles));
+          Value te = s.minSI(tiles, s.addI(tb, s.index(kBlockTiles)));
           Value blockMax =
               forEachTile(tb, te, {minusInf},
                           [&](Value j0, Value valid, bool partial, Value slot,
                               ValueRange st) -> SmallVector<Value> {
                             return {scoreTile(j0, valid, partial, slot, st[0])};
                           })[0];
-          Value mNew = s.maximum(mOld, foldClasses(blockMax, [&](Value x, Value y) {
-            return s.maximum(x, y);
+          Value mNew = s.maxF(mOld, foldClasses(blockMax, [&](Value x, Value y) {
+            return s.maxF(x, y);
           }));
           Value corr = s.select(s.isMinusInf(mOld, minusInf), zeros,
-                                s.expNonPositive(s.fsub(mOld, mNew)));
-          Value vectors = s.mul(arith::SubIOp::create(b, loc, te, tb), groupSize);
+                                s.expNonPositive(s.subF(mOld, mNew)));
+          Value vectors = s.mulI(arith::SubIOp::create(b, loc, te, tb), groupSize);
           Value lNew =
-              s.loop(c0, vectors, {s.fmul(l, corr)},
+              s.forLoop(c0, vectors, 1, {s.mulF(l, corr)},
                      [&](Value i, ValueRange st) -> SmallVector<Value> {
-                       Value address = s.at(scores, s.mul(i, s.index(kVectorBytes)));
+                       Value address = s.at(scores, s.mulI(i, s.index(kVectorBytes)));
                        Value x = s.load(address);
                        Value p = s.select(s.isMinusInf(x, minusInf), zeros,
-                                          s.expNonPositive(s.fsub(x, mNew)));
+                                          s.expNonPositive(s.subF(x, mNew)));
                        s.store(p, address);
-                       return {s.fadd(st[0], p)};
+                       return {s.addF(st[0], p)};
                      })
                   .getResult(0);
           SmallVector<Value> rowCorr;
@@ -514,7 +479,7 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
     // the accumulators.
     s.store(blockLoop.getResult(1), sums);
     for (int64_t h = 0; h < group; ++h) {
-      Value head = s.add(s.mul(kv, groupSize), s.index(h));
+      Value head = s.addI(s.mulI(kv, groupSize), s.index(h));
       Value inRange = arith::AndIOp::create(
           b, loc,
           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, head, headBegin),
@@ -529,16 +494,16 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
         total = total ? Value(arith::AddFOp::create(b, loc, total, lane)) : lane;
       }
       Value inverse = s.splat(arith::DivFOp::create(b, loc, s.f32(1.0f), total));
-      Value headOut = s.at(outBase, s.mul(head, s.index(dim * 4)));
+      Value headOut = s.at(outBase, s.mulI(head, s.index(dim * 4)));
       for (int64_t c = 0; c < blocks64; ++c)
         for (int64_t t = 0; t < 4; ++t) {
           Value sum;
           for (int64_t k = 0; k < classes; ++k) {
             Value x = s.load(
                 s.at(acc, (c * kZaVectors + 4 * (group * k + h) + t) * kVectorBytes));
-            sum = sum ? s.fadd(sum, x) : x;
+            sum = sum ? s.addF(sum, x) : x;
           }
-          s.store(s.fmul(sum, inverse), s.at(headOut, (64 * c + 16 * t) * 4));
+          s.store(s.mulF(sum, inverse), s.at(headOut, (64 * c + 16 * t) * 4));
         }
     }
     return {};

@@ -40,6 +40,8 @@
 #include "KernelLowering/LoweringHelpers.h"
 #include "Addresses.h"
 
+#include "cq4p/Codegen/EmitBuilder.h"
+
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -58,15 +60,14 @@ namespace {
 
 constexpr int64_t kRowBytes = 64; // a 512-bit vector: one row of St
 
-/// 16-lane fp32 vector steps (vector<[4]xf32> at vscale 4).
-struct Lanes {
-  Lanes(OpBuilder &b, Location loc) : b(b), loc(loc) {
-    vec = VectorType::get({4}, b.getF32Type(), {true});
+/// SME2's prefill softmax emitter: EmitBuilder over 16-lane fp32 vectors
+/// (vector<[4]xf32> at vscale 4), with multi-vector loads and stores.
+struct Lanes : EmitBuilder {
+  Lanes(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
+    vec = floats;
     ivec = VectorType::get({4}, b.getI32Type(), {true});
   }
-  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32(float v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v)); }
-  Value splat(Value scalar) { return vector::BroadcastOp::create(b, loc, vec, scalar); }
   Value splatIndex(Value i) {
     return vector::BroadcastOp::create(
         b, loc, ivec, arith::IndexCastOp::create(b, loc, b.getI32Type(), i));
@@ -78,20 +79,12 @@ struct Lanes {
   /// for j in [begin, end) step `step`: state = body(j, state)
   Value fold(Value begin, Value end, Value init, function_ref<Value(Value, Value)> body,
              int64_t step = 1) {
-    auto loop = scf::ForOp::create(b, loc, begin, end, index(step), ValueRange{init});
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(loop.getBody());
-    scf::YieldOp::create(
-        b, loc, ValueRange{body(loop.getInductionVar(), loop.getRegionIterArgs()[0])});
-    return loop.getResult(0);
+    return forLoop(begin, end, step, init,
+                   [&](Value j, ValueRange state) {
+                     return SmallVector<Value>{body(j, state[0])};
+                   })
+        .getResult(0);
   }
-
-  /// x * y + z, one rounding.
-  Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
-  Value lanes(float v) { return splat(f32(v)); }
-
-  /// exp(x) for x <= 0 (LoweringHelpers.h).
-  Value expNonPositive(Value x) { return mlir::cq4p::expNonPositive(b, loc, x); }
 
   /// The four rows at `address` (multi-vector LD1W) and back (ST1W).
   SmallVector<Value> loadQuad(Value address) {
@@ -116,8 +109,6 @@ struct Lanes {
         b, loc, LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {}));
   }
 
-  OpBuilder &b;
-  Location loc;
   VectorType vec, ivec;
   Value allWords;
 };

@@ -54,6 +54,8 @@
 #include "Addresses.h"
 #include "KernelLowering/ActivationTransform.h"
 
+#include "cq4p/Codegen/EmitBuilder.h"
+
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -82,23 +84,23 @@ constexpr bool kSqcvtInterleaves = false;
 
 /// The leaf's operations on scalable vectors (16 lanes of fp32 or 64 bytes
 /// at the target's vector length).
-class QuantizeBuilder {
+class QuantizeBuilder : public EmitBuilder {
 public:
-  QuantizeBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {
+  QuantizeBuilder(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
     ptrType = LLVM::LLVMPointerType::get(b.getContext());
-    f32v = VectorType::get({4}, b.getF32Type(), {true});
+    f32v = floats;
     i32v = VectorType::get({4}, b.getI32Type(), {true});
     i8v = VectorType::get({16}, b.getI8Type(), {true});
     // Made before the loops, where every load can see it.
     allWords = cq4p_intr::SvePtrueC32Op::create(b, loc, svcount());
   }
 
-  Value index(int64_t value) { return arith::ConstantIndexOp::create(b, loc, value); }
-  Value floats(float value) {
+  Value constantFloats(float value) {
     return arith::ConstantOp::create(
         b, loc, DenseElementsAttr::get(f32v, b.getF32FloatAttr(value)));
   }
-  Value words(int32_t value) {
+  Value constantWords(int32_t value) {
     return arith::ConstantOp::create(
         b, loc, DenseElementsAttr::get(i32v, b.getI32IntegerAttr(value)));
   }
@@ -141,8 +143,6 @@ public:
     return cq4p_intr::SveTbl2Op::create(b, loc, i8v, table0, table1, indices);
   }
 
-  OpBuilder &b;
-  Location loc;
   Type ptrType;
   VectorType f32v, i32v, i8v;
 
@@ -190,15 +190,15 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   Value step = LLVM::StepVectorOp::create(b, loc, q.i32v);
   SmallVector<Value> swapIndices, stageSigns;
   for (int32_t h = 1; h < kLanes; h *= 2) {
-    swapIndices.push_back(arith::XOrIOp::create(b, loc, step, q.words(h)));
+    swapIndices.push_back(arith::XOrIOp::create(b, loc, step, q.constantWords(h)));
     Value upper = arith::CmpIOp::create(
         b, loc, arith::CmpIPredicate::ne,
-        arith::AndIOp::create(b, loc, step, q.words(h)), q.words(0));
+        arith::AndIOp::create(b, loc, step, q.constantWords(h)), q.constantWords(0));
     stageSigns.push_back(
-        arith::SelectOp::create(b, loc, upper, q.floats(-1.0f), q.floats(1.0f)));
+        arith::SelectOp::create(b, loc, upper, q.constantFloats(-1.0f), q.constantFloats(1.0f)));
   }
   // The left signs, and 1/sqrt(gs) * right.
-  Value invSqrt = q.floats(float(1.0 / std::sqrt(double(gs))));
+  Value invSqrt = q.constantFloats(float(1.0 / std::sqrt(double(gs))));
   SmallVector<Value> leftSigns, scaledRight;
   for (int64_t v = 0; v < vectors; ++v) {
     leftSigns.push_back(q.loadWidened(q.at(leftBase, v * kLanes), i8));
@@ -224,18 +224,18 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
       if (kSqcvtInterleaves) {
         // (n & ~63) | (n & 15) << 2 | (n >> 4) & 3
         Value lane = arith::ShLIOp::create(
-            b, loc, arith::AndIOp::create(b, loc, n, q.words(15)), q.words(2));
+            b, loc, arith::AndIOp::create(b, loc, n, q.constantWords(15)), q.constantWords(2));
         Value source = arith::AndIOp::create(
-            b, loc, arith::ShRUIOp::create(b, loc, n, q.words(4)), q.words(3));
+            b, loc, arith::ShRUIOp::create(b, loc, n, q.constantWords(4)), q.constantWords(3));
         pos = arith::OrIOp::create(
-            b, loc, arith::AndIOp::create(b, loc, n, q.words(~63)),
+            b, loc, arith::AndIOp::create(b, loc, n, q.constantWords(~63)),
             arith::OrIOp::create(b, loc, lane, source));
       }
       for (int64_t t = 0; t < pairs; ++t) {
-        Value d = arith::SubIOp::create(b, loc, pos, q.words(int32_t(kTableBytes * t)));
+        Value d = arith::SubIOp::create(b, loc, pos, q.constantWords(int32_t(kTableBytes * t)));
         Value inside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, d,
-                                             q.words(int32_t(kTableBytes)));
-        Value index = arith::SelectOp::create(b, loc, inside, d, q.words(255));
+                                             q.constantWords(int32_t(kTableBytes)));
+        Value index = arith::SelectOp::create(b, loc, inside, d, q.constantWords(255));
         LLVM::StoreOp::create(
             b, loc, bytesOf(index),
             q.at(indexBuffer, (o * pairs + t) * kVectorBytes + part * kLanes),
@@ -285,7 +285,7 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
                               q.swapLanes(v, swapIndices[stage]));
   for (size_t distance = 1; distance < w.size(); distance *= 2)
     butterflies(b, loc, w, distance);
-  Value magnitudeBits = q.words(0x7fffffff);
+  Value magnitudeBits = q.constantWords(0x7fffffff);
   Value columnMax;
   for (int64_t v = 0; v < vectors; ++v) {
     w[v] = arith::MulFOp::create(b, loc, w[v], scaledRight[v]);

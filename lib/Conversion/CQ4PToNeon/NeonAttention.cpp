@@ -64,6 +64,8 @@
 #include "NeonAttention.h"
 #include "KernelLowering/LoweringHelpers.h"
 
+#include "cq4p/Codegen/EmitBuilder.h"
+
 #include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -96,26 +98,13 @@ int64_t blockKeysFor(int64_t group) {
 constexpr int64_t kSlice = 16;      // dims per step: 4 fp32 registers
 constexpr float kLowest = -std::numeric_limits<float>::infinity();
 
-/// 4-lane fp32 steps over an OpBuilder at a location.
-struct Neon {
-  OpBuilder &b;
-  Location loc;
+/// NEON's emitter: EmitBuilder over 4-lane fp32 vectors, with the
+/// attention's own loads, folds and exponentials.
+struct Neon : EmitBuilder {
+  Neon(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type())) {}
 
-  VectorType vec() { return VectorType::get({4}, b.getF32Type()); }
-  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32(float v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v)); }
-  Value splat(Value scalar) { return vector::BroadcastOp::create(b, loc, vec(), scalar); }
-  Value lanes(float v) { return splat(f32(v)); }
-  Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
-  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
-  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
-  Value max(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
-  Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
-  Value lessThan(Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
-  }
-  Value select(Value c, Value x, Value y) { return arith::SelectOp::create(b, loc, c, x, y); }
+  VectorType vec() { return floats; }
 
   /// Lane k of v in every lane (FMLA by element when it feeds an FMA).
   Value lane(Value v, int64_t k) {
@@ -123,7 +112,7 @@ struct Neon {
   }
   /// [x0 + x1, x2 + x3, y0 + y1, y2 + y3]: one FADDP.
   Value pairwise(Value x, Value y) {
-    return add(vector::ShuffleOp::create(b, loc, x, y, ArrayRef<int64_t>{0, 2, 4, 6}),
+    return addF(vector::ShuffleOp::create(b, loc, x, y, ArrayRef<int64_t>{0, 2, 4, 6}),
                vector::ShuffleOp::create(b, loc, x, y, ArrayRef<int64_t>{1, 3, 5, 7}));
   }
   Value sum(Value v) {
@@ -151,10 +140,10 @@ struct Neon {
     auto type = cast<MemRefType>(cache.getType());
     int64_t bytes = type.getElementType().getIntOrFloatBitWidth() / 8;
     auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, cache);
-    Value element = addi(metadata.getOffset(),
-                         addi(muli(row, metadata.getStrides()[0]), column));
-    Value address = addi(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, cache),
-                         muli(element, index(bytes)));
+    Value element = addI(metadata.getOffset(),
+                         addI(mulI(row, metadata.getStrides()[0]), column));
+    Value address = addI(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, cache),
+                         mulI(element, index(bytes)));
     Value pointer = LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(b.getContext()),
         Value(arith::IndexCastUIOp::create(b, loc, b.getI64Type(), address)));
@@ -212,12 +201,12 @@ struct Neon {
     SmallVector<Value> slice;
     if (element.isF32()) {
       for (int64_t i = 0; i < kSlice; i += 4)
-        slice.push_back(loadVector(vec(), addi(column, index(i))));
+        slice.push_back(loadVector(vec(), addI(column, index(i))));
       return slice;
     }
     auto halves = VectorType::get({8}, element);
     for (int64_t i = 0; i < kSlice; i += 8) {
-      Value eight = loadVector(halves, addi(column, index(i)));
+      Value eight = loadVector(halves, addI(column, index(i)));
       for (int64_t part = 0; part < 8; part += 4) {
         Value four = vector::ExtractStridedSliceOp::create(
             b, loc, eight, ArrayRef<int64_t>{part}, ArrayRef<int64_t>{4},
@@ -234,13 +223,13 @@ struct Neon {
   /// exact. Both exponentials below start so.
   std::pair<Value, Value> splitExponent(Value x) {
     const float magic = 12582912.0f; // 1.5 * 2^23
-    x = max(x, lanes(-125.5f));
-    Value t = add(x, lanes(magic));
-    Value r = arith::SubFOp::create(b, loc, x, arith::SubFOp::create(b, loc, t, lanes(magic)));
+    x = maxF(x, splatF32(-125.5f));
+    Value t = addF(x, splatF32(magic));
+    Value r = subF(x, subF(t, splatF32(magic)));
     return {t, r};
   }
 
-  /// 2^x lane by lane for x <= 0: expNonPositive (LoweringHelpers.h) in
+  /// 2^x lane by lane for x <= 0: expNonPositive (Codegen/EmitBuilder.h) in
   /// base 2, where x = k + r needs no Cody and Waite split (k + magic's
   /// rounding leaves x - k exact) and the polynomial's coefficients are
   /// expNonPositive's times (ln 2)^i (2^r = e^(r ln 2), the same fit:
@@ -248,9 +237,9 @@ struct Neon {
   /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
   Value exp2NonPositive(Value x) {
     auto [t, r] = splitExponent(x);
-    Value p = fma(r, lanes(0.00133088103f), lanes(0.00967153907f));
+    Value p = fma(r, splatF32(0.00133088103f), splatF32(0.00967153907f));
     for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
-      p = fma(p, r, lanes(c));
+      p = fma(p, r, splatF32(c));
     return timesPowerOfTwo(b, loc, p, t);
   }
 
@@ -270,23 +259,17 @@ struct Neon {
   /// in fp32 (Horner's: 1.8e-7).
   Value exp2TimesLeadingInverse(Value x) {
     auto [t, r] = splitExponent(x);
-    Value r2 = mul(r, r);
-    Value q1 = fma(r, lanes(-0.688519001f), add(r2, lanes(20.3728600f)));
-    Value q2 = fma(r, lanes(4.78848839f), add(r2, lanes(11.6453857f)));
-    Value p = mul(mul(q1, q2), add(r, lanes(3.16705132f)));
+    Value r2 = mulF(r, r);
+    Value q1 = fma(r, splatF32(-0.688519001f), addF(r2, splatF32(20.3728600f)));
+    Value q2 = fma(r, splatF32(4.78848839f), addF(r2, splatF32(11.6453857f)));
+    Value p = mulF(mulF(q1, q2), addF(r, splatF32(3.16705132f)));
     return timesPowerOfTwo(b, loc, p, t);
   }
 
   using Body = function_ref<SmallVector<Value>(Neon &, Value, ValueRange)>;
   /// for (i = lb; i < ub; i += step) state = body(i, state)
   SmallVector<Value> loop(Value lb, Value ub, int64_t step, ValueRange inits, Body body) {
-    auto forOp = scf::ForOp::create(
-        b, loc, lb, ub, index(step), inits,
-        [&](OpBuilder &nb, Location nl, Value i, ValueRange state) {
-          Neon n{nb, nl};
-          scf::YieldOp::create(nb, nl, body(n, i, state));
-        });
-    return SmallVector<Value>(forOp.getResults());
+    return forLoopAs<Neon>(lb, ub, step, inits, body);
   }
   /// cond ? then() : state
   SmallVector<Value> when(Value cond, ValueRange state,
@@ -313,319 +296,411 @@ struct Operands {
 };
 
 /// Query heads [h0, h0 + count) of KV head `kv` (count: the group, or 1)
-/// over keys [first, end) of query row r.
-void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Value kv,
-               Value h0, int64_t count) {
-  int64_t d = x.d;
-  Type element = cast<MemRefType>(x.keys.getType()).getElementType();
-  Value kvBase = e.muli(kv, e.index(d));
-  SmallVector<Value> qBase;
-  for (int64_t g = 0; g < count; ++g)
-    qBase.push_back(e.muli(e.addi(h0, e.index(g)), e.index(d)));
-  auto zero = [](Neon &n) { return n.lanes(0.0f); };
-  // The queries times scale log2(e), once per row and group: every score
-  // is then in base 2 and its exponential's argument one subtraction.
-  Value toBase2 = e.lanes(x.scale * 1.44269504088896341f);
-  for (int64_t g = 0; g < count; ++g)
-    e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
-      n.store(n.mul(n.load(x.q, {r, n.addi(qBase[g], c)}), toBase2), x.queries,
-              {n.index(g), c});
+/// over keys [first, end) of query row r, in named steps: the queries
+/// scaled, the pointers set up, then per block of keys Q K^T (scoreBlock),
+/// the softmax (softmaxBlock) and P V (accumulateValues), and the outputs.
+class Heads {
+public:
+  Heads(const Operands &x, Value r, Value first, Value end, Value kv, Value h0,
+        int64_t count)
+      : x(x), r(r), first(first), end(end), kv(kv), h0(h0), count(count), d(x.d),
+        element(cast<MemRefType>(x.keys.getType()).getElementType()),
+        // An fp32 cache's whole quads load each key or value slice with one
+        // LD1 {v0-v3} through pointers that step by post-index: the query
+        // rows and each key row by 64 bytes per slice, a value row by a
+        // cache row per key.
+        chained(element.isF32()),
+        // Heads per softmax and P V step, and per Q K^T step.
+        set(count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1), pair(count % 2 == 0 ? 2 : 1) {}
+
+  void emit(Neon &e) {
+    scaleQueries(e);
+    setUpPointers(e);
+    e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
+      n.store(zero(n), x.accums, {i});
       return SmallVector<Value>{};
     });
-  // An fp32 cache's whole quads load each key or value slice with one LD1
-  // {v0-v3} through pointers that step by post-index: the query rows and
-  // each key row by 64 bytes per slice, a value row by a cache row per key.
-  bool chained = element.isF32();
-  Value sliceBytes, keyRowBytes, valueRowBytes, keyWrap, queryWrap;
-  SmallVector<Value> queryRows;
-  if (chained) {
-    auto rowBytes = [&](Value cache) {
-      auto metadata = memref::ExtractStridedMetadataOp::create(e.b, e.loc, cache);
-      return e.muli(metadata.getStrides()[0], e.index(4));
-    };
-    sliceBytes = e.step(4 * kSlice);
-    keyRowBytes = e.step(rowBytes(x.keys));
-    // A quad's last slice steps each key row pointer to its row in the next
-    // quad and each query pointer back to the head's start: no adds.
-    keyWrap = e.step(e.addi(e.muli(rowBytes(x.keys), e.index(4)), e.index(-4 * (d - kSlice))));
-    queryWrap = e.step(-4 * (d - kSlice));
-    valueRowBytes = e.step(rowBytes(x.values));
+    SmallVector<Value> init;
+    for (int64_t g = 0; g < count; ++g)
+      init.append({e.f32(kLowest), e.f32(0.0f)});
+    SmallVector<Value> state =
+        e.loop(first, end, x.blockKeys, init, [&](Neon &n, Value b0, ValueRange st) {
+          Block block = beginBlock(n, b0);
+          SmallVector<Value> blockMax = scoreBlock(n, block);
+          SmallVector<Value> corrections;
+          SmallVector<Value> next = softmaxBlock(n, block, st, blockMax, corrections);
+          accumulateValues(n, block, corrections);
+          return next;
+        });
+    storeOutputs(e, state);
   }
-  // The scaled queries through pointers on every path: with constant
-  // indices LLVM would promote the copy to 4 x D / 4 live registers.
-  for (int64_t g = 0; g < count; ++g)
-    queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
-  e.loop(e.index(0), e.index(count * d), 4, {}, [&](Neon &n, Value i, ValueRange) {
-    n.store(zero(n), x.accums, {i});
-    return SmallVector<Value>{};
-  });
-  SmallVector<Value> init;
-  for (int64_t g = 0; g < count; ++g)
-    init.append({e.f32(kLowest), e.f32(0.0f)});
 
-  auto blocks = e.loop(first, end, x.blockKeys, init, [&](Neon &n, Value b0, ValueRange st) {
-    Value keysIn = arith::MinSIOp::create(n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, b0),
-                                          n.index(x.blockKeys));
-    Value whole = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-4));
-    Value tail = arith::SubIOp::create(n.b, n.loc, keysIn, whole);
-    Value hasTail = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, tail,
-                                          n.index(0));
-    Value padded = arith::AndIOp::create(n.b, n.loc, n.addi(keysIn, n.index(3)),
-                                         n.index(-4));
-    // Lanes of the partial quad past the block's end.
-    auto inTail = [&](Neon &m) {
-      SmallVector<int32_t> numbers = {0, 1, 2, 3};
-      auto ivec = VectorType::get({4}, m.b.getI32Type());
-      Value laneNumbers = arith::ConstantOp::create(
-          m.b, m.loc, DenseElementsAttr::get(ivec, ArrayRef<int32_t>(numbers)));
-      Value count = arith::IndexCastOp::create(m.b, m.loc, m.b.getI32Type(), tail);
-      return m.lessThan(laneNumbers, vector::BroadcastOp::create(m.b, m.loc, ivec, count));
-    };
-    // Key j + k of the block (a clamped quad's rows past the end: its first).
-    auto keyRow = [&](Neon &m, Value j, int64_t k, bool clamped) {
-      Value at = m.addi(j, m.index(k));
-      if (clamped)
-        at = m.select(m.lessThan(at, keysIn), at, j);
-      return m.addi(b0, at);
-    };
-    // Scores by quad, then head: S[j / 4][g][j % 4], so that the softmax
-    // and P V find the heads' 4 scores of a quad side by side (LDPs, one
-    // pointer step).
-    auto scoreAt = [&](Neon &m, int64_t g, Value j) {
-      return m.addi(m.muli(j, m.index(count)), m.index(4 * g));
-    };
-    // Heads per softmax and P V step.
-    int64_t set = count % 4 == 0 ? 4 : count % 2 == 0 ? 2 : 1;
+private:
+  /// A block of keys [b0, b0 + keysIn): `whole` of them in whole quads,
+  /// then a partial quad of `tail` (when hasTail); `padded` rounds keysIn
+  /// up to quads.
+  struct Block {
+    Value b0, keysIn, whole, tail, hasTail, padded;
+  };
 
-    // Q K^T, a pair of heads (or one) at a time.
-    SmallVector<Value> blockMax(count);
-    int64_t pair = count % 2 == 0 ? 2 : 1;
-    for (int64_t g0 = 0; g0 < count; g0 += pair) {
-      // `pointers`: on the chained path the quad's 4 key rows and the
-      // heads' queries (returned after the maxes, stepped to the next quad).
-      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, ValueRange pointers) {
-        SmallVector<Value> rows;
-        if (pointers.empty())
-          for (int64_t k = 0; k < 4; ++k)
-            rows.push_back(m.rowPointer(x.keys, keyRow(m, j, k, clamped), kvBase));
-        // acc[h][k] += q[h] * key[k] over 16 dims from c (the first slice
-        // starts the sums with a product: no zeroed registers).
-        auto slice = [&](Neon &s, Value c, ValueRange carried) {
-          SmallVector<Value> acc(carried);
-          SmallVector<SmallVector<Value>> query(pair);
-          for (int64_t h = 0; h < pair; ++h)
-            for (int64_t i = 0; i < kSlice; i += 4)
-              query[h].push_back(
-                  s.loadAt(s.vec(), queryRows[g0 + h], s.addi(c, s.index(i))));
-          for (int64_t k = 0; k < 4; ++k) {
-            SmallVector<Value> key = s.loadSlice(element, rows[k], c);
-            for (int64_t h = 0; h < pair; ++h)
-              for (int64_t i = 0; i < 4; ++i) {
-                Value &sum = acc[4 * h + k];
-                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
-              }
-          }
-          return acc;
-        };
-        // The same from pointers: the accumulators, then the 4 key rows'
-        // and the heads' query pointers, each stepped past its slice (the
-        // last slice: to the next quad).
-        auto chainedSlice = [&](Neon &s, ValueRange carried, bool last) {
-          SmallVector<Value> acc(carried.take_front(4 * pair));
-          SmallVector<Value> at(carried.drop_front(4 * pair));
-          SmallVector<SmallVector<Value>> query;
-          for (int64_t h = 0; h < pair; ++h) {
-            query.push_back(s.loadSixteen(at[4 + h]));
-            at[4 + h] = s.advance(at[4 + h], last ? queryWrap : sliceBytes);
-          }
-          for (int64_t k = 0; k < 4; ++k) {
-            SmallVector<Value> key = s.loadSixteen(at[k]);
-            at[k] = s.advance(at[k], last ? keyWrap : sliceBytes);
-            for (int64_t h = 0; h < pair; ++h)
-              for (int64_t i = 0; i < 4; ++i) {
-                Value &sum = acc[4 * h + k];
-                sum = sum ? s.fma(query[h][i], key[i], sum) : s.mul(query[h][i], key[i]);
-              }
-          }
-          acc.append(at);
-          return acc;
-        };
-        SmallVector<Value> accs, stepped;
-        if (!pointers.empty()) {
-          SmallVector<Value> state(4 * pair);
-          state.append(pointers.begin(), pointers.end());
-          state = chainedSlice(m, state, d == kSlice);
-          if (d > 2 * kSlice)
-            state = m.loop(m.index(kSlice), m.index(d - kSlice), kSlice, state,
-                           [&](Neon &s, Value, ValueRange carried) {
-              SmallVector<Value> next = chainedSlice(s, carried, false);
-              for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
-                next[i] = s.opaque(next[i]);
-              return next;
-            });
-          if (d > kSlice)
-            state = chainedSlice(m, state, true);
-          accs.assign(state.begin(), state.begin() + 4 * pair);
-          for (int64_t i = 4 * pair; i < static_cast<int64_t>(state.size()); ++i)
-            stepped.push_back(m.opaque(state[i]));
-        } else {
-          accs = slice(m, m.index(0), SmallVector<Value>(4 * pair));
-          accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
-                        [&](Neon &s, Value c, ValueRange carried) { return slice(s, c, carried); });
-        }
-        SmallVector<Value> next;
-        for (int64_t h = 0; h < pair; ++h) {
-          Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
-                                    m.pairwise(accs[4 * h + 2], accs[4 * h + 3]));
-          if (clamped)
-            scores = m.select(inTail(m), scores, m.lanes(kLowest));
-          m.store(scores, x.scores, {scoreAt(m, g0 + h, j)});
-          next.push_back(m.max(maxes[h], scores));
-        }
-        next.append(stepped);
-        return next;
+  static Value zero(Neon &n) { return n.splatF32(0.0f); }
+
+  /// The queries times scale log2(e), once per row and group: every score
+  /// is then in base 2 and its exponential's argument one subtraction.
+  void scaleQueries(Neon &e) {
+    kvBase = e.mulI(kv, e.index(d));
+    for (int64_t g = 0; g < count; ++g)
+      qBase.push_back(e.mulI(e.addI(h0, e.index(g)), e.index(d)));
+    Value toBase2 = e.splatF32(x.scale * 1.44269504088896341f);
+    for (int64_t g = 0; g < count; ++g)
+      e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
+        n.store(n.mulF(n.load(x.q, {r, n.addI(qBase[g], c)}), toBase2), x.queries,
+                {n.index(g), c});
+        return SmallVector<Value>{};
+      });
+  }
+
+  /// The pointer steps of the chained path, and the scaled queries' row
+  /// pointers.
+  void setUpPointers(Neon &e) {
+    if (chained) {
+      auto rowBytes = [&](Value cache) {
+        auto metadata = memref::ExtractStridedMetadataOp::create(e.b, e.loc, cache);
+        return e.mulI(metadata.getStrides()[0], e.index(4));
       };
-      SmallVector<Value> maxes(pair, n.lanes(kLowest));
+      sliceBytes = e.step(4 * kSlice);
+      keyRowBytes = e.step(rowBytes(x.keys));
+      // A quad's last slice steps each key row pointer to its row in the
+      // next quad and each query pointer back to the head's start: no adds.
+      keyWrap = e.step(
+          e.addI(e.mulI(rowBytes(x.keys), e.index(4)), e.index(-4 * (d - kSlice))));
+      queryWrap = e.step(-4 * (d - kSlice));
+      valueRowBytes = e.step(rowBytes(x.values));
+    }
+    // The scaled queries through pointers on every path: with constant
+    // indices LLVM would promote the copy to 4 x D / 4 live registers.
+    for (int64_t g = 0; g < count; ++g)
+      queryRows.push_back(e.rowPointer(x.queries, e.index(g), e.index(0)));
+  }
+
+  Block beginBlock(Neon &n, Value b0) {
+    Block block;
+    block.b0 = b0;
+    block.keysIn = arith::MinSIOp::create(
+        n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, b0), n.index(x.blockKeys));
+    block.whole = arith::AndIOp::create(n.b, n.loc, block.keysIn, n.index(-4));
+    block.tail = arith::SubIOp::create(n.b, n.loc, block.keysIn, block.whole);
+    block.hasTail = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, block.tail,
+                                          n.index(0));
+    block.padded = arith::AndIOp::create(n.b, n.loc, n.addI(block.keysIn, n.index(3)),
+                                         n.index(-4));
+    return block;
+  }
+
+  /// Lanes of the partial quad past the block's end.
+  Value inTail(Neon &m, const Block &block) {
+    SmallVector<int32_t> numbers = {0, 1, 2, 3};
+    auto ivec = VectorType::get({4}, m.b.getI32Type());
+    Value laneNumbers = arith::ConstantOp::create(
+        m.b, m.loc, DenseElementsAttr::get(ivec, ArrayRef<int32_t>(numbers)));
+    Value tailKeys = arith::IndexCastOp::create(m.b, m.loc, m.b.getI32Type(), block.tail);
+    return m.lessThanI(laneNumbers, vector::BroadcastOp::create(m.b, m.loc, ivec, tailKeys));
+  }
+  /// Key j + k of the block (a clamped quad's rows past the end: its first).
+  Value keyRow(Neon &m, const Block &block, Value j, int64_t k, bool clamped) {
+    Value at = m.addI(j, m.index(k));
+    if (clamped)
+      at = m.select(m.lessThanI(at, block.keysIn), at, j);
+    return m.addI(block.b0, at);
+  }
+  /// Scores by quad, then head: S[j / 4][g][j % 4], so that the softmax
+  /// and P V find the heads' 4 scores of a quad side by side (LDPs, one
+  /// pointer step).
+  Value scoreAt(Neon &m, int64_t g, Value j) {
+    return m.addI(m.mulI(j, m.index(count)), m.index(4 * g));
+  }
+
+  /// acc[h][k] += q[h] * key[k] over 16 dims from c, the heads g0 + h of a
+  /// pair and the quad's key rows `rows` (the first slice starts the sums
+  /// with a product: no zeroed registers).
+  SmallVector<Value> scoreSlice(Neon &s, int64_t g0, ArrayRef<Value> rows, Value c,
+                                ValueRange carried) {
+    SmallVector<Value> acc(carried);
+    SmallVector<SmallVector<Value>> query(pair);
+    for (int64_t h = 0; h < pair; ++h)
+      for (int64_t i = 0; i < kSlice; i += 4)
+        query[h].push_back(s.loadAt(s.vec(), queryRows[g0 + h], s.addI(c, s.index(i))));
+    for (int64_t k = 0; k < 4; ++k) {
+      SmallVector<Value> key = s.loadSlice(element, rows[k], c);
+      for (int64_t h = 0; h < pair; ++h)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value &sum = acc[4 * h + k];
+          sum = sum ? s.fma(query[h][i], key[i], sum) : s.mulF(query[h][i], key[i]);
+        }
+    }
+    return acc;
+  }
+
+  /// The same from pointers: the accumulators, then the 4 key rows' and
+  /// the heads' query pointers, each stepped past its slice (the last
+  /// slice: to the next quad).
+  SmallVector<Value> chainedScoreSlice(Neon &s, ValueRange carried, bool last) {
+    SmallVector<Value> acc(carried.take_front(4 * pair));
+    SmallVector<Value> at(carried.drop_front(4 * pair));
+    SmallVector<SmallVector<Value>> query;
+    for (int64_t h = 0; h < pair; ++h) {
+      query.push_back(s.loadSixteen(at[4 + h]));
+      at[4 + h] = s.advance(at[4 + h], last ? queryWrap : sliceBytes);
+    }
+    for (int64_t k = 0; k < 4; ++k) {
+      SmallVector<Value> key = s.loadSixteen(at[k]);
+      at[k] = s.advance(at[k], last ? keyWrap : sliceBytes);
+      for (int64_t h = 0; h < pair; ++h)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value &sum = acc[4 * h + k];
+          sum = sum ? s.fma(query[h][i], key[i], sum) : s.mulF(query[h][i], key[i]);
+        }
+    }
+    acc.append(at);
+    return acc;
+  }
+
+  /// One quad of keys from j for heads g0 + h of a pair: their scores
+  /// stored and max'ed into `maxes`. `pointers`: on the chained path the
+  /// quad's 4 key rows and the heads' queries (returned after the maxes,
+  /// stepped to the next quad).
+  SmallVector<Value> scoreQuad(Neon &m, const Block &block, int64_t g0, Value j,
+                               bool clamped, ValueRange maxes, ValueRange pointers) {
+    SmallVector<Value> rows;
+    if (pointers.empty())
+      for (int64_t k = 0; k < 4; ++k)
+        rows.push_back(m.rowPointer(x.keys, keyRow(m, block, j, k, clamped), kvBase));
+    SmallVector<Value> accs, stepped;
+    if (!pointers.empty()) {
+      SmallVector<Value> state(4 * pair);
+      state.append(pointers.begin(), pointers.end());
+      state = chainedScoreSlice(m, state, d == kSlice);
+      if (d > 2 * kSlice)
+        state = m.loop(m.index(kSlice), m.index(d - kSlice), kSlice, state,
+                       [&](Neon &s, Value, ValueRange carried) {
+                         SmallVector<Value> next = chainedScoreSlice(s, carried, false);
+                         for (int64_t i = 4 * pair; i < static_cast<int64_t>(next.size()); ++i)
+                           next[i] = s.opaque(next[i]);
+                         return next;
+                       });
+      if (d > kSlice)
+        state = chainedScoreSlice(m, state, true);
+      accs.assign(state.begin(), state.begin() + 4 * pair);
+      for (int64_t i = 4 * pair; i < static_cast<int64_t>(state.size()); ++i)
+        stepped.push_back(m.opaque(state[i]));
+    } else {
+      accs = scoreSlice(m, g0, rows, m.index(0), SmallVector<Value>(4 * pair));
+      accs = m.loop(m.index(kSlice), m.index(d), kSlice, accs,
+                    [&](Neon &s, Value c, ValueRange carried) {
+                      return scoreSlice(s, g0, rows, c, carried);
+                    });
+    }
+    SmallVector<Value> next;
+    for (int64_t h = 0; h < pair; ++h) {
+      Value scores = m.pairwise(m.pairwise(accs[4 * h], accs[4 * h + 1]),
+                                m.pairwise(accs[4 * h + 2], accs[4 * h + 3]));
+      if (clamped)
+        scores = m.select(inTail(m, block), scores, m.splatF32(kLowest));
+      m.store(scores, x.scores, {scoreAt(m, g0 + h, j)});
+      next.push_back(m.maxF(maxes[h], scores));
+    }
+    next.append(stepped);
+    return next;
+  }
+
+  /// Q K^T over the block, a pair of heads (or one) at a time: the scores
+  /// stored, each head's max returned.
+  SmallVector<Value> scoreBlock(Neon &n, const Block &block) {
+    SmallVector<Value> blockMax(count);
+    for (int64_t g0 = 0; g0 < count; g0 += pair) {
+      auto quad = [&](Neon &m, Value j, bool clamped, ValueRange maxes, ValueRange pointers) {
+        return scoreQuad(m, block, g0, j, clamped, maxes, pointers);
+      };
+      SmallVector<Value> maxes(pair, n.splatF32(kLowest));
       if (chained) {
         auto step = [&](Neon &m, Value j, ValueRange st) {
           return quad(m, j, false, st.take_front(pair), st.drop_front(pair));
         };
         // Two quads per step (half the loop's own steps), then an odd one.
-        Value pairs = arith::AndIOp::create(n.b, n.loc, keysIn, n.index(-8));
+        Value pairs = arith::AndIOp::create(n.b, n.loc, block.keysIn, n.index(-8));
         SmallVector<Value> state(maxes);
-        state.push_back(n.rowPointer(x.keys, b0, kvBase));
+        state.push_back(n.rowPointer(x.keys, block.b0, kvBase));
         for (int64_t k = 1; k < 4; ++k)
           state.push_back(n.advance(state.back(), keyRowBytes));
         for (int64_t h = 0; h < pair; ++h)
           state.push_back(queryRows[g0 + h]);
         state = n.loop(n.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange st) {
           SmallVector<Value> first = step(m, j, st);
-          return step(m, m.addi(j, m.index(4)), first);
+          return step(m, m.addI(j, m.index(4)), first);
         });
-        Value odd = arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, pairs, whole);
+        Value odd =
+            arith::CmpIOp::create(n.b, n.loc, arith::CmpIPredicate::ne, pairs, block.whole);
         state = n.when(odd, state, [&](Neon &m) { return step(m, pairs, state); });
         maxes.assign(state.begin(), state.begin() + pair);
       } else {
-        maxes = n.loop(n.index(0), whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
+        maxes = n.loop(n.index(0), block.whole, 4, maxes, [&](Neon &m, Value j, ValueRange st) {
           return quad(m, j, false, st, ValueRange());
         });
       }
-      maxes = n.when(hasTail, maxes,
-                     [&](Neon &m) { return quad(m, whole, true, maxes, ValueRange()); });
+      maxes = n.when(block.hasTail, maxes, [&](Neon &m) {
+        return quad(m, block.whole, true, maxes, ValueRange());
+      });
       for (int64_t h = 0; h < pair; ++h)
         blockMax[g0 + h] = n.maxOf(maxes[h]);
     }
+    return blockMax;
+  }
 
-    // The softmax: weights in place of the scores, the running max and sum;
-    // up to 4 heads per step share the loop (and the polynomial's constants).
-    SmallVector<Value> maxNews, shifts, corrections, sums;
+  /// The softmax: weights in place of the scores, the running max and sum
+  /// (the next state, from `st`) and each head's correction; up to 4 heads
+  /// per step share the loop (and the polynomial's constants).
+  SmallVector<Value> softmaxBlock(Neon &n, const Block &block, ValueRange st,
+                                  ArrayRef<Value> blockMax, SmallVector<Value> &corrections) {
+    SmallVector<Value> maxNews, shifts, sums;
     for (int64_t g = 0; g < count; ++g) {
       Value maxOld = st[2 * g];
-      Value maxNew = n.max(maxOld, blockMax[g]);
+      Value maxNew = n.maxF(maxOld, blockMax[g]);
       Value shift = n.splat(arith::NegFOp::create(n.b, n.loc, maxNew));
       corrections.push_back(vector::ExtractOp::create(
-          n.b, n.loc, n.exp2NonPositive(n.add(n.splat(maxOld), shift)),
+          n.b, n.loc, n.exp2NonPositive(n.addF(n.splat(maxOld), shift)),
           ArrayRef<int64_t>{0}));
       maxNews.push_back(maxNew);
       shifts.push_back(shift);
     }
     for (int64_t g0 = 0; g0 < count; g0 += set) {
       SmallVector<Value> partial(set, zero(n));
-      partial = n.loop(n.index(0), padded, 4, partial, [&](Neon &m, Value j, ValueRange acc) {
-        SmallVector<Value> next;
-        for (int64_t h = 0; h < set; ++h) {
-          Value at = scoreAt(m, g0 + h, j);
-          Value p = m.exp2TimesLeadingInverse(m.add(m.load(x.scores, {at}), shifts[g0 + h]));
-          m.store(p, x.scores, {at});
-          next.push_back(m.add(acc[h], p));
-        }
-        return next;
-      });
+      partial = n.loop(n.index(0), block.padded, 4, partial,
+                       [&](Neon &m, Value j, ValueRange acc) {
+                         SmallVector<Value> next;
+                         for (int64_t h = 0; h < set; ++h) {
+                           Value at = scoreAt(m, g0 + h, j);
+                           Value p = m.exp2TimesLeadingInverse(
+                               m.addF(m.load(x.scores, {at}), shifts[g0 + h]));
+                           m.store(p, x.scores, {at});
+                           next.push_back(m.addF(acc[h], p));
+                         }
+                         return next;
+                       });
       sums.append(partial);
     }
     SmallVector<Value> next;
     for (int64_t g = 0; g < count; ++g)
-      next.append({maxNews[g], n.add(n.mul(st[2 * g + 1], corrections[g]), n.sum(sums[g]))});
+      next.append({maxNews[g], n.addF(n.mulF(st[2 * g + 1], corrections[g]), n.sum(sums[g]))});
+    return next;
+  }
 
-    // P V, up to 4 heads at a time, 16 dims at a time.
+  /// One quad of keys from j into the accumulators of heads g0 + h of a
+  /// set, 16 dims from c. `carried`: the accumulators, then on the chained
+  /// path key j's value row pointer.
+  SmallVector<Value> valueQuad(Neon &m, const Block &block, int64_t g0, Value c, Value j,
+                               bool clamped, ValueRange carried) {
+    bool fromPointer = chained && !clamped;
+    SmallVector<Value> sums(carried.take_front(4 * set));
+    Value row = fromPointer ? carried.back() : Value();
+    SmallVector<Value> weights;
+    for (int64_t h = 0; h < set; ++h) {
+      Value w = m.load(x.scores, {scoreAt(m, g0 + h, j)});
+      weights.push_back(clamped ? m.select(inTail(m, block), w, zero(m)) : w);
+    }
+    for (int64_t k = 0; k < 4; ++k) {
+      // By row index: the weights' lanes keep the loads apart, so separate
+      // row pointers would pair none of them and cost adds.
+      SmallVector<Value> value;
+      if (fromPointer) {
+        value = m.loadSixteen(row);
+        row = m.advance(row, valueRowBytes);
+      } else {
+        value = m.loadSlice(element, keyRow(m, block, j, k, clamped), m.addI(kvBase, c),
+                            x.values);
+      }
+      for (int64_t h = 0; h < set; ++h) {
+        Value w = m.lane(weights[h], k);
+        for (int64_t i = 0; i < 4; ++i)
+          sums[4 * h + i] = m.fma(value[i], w, sums[4 * h + i]);
+      }
+    }
+    if (fromPointer)
+      sums.push_back(m.opaque(row));
+    return sums;
+  }
+
+  /// P V over the block, up to 4 heads at a time, 16 dims at a time: the
+  /// accumulators times the corrections plus the weighted value rows.
+  void accumulateValues(Neon &n, const Block &block, ArrayRef<Value> corrections) {
     for (int64_t g0 = 0; g0 < count; g0 += set) {
       n.loop(n.index(0), n.index(d), kSlice, {}, [&](Neon &s, Value c, ValueRange) {
         auto accAt = [&](Neon &m, int64_t h, int64_t i) {
-          return m.addi(m.index((g0 + h) * d + i), c);
+          return m.addI(m.index((g0 + h) * d + i), c);
         };
         SmallVector<Value> acc;
         for (int64_t h = 0; h < set; ++h) {
           Value correction = s.splat(corrections[g0 + h]);
           for (int64_t i = 0; i < kSlice; i += 4)
-            acc.push_back(s.mul(s.load(x.accums, {accAt(s, h, i)}), correction));
+            acc.push_back(s.mulF(s.load(x.accums, {accAt(s, h, i)}), correction));
         }
-        // `carried`: the accumulators, then on the chained path key j's
-        // value row pointer.
         auto quad = [&](Neon &m, Value j, bool clamped, ValueRange carried) {
-          bool fromPointer = chained && !clamped;
-          SmallVector<Value> sums(carried.take_front(4 * set));
-          Value row = fromPointer ? carried.back() : Value();
-          SmallVector<Value> weights;
-          for (int64_t h = 0; h < set; ++h) {
-            Value w = m.load(x.scores, {scoreAt(m, g0 + h, j)});
-            weights.push_back(clamped ? m.select(inTail(m), w, zero(m)) : w);
-          }
-          for (int64_t k = 0; k < 4; ++k) {
-            // By row index: the weights' lanes keep the loads apart, so
-            // separate row pointers would pair none of them and cost adds.
-            SmallVector<Value> value;
-            if (fromPointer) {
-              value = m.loadSixteen(row);
-              row = m.advance(row, valueRowBytes);
-            } else {
-              value = m.loadSlice(element, keyRow(m, j, k, clamped), m.addi(kvBase, c),
-                                  x.values);
-            }
-            for (int64_t h = 0; h < set; ++h) {
-              Value w = m.lane(weights[h], k);
-              for (int64_t i = 0; i < 4; ++i)
-                sums[4 * h + i] = m.fma(value[i], w, sums[4 * h + i]);
-            }
-          }
-          if (fromPointer)
-            sums.push_back(m.opaque(row));
-          return sums;
+          return valueQuad(m, block, g0, c, j, clamped, carried);
         };
         if (chained) {
           // Two quads per step (half the loop's own steps), then an odd one.
-          Value pairs = arith::AndIOp::create(s.b, s.loc, keysIn, s.index(-8));
+          Value pairs = arith::AndIOp::create(s.b, s.loc, block.keysIn, s.index(-8));
           SmallVector<Value> state(acc);
-          state.push_back(s.rowPointer(x.values, b0, s.addi(kvBase, c)));
+          state.push_back(s.rowPointer(x.values, block.b0, s.addI(kvBase, c)));
           state = s.loop(s.index(0), pairs, 8, state, [&](Neon &m, Value j, ValueRange carried) {
             SmallVector<Value> first = quad(m, j, false, carried);
-            return quad(m, m.addi(j, m.index(4)), false, first);
+            return quad(m, m.addI(j, m.index(4)), false, first);
           });
-          Value odd = arith::CmpIOp::create(s.b, s.loc, arith::CmpIPredicate::ne, pairs, whole);
+          Value odd =
+              arith::CmpIOp::create(s.b, s.loc, arith::CmpIPredicate::ne, pairs, block.whole);
           state = s.when(odd, state, [&](Neon &m) { return quad(m, pairs, false, state); });
           acc.assign(state.begin(), state.begin() + 4 * set);
         } else {
-          acc = s.loop(s.index(0), whole, 4, acc, [&](Neon &m, Value j, ValueRange carried) {
-            return quad(m, j, false, carried);
-          });
+          acc = s.loop(s.index(0), block.whole, 4, acc,
+                       [&](Neon &m, Value j, ValueRange carried) {
+                         return quad(m, j, false, carried);
+                       });
         }
-        acc = s.when(hasTail, acc, [&](Neon &m) { return quad(m, whole, true, acc); });
+        acc = s.when(block.hasTail, acc,
+                     [&](Neon &m) { return quad(m, block.whole, true, acc); });
         for (int64_t h = 0; h < set; ++h)
           for (int64_t i = 0; i < 4; ++i)
             s.store(acc[4 * h + i], x.accums, {accAt(s, h, 4 * i)});
         return SmallVector<Value>{};
       });
     }
-    return next;
-  });
-
-  for (int64_t g = 0; g < count; ++g) {
-    Value inverse = e.splat(arith::DivFOp::create(e.b, e.loc, e.f32(1.0f), blocks[2 * g + 1]));
-    e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
-      Value v = n.load(x.accums, {n.addi(n.index(g * d), c)});
-      n.store(n.mul(v, inverse), x.out, {r, n.addi(qBase[g], c)});
-      return SmallVector<Value>{};
-    });
   }
+
+  /// out[h] = acc[h] / l[h], l from the walk's final state.
+  void storeOutputs(Neon &e, ArrayRef<Value> state) {
+    for (int64_t g = 0; g < count; ++g) {
+      Value inverse = e.splat(arith::DivFOp::create(e.b, e.loc, e.f32(1.0f), state[2 * g + 1]));
+      e.loop(e.index(0), e.index(d), 4, {}, [&](Neon &n, Value c, ValueRange) {
+        Value v = n.load(x.accums, {n.addI(n.index(g * d), c)});
+        n.store(n.mulF(v, inverse), x.out, {r, n.addI(qBase[g], c)});
+        return SmallVector<Value>{};
+      });
+    }
+  }
+
+  const Operands &x;
+  Value r, first, end, kv, h0;
+  int64_t count, d;
+  Type element;
+  bool chained;
+  int64_t set, pair;
+  Value kvBase;
+  SmallVector<Value> qBase, queryRows;
+  Value sliceBytes, keyRowBytes, valueRowBytes, keyWrap, queryWrap;
+};
+
+void emitHeads(Neon &e, const Operands &x, Value r, Value first, Value end, Value kv,
+               Value h0, int64_t count) {
+  Heads(x, r, first, end, kv, h0, count).emit(e);
 }
 
 } // namespace
@@ -654,7 +729,7 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
   Value rows = memref::DimOp::create(b, loc, x.q, 0);
   Value headBegin = op.getHeadBegin(), headEnd = op.getHeadEnd();
   e.loop(e.index(0), rows, 1, {}, [&](Neon &n, Value r, ValueRange) {
-    Value end = n.addi(n.addi(position, r), n.index(1));
+    Value end = n.addI(n.addI(position, r), n.index(1));
     Value first = n.index(0);
     if (window > 0)
       // Keys j > p - window: from max(0, p + 1 - window).
@@ -673,9 +748,9 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
     Value kvFirst = arith::DivUIOp::create(n.b, n.loc, headBegin, groupSize);
     Value kvEnd = arith::CeilDivUIOp::create(n.b, n.loc, headEnd, groupSize);
     n.loop(kvFirst, kvEnd, 1, {}, [&](Neon &m, Value kv, ValueRange) {
-      Value groupFirst = m.muli(kv, groupSize);
+      Value groupFirst = m.mulI(kv, groupSize);
       Value from = arith::MaxSIOp::create(m.b, m.loc, headBegin, groupFirst);
-      Value to = arith::MinSIOp::create(m.b, m.loc, headEnd, m.addi(groupFirst, groupSize));
+      Value to = arith::MinSIOp::create(m.b, m.loc, headEnd, m.addI(groupFirst, groupSize));
       Value whole = arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::eq,
                                           arith::SubIOp::create(m.b, m.loc, to, from),
                                           groupSize);

@@ -1,0 +1,206 @@
+//===- EmitBuilder.h - the one builder of the kernel emitters ----*- C++ -*-===//
+//
+// Every kernel emitter (the host's model kernels and attention, NEON's
+// attention, SME2's leaves) builds its IR through EmitBuilder: an OpBuilder
+// at a location whose helpers are named by the type they work on, so that a
+// helper means the same in every file:
+//
+//   constants     index(v), i32(v), f32(v); splat(scalar) and splatF32(v)
+//                 into the emitter's fp32 vector type `floats`
+//   integers      addI, subI, mulI, minSI, maxSI, lessThanI, toI32 (index
+//                 or signless integer operands, scalar or vector)
+//   floats        addF, subF, mulF, divF, maxF (arith.maximumf), fma (one
+//                 rounding), expNonPositive (a softmax's exp, x <= 0)
+//   either        select
+//   loops         forEach (the body builds at its own builder, as scf's body
+//                 builders do), forLoop (the body builds with this builder,
+//                 its insertion point moved into the loop and restored), and
+//                 forLoopAs<Emitter> (the body gets an emitter of the
+//                 caller's kind at the loop's body)
+//
+// A target's emitter derives from it and adds only what is the target's own
+// (SME2's ZA tiles and multi-vector loads, NEON's LD1 x4 pointer chains, the
+// host's 16-lane folds); its `floats` is its fp32 vector: vector<16xf32> on
+// the host, vector<4xf32> on NEON, vector<[4]xf32> in SME2's streaming
+// leaves.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CQ4P_CODEGEN_EMITBUILDER_H
+#define CQ4P_CODEGEN_EMITBUILDER_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::cq4p {
+
+/// p times 2^k, where k was rounded by adding 1.5 * 2^23 into `t` (so k
+/// sits in t's low bits): t's bits shifted left by 23 added to p's bits,
+/// i.e. k added to p's exponent field. expNonPositive and NEON attention's
+/// base-2 exponential share it.
+inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
+  auto type = cast<VectorType>(p.getType());
+  auto ints = type.clone(b.getI32Type());
+  Value shifted = arith::ShLIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, ints, t),
+      vector::BroadcastOp::create(
+          b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+  return arith::BitcastOp::create(
+      b, loc, type,
+      arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
+}
+
+/// exp(x) lane by lane for x <= 0 (a softmax's arguments; where a lane's x
+/// may be larger the caller discards the result), within 2e-7 relative, on
+/// fp32 vectors fixed or scalable: x clamped below at -87 (exp(-87) is
+/// 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an integer and
+/// |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite, so that k ln 2's
+/// first part is exact), exp(r) as 1 + r (c1 + ... + c5 r^4), a degree-5
+/// fit of least maximum relative error on that interval (1.0e-7 in exact
+/// arithmetic, 1.7e-7 evaluated in fp32 over [-87, 0]; the degree-6 Taylor
+/// polynomial it replaces reached 2.3e-7 and took one FMA more and, with
+/// FMLA's accumulator a constant, one MOV more), times 2^k by adding k to
+/// its exponent field. k is rounded by adding 1.5 * 2^23, which leaves it
+/// in the sum's low bits, so that the sum's bits shifted left by 23 are k's
+/// exponent increment. 12 instructions where math.exp's polynomial, which
+/// handles every x, takes 24. NEON's attention and SME2's prefill attention
+/// leaf share it.
+inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
+  auto type = cast<VectorType>(x.getType());
+  auto lanes = [&](float value) -> Value {
+    return vector::BroadcastOp::create(
+        b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
+  };
+  auto fma = [&](Value p, Value q, Value r) -> Value {
+    return math::FmaOp::create(b, loc, p, q, r);
+  };
+  const float magic = 12582912.0f; // 1.5 * 2^23
+  x = arith::MaximumFOp::create(b, loc, x, lanes(-87.0f));
+  Value t = fma(x, lanes(1.44269504088896341f), lanes(magic));
+  Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
+  Value r = fma(k, lanes(-0.693359375f), x);
+  r = fma(k, lanes(2.12194440e-4f), r);
+  Value p = fma(r, lanes(0.00831786636f), lanes(0.041898042f));
+  for (float c : {0.166671827f, 0.499991477f, 0.999999881f, 1.0f})
+    p = fma(p, r, lanes(c));
+  return timesPowerOfTwo(b, loc, p, t);
+}
+
+class EmitBuilder {
+public:
+  EmitBuilder(OpBuilder &b, Location loc, VectorType floats = {})
+      : b(b), loc(loc), floats(floats) {}
+
+  OpBuilder &b;
+  Location loc;
+  /// The emitter's fp32 vector type (null where it has none).
+  VectorType floats;
+
+  //===--------------------------------------------------------------------===//
+  // Constants.
+  //===--------------------------------------------------------------------===//
+
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value i32(int64_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+  }
+  Value f32(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  /// `scalar` in every lane of `floats`.
+  Value splat(Value scalar) {
+    return vector::BroadcastOp::create(b, loc, floats, scalar);
+  }
+  /// The fp32 constant `v` in every lane of `floats`.
+  Value splatF32(float v) { return splat(f32(v)); }
+
+  //===--------------------------------------------------------------------===//
+  // Index and integer arithmetic.
+  //===--------------------------------------------------------------------===//
+
+  Value addI(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value subI(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mulI(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value minSI(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value maxSI(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  /// x < y, signed.
+  Value lessThanI(Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+  }
+  /// An index as an i32.
+  Value toI32(Value indexValue) {
+    return arith::IndexCastOp::create(b, loc, b.getI32Type(), indexValue);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Float arithmetic (scalars or vectors).
+  //===--------------------------------------------------------------------===//
+
+  Value addF(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value subF(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value mulF(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value divF(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  /// arith.maximumf: NaN if either is.
+  Value maxF(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
+  /// x * y + z, one rounding.
+  Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
+  /// exp(x) for x <= 0 (a softmax's differences from its running max).
+  Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
+
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Loops.
+  //===--------------------------------------------------------------------===//
+
+  /// for (i = lb; i < ub; i += step) body(i), the body building at the
+  /// loop body's own builder.
+  void forEach(Value lb, Value ub, int64_t step,
+               function_ref<void(OpBuilder &, Location, Value)> body) {
+    scf::ForOp::create(b, loc, lb, ub, index(step), ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value i, ValueRange) {
+                         body(nb, nl, i);
+                         scf::YieldOp::create(nb, nl);
+                       });
+  }
+
+  /// for (i = lb; i < ub; i += step) carried = body(i, carried), the body
+  /// building with this builder (its insertion point moved into the loop
+  /// for the body, then restored).
+  scf::ForOp forLoop(Value lb, Value ub, int64_t step, ValueRange init,
+                     function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    return scf::ForOp::create(
+        b, loc, lb, ub, index(step), init,
+        [&](OpBuilder &inner, Location, Value i, ValueRange carried) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(inner.getInsertionBlock(), inner.getInsertionPoint());
+          SmallVector<Value> next = body(i, carried);
+          scf::YieldOp::create(b, loc, next);
+        });
+  }
+
+  /// for (i = lb; i < ub; i += step) carried = body(inner, i, carried),
+  /// `inner` an emitter of kind `Self` (made from an OpBuilder and a
+  /// location) at the loop's body.
+  template <typename Self>
+  SmallVector<Value>
+  forLoopAs(Value lb, Value ub, int64_t step, ValueRange init,
+            function_ref<SmallVector<Value>(Self &, Value, ValueRange)> body) {
+    auto forOp = scf::ForOp::create(
+        b, loc, lb, ub, index(step), init,
+        [&](OpBuilder &nb, Location nl, Value i, ValueRange carried) {
+          Self inner(nb, nl);
+          scf::YieldOp::create(nb, nl, body(inner, i, carried));
+        });
+    return SmallVector<Value>(forOp.getResults());
+  }
+};
+
+} // namespace mlir::cq4p
+
+#endif // CQ4P_CODEGEN_EMITBUILDER_H
