@@ -228,72 +228,101 @@ struct DecodeShape {
   float scale;
 };
 
-void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
-                         ValueRange args) {
-  Value q = args[0], keys = args[1], values = args[2], out = args[3],
-        position = args[4], headBegin = args[5], headEnd = args[6];
-  Streaming s(b, loc);
-  const int64_t group = shape.heads / shape.kvHeads, classes = kLanes / group;
-  const int64_t dim = shape.dim, kvWidth = shape.kvHeads * dim;
-  const int64_t blocks16 = dim / 16, blocks64 = dim / 64;
-  const float lowest = -std::numeric_limits<float>::infinity();
+/// The leaf's body in named steps: per call its buffers and constants
+/// (the constructor), per KV head the group's scaled queries
+/// (loadQueries), then per block of tiles Q K^T (scoreTile), the softmax
+/// and P V (valueTile) (block), and the heads' outputs (storeOutputs).
+class DecodeLeaf {
+public:
+  /// `args` are the op's operands in its order.
+  DecodeLeaf(OpBuilder &b, Location loc, const DecodeShape &shape, ValueRange args)
+      : b(b), loc(loc), s(b, loc), shape(shape), headBegin(args[5]), headEnd(args[6]),
+        group(shape.heads / shape.kvHeads), classes(kLanes / group), dim(shape.dim),
+        kvWidth(shape.kvHeads * dim), blocks16(dim / 16), blocks64(dim / 64) {
+    Value q = args[0], keys = args[1], values = args[2], out = args[3], position = args[4];
+    auto buffer = [&](int64_t floats) {
+      auto type = MemRefType::get({floats}, b.getF32Type());
+      return s.base(memref::AllocaOp::create(b, loc, type, ValueRange{},
+                                             b.getI64IntegerAttr(64)));
+    };
+    qrep = buffer(dim * kLanes);
+    scores = buffer(kBlockTiles * group * kLanes);
+    part = buffer(kZaVectors * kLanes);
+    acc = buffer(blocks64 * kZaVectors * kLanes);
+    rotation = buffer(2 * kLanes);
+    sums = buffer(kLanes);
+    qBase = s.base(q);
+    keysBase = s.base(keys);
+    valuesBase = s.base(values);
+    outBase = s.base(out);
 
-  auto buffer = [&](int64_t floats) {
-    auto type = MemRefType::get({floats}, b.getF32Type());
-    return s.base(memref::AllocaOp::create(b, loc, type, ValueRange{},
-                                           b.getI64IntegerAttr(64)));
+    s.makeCounter();
+    s.makeSliceBases();
+    all = s.allTrue();
+    for (int64_t k = 0; k < classes; ++k)
+      classLanes.push_back(s.lanes(group * k, group * (k + 1)));
+    minusInf = s.splat(s.f32(lowest));
+    zeros = s.splat(s.f32(0.0f));
+    scaleV = s.splat(s.f32(shape.scale));
+    // The key offset within its tile of lane G k + h of P_r: K r + k.
+    laneKeys = arith::DivUIOp::create(
+        b, loc,
+        arith::IndexCastOp::create(
+            b, loc, s.ivec,
+            vector::StepOp::create(b, loc, VectorType::get({4}, b.getIndexType(), {true}))),
+        vector::BroadcastOp::create(b, loc, s.ivec, s.i32(group)));
+
+    c0 = s.index(0);
+    c16 = s.index(kTileKeys);
+    end = s.addI(position, s.index(1));
+    first = c0;
+    if (shape.window > 0)
+      first = arith::MaxSIOp::create(
+          b, loc, arith::SubIOp::create(b, loc, end, s.index(shape.window)), c0);
+    keyCount = arith::SubIOp::create(b, loc, end, first);
+    tiles = arith::CeilDivUIOp::create(b, loc, keyCount, c16);
+    blocks = arith::CeilDivUIOp::create(b, loc, tiles, s.index(kBlockTiles));
+    groupSize = s.index(group);
+    kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
+    kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
+  }
+
+  void emit() {
+    s.forLoop(kvFirst, kvEnd, 1, {}, [&](Value kv, ValueRange) -> SmallVector<Value> {
+      KvHead head = loadQueries(kv);
+      auto blockLoop = s.forLoop(c0, blocks, 1, {minusInf, zeros},
+                                 [&](Value blk, ValueRange state) {
+                                   return block(head, blk, state);
+                                 });
+      storeOutputs(head, blockLoop.getResult(1));
+      return {};
+    });
+  }
+
+private:
+  /// A KV head's group: its cache columns and the end of the whole tiles.
+  struct KvHead {
+    Value kv, groupKeys, groupValues, wholeTiles;
   };
-  Value qrep = buffer(dim * kLanes);
-  Value scores = buffer(kBlockTiles * group * kLanes);
-  Value part = buffer(kZaVectors * kLanes);
-  Value acc = buffer(blocks64 * kZaVectors * kLanes);
-  Value rotation = buffer(2 * kLanes);
-  Value sums = buffer(kLanes);
-  Value qBase = s.base(q), keysBase = s.base(keys), valuesBase = s.base(values),
-        outBase = s.base(out);
 
-  s.makeCounter();
-  s.makeSliceBases();
-  Value all = s.allTrue();
-  SmallVector<Value> classLanes;
-  for (int64_t k = 0; k < classes; ++k)
-    classLanes.push_back(s.lanes(group * k, group * (k + 1)));
-  Value minusInf = s.splat(s.f32(lowest)), zeros = s.splat(s.f32(0.0f));
-  Value scaleV = s.splat(s.f32(shape.scale));
-  // The key offset within its tile of lane G k + h of P_r: K r + k.
-  Value laneKeys = arith::DivUIOp::create(
-      b, loc,
-      arith::IndexCastOp::create(
-          b, loc, s.ivec,
-          vector::StepOp::create(b, loc, VectorType::get({4}, b.getIndexType(), {true}))),
-      vector::BroadcastOp::create(b, loc, s.ivec, s.i32(group)));
-
-  Value c0 = s.index(0), c16 = s.index(kTileKeys);
-  Value end = s.addI(position, s.index(1));
-  Value first = c0;
-  if (shape.window > 0)
-    first = arith::MaxSIOp::create(
-        b, loc, arith::SubIOp::create(b, loc, end, s.index(shape.window)), c0);
-  Value keyCount = arith::SubIOp::create(b, loc, end, first);
-  Value tiles = arith::CeilDivUIOp::create(b, loc, keyCount, c16);
-  Value blocks = arith::CeilDivUIOp::create(b, loc, tiles, s.index(kBlockTiles));
-  Value groupSize = s.index(group);
-  Value kvFirst = arith::DivUIOp::create(b, loc, headBegin, groupSize);
-  Value kvEnd = arith::CeilDivUIOp::create(b, loc, headEnd, groupSize);
-
-  // Lane l of the result: op over the lanes l, l + G, l + 2G, ... (mod 16).
-  auto foldClasses = [&](Value v, function_ref<Value(Value, Value)> op) {
+  /// Lane l of the result: op over the lanes l, l + G, l + 2G, ... (mod 16).
+  Value foldClasses(Value v, function_ref<Value(Value, Value)> op) {
     for (int64_t step = group; step < kLanes; step *= 2) {
       s.store(v, rotation);
       s.store(v, s.at(rotation, kVectorBytes));
       v = op(v, s.load(s.at(rotation, 4 * step)));
     }
     return v;
-  };
+  }
 
-  s.forLoop(kvFirst, kvEnd, 1, {}, [&](Value kv, ValueRange) -> SmallVector<Value> {
+  Value tileStart(Value t) { return s.addI(first, s.mulI(t, c16)); }
+
+  /// Qr: row G k + h of ZA0.S is head h's 16 dims, its columns Qr[d],
+  /// scaled into `qrep`; the accumulators zeroed.
+  KvHead loadQueries(Value kv) {
+    KvHead head;
+    head.kv = kv;
     Value kvColumnBytes = s.mulI(kv, s.index(dim * 4));
-    // Qr: row G k + h of ZA0.S is head h's 16 dims, its columns Qr[d].
     Value groupRows = s.at(qBase, s.mulI(kv, s.index(group * dim * 4)));
     for (int64_t blk = 0; blk < blocks16; ++blk) {
       for (int64_t row = 0; row < kLanes; ++row)
@@ -307,182 +336,175 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
     }
     for (int64_t v = 0; v < blocks64 * kZaVectors; ++v)
       s.store(zeros, s.at(acc, v * kVectorBytes));
+    head.groupKeys = s.at(keysBase, kvColumnBytes);
+    head.groupValues = s.at(valuesBase, kvColumnBytes);
+    head.wholeTiles = arith::DivUIOp::create(b, loc, keyCount, c16);
+    return head;
+  }
 
-    Value groupKeys = s.at(keysBase, kvColumnBytes);
-    Value groupValues = s.at(valuesBase, kvColumnBytes);
-    auto tileStart = [&](Value t) { return s.addI(first, s.mulI(t, c16)); };
-
-    // Q K^T of the tile at key j0 with `valid` keys (16 when `partial` is
-    // false): its G vectors P_r into `scores` at `slot`; returns their
-    // lane-wise max with `runningMax`.
-    auto scoreTile = [&](Value j0, Value valid, bool partial, Value slot,
-                         Value runningMax) -> Value {
-      s.zeroTile32(1);
-      SmallVector<Value> rowMasks(kTileKeys, all);
-      if (partial)
-        for (int64_t i = 0; i < kTileKeys; ++i) {
-          Value present = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                                s.index(i), valid);
-          rowMasks[i] = s.firstLanes(s.select(present, c16, c0));
-        }
-      // Up to three 16-dim blocks at a time, in ZA0.S, ZA2.S and ZA3.S
-      // (ZA1.S holds the scores). LD1W into ZA takes a register offset
-      // only: each key row's address is the last one's plus a row, passed
-      // through cq4p_intr.opaque so that LLVM keeps that one add per row
-      // rather than 16 rows' constant offsets, which it spilled and
-      // reloaded for every load; the pass's blocks are 0, 16 and 32
-      // words from the row.
-      Value rows = s.at(groupKeys, s.mulI(j0, s.index(kvWidth * 4)));
-      const int64_t transposeTiles[] = {0, 2, 3};
-      for (int64_t pass = 0; pass < blocks16; pass += 3) {
-        int64_t count = std::min<int64_t>(3, blocks16 - pass);
-        Value row = s.at(rows, 64 * pass);
-        for (int64_t i = 0; i < kTileKeys; ++i) {
-          if (i > 0)
-            row = cq4p_intr::OpaqueOp::create(b, loc, row.getType(),
-                                              s.at(row, kvWidth * 4));
-          for (int64_t u = 0; u < count; ++u)
-            s.loadRow(transposeTiles[u], i, rowMasks[i], s.at(row, 64 * u));
-        }
-        for (int64_t u = 0; u < count; ++u)
-          for (int64_t quad = 0; quad < 4; ++quad) {
-            SmallVector<Value> kt = s.readColumns4(transposeTiles[u], 4 * quad);
-            SmallVector<Value> qr =
-                s.loadQuad(s.at(qrep, (16 * (pass + u) + 4 * quad) * kVectorBytes));
-            for (int64_t i = 0; i < 4; ++i)
-              s.outerProduct(1, all, all, kt[i], qr[i]);
-          }
-      }
-      Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
-      for (int64_t r = 0; r < group; ++r) {
-        Value p = zeros;
-        for (int64_t k = 0; k < classes; ++k)
-          p = s.readRow(p, classLanes[k], 1, r * classes + k);
-        if (partial) {
-          Value keyOffsets = arith::AddIOp::create(
-              b, loc, laneKeys,
-              vector::BroadcastOp::create(b, loc, s.ivec, s.i32(r * classes)));
-          Value inside = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::slt, keyOffsets,
-              vector::BroadcastOp::create(
-                  b, loc, s.ivec,
-                  arith::IndexCastOp::create(b, loc, b.getI32Type(), valid)));
-          p = s.select(inside, p, minusInf);
-        }
-        s.store(p, s.at(slotBase, r * kVectorBytes));
-        runningMax = s.maxF(runningMax, p);
-      }
-      return runningMax;
-    };
-
-    // P V of the tile at key j0 for dims [64 c, 64 c + 64) into ZA.
-    auto valueTile = [&](Value j0, Value valid, bool partial, Value slot, int64_t c) {
-      Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
-      SmallVector<Value> p;
-      for (int64_t r = 0; r < group; ++r)
-        p.push_back(s.load(s.at(slotBase, r * kVectorBytes)));
-      Value rows = s.at(groupValues, s.mulI(j0, s.index(kvWidth * 4)));
-      Value last = arith::SubIOp::create(b, loc, valid, s.index(1));
+  /// Q K^T of the tile at key j0 with `valid` keys (16 when `partial` is
+  /// false): its G vectors P_r into `scores` at `slot`; returns their
+  /// lane-wise max with `runningMax`.
+  Value scoreTile(const KvHead &head, Value j0, Value valid, bool partial, Value slot,
+                  Value runningMax) {
+    s.zeroTile32(1);
+    SmallVector<Value> rowMasks(kTileKeys, all);
+    if (partial)
       for (int64_t i = 0; i < kTileKeys; ++i) {
-        // A key past the end has weight 0: its row is the tile's last.
-        Value row = partial ? s.at(rows, s.mulI(s.minSI(s.index(i), last), s.index(kvWidth * 4)))
-                            : s.at(rows, i * kvWidth * 4);
-        SmallVector<Value> v = s.loadQuad(s.at(row, 64 * c * 4));
-        for (int64_t t = 0; t < 4; ++t)
-          s.outerProduct(t, classLanes[i % classes], all, p[i / classes], v[t]);
+        Value present =
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, s.index(i), valid);
+        rowMasks[i] = s.firstLanes(s.select(present, c16, c0));
       }
-    };
+    // Up to three 16-dim blocks at a time, in ZA0.S, ZA2.S and ZA3.S
+    // (ZA1.S holds the scores). LD1W into ZA takes a register offset only:
+    // each key row's address is the last one's plus a row, passed through
+    // cq4p_intr.opaque so that LLVM keeps that one add per row rather than
+    // 16 rows' constant offsets, which it spilled and reloaded for every
+    // load; the pass's blocks are 0, 16 and 32 words from the row.
+    Value rows = s.at(head.groupKeys, s.mulI(j0, s.index(kvWidth * 4)));
+    const int64_t transposeTiles[] = {0, 2, 3};
+    for (int64_t pass = 0; pass < blocks16; pass += 3) {
+      int64_t count = std::min<int64_t>(3, blocks16 - pass);
+      Value row = s.at(rows, 64 * pass);
+      for (int64_t i = 0; i < kTileKeys; ++i) {
+        if (i > 0)
+          row = cq4p_intr::OpaqueOp::create(b, loc, row.getType(), s.at(row, kvWidth * 4));
+        for (int64_t u = 0; u < count; ++u)
+          s.loadRow(transposeTiles[u], i, rowMasks[i], s.at(row, 64 * u));
+      }
+      for (int64_t u = 0; u < count; ++u)
+        for (int64_t quad = 0; quad < 4; ++quad) {
+          SmallVector<Value> kt = s.readColumns4(transposeTiles[u], 4 * quad);
+          SmallVector<Value> qr =
+              s.loadQuad(s.at(qrep, (16 * (pass + u) + 4 * quad) * kVectorBytes));
+          for (int64_t i = 0; i < 4; ++i)
+            s.outerProduct(1, all, all, kt[i], qr[i]);
+        }
+    }
+    Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
+    for (int64_t r = 0; r < group; ++r) {
+      Value p = zeros;
+      for (int64_t k = 0; k < classes; ++k)
+        p = s.readRow(p, classLanes[k], 1, r * classes + k);
+      if (partial) {
+        Value keyOffsets = arith::AddIOp::create(
+            b, loc, laneKeys, vector::BroadcastOp::create(b, loc, s.ivec, s.i32(r * classes)));
+        Value inside = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::slt, keyOffsets,
+            vector::BroadcastOp::create(
+                b, loc, s.ivec, arith::IndexCastOp::create(b, loc, b.getI32Type(), valid)));
+        p = s.select(inside, p, minusInf);
+      }
+      s.store(p, s.at(slotBase, r * kVectorBytes));
+      runningMax = s.maxF(runningMax, p);
+    }
+    return runningMax;
+  }
 
-    // The block's tiles [tb, te): the whole ones in a loop, then the last
-    // tile of the range if it is partial (two bodies, so that the whole
-    // tiles' code has no masks).
-    Value wholeTiles = arith::DivUIOp::create(b, loc, keyCount, c16);
-    auto forEachTile = [&](Value tb, Value te, ValueRange init,
-                           function_ref<SmallVector<Value>(Value, Value, bool, Value,
-                                                           ValueRange)>
-                               body) -> SmallVector<Value> {
-      Value wholeEnd = s.minSI(te, wholeTiles);
-      auto whole = s.forLoop(tb, wholeEnd, 1, init,
-                          [&](Value t, ValueRange state) -> SmallVector<Value> {
-                            return body(tileStart(t), c16,
-                                        false, arith::SubIOp::create(b, loc, t, tb), state);
-                          });
-      SmallVector<Value> results(whole.getResults());
-      Value tail = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, wholeEnd, te);
-      auto ifOp = s.branch(
-          tail, ValueRange(results).getTypes(),
-          [&] {
-            Value j0 = tileStart(wholeEnd);
-            Value valid = arith::SubIOp::create(b, loc, end, j0);
-            return body(j0, valid, true, arith::SubIOp::create(b, loc, wholeEnd, tb),
-                        results);
-          },
-          [&] { return results; });
-      return SmallVector<Value>(ifOp.getResults());
-    };
+  /// P V of the tile at key j0 for dims [64 c, 64 c + 64) into ZA.
+  void valueTile(const KvHead &head, Value j0, Value valid, bool partial, Value slot,
+                 int64_t c) {
+    Value slotBase = s.at(scores, s.mulI(slot, s.index(group * kVectorBytes)));
+    SmallVector<Value> p;
+    for (int64_t r = 0; r < group; ++r)
+      p.push_back(s.load(s.at(slotBase, r * kVectorBytes)));
+    Value rows = s.at(head.groupValues, s.mulI(j0, s.index(kvWidth * 4)));
+    Value last = arith::SubIOp::create(b, loc, valid, s.index(1));
+    for (int64_t i = 0; i < kTileKeys; ++i) {
+      // A key past the end has weight 0: its row is the tile's last.
+      Value row = partial
+                      ? s.at(rows, s.mulI(s.minSI(s.index(i), last), s.index(kvWidth * 4)))
+                      : s.at(rows, i * kvWidth * 4);
+      SmallVector<Value> v = s.loadQuad(s.at(row, 64 * c * 4));
+      for (int64_t t = 0; t < 4; ++t)
+        s.outerProduct(t, classLanes[i % classes], all, p[i / classes], v[t]);
+    }
+  }
 
-    auto blockLoop = s.forLoop(
-        c0, blocks, 1, {minusInf, zeros},
-        [&](Value blk, ValueRange state) -> SmallVector<Value> {
-          Value mOld = state[0], l = state[1];
-          Value tb = s.mulI(blk, s.index(kBlockTiles));
-          Value te = s.minSI(tiles, s.addI(tb, s.index(kBlockTiles)));
-          Value blockMax =
-              forEachTile(tb, te, {minusInf},
-                          [&](Value j0, Value valid, bool partial, Value slot,
-                              ValueRange st) -> SmallVector<Value> {
-                            return {scoreTile(j0, valid, partial, slot, st[0])};
-                          })[0];
-          Value mNew = s.maxF(mOld, foldClasses(blockMax, [&](Value x, Value y) {
-            return s.maxF(x, y);
-          }));
-          Value corr = s.select(s.isMinusInf(mOld, minusInf), zeros,
-                                s.expNonPositive(s.subF(mOld, mNew)));
-          Value vectors = s.mulI(arith::SubIOp::create(b, loc, te, tb), groupSize);
-          Value lNew =
-              s.forLoop(c0, vectors, 1, {s.mulF(l, corr)},
-                     [&](Value i, ValueRange st) -> SmallVector<Value> {
-                       Value address = s.at(scores, s.mulI(i, s.index(kVectorBytes)));
-                       Value x = s.load(address);
-                       Value p = s.select(s.isMinusInf(x, minusInf), zeros,
-                                          s.expNonPositive(s.subF(x, mNew)));
-                       s.store(p, address);
-                       return {s.addF(st[0], p)};
-                     })
-                  .getResult(0);
-          SmallVector<Value> rowCorr;
-          for (int64_t r = 0; r < kLanes; ++r)
-            rowCorr.push_back(
-                s.splat(LLVM::ExtractElementOp::create(b, loc, corr, s.i32(r))));
-          for (int64_t c = 0; c < blocks64; ++c) {
-            s.zeroZa();
-            forEachTile(tb, te, {},
-                        [&](Value j0, Value valid, bool partial, Value slot,
-                            ValueRange) -> SmallVector<Value> {
-                          valueTile(j0, valid, partial, slot, c);
-                          return {};
-                        });
-            // ZA array vector 4r + t: row r of tile t.
-            for (int64_t v = 0; v < kZaVectors; ++v)
-              s.storeZaVector(v, s.at(part, v * kVectorBytes));
-            for (int64_t v = 0; v < kZaVectors; ++v) {
-              Value address = s.at(acc, (c * kZaVectors + v) * kVectorBytes);
-              s.store(math::FmaOp::create(b, loc, s.load(address), rowCorr[v / 4],
-                                          s.load(s.at(part, v * kVectorBytes))),
-                      address);
-            }
-          }
-          return {mNew, lNew};
-        });
+  using TileBody = function_ref<SmallVector<Value>(Value, Value, bool, Value, ValueRange)>;
+  /// The block's tiles [tb, te): the whole ones in a loop, then the last
+  /// tile of the range if it is partial (two bodies, so that the whole
+  /// tiles' code has no masks).
+  SmallVector<Value> forEachTile(const KvHead &head, Value tb, Value te, ValueRange init,
+                                 TileBody body) {
+    Value wholeEnd = s.minSI(te, head.wholeTiles);
+    auto whole = s.forLoop(tb, wholeEnd, 1, init,
+                           [&](Value t, ValueRange state) -> SmallVector<Value> {
+                             return body(tileStart(t), c16, false,
+                                         arith::SubIOp::create(b, loc, t, tb), state);
+                           });
+    SmallVector<Value> results(whole.getResults());
+    Value tail = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, wholeEnd, te);
+    auto ifOp = s.branch(
+        tail, ValueRange(results).getTypes(),
+        [&] {
+          Value j0 = tileStart(wholeEnd);
+          Value valid = arith::SubIOp::create(b, loc, end, j0);
+          return body(j0, valid, true, arith::SubIOp::create(b, loc, wholeEnd, tb), results);
+        },
+        [&] { return results; });
+    return SmallVector<Value>(ifOp.getResults());
+  }
 
-    // Head h's sums are lanes h, h + G, ... of l and rows h, h + G, ... of
-    // the accumulators.
-    s.store(blockLoop.getResult(1), sums);
+  /// Block blk of kBlockTiles tiles from the state (running max, sum):
+  /// its scores, the online softmax's step, its values into the
+  /// accumulators.
+  SmallVector<Value> block(const KvHead &head, Value blk, ValueRange state) {
+    Value mOld = state[0], l = state[1];
+    Value tb = s.mulI(blk, s.index(kBlockTiles));
+    Value te = s.minSI(tiles, s.addI(tb, s.index(kBlockTiles)));
+    Value blockMax = forEachTile(head, tb, te, {minusInf},
+                                 [&](Value j0, Value valid, bool partial, Value slot,
+                                     ValueRange st) -> SmallVector<Value> {
+                                   return {scoreTile(head, j0, valid, partial, slot, st[0])};
+                                 })[0];
+    Value mNew =
+        s.maxF(mOld, foldClasses(blockMax, [&](Value x, Value y) { return s.maxF(x, y); }));
+    Value corr = s.select(s.isMinusInf(mOld, minusInf), zeros,
+                          s.expNonPositive(s.subF(mOld, mNew)));
+    Value vectors = s.mulI(arith::SubIOp::create(b, loc, te, tb), groupSize);
+    Value lNew = s.forLoop(c0, vectors, 1, {s.mulF(l, corr)},
+                           [&](Value i, ValueRange st) -> SmallVector<Value> {
+                             Value address = s.at(scores, s.mulI(i, s.index(kVectorBytes)));
+                             Value x = s.load(address);
+                             Value p = s.select(s.isMinusInf(x, minusInf), zeros,
+                                                s.expNonPositive(s.subF(x, mNew)));
+                             s.store(p, address);
+                             return {s.addF(st[0], p)};
+                           })
+                     .getResult(0);
+    SmallVector<Value> rowCorr;
+    for (int64_t r = 0; r < kLanes; ++r)
+      rowCorr.push_back(s.splat(LLVM::ExtractElementOp::create(b, loc, corr, s.i32(r))));
+    for (int64_t c = 0; c < blocks64; ++c) {
+      s.zeroZa();
+      forEachTile(head, tb, te, {},
+                  [&](Value j0, Value valid, bool partial, Value slot,
+                      ValueRange) -> SmallVector<Value> {
+                    valueTile(head, j0, valid, partial, slot, c);
+                    return {};
+                  });
+      // ZA array vector 4r + t: row r of tile t.
+      for (int64_t v = 0; v < kZaVectors; ++v)
+        s.storeZaVector(v, s.at(part, v * kVectorBytes));
+      for (int64_t v = 0; v < kZaVectors; ++v) {
+        Value address = s.at(acc, (c * kZaVectors + v) * kVectorBytes);
+        s.store(math::FmaOp::create(b, loc, s.load(address), rowCorr[v / 4],
+                                    s.load(s.at(part, v * kVectorBytes))),
+                address);
+      }
+    }
+    return {mNew, lNew};
+  }
+
+  /// Head h's sums are lanes h, h + G, ... of l and rows h, h + G, ... of
+  /// the accumulators: out[h] = acc[h] / l[h] for the heads in range.
+  void storeOutputs(const KvHead &kvHead, Value l) {
+    s.store(l, sums);
     for (int64_t h = 0; h < group; ++h) {
-      Value head = s.addI(s.mulI(kv, groupSize), s.index(h));
+      Value head = s.addI(s.mulI(kvHead.kv, groupSize), s.index(h));
       Value inRange = arith::AndIOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, head, headBegin),
+          b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, head, headBegin),
           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, head, headEnd));
       auto ifOp = scf::IfOp::create(b, loc, inRange, /*withElseRegion=*/false);
       OpBuilder::InsertionGuard guard(b);
@@ -499,15 +521,34 @@ void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
         for (int64_t t = 0; t < 4; ++t) {
           Value sum;
           for (int64_t k = 0; k < classes; ++k) {
-            Value x = s.load(
-                s.at(acc, (c * kZaVectors + 4 * (group * k + h) + t) * kVectorBytes));
+            Value x =
+                s.load(s.at(acc, (c * kZaVectors + 4 * (group * k + h) + t) * kVectorBytes));
             sum = sum ? s.addF(sum, x) : x;
           }
           s.store(s.mulF(sum, inverse), s.at(headOut, (64 * c + 16 * t) * 4));
         }
     }
-    return {};
-  });
+  }
+
+  static constexpr float lowest = -std::numeric_limits<float>::infinity();
+
+  OpBuilder &b;
+  Location loc;
+  Streaming s;
+  const DecodeShape &shape;
+  Value headBegin, headEnd;
+  const int64_t group, classes, dim, kvWidth, blocks16, blocks64;
+  // Per call.
+  Value qrep, scores, part, acc, rotation, sums;
+  Value qBase, keysBase, valuesBase, outBase;
+  Value all, minusInf, zeros, scaleV, laneKeys;
+  SmallVector<Value> classLanes;
+  Value c0, c16, end, first, keyCount, tiles, blocks, groupSize, kvFirst, kvEnd;
+};
+
+void buildDecodeLeafBody(OpBuilder &b, Location loc, const DecodeShape &shape,
+                         ValueRange args) {
+  DecodeLeaf(b, loc, shape, args).emit();
 }
 
 } // namespace
