@@ -369,9 +369,10 @@ std::pair<Value, Value> keysOf(Emitter &en, Value p, int64_t window) {
 /// the cache; any other (its lanes masked to each unit's keys, its rows
 /// past the block's last key clamped in bounds) or an fp16 cache's is
 /// first copied to fp32 stack buffers.
-/// The steps of emitPromptAttention: the call's constants and buffers,
-/// then per block of units its setup, per tile its staging, scores,
-/// softmax and values, and the block's outputs.
+///
+/// Its steps: the call's constants and buffers (the constructor), then per
+/// block of units its setup (beginBlock), per tile its staging, scores,
+/// softmax and values (walk), and the block's outputs (storeOutputs).
 class PromptAttention {
 public:
   PromptAttention(Emitter &e, Value q, Value keys, Value values, Value out, Value rows,
@@ -712,6 +713,7 @@ private:
   Value flatQ, flatOut, queries, acc, keyStage, valueStage, laneIds, allLanes;
 };
 
+/// The rows of a prompt of cq4p.attention (PromptAttention).
 void emitPromptAttention(OpBuilder &b, Location loc, Value q, Value keys,
                          Value values, Value out, Value rows, Value position,
                          Value headBegin,
