@@ -12,6 +12,8 @@
 //   floats        addF, subF, mulF, divF, maxF (arith.maximumf), fma (one
 //                 rounding), expNonPositive (a softmax's exp, x <= 0)
 //   either        select
+//   attention     keysUpTo (the causal and sliding-window key range of a
+//                 query position)
 //   loops         forEach (the body builds at its own builder, as scf's body
 //                 builders do), forLoop (the body builds with this builder,
 //                 its insertion point moved into the loop and restored), and
@@ -34,6 +36,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
+
+#include <utility>
 
 namespace mlir::cq4p {
 
@@ -152,6 +156,22 @@ public:
 
   Value select(Value c, Value x, Value y) {
     return arith::SelectOp::create(b, loc, c, x, y);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Attention.
+  //===--------------------------------------------------------------------===//
+
+  /// The keys query position p attends to, [first, end): end = p + 1 (the
+  /// causal rule), first 0 or, with a sliding window (window > 0), the keys
+  /// j > p - window, first = max(0, p + 1 - window). Every target's decode
+  /// attention and the host's prompt rows take their range from here.
+  std::pair<Value, Value> keysUpTo(Value p, int64_t window) {
+    Value end = addI(p, index(1));
+    Value first = index(0);
+    if (window > 0)
+      first = maxSI(subI(end, index(window)), index(0));
+    return {first, end};
   }
 
   //===--------------------------------------------------------------------===//

@@ -236,7 +236,7 @@ class DecodeLeaf {
 public:
   /// `args` are the op's operands in its order.
   DecodeLeaf(OpBuilder &b, Location loc, const DecodeShape &shape, ValueRange args)
-      : b(b), loc(loc), s(b, loc), shape(shape), headBegin(args[5]), headEnd(args[6]),
+      : b(b), loc(loc), s(b, loc), headBegin(args[5]), headEnd(args[6]),
         group(shape.heads / shape.kvHeads), classes(kLanes / group), dim(shape.dim),
         kvWidth(shape.kvHeads * dim), blocks16(dim / 16), blocks64(dim / 64) {
     Value q = args[0], keys = args[1], values = args[2], out = args[3], position = args[4];
@@ -274,11 +274,7 @@ public:
 
     c0 = s.index(0);
     c16 = s.index(kTileKeys);
-    end = s.addI(position, s.index(1));
-    first = c0;
-    if (shape.window > 0)
-      first = arith::MaxSIOp::create(
-          b, loc, arith::SubIOp::create(b, loc, end, s.index(shape.window)), c0);
+    std::tie(first, end) = s.keysUpTo(position, shape.window);
     keyCount = arith::SubIOp::create(b, loc, end, first);
     tiles = arith::CeilDivUIOp::create(b, loc, keyCount, c16);
     blocks = arith::CeilDivUIOp::create(b, loc, tiles, s.index(kBlockTiles));
@@ -535,7 +531,6 @@ private:
   OpBuilder &b;
   Location loc;
   Streaming s;
-  const DecodeShape &shape;
   Value headBegin, headEnd;
   const int64_t group, classes, dim, kvWidth, blocks16, blocks64;
   // Per call.

@@ -729,12 +729,8 @@ void mlir::cq4p::emitNeonAttention(OpBuilder &b, AttentionOp op) {
   Value rows = memref::DimOp::create(b, loc, x.q, 0);
   Value headBegin = op.getHeadBegin(), headEnd = op.getHeadEnd();
   e.loop(e.index(0), rows, 1, {}, [&](Neon &n, Value r, ValueRange) {
-    Value end = n.addI(n.addI(position, r), n.index(1));
-    Value first = n.index(0);
-    if (window > 0)
-      // Keys j > p - window: from max(0, p + 1 - window).
-      first = arith::MaxSIOp::create(
-          n.b, n.loc, arith::SubIOp::create(n.b, n.loc, end, n.index(window)), n.index(0));
+    Value first, end;
+    std::tie(first, end) = n.keysUpTo(n.addI(position, r), window);
     if (group == 1) {
       n.loop(headBegin, headEnd, 1, {}, [&](Neon &m, Value h, ValueRange) {
         emitHeads(m, x, r, first, end, h, h, 1);

@@ -165,11 +165,11 @@ void emitNeonGemvLoop(OpBuilder &b, Location loc, PanelDotOp op,
 /// The output permutation by TBL/TBX over up to 64 bytes: table t answers
 /// perm - 64 t when it is in [0, 64) and leaves the lane alone otherwise
 /// (the wrapped byte is >= 64).
-class NeonTablePermuter : public GroupPermuter {
+class NeonTablePermuter : public TablePermuter {
 public:
   NeonTablePermuter(OpBuilder &b, Location loc, ArrayRef<Value> permBytes,
                     int64_t gs)
-      : b(b), loc(loc), gs(gs) {
+      : TablePermuter(b, loc, gs) {
     auto i8x16 = VectorType::get({kQuantizedChunk}, b.getI8Type());
     for (Value p : permBytes)
       for (int64_t t = 0; t * 64 < gs; ++t)
@@ -199,17 +199,9 @@ public:
                                                         table[1], table[2],
                                                         table[3], idx));
       }
-      Value k = arith::AddIOp::create(b, loc, kBase,
-                                      cIndex(b, loc, o * kQuantizedChunk));
-      vector::StoreOp::create(b, loc, out, act, ValueRange{row, k});
+      storeChunks(out, act, row, kBase, o);
     }
   }
-
-private:
-  OpBuilder &b;
-  Location loc;
-  int64_t gs;
-  SmallVector<Value> indices;
 };
 
 class NeonKernelTargetInfo : public KernelTargetInfo {

@@ -178,32 +178,21 @@ struct WideQuantizeLowering : public OpRewritePattern<QuantizeActivationsOp> {
       permuter = target.createGroupPermuter(b, loc, op.getPermutation(),
                                             chunkPerm, gs);
 
-    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
-    Value rows = memref::DimOp::create(b, loc, op.getX(), 0);
-    auto groups = scf::ForOp::create(b, loc, op.getGroupBegin(),
-                                     op.getGroupEnd(), c1);
-    b.setInsertionPointToStart(groups.getBody());
-    Value g = groups.getInductionVar();
-    Value kBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
-    auto at = [&](Value base, int64_t offset) {
-      return Value(arith::AddIOp::create(b, loc, base, cIndex(b, loc, offset)));
-    };
+    QuantizeLoops loops(b, loc, op, gs);
+    Value g = loops.g, kBase = loops.kBase;
     SmallVector<Value> isrLeft;
     for (int64_t v = 0; v < vectors; ++v)
       isrLeft.push_back(arith::MulFOp::create(
-          b, loc,
-          loadFloats(b, loc, op.getInputScaleRecip(), at(kBase, v * lanes)),
+          b, loc, loadFloats(b, loc, op.getInputScaleRecip(), loops.at(v * lanes)),
           left[v]));
 
-    auto rowLoop = scf::ForOp::create(b, loc, c0, rows, c1);
-    b.setInsertionPointToStart(rowLoop.getBody());
-    Value row = rowLoop.getInductionVar();
+    Value row = loops.beginRows();
     SmallVector<Value> w;
     for (int64_t v = 0; v < vectors; ++v) {
-      Value x = loadFloats(b, loc, op.getX(), {row, at(kBase, v * lanes)});
+      Value x = loadFloats(b, loc, op.getX(), {row, loops.at(v * lanes)});
       if (Value up = op.getUp())
         x = gatedInput(b, loc, *op.getGating(), x,
-                      loadFloats(b, loc, up, {row, at(kBase, v * lanes)}));
+                      loadFloats(b, loc, up, {row, loops.at(v * lanes)}));
       w.push_back(arith::MulFOp::create(b, loc, x, isrLeft[v]));
     }
     // The stages in the contract's order: h = 1, 2, ... inside vectors, then

@@ -27,11 +27,11 @@ namespace {
 /// or-ed. With `twoChunks` (AVX2 and wider) and an even count of chunks,
 /// two output chunks per 256-bit PSHUFB whose table holds the source chunk
 /// in both lanes: the indices of chunks 2o and 2o + 1 side by side.
-class PshufbPermuter : public GroupPermuter {
+class PshufbPermuter : public TablePermuter {
 public:
   PshufbPermuter(OpBuilder &b, Location loc, ArrayRef<Value> permBytes,
                  int64_t gs, bool twoChunks)
-      : b(b), loc(loc), gs(gs) {
+      : TablePermuter(b, loc, gs) {
     auto i8x16 = VectorType::get({kQuantizedChunk}, b.getI8Type());
     Value limit = splat(b, loc, i8x16, b.getI8IntegerAttr(kQuantizedChunk));
     Value none = splat(b, loc, i8x16, b.getI8IntegerAttr(-128));
@@ -76,9 +76,7 @@ public:
               b, loc, i8x32, tables[t], wideIndices[(o / 2) * chunks + t]);
           out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
         }
-        Value k = arith::AddIOp::create(b, loc, kBase,
-                                        cIndex(b, loc, o * kQuantizedChunk));
-        vector::StoreOp::create(b, loc, out, act, ValueRange{row, k});
+        storeChunks(out, act, row, kBase, o);
       }
       return;
     }
@@ -89,17 +87,11 @@ public:
             b, loc, i8x16, natural[t], indices[o * chunks + t]);
         out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
       }
-      Value k = arith::AddIOp::create(b, loc, kBase,
-                                      cIndex(b, loc, o * kQuantizedChunk));
-      vector::StoreOp::create(b, loc, out, act, ValueRange{row, k});
+      storeChunks(out, act, row, kBase, o);
     }
   }
 
 private:
-  OpBuilder &b;
-  Location loc;
-  int64_t gs;
-  SmallVector<Value> indices;
   SmallVector<Value> wideIndices; ///< two chunks' indices per vector
 };
 

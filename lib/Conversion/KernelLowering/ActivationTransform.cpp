@@ -211,28 +211,18 @@ struct QuantizeActivationsVectorLowering
     std::unique_ptr<GroupPermuter> permuter =
         target.createGroupPermuter(b, loc, op.getPermutation(), permBytes, gs);
 
-    Value c0 = cIndex(b, loc, 0), c1 = cIndex(b, loc, 1);
-    Value rows = memref::DimOp::create(b, loc, op.getX(), 0);
-    auto groups = scf::ForOp::create(b, loc, op.getGroupBegin(),
-                                     op.getGroupEnd(), c1);
-    b.setInsertionPointToStart(groups.getBody());
-    Value g = groups.getInductionVar();
-    Value kBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
-    auto at = [&](Value base, int64_t offset) {
-      return Value(arith::AddIOp::create(b, loc, base, cIndex(b, loc, offset)));
-    };
+    QuantizeLoops loops(b, loc, op, gs);
+    Value g = loops.g, kBase = loops.kBase;
     SmallVector<Value> isrLeft;
     for (int64_t blk = 0; blk < chunks; ++blk) {
       SmallVector<Value> isr = loadDeinterleaved(
-          b, loc, op.getInputScaleRecip(), at(kBase, blk * kChunk));
+          b, loc, op.getInputScaleRecip(), loops.at(blk * kChunk));
       for (int64_t a = 0; a < kLanes; ++a)
         isrLeft.push_back(
             arith::MulFOp::create(b, loc, isr[a], left[blk * kLanes + a]));
     }
 
-    auto rowLoop = scf::ForOp::create(b, loc, c0, rows, c1);
-    b.setInsertionPointToStart(rowLoop.getBody());
-    Value row = rowLoop.getInductionVar();
+    Value row = loops.beginRows();
     // Every butterfly sees the same two operands whatever order the
     // butterflies run in, so the stages are emitted block by block (the
     // stages inside 32 elements, 8 pieces live), then column by column (the
@@ -242,7 +232,7 @@ struct QuantizeActivationsVectorLowering
     for (int64_t first = 0; first < pieces; first += block) {
       MutableArrayRef<Value> part(w.data() + first, block);
       for (int64_t blk = first / kLanes; blk < (first + block) / kLanes; ++blk) {
-        SmallVector<Value, 2> at16 = {row, at(kBase, blk * kChunk)};
+        SmallVector<Value, 2> at16 = {row, loops.at(blk * kChunk)};
         SmallVector<Value> x = loadDeinterleaved(b, loc, op.getX(), at16);
         if (Value up = op.getUp()) {
           SmallVector<Value> u = loadDeinterleaved(b, loc, up, at16);
@@ -318,6 +308,34 @@ struct QuantizeActivationsVectorLowering
 } // namespace
 
 GroupPermuter::~GroupPermuter() = default;
+
+void TablePermuter::storeChunks(Value out, Value act, Value row, Value kBase,
+                                int64_t o) {
+  Value k = arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, o * kQuantizedChunk));
+  vector::StoreOp::create(b, loc, out, act, ValueRange{row, k});
+}
+
+QuantizeLoops::QuantizeLoops(OpBuilder &b, Location loc, QuantizeActivationsOp op,
+                             int64_t gs)
+    : b(b), loc(loc) {
+  c0 = cIndex(b, loc, 0);
+  c1 = cIndex(b, loc, 1);
+  rows = memref::DimOp::create(b, loc, op.getX(), 0);
+  auto groups = scf::ForOp::create(b, loc, op.getGroupBegin(), op.getGroupEnd(), c1);
+  b.setInsertionPointToStart(groups.getBody());
+  g = groups.getInductionVar();
+  kBase = arith::MulIOp::create(b, loc, g, cIndex(b, loc, gs));
+}
+
+Value QuantizeLoops::at(int64_t offset) {
+  return arith::AddIOp::create(b, loc, kBase, cIndex(b, loc, offset));
+}
+
+Value QuantizeLoops::beginRows() {
+  auto rowLoop = scf::ForOp::create(b, loc, c0, rows, c1);
+  b.setInsertionPointToStart(rowLoop.getBody());
+  return rowLoop.getInductionVar();
+}
 
 Value KernelTargetInfo::roundToBytes(OpBuilder &b, Location loc,
                                      ArrayRef<Value> q) const {

@@ -32,6 +32,41 @@ public:
                      Value kBase) = 0;
 };
 
+/// A permuter by byte-table lookups (NEON's TBL/TBX, x86's PSHUFB): the
+/// lookup `indices` made once per call by the target's constructor, each
+/// permuted output vector stored where its chunk belongs.
+class TablePermuter : public GroupPermuter {
+protected:
+  TablePermuter(OpBuilder &b, Location loc, int64_t gs) : b(b), loc(loc), gs(gs) {}
+
+  /// act[row, kBase + 16 o ...] = out (one or more chunks' bytes).
+  void storeChunks(Value out, Value act, Value row, Value kBase, int64_t o);
+
+  OpBuilder &b;
+  Location loc;
+  int64_t gs;
+  SmallVector<Value> indices;
+};
+
+/// The loops of a cq4p.quantize_activations lowering: over the op's groups
+/// [groupBegin, groupEnd) outside (made by the constructor, which leaves the
+/// builder at the start of its body), then over the rows inside (beginRows).
+struct QuantizeLoops {
+  QuantizeLoops(OpBuilder &b, Location loc, QuantizeActivationsOp op, int64_t gs);
+
+  /// Element kBase + offset of the group's columns.
+  Value at(int64_t offset);
+  /// Opens the loop over the rows at the builder's insertion point, leaves
+  /// the builder at the start of its body and returns the row.
+  Value beginRows();
+
+  OpBuilder &b;
+  Location loc;
+  Value c0, c1, rows;
+  /// The group and its first column g * gs.
+  Value g, kBase;
+};
+
 /// The vectors of `parts` (a power of two of them, of one type), end to end.
 Value concatVectors(OpBuilder &b, Location loc, ArrayRef<Value> parts);
 
