@@ -46,13 +46,10 @@ void mlir::cq4p::buildKernelFrontPipeline(OpPassManager &pm, Target target,
   // Each kernel op's strategy, once, from the target's KernelTargetInfo:
   // what the tiling below and the conversions read.
   pm.addPass(createCQ4PSelectStrategy(CQ4PSelectStrategyOptions{target}));
-  // Super-blocks, row tiles, and the int32-partials / fp32-rescale split.
-  // SME2 computes one row's partials of every group of a super-block in a
-  // streaming leaf; the rest is NEON.
-  bool sme2 = target == Target::aarch64_sme2;
-  bool neon = target == Target::aarch64_neon;
-  pm.addNestedPass<func::FuncOp>(createCQ4PTileSuperBlocks(
-      CQ4PTileSuperBlocksOptions{options.gemmRows, sme2, neon}));
+  // Super-blocks, row tiles, and the int32-partials / fp32-rescale split,
+  // as each op's strategy says.
+  pm.addNestedPass<func::FuncOp>(
+      createCQ4PTileSuperBlocks(CQ4PTileSuperBlocksOptions{options.gemmRows}));
 }
 
 void mlir::cq4p::buildKernelBackPipeline(OpPassManager &pm, Target target,

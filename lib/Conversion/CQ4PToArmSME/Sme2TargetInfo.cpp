@@ -25,11 +25,17 @@ public:
   StrategyAttr selectStrategy(Operation *op) const override {
     MLIRContext *context = op->getContext();
     if (auto matmul = dyn_cast<PanelMatmulOp>(op)) {
-      // One row: the row leaf's partials, no tiles to choose.
+      // One-row tiles: the row leaf computes every group's partials of a
+      // super-block in one streaming call.
+      bool superBlockPartials = true;
+      // One row: no GEMM tiles to choose.
       if (cast<MemRefType>(matmul.getAct().getType()).getDimSize(0) == 1)
-        return {};
+        return StrategyAttr::get(context, /*tileRows=*/0, /*minTileRows=*/0,
+                                 /*embeddingRows=*/0, /*embeddingMinRows=*/0,
+                                 superBlockPartials, /*pairedTiles=*/false);
       return StrategyAttr::get(context, kSmeTileRows, kSmeMinTileRows,
-                               /*embeddingRows=*/0, /*embeddingMinRows=*/0);
+                               /*embeddingRows=*/0, /*embeddingMinRows=*/0,
+                               superBlockPartials, /*pairedTiles=*/false);
     }
     if (auto embedding = dyn_cast<DecodeEmbeddingOp>(op)) {
       // The leaf's FP32 outer products take 64 values of c per byte tile
@@ -38,7 +44,8 @@ public:
       if (k % 64 != 0)
         return {};
       return StrategyAttr::get(context, /*tileRows=*/0, /*minTileRows=*/0,
-                               kSmeEmbeddingMopaRows, kSmeEmbeddingMopaMinRows);
+                               kSmeEmbeddingMopaRows, kSmeEmbeddingMopaMinRows,
+                               /*superBlockPartials=*/false, /*pairedTiles=*/false);
     }
     return {};
   }

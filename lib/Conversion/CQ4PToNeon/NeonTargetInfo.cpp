@@ -206,6 +206,18 @@ public:
 
 class NeonKernelTargetInfo : public KernelTargetInfo {
 public:
+  StrategyAttr selectStrategy(Operation *op) const override {
+    // A GEMM's row tiles packed once per call for the pair loop (each 8 K
+    // values' even bytes, then the odd ones): one 16-byte load per row
+    // serves two pairs of kg-blocks. One row has no tiles to pack.
+    auto matmul = dyn_cast<PanelMatmulOp>(op);
+    if (!matmul || cast<MemRefType>(matmul.getAct().getType()).getDimSize(0) == 1)
+      return {};
+    return StrategyAttr::get(op->getContext(), /*tileRows=*/0, /*minTileRows=*/0,
+                             /*embeddingRows=*/0, /*embeddingMinRows=*/0,
+                             /*superBlockPartials=*/false, /*pairedTiles=*/true);
+  }
+
   RotationBlocking rotationBlocking() const override {
     // 32 q registers: 16 sums, up to 8 converted rotation vectors and the
     // rows' values. One row sums 32 outputs: per rotation row 4 LDR of 8

@@ -12,11 +12,15 @@
 // become
 //
 //   cq4p.panel_matmul %panels, ... {cq4p.strategy =
-//       #cq4p.strategy<tile_rows = 16, min_tile_rows = 7>}
+//       #cq4p.strategy<tile_rows = 16, min_tile_rows = 7, super_block_partials = true>}
 //   cq4p.decode_embedding %rt, ... {cq4p.strategy =
 //       #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32>}
 //
-// Host and NEON record nothing: the shared default is their strategy.
+// and a GEMV's one-row tiles take every group's partials of a super-block at
+// once (#cq4p.strategy<super_block_partials = true>). NEON records
+// #cq4p.strategy<paired_tiles = true> on a GEMM (row tiles packed once per
+// call for its pair loop); the host records nothing: the shared default is
+// its strategy.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,13 +1,17 @@
 // RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 | FileCheck %s --check-prefix=SME2
-// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-neon | FileCheck %s --check-prefix=NONE
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-neon | FileCheck %s --check-prefix=NEON
 // RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=host | FileCheck %s --check-prefix=NONE
 
 // What each target records: SME2 tiles a GEMM in 16-row outer-product
-// tiles (a padded last tile from 7 rows); NEON and the host record nothing
-// (the shared tiling is theirs).
+// tiles (a padded last tile from 7 rows), and one-row tiles take every
+// group's partials of a super-block at once; NEON packs a GEMM's row tiles
+// for its pair loop; the host records nothing (the shared tiling is its).
 // SME2-LABEL: func.func @gemm
 // SME2: cq4p.panel_matmul
-// SME2-SAME: {cq4p.strategy = #cq4p.strategy<tile_rows = 16, min_tile_rows = 7>}
+// SME2-SAME: {cq4p.strategy = #cq4p.strategy<tile_rows = 16, min_tile_rows = 7, super_block_partials = true>}
+// NEON-LABEL: func.func @gemm
+// NEON: cq4p.panel_matmul
+// NEON-SAME: {cq4p.strategy = #cq4p.strategy<paired_tiles = true>}
 // NONE-LABEL: func.func @gemm
 // NONE-NOT: cq4p.strategy
 func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
@@ -21,12 +25,16 @@ func.func @gemm(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
 
 // -----
 
-// One row: no tiles to choose, nothing recorded on any target.
-// SME2-LABEL: func.func @negative_gemv
-// SME2-NOT: cq4p.strategy
-// NONE-LABEL: func.func @negative_gemv
+// One row: no GEMM tiles to choose. SME2 records its one-row tiles' partials
+// of every group at once; NEON and the host record nothing.
+// SME2-LABEL: func.func @gemv
+// SME2: cq4p.panel_matmul
+// SME2-SAME: {cq4p.strategy = #cq4p.strategy<super_block_partials = true>}
+// NEON-LABEL: func.func @gemv
+// NEON-NOT: cq4p.strategy
+// NONE-LABEL: func.func @gemv
 // NONE-NOT: cq4p.strategy
-func.func @negative_gemv(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
+func.func @gemv(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
                          %cb: memref<16xi8>, %act: memref<1x128xi8>, %scales: memref<1x4xf32>,
                          %y: memref<1x64xf32>, %sb0: index, %sb1: index) {
   cq4p.panel_matmul %panels, %norm_panels, %cb, %act, %scales, %y, %sb0, %sb1
@@ -42,6 +50,8 @@ func.func @negative_gemv(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4
 // SME2-LABEL: func.func @embedding
 // SME2: cq4p.decode_embedding
 // SME2-SAME: {cq4p.strategy = #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32>}
+// NEON-LABEL: func.func @embedding
+// NEON-NOT: cq4p.strategy
 // NONE-LABEL: func.func @embedding
 // NONE-NOT: cq4p.strategy
 func.func @embedding(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
@@ -58,9 +68,12 @@ func.func @embedding(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
 
 // A strategy already recorded is kept.
 // SME2-LABEL: func.func @recorded
+// NEON-LABEL: func.func @recorded
 // NONE-LABEL: func.func @recorded
 // SME2: cq4p.panel_matmul
 // SME2-SAME: {cq4p.strategy = #cq4p.strategy<tile_rows = 8, min_tile_rows = 8>}
+// NEON: cq4p.panel_matmul
+// NEON-SAME: {cq4p.strategy = #cq4p.strategy<tile_rows = 8, min_tile_rows = 8>}
 func.func @recorded(%panels: memref<1x4x8x128xi8>, %norm_panels: memref<1x4x64xf32>,
                     %cb: memref<16xi8>, %act: memref<?x128xi8>, %scales: memref<?x4xf32>,
                     %y: memref<?x64xf32>, %sb0: index, %sb1: index) {

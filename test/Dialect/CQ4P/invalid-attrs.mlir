@@ -243,6 +243,27 @@ func.func @strategy_embedding_on_matmul(%panels: memref<1x4x8x128xi8>, %norm_pan
 
 // -----
 
+// expected-error @+1 {{expected one GEMM tiling: paired_tiles or tile_rows (16), not both}}
+func.func @strategy_two_tilings() attributes {s = #cq4p.strategy<tile_rows = 16, min_tile_rows = 7, paired_tiles = true>} {
+  return
+}
+
+// -----
+
+func.func @strategy_tiling_on_embedding(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
+                                        %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,
+                                        %isr: memref<128xf16>, %ids: memref<?xi64>,
+                                        %out: memref<?x128xf32>) {
+  // expected-error @+1 {{'cq4p.strategy' on cq4p.decode_embedding expected no tile_rows, super_block_partials or paired_tiles (a panel_matmul's tilings)}}
+  cq4p.decode_embedding %panels, %norms, %cb, %rotation_t, %isr, %ids, %out
+      {cq4p.strategy = #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32, super_block_partials = true>}
+      : memref<2x1x32x128xi8>, memref<100x1xf16>, memref<16xf16>, memref<128x128xf16>,
+        memref<128xf16>, memref<?xi64>, memref<?x128xf32>
+  return
+}
+
+// -----
+
 func.func @embedding_leaf_without_strategy(%panels: memref<2x1x32x128xi8>, %norms: memref<100x1xf16>,
                                            %cb: memref<16xf16>, %rotation_t: memref<128x128xf16>,
                                            %isr: memref<128xf16>, %ids: memref<?xi64>,

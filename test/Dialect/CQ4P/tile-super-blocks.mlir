@@ -1,7 +1,7 @@
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks | FileCheck %s
 // RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks=gemm-rows=2 | FileCheck %s --check-prefix=ROWS2
-// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -cq4p-tile-super-blocks=super-block-partials | FileCheck %s --check-prefix=SME2
-// RUN: cq4p-opt %s -split-input-file -cq4p-tile-super-blocks="gemm-rows=8 paired-tiles" | FileCheck %s --check-prefix=PAIRED
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-sme2 -cq4p-tile-super-blocks | FileCheck %s --check-prefix=SME2
+// RUN: cq4p-opt %s -split-input-file -cq4p-select-strategy=target=aarch64-neon -cq4p-tile-super-blocks=gemm-rows=8 | FileCheck %s --check-prefix=PAIRED
 
 // A GEMV: one-row tiles; per group the int32 partials, then the rescale.
 // CHECK-LABEL: func.func @gemv

@@ -395,10 +395,14 @@ static LogicalResult verifyStrategyRows(function_ref<InFlightDiagnostic()> emitE
 LogicalResult StrategyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                    int64_t tileRows, int64_t minTileRows,
                                    int64_t embeddingRows,
-                                   int64_t embeddingMinRows) {
+                                   int64_t embeddingMinRows,
+                                   bool superBlockPartials, bool pairedTiles) {
   if (failed(verifyStrategyRows(emitError, "tile_rows", tileRows,
                                 "min_tile_rows", minTileRows)))
     return failure();
+  if (pairedTiles && tileRows > 0)
+    return emitError() << "expected one GEMM tiling: paired_tiles or tile_rows ("
+                       << tileRows << "), not both";
   return verifyStrategyRows(emitError, "embedding_rows", embeddingRows,
                             "embedding_min_rows", embeddingMinRows);
 }
@@ -562,9 +566,13 @@ LogicalResult CQ4PDialect::verifyOperationAttribute(Operation *op,
     if (isa<PanelMatmulOp>(op) && strategy.getEmbeddingRows() != 0)
       return op->emitError() << "'" << name
                              << "' on cq4p.panel_matmul expected no embedding_rows";
-    if (isa<DecodeEmbeddingOp>(op) && strategy.getTileRows() != 0)
-      return op->emitError() << "'" << name
-                             << "' on cq4p.decode_embedding expected no tile_rows";
+    if (isa<DecodeEmbeddingOp>(op) &&
+        (strategy.getTileRows() != 0 || strategy.getSuperBlockPartials() ||
+         strategy.getPairedTiles()))
+      return op->emitError()
+             << "'" << name
+             << "' on cq4p.decode_embedding expected no tile_rows, "
+                "super_block_partials or paired_tiles (a panel_matmul's tilings)";
     return success();
   }
   if (name == "cq4p.sme_rotation")

@@ -156,10 +156,10 @@ public:
       StrategyAttr strategy = getStrategy(op);
       if (strategy && strategy.getTileRows() > 0 && !singleRow)
         tileOuterProducts(op, strategy.getTileRows(), strategy.getMinTileRows());
-      else if (pairedTiles && !singleRow)
+      else if (strategy && strategy.getPairedTiles() && !singleRow)
         tilePaired(op);
       else
-        tile(op);
+        tile(op, strategy && strategy.getSuperBlockPartials());
       op.erase();
     }
   }
@@ -459,7 +459,10 @@ private:
     }
   }
 
-  void tile(PanelMatmulOp op) {
+  /// The shared tiling: row tiles of gemm-rows rows (one for a GEMV), the
+  /// rows past them one-row tiles; with superBlockPartials a one-row tile
+  /// computes every group's partials of its super-block at once.
+  void tile(PanelMatmulOp op, bool superBlockPartials) {
     OpBuilder b(op);
     Location loc = op.getLoc();
     auto actType = cast<MemRefType>(op.getAct().getType());

@@ -309,21 +309,32 @@ def CQ4P_StrategyAttr : AttrDef<CQ4P_Dialect, "Strategy"> {
     rows past the tiles one tile of as many rows). On a
     `cq4p.decode_embedding`, `embedding_rows` > 0 asks for an outer-product
     leaf over chunks of that many prompt rows, a chunk of fewer than
-    `embedding_min_rows` rows taking the rotation leaf. Fields at 0 (the
-    default, left out) decide nothing: the shared lowering's default.
+    `embedding_min_rows` rows taking the rotation leaf.
+    `super_block_partials` (SME2's) makes a `cq4p.panel_matmul`'s one-row
+    tiles compute every group's int32 partials of a super-block at once
+    (`cq4p.panel_partials` with `#cq4p.partials_rescale<group_loop>`), then
+    rescale them group by group. `paired_tiles` (NEON's) packs a GEMM's row
+    tiles once per call for the pair loop (each 8 K values' even bytes, then
+    the odd ones), every super-block then running over the packed tiles; it
+    and `tile_rows` are two GEMM tilings, so at most one is set. Fields at 0
+    or false (the default, left out) decide nothing: the shared lowering's
+    default.
 
     Example:
 
     ```mlir
-    #cq4p.strategy<tile_rows = 16, min_tile_rows = 7>
+    #cq4p.strategy<tile_rows = 16, min_tile_rows = 7, super_block_partials = true>
     #cq4p.strategy<embedding_rows = 64, embedding_min_rows = 32>
+    #cq4p.strategy<paired_tiles = true>
     ```
   }];
   let parameters = (ins
     DefaultValuedParameter<"int64_t", "0">:$tile_rows,
     DefaultValuedParameter<"int64_t", "0">:$min_tile_rows,
     DefaultValuedParameter<"int64_t", "0">:$embedding_rows,
-    DefaultValuedParameter<"int64_t", "0">:$embedding_min_rows
+    DefaultValuedParameter<"int64_t", "0">:$embedding_min_rows,
+    DefaultValuedParameter<"bool", "false">:$super_block_partials,
+    DefaultValuedParameter<"bool", "false">:$paired_tiles
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -84,11 +84,16 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
     accumulates them in fp32; the accumulated channels of the super-block
     are then written to the output, those past N left alone.
 
-    A GEMM whose `cq4p.strategy` (recorded by `cq4p-select-strategy`) has
-    `tile_rows` is tiled for outer products: packed tiles of that many rows,
-    the last padded if it has at least `min_tile_rows`.
+    The target's choices come from each op's `cq4p.strategy` (recorded by
+    `cq4p-select-strategy`). A GEMM whose strategy has `tile_rows` is tiled
+    for outer products: packed tiles of that many rows, the last padded if
+    it has at least `min_tile_rows`. A GEMM whose strategy has
+    `paired_tiles` packs its row tiles once per call for the NEON pair loop
+    (even and odd bytes of each 8 K values), then every super-block runs
+    over the packed tiles.
 
-    With `super-block-partials`, each `cq4p.panel_partials` records the
+    With `super_block_partials` in the strategy, a one-row tile computes
+    every group's partials at once: each `cq4p.panel_partials` records the
     tiling chosen here for the lowering (`rescale =
     #cq4p.partials_rescale<group_loop>`: the loop right after it rescales
     its groups in order), which `convert-cq4p-to-arm-sme` reads instead of
@@ -98,14 +103,6 @@ def CQ4PTileSuperBlocks : Pass<"cq4p-tile-super-blocks", "mlir::func::FuncOp"> {
     Option<"gemmRows", "gemm-rows", "int64_t", /*default=*/"4",
            "Rows per GEMM tile: each unpacked weight vector serves this many "
            "rows, 1 or more (default 4)">,
-    Option<"superBlockPartials", "super-block-partials", "bool", /*default=*/"false",
-           "One-row tiles compute every group's partials at once "
-           "(cq4p.panel_partials, for SME2), then rescale group by group "
-           "(default false)">,
-    Option<"pairedTiles", "paired-tiles", "bool", /*default=*/"false",
-           "GEMM row tiles are packed once per call for the NEON pair loop "
-           "(even and odd bytes of each 8 K values), then every super-block "
-           "runs over the packed tile (default false)">,
   ];
   let dependentDialects = ["mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect", "mlir::vector::VectorDialect"];
