@@ -308,11 +308,24 @@ def test_model_host_rows_from_measurements():
         "| %s | 1 | 9.4 MB | 20.0 | 0.3 GB/s | 1.2 GB/s | 40%% | m |" % demo]
     perf = {"measured": "m", "shares": {"matmul kernels": 60.0, "attention": 20.0,
                                         "rest (steps, runtime, libc)": 20.0}}
+    # A run before the operating system had a column: "-" there (its
+    # samples are in the rest).
     assert model.profile_row("demo", perf) == (
-        "| %s | 60.0%% | 0.0%% | 20.0%% | 0.0%% | 20.0%% | 40.0%% | m |" % demo)
-    speed, profile, labels, roofline, prefill = model.host_rows(
-        {"demo": {"host": host, "perf": perf}})
-    assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 5
+        "| %s | 60.0%% | 0.0%% | 20.0%% | 0.0%% | - | 20.0%% | 40.0%% | m |" % demo)
+    # A prefill profile with the operating system's samples (page faults):
+    # its own column and row, the shares of the whole.
+    prefill_perf = {"measured": "p", "shares": {
+        "matmul kernels": 70.0, "operating system (page faults, system calls)": 5.0,
+        "activation transform": 5.0, "rest (steps, runtime, libc)": 20.0}}
+    assert model.profile_row("demo", prefill_perf) == (
+        "| %s | 70.0%% | 5.0%% | 0.0%% | 0.0%% | 5.0%% | 20.0%% | 30.0%% | p |" % demo)
+    speed, (profile, prefill_profile), labels, roofline, prefill = model.host_rows(
+        {"demo": {"host": host, "perf": perf, "perf_prefill": prefill_perf}})
+    assert len(speed) == 3 and len(roofline) == 2 and len(profile) == 1 and len(labels) == 6
+    assert prefill_profile == [model.profile_row("demo", prefill_perf)]
+    # Kernel-side samples go to the operating system whatever their name.
+    assert model.category("cq4p_gemm_x", kernel=True) == model.KERNEL
+    assert model.category("cq4p_gemm_x") == "matmul kernels"
     # A run before the compute probe was part of the host rows has no
     # prefill rows; one with it, a row per thread count: 100 tok/s of
     # 13 M multiply-adds is 1.3 GMAC/s, 13% of a 10 GMAC/s mix.
