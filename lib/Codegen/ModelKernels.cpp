@@ -91,19 +91,6 @@ struct Emitter : EmitBuilder {
   Value maxOfLanes(Value v) {
     return fold(v, [&](Value x, Value y) { return maxF(x, y); });
   }
-
-  /// silu(x) = x / (1 + exp(-x)), or gelu_tanh(x) = 0.5 x (1 + tanh(
-  /// sqrt(2/pi) (x + 0.044715 x^3))).
-  Value activate(Value x, bool silu) {
-    if (silu)
-      return divF(x, addF(splatF32(1.0f),
-                        math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x))));
-    Value cube = mulF(mulF(x, x), x);
-    Value inner = mulF(splatF32(0.7978845608028654f),
-                      addF(x, mulF(splatF32(0.044715f), cube)));
-    return mulF(mulF(splatF32(0.5f), x),
-               addF(splatF32(1.0f), math::TanhOp::create(b, loc, inner)));
-  }
 };
 
 MemRefType rowsType(MLIRContext *ctx, int64_t width) {

@@ -10,7 +10,8 @@
 //   integers      addI, subI, mulI, minSI, maxSI, lessThanI, toI32 (index
 //                 or signless integer operands, scalar or vector)
 //   floats        addF, subF, mulF, divF, maxF (arith.maximumf), fma (one
-//                 rounding), expNonPositive (a softmax's exp, x <= 0)
+//                 rounding), expNonPositive (a softmax's exp, x <= 0),
+//                 activate (silu or gelu_tanh, cq4p.glu's formula)
 //   either        select
 //   attention     keysUpTo (the causal and sliding-window key range of a
 //                 query position)
@@ -93,6 +94,33 @@ inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
   return timesPowerOfTwo(b, loc, p, t);
 }
 
+/// act(x) lane by lane on fp32 vectors, fixed or scalable, in cq4p.glu's
+/// order: silu(x) = x / (1 + exp(-x)) (silu true), or gelu_tanh(x) =
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). The host's model
+/// kernels and every target's gated activation transform build it here, so
+/// their bits agree; math.exp and math.tanh are expanded later by the
+/// kernel lowering's patterns.
+inline Value activateLanes(OpBuilder &b, Location loc, Value x, bool silu) {
+  auto type = cast<VectorType>(x.getType());
+  auto constant = [&](float value) -> Value {
+    return arith::ConstantOp::create(b, loc, type,
+                                     DenseElementsAttr::get(type, b.getF32FloatAttr(value)));
+  };
+  auto mul = [&](Value p, Value q) -> Value { return arith::MulFOp::create(b, loc, p, q); };
+  auto add = [&](Value p, Value q) -> Value { return arith::AddFOp::create(b, loc, p, q); };
+  if (silu) {
+    Value one = constant(1.0f);
+    Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
+    return arith::DivFOp::create(b, loc, x, add(one, e));
+  }
+  Value cube = mul(mul(x, x), x);
+  Value c = constant(0.7978845608028654f);
+  Value inner = mul(c, add(x, mul(constant(0.044715f), cube)));
+  Value half = mul(constant(0.5f), x);
+  Value one = constant(1.0f);
+  return mul(half, add(one, math::TanhOp::create(b, loc, inner)));
+}
+
 class EmitBuilder {
 public:
   EmitBuilder(OpBuilder &b, Location loc, VectorType floats = {})
@@ -153,6 +181,8 @@ public:
   Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
   /// exp(x) for x <= 0 (a softmax's differences from its running max).
   Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
+  /// silu(x) or gelu_tanh(x) lane by lane (activateLanes).
+  Value activate(Value x, bool silu) { return activateLanes(b, loc, x, silu); }
 
   Value select(Value c, Value x, Value y) {
     return arith::SelectOp::create(b, loc, c, x, y);

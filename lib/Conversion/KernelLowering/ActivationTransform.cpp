@@ -68,35 +68,12 @@ Value lanes(OpBuilder &b, Location loc, Value vector, ArrayRef<int64_t> mask) {
   return vector::ShuffleOp::create(b, loc, vector, vector, mask);
 }
 
-/// act(g) * u lane by lane, cq4p.glu's formula in its order: silu(g) =
-/// g / (1 + exp(-g)), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g +
-/// 0.044715 g^3))).
+/// act(g) * u lane by lane, cq4p.glu's formula in its order
+/// (activateLanes).
 Value gateLanes(OpBuilder &b, Location loc, Activation activation, Value g,
                 Value u) {
-  auto type = cast<VectorType>(g.getType());
-  auto constant = [&](float value) {
-    return splat(b, loc, type, b.getF32FloatAttr(value));
-  };
-  auto mul = [&](Value x, Value y) {
-    return Value(arith::MulFOp::create(b, loc, x, y));
-  };
-  auto add = [&](Value x, Value y) {
-    return Value(arith::AddFOp::create(b, loc, x, y));
-  };
-  Value activated;
-  if (activation == Activation::silu) {
-    activated = arith::DivFOp::create(
-        b, loc, g,
-        add(constant(1.0f),
-            math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g))));
-  } else {
-    Value cube = mul(mul(g, g), g);
-    Value inner = mul(constant(0.7978845608028654f),
-                      add(g, mul(constant(0.044715f), cube)));
-    activated = mul(mul(constant(0.5f), g),
-                    add(constant(1.0f), math::TanhOp::create(b, loc, inner)));
-  }
-  return mul(activated, u);
+  return arith::MulFOp::create(
+      b, loc, activateLanes(b, loc, g, activation == Activation::silu), u);
 }
 
 /// The 16 elements of `memref` at `index` (innermost dimension), as four
