@@ -1,14 +1,18 @@
-//===- Addresses.h - raw addresses in the SME2 leaves ----------*- C++ -*-===//
+//===- Addresses.h - raw addresses and vectors in the SME2 leaves -*- C++ -*-===//
 //
 // The streaming leaves address their operands as LLVM pointers plus byte
 // offsets (the SME loads and stores take a pointer); the matmul leaves'
-// builder (CQ4PToArmSME.cpp) and the decode attention's (DecodeAttention.cpp)
-// both make them here.
+// builder (CQ4PToArmSME.cpp) and the others make them here. The emitters of
+// the activation transform's leaf and of the attention leaves derive from
+// StreamingBuilder, which holds what they share.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CQ4P_LIB_CONVERSION_CQ4PTOARMSME_ADDRESSES_H
 #define CQ4P_LIB_CONVERSION_CQ4PTOARMSME_ADDRESSES_H
+
+#include "cq4p/Codegen/EmitBuilder.h"
+#include "cq4p/Dialect/CQ4PIntr/IR/CQ4PIntr.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -33,6 +37,58 @@ inline Value byteOffset(OpBuilder &b, Location loc, Value address, Value bytes) 
                              b.getI8Type(), address,
                              ArrayRef<LLVM::GEPArg>{bytes64});
 }
+
+/// EmitBuilder over a streaming leaf's 16-lane fp32 vectors (`floats`,
+/// vector<[4]xf32> at vscale 4) and their 32-bit integer twin (`words`),
+/// with raw addresses, unaligned-by-element loads and stores, and the
+/// multi-vector loads' all-true predicate-as-counter (made once by
+/// makeCounter, where every later use can see it).
+class StreamingBuilder : public EmitBuilder {
+public:
+  StreamingBuilder(OpBuilder &b, Location loc)
+      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})),
+        words(VectorType::get({4}, b.getI32Type(), {true})) {}
+
+  /// The address of a memref's first element.
+  Value base(Value memref) { return alignedBase(b, loc, memref); }
+  /// address + bytes (an index).
+  Value at(Value address, Value bytes) { return byteOffset(b, loc, address, bytes); }
+  /// The 16 floats at address, and back.
+  Value load(Value address) { return LLVM::LoadOp::create(b, loc, floats, address, 4); }
+  void store(Value value, Value address) { LLVM::StoreOp::create(b, loc, value, address, 4); }
+
+  /// Makes the all-true predicate-as-counter of the multi-vector loads.
+  void makeCounter() {
+    allWords = cq4p_intr::SvePtrueC32Op::create(
+        b, loc, LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {}));
+  }
+  Value counter() {
+    assert(allWords && "makeCounter() first");
+    return allWords;
+  }
+
+  /// Four vectors of `vector` as one value (a multi-vector operation's
+  /// result), and back.
+  Type quad(Type vector) {
+    return LLVM::LLVMStructType::getLiteral(b.getContext(), {vector, vector, vector, vector});
+  }
+  SmallVector<Value> unpack(Value quadValue) {
+    SmallVector<Value> vectors;
+    for (int64_t i = 0; i < 4; ++i)
+      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quadValue, i));
+    return vectors;
+  }
+  /// Four consecutive fp32 vectors at `address` (multi-vector LD1W).
+  SmallVector<Value> loadQuad(Value address) {
+    return unpack(
+        cq4p_intr::SveLd1PnX4Op::create(b, loc, quad(floats), counter(), address));
+  }
+
+  VectorType words;
+
+private:
+  Value allWords;
+};
 
 } // namespace mlir::cq4p::sme
 

@@ -78,31 +78,19 @@ constexpr int64_t kVectorBytes = 64;
 /// SME2's decode leaf emitter: EmitBuilder over 16-lane fp32 vectors
 /// (vector<[4]xf32> at vscale 4), with ZA tiles, masks and multi-vector
 /// loads.
-struct Streaming : EmitBuilder {
-  Streaming(OpBuilder &b, Location loc)
-      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
-    ctx = b.getContext();
-    ptr = LLVM::LLVMPointerType::get(ctx);
-    vec = floats;
-    ivec = VectorType::get({4}, b.getI32Type(), {true});
+struct Streaming : sme::StreamingBuilder {
+  Streaming(OpBuilder &b, Location loc) : StreamingBuilder(b, loc) {
+    ptr = LLVM::LLVMPointerType::get(b.getContext());
     pred = VectorType::get({4}, b.getI1Type(), {true});
   }
 
-  /// The address of a memref's first element.
-  Value base(Value memref) { return sme::alignedBase(b, loc, memref); }
-  /// address + bytes (an index).
-  Value at(Value address, Value bytes) {
-    return sme::byteOffset(b, loc, address, bytes);
-  }
+  using StreamingBuilder::at;
+  /// address + bytes (a constant).
   Value at(Value address, int64_t bytes) {
     if (bytes == 0)
       return address;
     return LLVM::GEPOp::create(b, loc, ptr, b.getI8Type(), address,
                                ArrayRef<LLVM::GEPArg>{int32_t(bytes)});
-  }
-  Value load(Value address) { return LLVM::LoadOp::create(b, loc, vec, address, 4); }
-  void store(Value value, Value address) {
-    LLVM::StoreOp::create(b, loc, value, address, 4);
   }
 
   Value allTrue() {
@@ -139,17 +127,17 @@ struct Streaming : EmitBuilder {
   /// Row `slice` of za<tile>.s, in the lanes of `predicate`; `merged`'s
   /// lanes elsewhere (MOVA).
   Value readRow(Value merged, Value predicate, int64_t tile, int64_t slice) {
-    return arm_sme::aarch64_sme_read_horiz::create(b, loc, vec, merged, predicate,
+    return arm_sme::aarch64_sme_read_horiz::create(b, loc, floats, merged, predicate,
                                                    uint32_t(tile), sliceIndex(slice));
   }
   /// Columns slice .. slice + 3 of za<tile>.s (multi-vector MOVA).
   SmallVector<Value> readColumns4(int64_t tile, int64_t slice) {
-    Value quad = cq4p_intr::SmeReadVerVg4Op::create(b, loc, quad4(ivec), uint32_t(tile),
-                                                    sliceIndex(slice));
+    Value columns4 = cq4p_intr::SmeReadVerVg4Op::create(b, loc, quad(words), uint32_t(tile),
+                                                        sliceIndex(slice));
     SmallVector<Value> columns;
     for (int64_t i = 0; i < 4; ++i)
       columns.push_back(arith::BitcastOp::create(
-          b, loc, vec, LLVM::ExtractValueOp::create(b, loc, quad, i)));
+          b, loc, floats, LLVM::ExtractValueOp::create(b, loc, columns4, i)));
     return columns;
   }
   /// za<tile>.s += lhs (x) rhs in the rows of `rows` (FMOPA).
@@ -160,15 +148,6 @@ struct Streaming : EmitBuilder {
   void storeZaVector(int64_t vector, Value address) {
     arm_sme::aarch64_sme_str::create(b, loc, i32(vector), address, i32(0));
   }
-  /// Four consecutive fp32 vectors at address (multi-vector LD1W).
-  SmallVector<Value> loadQuad(Value address) {
-    Value quad = cq4p_intr::SveLd1PnX4Op::create(b, loc, quad4(vec), allWords, address);
-    SmallVector<Value> vectors;
-    for (int64_t i = 0; i < 4; ++i)
-      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quad, i));
-    return vectors;
-  }
-  Type quad4(Type v) { return LLVM::LLVMStructType::getLiteral(ctx, {v, v, v, v}); }
 
   /// if (condition) then() else otherwise(), both yielding `types`.
   scf::IfOp branch(Value condition, TypeRange types,
@@ -209,17 +188,8 @@ struct Streaming : EmitBuilder {
       sliceBases[i] = cq4p_intr::OpaqueOp::create(b, loc, b.getI32Type(), i32(4 * i));
   }
 
-  /// The all-true predicate-as-counter of the multi-vector loads, made in
-  /// the entry block (where every later use can see it).
-  void makeCounter() {
-    allWords = cq4p_intr::SvePtrueC32Op::create(
-        b, loc, LLVM::LLVMTargetExtType::get(ctx, "aarch64.svcount", {}, {}));
-  }
-
-  MLIRContext *ctx;
   Type ptr;
-  VectorType vec, ivec, pred;
-  Value allWords;
+  VectorType pred;
   Value sliceBases[4];
 };
 
@@ -268,9 +238,9 @@ public:
     laneKeys = arith::DivUIOp::create(
         b, loc,
         arith::IndexCastOp::create(
-            b, loc, s.ivec,
+            b, loc, s.words,
             vector::StepOp::create(b, loc, VectorType::get({4}, b.getIndexType(), {true}))),
-        vector::BroadcastOp::create(b, loc, s.ivec, s.i32(group)));
+        vector::BroadcastOp::create(b, loc, s.words, s.i32(group)));
 
     c0 = s.index(0);
     c16 = s.index(kTileKeys);
@@ -384,11 +354,11 @@ private:
         p = s.readRow(p, classLanes[k], 1, r * classes + k);
       if (partial) {
         Value keyOffsets = arith::AddIOp::create(
-            b, loc, laneKeys, vector::BroadcastOp::create(b, loc, s.ivec, s.i32(r * classes)));
+            b, loc, laneKeys, vector::BroadcastOp::create(b, loc, s.words, s.i32(r * classes)));
         Value inside = arith::CmpIOp::create(
             b, loc, arith::CmpIPredicate::slt, keyOffsets,
             vector::BroadcastOp::create(
-                b, loc, s.ivec, arith::IndexCastOp::create(b, loc, b.getI32Type(), valid)));
+                b, loc, s.words, arith::IndexCastOp::create(b, loc, b.getI32Type(), valid)));
         p = s.select(inside, p, minusInf);
       }
       s.store(p, s.at(slotBase, r * kVectorBytes));

@@ -60,21 +60,15 @@ namespace {
 
 constexpr int64_t kRowBytes = 64; // a 512-bit vector: one row of St
 
-/// SME2's prefill softmax emitter: EmitBuilder over 16-lane fp32 vectors
-/// (vector<[4]xf32> at vscale 4), with multi-vector loads and stores.
-struct Lanes : EmitBuilder {
-  Lanes(OpBuilder &b, Location loc)
-      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
-    vec = floats;
-    ivec = VectorType::get({4}, b.getI32Type(), {true});
-  }
+/// SME2's prefill softmax emitter: the streaming leaves' builder with a
+/// loop that folds one value and multi-vector stores.
+struct Lanes : sme::StreamingBuilder {
+  Lanes(OpBuilder &b, Location loc) : StreamingBuilder(b, loc) {}
+
   Value splatIndex(Value i) {
     return vector::BroadcastOp::create(
-        b, loc, ivec, arith::IndexCastOp::create(b, loc, b.getI32Type(), i));
+        b, loc, words, arith::IndexCastOp::create(b, loc, b.getI32Type(), i));
   }
-  Value load(Value address) { return LLVM::LoadOp::create(b, loc, vec, address, 4); }
-  void store(Value value, Value address) { LLVM::StoreOp::create(b, loc, value, address, 4); }
-  Value at(Value address, Value bytes) { return sme::byteOffset(b, loc, address, bytes); }
 
   /// for j in [begin, end) step `step`: state = body(j, state)
   Value fold(Value begin, Value end, Value init, function_ref<Value(Value, Value)> body,
@@ -86,31 +80,10 @@ struct Lanes : EmitBuilder {
         .getResult(0);
   }
 
-  /// The four rows at `address` (multi-vector LD1W) and back (ST1W).
-  SmallVector<Value> loadQuad(Value address) {
-    Type quad = LLVM::LLVMStructType::getLiteral(b.getContext(), {vec, vec, vec, vec});
-    Value rows = cq4p_intr::SveLd1PnX4Op::create(b, loc, quad, counter(), address);
-    SmallVector<Value> vectors;
-    for (int64_t i = 0; i < 4; ++i)
-      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, rows, i));
-    return vectors;
-  }
+  /// Four rows back to `address` (multi-vector ST1W; loadQuad reads them).
   void storeQuad(ArrayRef<Value> v, Value address) {
     cq4p_intr::SveSt1PnX4Op::create(b, loc, v[0], v[1], v[2], v[3], counter(), address);
   }
-  /// The all-true predicate-as-counter, made where the first quad needs it
-  /// (before the loops).
-  Value counter() {
-    assert(allWords && "makeCounter() first");
-    return allWords;
-  }
-  void makeCounter() {
-    allWords = cq4p_intr::SvePtrueC32Op::create(
-        b, loc, LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {}));
-  }
-
-  VectorType vec, ivec;
-  Value allWords;
 };
 
 } // namespace
@@ -131,13 +104,13 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   Value positions = arith::AddIOp::create(
       b, loc, s.splatIndex(p0),
       arith::IndexCastOp::create(
-          b, loc, s.ivec,
+          b, loc, s.words,
           vector::StepOp::create(b, loc, VectorType::get({4}, b.getIndexType(), {true}))));
   Value windowEnds;
   if (window > 0)
     windowEnds = arith::SubIOp::create(
         b, loc, positions,
-        vector::BroadcastOp::create(b, loc, s.ivec,
+        vector::BroadcastOp::create(b, loc, s.words,
                                     arith::ConstantOp::create(
                                         b, loc, b.getI32IntegerAttr(int32_t(window)))));
   auto visible = [&](Value j) -> Value {

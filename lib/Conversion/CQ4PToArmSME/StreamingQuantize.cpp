@@ -84,28 +84,23 @@ constexpr bool kSqcvtInterleaves = false;
 
 /// The leaf's operations on scalable vectors (16 lanes of fp32 or 64 bytes
 /// at the target's vector length).
-class QuantizeBuilder : public EmitBuilder {
+class QuantizeBuilder : public sme::StreamingBuilder {
 public:
-  QuantizeBuilder(OpBuilder &b, Location loc)
-      : EmitBuilder(b, loc, VectorType::get({4}, b.getF32Type(), {true})) {
-    ptrType = LLVM::LLVMPointerType::get(b.getContext());
-    f32v = floats;
-    i32v = VectorType::get({4}, b.getI32Type(), {true});
+  QuantizeBuilder(OpBuilder &b, Location loc) : StreamingBuilder(b, loc) {
     i8v = VectorType::get({16}, b.getI8Type(), {true});
     // Made before the loops, where every load can see it.
-    allWords = cq4p_intr::SvePtrueC32Op::create(b, loc, svcount());
+    makeCounter();
   }
 
   Value constantFloats(float value) {
     return arith::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(f32v, b.getF32FloatAttr(value)));
+        b, loc, DenseElementsAttr::get(floats, b.getF32FloatAttr(value)));
   }
   Value constantWords(int32_t value) {
     return arith::ConstantOp::create(
-        b, loc, DenseElementsAttr::get(i32v, b.getI32IntegerAttr(value)));
+        b, loc, DenseElementsAttr::get(words, b.getI32IntegerAttr(value)));
   }
-  Value base(Value memref) { return sme::alignedBase(b, loc, memref); }
-  Value at(Value address, Value bytes) { return sme::byteOffset(b, loc, address, bytes); }
+  using StreamingBuilder::at;
   Value at(Value address, int64_t bytes) { return at(address, index(bytes)); }
 
   /// The 16 elements at `address` of a narrower type (i8 or f16) widened
@@ -115,27 +110,22 @@ public:
     Value v = LLVM::LoadOp::create(b, loc, narrow, address,
                                    /*alignment=*/element.getIntOrFloatBitWidth() / 8);
     if (element.isF16())
-      return arith::ExtFOp::create(b, loc, f32v, v);
-    return arith::SIToFPOp::create(b, loc, f32v, v);
-  }
-
-  /// Four consecutive fp32 vectors at `address` (multi-vector LD1W).
-  SmallVector<Value> loadQuad(Value address) {
-    return unpack(cq4p_intr::SveLd1PnX4Op::create(b, loc, quad(f32v), allWords, address));
+      return arith::ExtFOp::create(b, loc, floats, v);
+    return arith::SIToFPOp::create(b, loc, floats, v);
   }
 
   /// Lane i of `v` moved to lane i ^ h (TBL by precomputed indices).
   Value swapLanes(Value v, Value indices) {
-    return cq4p_intr::SveTblOp::create(b, loc, f32v, v, indices);
+    return cq4p_intr::SveTblOp::create(b, loc, floats, v, indices);
   }
 
   /// Four fp32 vectors rounded half to even, converted and saturated to one
   /// vector of bytes (FRINTN, FCVTZS, SQCVT: four vectors each).
   Value roundToBytes(ArrayRef<Value> q) {
     SmallVector<Value> rounded =
-        unpack(cq4p_intr::SveFrintnX4Op::create(b, loc, quad(f32v), q[0], q[1], q[2], q[3]));
+        unpack(cq4p_intr::SveFrintnX4Op::create(b, loc, quad(floats), q[0], q[1], q[2], q[3]));
     SmallVector<Value> ints = unpack(cq4p_intr::SveFcvtzsX4Op::create(
-        b, loc, quad(i32v), rounded[0], rounded[1], rounded[2], rounded[3]));
+        b, loc, quad(words), rounded[0], rounded[1], rounded[2], rounded[3]));
     return cq4p_intr::SveSqcvtX4Op::create(b, loc, i8v, ints[0], ints[1], ints[2], ints[3]);
   }
 
@@ -143,25 +133,7 @@ public:
     return cq4p_intr::SveTbl2Op::create(b, loc, i8v, table0, table1, indices);
   }
 
-  Type ptrType;
-  VectorType f32v, i32v, i8v;
-
-private:
-  Type svcount() {
-    return LLVM::LLVMTargetExtType::get(b.getContext(), "aarch64.svcount", {}, {});
-  }
-  Type quad(Type vector) {
-    return LLVM::LLVMStructType::getLiteral(b.getContext(),
-                                            {vector, vector, vector, vector});
-  }
-  SmallVector<Value> unpack(Value quadValue) {
-    SmallVector<Value> vectors;
-    for (int64_t i = 0; i < 4; ++i)
-      vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quadValue, i));
-    return vectors;
-  }
-
-  Value allWords;
+  VectorType i8v;
 };
 
 
@@ -187,7 +159,7 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
         permBase = q.base(perm), actBase = q.base(act), scalesBase = q.base(actScales);
 
   // Per call: the in-vector stages' lane indices and signs.
-  Value step = LLVM::StepVectorOp::create(b, loc, q.i32v);
+  Value step = LLVM::StepVectorOp::create(b, loc, q.words);
   SmallVector<Value> swapIndices, stageSigns;
   for (int32_t h = 1; h < kLanes; h *= 2) {
     swapIndices.push_back(arith::XOrIOp::create(b, loc, step, q.constantWords(h)));
@@ -219,7 +191,7 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   for (int64_t o = 0; o < byteVectors; ++o)
     for (int64_t part = 0; part < kVectorBytes / kLanes; ++part) {
       int64_t j = o * kVectorBytes + part * kLanes;
-      Value n = LLVM::LoadOp::create(b, loc, q.i32v, q.at(permBase, j * 4), /*alignment=*/4);
+      Value n = LLVM::LoadOp::create(b, loc, q.words, q.at(permBase, j * 4), /*alignment=*/4);
       Value pos = n;
       if (kSqcvtInterleaves) {
         // (n & ~63) | (n & 15) << 2 | (n >> 4) & 3
@@ -290,7 +262,7 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   for (int64_t v = 0; v < vectors; ++v) {
     w[v] = arith::MulFOp::create(b, loc, w[v], scaledRight[v]);
     Value magnitude = arith::AndIOp::create(
-        b, loc, arith::BitcastOp::create(b, loc, q.i32v, w[v]), magnitudeBits);
+        b, loc, arith::BitcastOp::create(b, loc, q.words, w[v]), magnitudeBits);
     columnMax = columnMax ? Value(arith::MaxSIOp::create(b, loc, columnMax, magnitude))
                           : magnitude;
   }
@@ -308,7 +280,7 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   LLVM::StoreOp::create(b, loc, scale,
                         q.at(scalesBase, arith::MulIOp::create(b, loc, scaleIndex, q.index(4))),
                         /*alignment=*/4);
-  Value scales = vector::BroadcastOp::create(b, loc, q.f32v, scale);
+  Value scales = vector::BroadcastOp::create(b, loc, q.floats, scale);
   SmallVector<Value> natural;
   for (int64_t c = 0; c < byteVectors; ++c) {
     SmallVector<Value> quotients;
