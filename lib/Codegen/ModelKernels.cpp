@@ -219,8 +219,7 @@ FlatSymbolRefAttr mlir::cq4p::createRopeKernel(KernelBuilder &kernels,
       Value pf = arith::SIToFPOp::create(b1, l1, e1.f32Type(), p);
       Value angles = e1.mulF(vector::BroadcastOp::create(b1, l1, halfType, pf),
                             freqs);
-      Value cos = math::CosOp::create(b1, l1, angles);
-      Value sin = math::SinOp::create(b1, l1, angles);
+      auto [sin, cos] = sinCosLanes(b1, l1, angles);
       SmallVector<Value> cosParts, sinParts;
       for (int64_t i = 0; i < half; i += kLanes) {
         int64_t n = std::min(kLanes, half - i);

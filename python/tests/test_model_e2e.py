@@ -28,9 +28,15 @@ GREEDY_STEPS = 32
 # Compiled vs oracle: max |logit diff| / oracle logit std (int8 activations
 # over the dequantized weights; measured 0.03 to 0.06).
 LOGIT_TOLERANCE = gn.LOGIT_TOLERANCE
-# Prefill in chunks vs one token at a time: the same kernels' arithmetic
-# up to summation order (bit-identical on the host).
-CHUNKING_TOLERANCE = 1e-4
+# Prefill in chunks vs one token at a time: the same kernels but the
+# attention's, whose sums run in another order (the prompt attention's tiles
+# against the decode row's), so the hidden states differ in their last bits;
+# where such a difference moves an activation across an int8 rounding
+# boundary, the logits move by one quantization step. Over lengths 1 to 32,
+# three prompts each, per family: 7 to 20 of the 96 prompts differ by more
+# than 1e-4 (measured on the compiler before this bound was set), none by
+# more than 0.033. The bound is half the oracle's (LOGIT_TOLERANCE).
+CHUNKING_TOLERANCE = 0.05
 
 
 def compile_model(bundle, library, chunk=CHUNK, kv_cache="f32", options=()):

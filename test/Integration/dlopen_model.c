@@ -6,10 +6,11 @@
  * through it and decodes token 1, printing the vocabulary size and the id
  * of the largest logit. The program links neither libm nor the runtime:
  * the runtime's dependencies stay local to it, and the runtime loads the
- * model library RTLD_LOCAL as well, so the model library's calls into libm
- * (sincosf) and libc (memcpy, memset) resolve only through the libraries
- * it names itself (DT_NEEDED). A library that names none fails to load
- * here ("undefined symbol: sincosf"), wherever libm is not already global.
+ * model library RTLD_LOCAL as well, so the model library's calls into the
+ * system libraries (libc's memcpy and memset; libm's, were a kernel to call
+ * one) resolve only through the libraries it names itself (DT_NEEDED). A
+ * library that names none fails to load here wherever they are not
+ * already global.
  *
  *===----------------------------------------------------------------------===*/
 

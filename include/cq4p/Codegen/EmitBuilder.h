@@ -11,7 +11,8 @@
 //                 or signless integer operands, scalar or vector)
 //   floats        addF, subF, mulF, divF, maxF (arith.maximumf), fma (one
 //                 rounding), expNonPositive (a softmax's exp, x <= 0),
-//                 activate (silu or gelu_tanh, cq4p.glu's formula)
+//                 activate (silu or gelu_tanh, cq4p.glu's formula),
+//                 sinCos (a rotary embedding's angles)
 //   either        select
 //   attention     keysUpTo (the causal and sliding-window key range of a
 //                 query position)
@@ -38,6 +39,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <limits>
 #include <utility>
 
 namespace mlir::cq4p {
@@ -94,12 +96,75 @@ inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
   return timesPowerOfTwo(b, loc, p, t);
 }
 
+/// (sin x, cos x) lane by lane on fp32 vectors, fixed or scalable, within
+/// 1e-7 absolute for |x| up to 2^17 (a rotary embedding's angles, position
+/// times frequency): x = k pi/2 + r with k the nearest integer (rounded by
+/// adding 1.5 * 2^23, k's low bits in the sum's) and pi/2 in three parts
+/// (Cody and Waite: the first fused multiply-add is exact), sin r and cos r
+/// on |r| <= pi/4 by Cephes' polynomials of degree 7 and 8 in r, and k's
+/// quadrant picks and signs them: sin x = (sin r, cos r, -sin r, -cos r)
+/// for k mod 4 = 0 .. 3, cos x the same shifted by one. About 30 vector
+/// instructions for both, where math.sin and math.cos are a libm call per
+/// lane each.
+inline std::pair<Value, Value> sinCosLanes(OpBuilder &b, Location loc, Value x) {
+  auto type = cast<VectorType>(x.getType());
+  auto ints = type.clone(b.getI32Type());
+  auto lanes = [&](float value) -> Value {
+    return vector::BroadcastOp::create(
+        b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
+  };
+  auto words = [&](int32_t value) -> Value {
+    return vector::BroadcastOp::create(
+        b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(value)));
+  };
+  auto fma = [&](Value p, Value q, Value r) -> Value {
+    return math::FmaOp::create(b, loc, p, q, r);
+  };
+  auto mul = [&](Value p, Value q) -> Value { return arith::MulFOp::create(b, loc, p, q); };
+  const float magic = 12582912.0f; // 1.5 * 2^23
+  Value t = fma(x, lanes(0.636619772367581343f), lanes(magic));
+  Value k = arith::SubFOp::create(b, loc, t, lanes(magic));
+  Value r = fma(k, lanes(-1.57079637050628662f), x);
+  r = fma(k, lanes(4.37113882867379e-08f), r);
+  r = fma(k, lanes(1.71512451000588e-15f), r);
+  Value z = mul(r, r);
+  Value ps = fma(z, lanes(-1.9515295891e-4f), lanes(8.3321608736e-3f));
+  ps = fma(ps, z, lanes(-1.6666654611e-1f));
+  Value sinR = fma(mul(r, z), ps, r);
+  Value pc = fma(z, lanes(2.443315711809948e-5f), lanes(-1.388731625493765e-3f));
+  pc = fma(pc, z, lanes(4.166664568298827e-2f));
+  Value cosR = fma(mul(z, z), pc, fma(z, lanes(-0.5f), lanes(1.0f)));
+  // k's low bits: odd k swaps sin and cos; bit 1 of k (of k + 1) is sin's
+  // (cos's) sign.
+  Value quadrant = arith::BitcastOp::create(b, loc, ints, t);
+  Value odd = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::ne,
+      arith::AndIOp::create(b, loc, quadrant, words(1)), words(0));
+  auto signOf = [&](Value q) -> Value {
+    return arith::AndIOp::create(b, loc, arith::ShLIOp::create(b, loc, q, words(30)),
+                                 words(std::numeric_limits<int32_t>::min()));
+  };
+  auto signed_ = [&](Value v, Value sign) -> Value {
+    return arith::BitcastOp::create(
+        b, loc, type,
+        arith::XOrIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, v), sign));
+  };
+  Value sinX = signed_(arith::SelectOp::create(b, loc, odd, cosR, sinR), signOf(quadrant));
+  Value cosX = signed_(arith::SelectOp::create(b, loc, odd, sinR, cosR),
+                       signOf(arith::AddIOp::create(b, loc, quadrant, words(1))));
+  return {sinX, cosX};
+}
+
 /// act(x) lane by lane on fp32 vectors, fixed or scalable, in cq4p.glu's
-/// order: silu(x) = x / (1 + exp(-x)) (silu true), or gelu_tanh(x) =
-/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). The host's model
-/// kernels and every target's gated activation transform build it here, so
-/// their bits agree; math.exp and math.tanh are expanded later by the
-/// kernel lowering's patterns.
+/// order: silu(x) = x sigmoid(x), or gelu_tanh(x) = 0.5 x (1 + tanh(u)) with
+/// u = sqrt(2/pi) (x + 0.044715 x^3), which is x sigmoid(2u) exactly
+/// (1 + tanh(u) = 2 / (1 + exp(-2u))). x sigmoid(z) is formed from one
+/// exponential of a non-positive argument, e = exp(-|z|) <= 1
+/// (expNonPositive, 12 instructions), as (z < 0 ? x e : x) / (1 + e):
+/// neither branch can overflow, and no lane needs math.exp's general
+/// polynomial (24 instructions) or math.tanh's. The host's model kernels and
+/// every target's gated activation transform build it here, so their bits
+/// agree.
 inline Value activateLanes(OpBuilder &b, Location loc, Value x, bool silu) {
   auto type = cast<VectorType>(x.getType());
   auto constant = [&](float value) -> Value {
@@ -108,17 +173,17 @@ inline Value activateLanes(OpBuilder &b, Location loc, Value x, bool silu) {
   };
   auto mul = [&](Value p, Value q) -> Value { return arith::MulFOp::create(b, loc, p, q); };
   auto add = [&](Value p, Value q) -> Value { return arith::AddFOp::create(b, loc, p, q); };
-  if (silu) {
-    Value one = constant(1.0f);
-    Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
-    return arith::DivFOp::create(b, loc, x, add(one, e));
+  Value z = x;
+  if (!silu) {
+    // 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).
+    Value cube = mul(mul(x, x), x);
+    z = mul(constant(1.5957691216057308f), add(x, mul(constant(0.044715f), cube)));
   }
-  Value cube = mul(mul(x, x), x);
-  Value c = constant(0.7978845608028654f);
-  Value inner = mul(c, add(x, mul(constant(0.044715f), cube)));
-  Value half = mul(constant(0.5f), x);
-  Value one = constant(1.0f);
-  return mul(half, add(one, math::TanhOp::create(b, loc, inner)));
+  Value e = expNonPositive(
+      b, loc, arith::NegFOp::create(b, loc, math::AbsFOp::create(b, loc, z)));
+  Value negative = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, z, constant(0.0f));
+  Value numerator = arith::SelectOp::create(b, loc, negative, mul(x, e), x);
+  return arith::DivFOp::create(b, loc, numerator, add(constant(1.0f), e));
 }
 
 class EmitBuilder {
@@ -183,6 +248,8 @@ public:
   Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
   /// silu(x) or gelu_tanh(x) lane by lane (activateLanes).
   Value activate(Value x, bool silu) { return activateLanes(b, loc, x, silu); }
+  /// (sin x, cos x) lane by lane (sinCosLanes).
+  std::pair<Value, Value> sinCos(Value x) { return sinCosLanes(b, loc, x); }
 
   Value select(Value c, Value x, Value y) {
     return arith::SelectOp::create(b, loc, c, x, y);

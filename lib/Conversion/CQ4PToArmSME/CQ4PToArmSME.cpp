@@ -907,6 +907,11 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
 }
 
 /// outTile[r][d] = sum_{j in [keyBegin, keyEnd)} pt[j][r] * v[j, kvBase + d].
+/// Per 64 dimensions, per key in order: four FMOPA of P^T's row j (the
+/// tile's 16 queries) by the key's 64 values (one LD1W x4). Four keys at a
+/// time take their four rows of P^T in one LD1W x4 and share one loop step
+/// (25 instructions where one key at a time takes 10 each); the keys left
+/// over go one at a time. The same outer products in the same order.
 void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
                          ValueRange args) {
   Value pt = args[0], v = args[1], kvBase = args[2], keyBegin = args[3],
@@ -918,20 +923,20 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
   int64_t width = cast<MemRefType>(v.getType()).getDimSize(1);
   Value ptBase = leaf.base(pt), vBase = leaf.base(v), outBase = leaf.base(outTile);
   leaf.allWords(); // the loads' counter, outside the loops
+  // Keys [keyBegin, quadEnd) four at a time, then [quadEnd, keyEnd).
+  Value quadEnd = arith::SubIOp::create(
+      b, loc, keyEnd,
+      arith::RemUIOp::create(b, loc, arith::SubIOp::create(b, loc, keyEnd, keyBegin), four));
   auto chunkLoop = scf::ForOp::create(b, loc, c0, leaf.index(dim / 64), c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(chunkLoop.getBody());
   Value chunkFirst =
       arith::MulIOp::create(b, loc, chunkLoop.getInductionVar(), leaf.index(64));
-  leaf.zeroZa();
-  {
-    auto keyLoop = scf::ForOp::create(b, loc, keyBegin, keyEnd, c1);
-    OpBuilder::InsertionGuard keyGuard(b);
-    b.setInsertionPointToStart(keyLoop.getBody());
-    Value j = keyLoop.getInductionVar();
-    Value zn = LLVM::LoadOp::create(
-        b, loc, nxv4f32,
-        leaf.offset(ptBase, arith::MulIOp::create(b, loc, j, leaf.index(kSmeTileRows * 4))));
+  auto scoresRow = [&](Value j) {
+    return leaf.offset(ptBase, arith::MulIOp::create(b, loc, j, leaf.index(kSmeTileRows * 4)));
+  };
+  // Key j's 64 values from chunkFirst, times P^T's row `zn`.
+  auto accumulate = [&](Value j, Value zn) {
     Value rowFirst = arith::AddIOp::create(
         b, loc,
         arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, j, leaf.index(width)),
@@ -941,6 +946,23 @@ void buildValuesLeafBody(OpBuilder &b, Location loc, int64_t dim,
         leaf.offset(vBase, arith::MulIOp::create(b, loc, rowFirst, four)));
     for (int64_t t = 0; t < 4; ++t)
       leaf.floatOuterProduct(t, lanes, zn, values[t]);
+  };
+  leaf.zeroZa();
+  {
+    auto quadLoop = scf::ForOp::create(b, loc, keyBegin, quadEnd, four);
+    OpBuilder::InsertionGuard keyGuard(b);
+    b.setInsertionPointToStart(quadLoop.getBody());
+    Value j = quadLoop.getInductionVar();
+    SmallVector<Value> rows = leaf.loadQuadF32(scoresRow(j));
+    for (int64_t u = 0; u < 4; ++u)
+      accumulate(arith::AddIOp::create(b, loc, j, leaf.index(u)), rows[u]);
+  }
+  {
+    auto keyLoop = scf::ForOp::create(b, loc, quadEnd, keyEnd, c1);
+    OpBuilder::InsertionGuard keyGuard(b);
+    b.setInsertionPointToStart(keyLoop.getBody());
+    Value j = keyLoop.getInductionVar();
+    accumulate(j, LLVM::LoadOp::create(b, loc, nxv4f32, scoresRow(j)));
   }
   // ZA array vector 4r + t: row r, dimensions chunk + 16t ..
   for (int64_t r = 0; r < kSmeTileRows; ++r)
@@ -1552,18 +1574,18 @@ FailureOr<scf::ForOp> recordedRescaleLoop(PanelPartialsOp op) {
   return loop;
 }
 
-/// A model's small per-row kernels (RMSNorm, residual add) are 16-lane
-/// fixed-length vector code (ModelKernels.cpp). On SME2
-/// their bodies move into a streaming leaf, `<kernel>_sme_body`, which
+/// A model's small per-row kernels (RMSNorm, residual add, rotary
+/// embedding) are 16-lane fixed-length vector code (ModelKernels.cpp). On
+/// SME2 their bodies move into a streaming leaf, `<kernel>_sme_body`, which
 /// cq4p-export-kernels gives the 512-bit vector length (vscale_range 4):
 /// each 16-lane operation is then one SVE instruction instead of four NEON
 /// ones. The same operations in the same order on the same lanes, so the
 /// bits are NEON's; the kernel keeps its signature and calls the leaf once.
 void streamSmallKernels(ModuleOp module, SymbolTable &symbols) {
-  // Not the rotary embedding: its cos and sin are libm calls per lane,
-  // each of which would leave and re-enter streaming mode.
-  static constexpr KernelKind kStreamed[] = {KernelKind::rms_norm,
-                                             KernelKind::add};
+  // The rotary embedding too: its sine and cosine are vector code
+  // (sinCosLanes), no libm call that would leave streaming mode per lane.
+  static constexpr KernelKind kStreamed[] = {KernelKind::rms_norm, KernelKind::add,
+                                             KernelKind::rope};
   SmallVector<func::FuncOp> kernels;
   module.walk([&](func::FuncOp func) {
     auto kernel = func->getAttrOfType<KernelAttr>("cq4p.kernel");

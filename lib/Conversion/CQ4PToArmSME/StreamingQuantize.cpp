@@ -44,9 +44,9 @@
 //
 // Gated (a dense MLP's down projection): x = act(gate) * up is formed as
 // the gate and up vectors load, with the vector lowering's own builder
-// (gatedInput: cq4p.glu's formula and order, the exp and tanh polynomials
-// expanded later by the kernel lowering's patterns, which run on the leaf
-// too), so the bytes equal the NEON lowering's.
+// (gatedInput: cq4p.glu's formula and order, activateLanes' sigmoid from
+// one exponential of a non-positive argument), so the bytes equal the NEON
+// lowering's.
 //
 //===----------------------------------------------------------------------===//
 

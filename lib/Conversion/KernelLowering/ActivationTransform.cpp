@@ -35,9 +35,10 @@
 //
 // Gated (a dense MLP's down projection): the input x = act(gate) * up is
 // formed lane by lane as the gate and up pieces are loaded, with cq4p.glu's
-// operations in its order (silu: g / (1 + exp(-g)); the exp and tanh are the
-// same polynomials as the model kernels'), so the bytes equal those of a
-// glu row written out and quantized, without the row's store and reload.
+// operations in its order (activateLanes: g sigmoid(z), z = g for silu,
+// 2u for gelu_tanh, from one exponential of -|z|, the model kernels'), so
+// the bytes equal those of a glu row written out and quantized, without the
+// row's store and reload.
 //
 //===----------------------------------------------------------------------===//
 

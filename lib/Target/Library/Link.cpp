@@ -112,7 +112,8 @@ undefinedSymbols(const std::vector<std::string> &objects) {
 }
 
 /// Writes, into `directory`, a stand-in shared library per system library
-/// the objects call into (libm for sincosf, libc for memcpy and memset),
+/// the objects call into (libc for memcpy and memset, libm for any math
+/// function a kernel calls; the kernels call none today),
 /// with that library's soname and a definition of each symbol called:
 /// linking against them records DT_NEEDED, so that the library loads where
 /// libm is not already loaded globally, while no file of this machine's
