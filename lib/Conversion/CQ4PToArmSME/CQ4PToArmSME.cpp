@@ -816,7 +816,8 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 //       and the sum are lane-wise streaming SVE ops, no reductions; St
 //       becomes P^T in place
 //     outTile[r][d] = sum_j P^T[j][r] v[j, kv*D + d]: per 64 dims, per key,
-//       one LD1W x4 of its values and 4 FMOPAs
+//       one LD1W x4 of its values and 4 FMOPAs (four keys' rows of P^T
+//       one LD1W x4)
 //     out[16t + r, h*D + d] = outTile[r][d] / sum[r]
 // Each row of P^T is the values' outer-product operand as it is, and each
 // key row of the cache is read once per query tile by each leaf.
