@@ -624,14 +624,15 @@ private:
         b4, l4, maxOld, tree(scores, [&](Value x, Value y) -> Value {
           return arith::MaximumFOp::create(b4, l4, x, y);
         }));
-    // exp(-inf) is taken as 0 explicitly (the polynomial exp is only meant
-    // for finite arguments), as is a masked key's weight.
+    // The arguments are differences from the new max, never positive:
+    // expNonPositive. exp(-inf) is taken as 0 explicitly (the polynomial
+    // clamps its argument at -87), as is a masked key's weight.
     Value isFirst =
         arith::CmpFOp::create(b4, l4, arith::CmpFPredicate::OEQ, maxOld, lowestV);
-    w.correction = arith::SelectOp::create(
-        b4, l4, isFirst, block.zeros, math::ExpOp::create(b4, l4, e4.subF(maxOld, w.maxNew)));
+    w.correction = arith::SelectOp::create(b4, l4, isFirst, block.zeros,
+                                           e4.expNonPositive(e4.subF(maxOld, w.maxNew)));
     for (int64_t k = 0; k < kTile; ++k) {
-      Value weight = math::ExpOp::create(b4, l4, e4.subF(scores[k], w.maxNew));
+      Value weight = e4.expNonPositive(e4.subF(scores[k], w.maxNew));
       if (masked)
         weight = arith::SelectOp::create(b4, l4, valid[k], weight, block.zeros);
       w.weights.push_back(weight);
@@ -908,13 +909,13 @@ private:
     if (valid)
       scores = en.select(valid, scores, en.splatF32(lowest));
     Value maxNew = en.maxF(maxOld, en.maxOfLanes(scores));
-    // exp(-inf) is taken as 0 explicitly: the polynomial exp is only meant
-    // for finite arguments.
+    // Differences from the new max, never positive: expNonPositive.
+    // exp(-inf) is taken as 0 explicitly: the polynomial clamps its
+    // argument at -87.
     Value isFirst = arith::CmpFOp::create(en.b, en.loc, arith::CmpFPredicate::OEQ, maxOld,
                                           en.f32(lowest));
-    Value correction = en.select(isFirst, en.f32(0.0f),
-                                 math::ExpOp::create(en.b, en.loc, en.subF(maxOld, maxNew)));
-    Value weights = math::ExpOp::create(en.b, en.loc, en.subF(scores, en.splat(maxNew)));
+    Value correction = en.select(isFirst, en.f32(0.0f), en.expNonPositive(en.subF(maxOld, maxNew)));
+    Value weights = en.expNonPositive(en.subF(scores, en.splat(maxNew)));
     if (valid)
       weights = en.select(valid, weights, en.splatF32(0.0f));
     return {maxNew, en.addF(en.mulF(sumOld, correction), en.sumOfLanes(weights)),

@@ -48,13 +48,22 @@ namespace mlir::cq4p {
 /// sits in t's low bits): t's bits shifted left by 23 added to p's bits,
 /// i.e. k added to p's exponent field. expNonPositive and NEON attention's
 /// base-2 exponential share it.
+/// `value` of `type`'s element type, broadcast where `type` is a vector.
+inline Value constantLike(OpBuilder &b, Location loc, Type type, TypedAttr value) {
+  Value scalar = arith::ConstantOp::create(b, loc, value);
+  if (isa<VectorType>(type))
+    return vector::BroadcastOp::create(b, loc, type, scalar);
+  return scalar;
+}
+
 inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
-  auto type = cast<VectorType>(p.getType());
-  auto ints = type.clone(b.getI32Type());
-  Value shifted = arith::ShLIOp::create(
-      b, loc, arith::BitcastOp::create(b, loc, ints, t),
-      vector::BroadcastOp::create(
-          b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(23))));
+  Type type = p.getType();
+  Type ints = b.getI32Type();
+  if (auto vector = dyn_cast<VectorType>(type))
+    ints = vector.clone(ints);
+  Value shifted =
+      arith::ShLIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, t),
+                            constantLike(b, loc, ints, b.getI32IntegerAttr(23)));
   return arith::BitcastOp::create(
       b, loc, type,
       arith::AddIOp::create(b, loc, arith::BitcastOp::create(b, loc, ints, p), shifted));
@@ -62,8 +71,8 @@ inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
 
 /// exp(x) lane by lane for x <= 0 (a softmax's arguments; where a lane's x
 /// may be larger the caller discards the result), within 2e-7 relative, on
-/// fp32 vectors fixed or scalable: x clamped below at -87 (exp(-87) is
-/// 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an integer and
+/// fp32 vectors fixed or scalable or a scalar fp32: x clamped below at -87
+/// (exp(-87) is 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an integer and
 /// |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite, so that k ln 2's
 /// first part is exact), exp(r) as 1 + r (c1 + ... + c5 r^4), a degree-5
 /// fit of least maximum relative error on that interval (1.0e-7 in exact
@@ -73,13 +82,13 @@ inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
 /// its exponent field. k is rounded by adding 1.5 * 2^23, which leaves it
 /// in the sum's low bits, so that the sum's bits shifted left by 23 are k's
 /// exponent increment. 12 instructions where math.exp's polynomial, which
-/// handles every x, takes 24. NEON's attention and SME2's prefill attention
-/// leaf share it.
+/// handles every x, takes 24. Every softmax shares it (the host's prompt
+/// attention and decode row, NEON's attention, SME2's leaves), and the
+/// gating's sigmoid (activateLanes).
 inline Value expNonPositive(OpBuilder &b, Location loc, Value x) {
-  auto type = cast<VectorType>(x.getType());
+  Type type = x.getType();
   auto lanes = [&](float value) -> Value {
-    return vector::BroadcastOp::create(
-        b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
+    return constantLike(b, loc, type, b.getF32FloatAttr(value));
   };
   auto fma = [&](Value p, Value q, Value r) -> Value {
     return math::FmaOp::create(b, loc, p, q, r);
