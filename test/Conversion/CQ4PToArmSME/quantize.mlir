@@ -83,15 +83,19 @@ func.func @quantize_256(%x: memref<?x256xf32>, %isr: memref<256xf16>, %left: mem
 
 // Gated (silu): the gate and up rows load four vectors at a time and
 // act(gate) * up is formed before the input scale, cq4p.glu's operations in
-// its order; the exp becomes the polynomial in the leaf too.
+// its order (activateLanes: x sigmoid(x) from expNonPositive of -|x|, no
+// math.exp).
 // CHECK-LABEL: func.func @silu
 // CHECK: call @silu_sme_quantize_silu(%arg0, %arg1,
 // CHECK-LABEL: func.func private @silu_sme_quantize_silu
 // CHECK: scf.for
 // CHECK: %[[GATE:.*]] = llvm.extractvalue %{{.*}}[3]
 // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK: math.absf %{{.*}} : vector<[4]xf32>
 // CHECK: arith.negf %{{.*}} : vector<[4]xf32>
-// CHECK: math.exp %{{.*}} : vector<[4]xf32>
+// CHECK: arith.maximumf %{{.*}} : vector<[4]xf32>
+// CHECK: arith.cmpf olt, %{{.*}} : vector<[4]xf32>
+// CHECK: arith.select
 // CHECK: arith.divf %{{.*}} : vector<[4]xf32>
 // LOWERED-LABEL: func.func private @silu_sme_quantize_silu
 // LOWERED-NOT: math.exp
@@ -109,9 +113,12 @@ func.func @silu(%g: memref<?x128xf32>, %u: memref<?x128xf32>, %isr: memref<128xf
 
 // -----
 
-// Gated (gelu_tanh): the tanh becomes the polynomial in the leaf.
+// Gated (gelu_tanh): x sigmoid(2u) from the same exponential, no tanh.
 // CHECK-LABEL: func.func private @gelu_sme_quantize_gelu_tanh
-// CHECK: math.tanh %{{.*}} : vector<[4]xf32>
+// CHECK-NOT: math.tanh
+// CHECK: math.absf %{{.*}} : vector<[4]xf32>
+// CHECK: arith.divf %{{.*}} : vector<[4]xf32>
+// CHECK-NOT: math.tanh
 // LOWERED-LABEL: func.func private @gelu_sme_quantize_gelu_tanh
 // LOWERED-NOT: math.tanh
 func.func @gelu(%g: memref<?x128xf32>, %u: memref<?x128xf32>, %isr: memref<128xf16>,
