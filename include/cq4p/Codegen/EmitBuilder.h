@@ -44,10 +44,6 @@
 
 namespace mlir::cq4p {
 
-/// p times 2^k, where k was rounded by adding 1.5 * 2^23 into `t` (so k
-/// sits in t's low bits): t's bits shifted left by 23 added to p's bits,
-/// i.e. k added to p's exponent field. expNonPositive and NEON attention's
-/// base-2 exponential share it.
 /// `value` of `type`'s element type, broadcast where `type` is a vector.
 inline Value constantLike(OpBuilder &b, Location loc, Type type, TypedAttr value) {
   Value scalar = arith::ConstantOp::create(b, loc, value);
@@ -56,6 +52,10 @@ inline Value constantLike(OpBuilder &b, Location loc, Type type, TypedAttr value
   return scalar;
 }
 
+/// p times 2^k, where k was rounded by adding 1.5 * 2^23 into `t` (so k
+/// sits in t's low bits): t's bits shifted left by 23 added to p's bits,
+/// i.e. k added to p's exponent field. expNonPositive and NEON attention's
+/// base-2 exponential share it.
 inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
   Type type = p.getType();
   Type ints = b.getI32Type();
@@ -72,9 +72,9 @@ inline Value timesPowerOfTwo(OpBuilder &b, Location loc, Value p, Value t) {
 /// exp(x) lane by lane for x <= 0 (a softmax's arguments; where a lane's x
 /// may be larger the caller discards the result), within 2e-7 relative, on
 /// fp32 vectors fixed or scalable or a scalar fp32: x clamped below at -87
-/// (exp(-87) is 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an integer and
-/// |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite, so that k ln 2's
-/// first part is exact), exp(r) as 1 + r (c1 + ... + c5 r^4), a degree-5
+/// (exp(-87) is 1.6e-38, nothing a sum can see), x = k ln 2 + r with k an
+/// integer and |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite, so that
+/// k ln 2's first part is exact), exp(r) as 1 + r (c1 + ... + c5 r^4), a degree-5
 /// fit of least maximum relative error on that interval (1.0e-7 in exact
 /// arithmetic, 1.7e-7 evaluated in fp32 over [-87, 0]; the degree-6 Taylor
 /// polynomial it replaces reached 2.3e-7 and took one FMA more and, with
