@@ -119,12 +119,10 @@ inline std::pair<Value, Value> sinCosLanes(OpBuilder &b, Location loc, Value x) 
   auto type = cast<VectorType>(x.getType());
   auto ints = type.clone(b.getI32Type());
   auto lanes = [&](float value) -> Value {
-    return vector::BroadcastOp::create(
-        b, loc, type, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value)));
+    return constantLike(b, loc, type, b.getF32FloatAttr(value));
   };
   auto words = [&](int32_t value) -> Value {
-    return vector::BroadcastOp::create(
-        b, loc, ints, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(value)));
+    return constantLike(b, loc, ints, b.getI32IntegerAttr(value));
   };
   auto fma = [&](Value p, Value q, Value r) -> Value {
     return math::FmaOp::create(b, loc, p, q, r);

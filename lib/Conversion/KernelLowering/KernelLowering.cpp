@@ -1135,9 +1135,10 @@ void mlir::cq4p::populateCQ4PKernelLoweringPatterns(
   target.populateQuantizePatterns(patterns);
   patterns.add<RescaleLowering>(ctx, target.floatLanes());
   patterns.add<AttentionLowering>(ctx, target);
-  // The attention's exp and a gated transform's exp and tanh as
-  // polynomials: vector code instead of a libm call per lane, and the same
-  // bits on every target (the model kernels' polynomials).
+  // The vector attention lowering's exp as a polynomial: vector code
+  // instead of a libm call per lane, and the same bits on every target (a
+  // gated transform's activation is activateLanes', no math.exp or
+  // math.tanh).
   populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
     return name == "exp" || name == "math.exp" || name == "tanh" ||
            name == "math.tanh";

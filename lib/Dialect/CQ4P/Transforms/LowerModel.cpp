@@ -431,8 +431,10 @@ public:
                                        kvWidth, stateBytes, bindings));
     forward.erase();
 
-    // exp and tanh as polynomials: vector code instead of a libm call per
-    // lane, and the same bits on every target.
+    // The softcap's tanh as a polynomial: vector code instead of a libm
+    // call per lane, and the same bits on every target. The other kernels'
+    // transcendental functions are EmitBuilder's polynomials already
+    // (activateLanes, expNonPositive, sinCosLanes).
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
       return name == "exp" || name == "tanh" || name == "math.exp" ||
@@ -441,10 +443,7 @@ public:
     FrozenRewritePatternSet frozen(std::move(patterns));
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       auto kernel = func->getAttrOfType<KernelAttr>("cq4p.kernel");
-      if (kernel && llvm::is_contained({KernelKind::glu, KernelKind::dense_mlp,
-                                        KernelKind::cached_attention,
-                                        KernelKind::softcap},
-                                       kernel.getKind()))
+      if (kernel && kernel.getKind() == KernelKind::softcap)
         if (failed(applyPatternsGreedily(func, frozen)))
           return signalPassFailure();
     }
