@@ -84,6 +84,35 @@ public:
         cq4p_intr::SveLd1PnX4Op::create(b, loc, quad(floats), counter(), address));
   }
 
+  /// 2^x lane by lane for a softmax's x <= 0 (a small positive x, the
+  /// rounding of a scaled maximum, is fine too): k = x rounded to an
+  /// integer (adding and subtracting 1.5 * 2^23, three-operand FADD and
+  /// FSUB where FRINTN would need a MOVPRFX), r = x - k exact with |r| <=
+  /// 1/2 for |x| < 2^22, 2^r by the degree-5 polynomial of NEON attention's
+  /// exp2NonPositive (Horner: one MOVPRFX and five FMLA/FMAD; 1.8e-7
+  /// relative in fp32), then FSCALE by FCVTZS(k). No clamp: FCVTZS
+  /// saturates, so for x below -2^22 (where k is still an integer and r
+  /// small) the result is zero, and an underflow is a denormal or zero as
+  /// FSCALE's rounding gives it. 10 instructions where expNonPositive (base
+  /// e, Cody and Waite, its clamp and the exponent-field add every target
+  /// has) takes 12, and the argument's scaling by log2(e) rides on the
+  /// softmax's own FMA. Streaming leaves only: FSCALE is SVE's, and a
+  /// softmax's weights need not equal NEON's bits (their polynomials and
+  /// roundings already differ; FORMAT.md section 5).
+  Value exp2Lanes(Value x) {
+    auto ones = arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(VectorType::get({4}, b.getI1Type(), {true}), true));
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    Value k = subF(addF(x, splatF32(magic)), splatF32(magic));
+    Value r = subF(x, k);
+    Value p = fma(r, splatF32(0.00133088103f), splatF32(0.00967153907f));
+    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
+      p = fma(p, r, splatF32(c));
+    Value exponents = cq4p_intr::SveFcvtzsOp::create(
+        b, loc, words, LLVM::PoisonOp::create(b, loc, words), ones, k);
+    return cq4p_intr::SveFscaleOp::create(b, loc, floats, ones, p, exponents);
+  }
+
   VectorType words;
 
 private:

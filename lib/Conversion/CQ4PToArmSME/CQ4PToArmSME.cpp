@@ -395,6 +395,13 @@ public:
                                                      uint32_t(tile), sliceIndex));
   }
 
+  /// Horizontal slices slice..slice+3 of the 32-bit tile za<tile>.s: four
+  /// of its rows as fp32 vectors (multi-vector MOVA).
+  SmallVector<Value> readTileRows4(int64_t tile, int64_t slice) {
+    return unpack(cq4p_intr::SmeReadHorVg4Op::create(b, loc, quadType(nxv4f32()),
+                                                     uint32_t(tile), i32(slice)));
+  }
+
   /// Four int32 vectors converted to fp32 (multi-vector SCVTF, which the
   /// ArmSVE dialect lacks).
   SmallVector<Value> convertQuadToF32(ArrayRef<Value> ints) {
@@ -900,11 +907,11 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
     for (int64_t i = 0; i < 4; ++i)
       leaf.floatOuterProduct(0, lanes, keys[i], queries[i]);
   }
-  // Row c of ZA0.S is ZA array vector 4c: key 16t + c.
+  // Row c of ZA0.S: key 16t + c. Four rows per MOVA and ST1W.
   Value scoreTile = leaf.offset(
       stBase, arith::MulIOp::create(b, loc, t, leaf.index(kSmeTileRows * kStreamingBytes)));
-  for (int64_t c = 0; c < kSmeTileRows; ++c)
-    leaf.storeZaVector(leaf.i32(4 * c), leaf.vectorOffset(scoreTile, c), 0);
+  for (int64_t c = 0; c < kSmeTileRows; c += 4)
+    leaf.storeQuadF32(leaf.readTileRows4(0, c), leaf.vectorOffset(scoreTile, c));
 }
 
 /// outTile[r][d] = sum_{j in [keyBegin, keyEnd)} pt[j][r] * v[j, kvBase + d].

@@ -9,7 +9,7 @@
 // group's heads together. A vector in the "(k, h) layout" has lane G k + h
 // for head h of the group and key class k < K = 16 / G. Per KV head:
 //
-//   Qr[d][G k + h] = scale * q[g h, d]        once: the group's rows loaded
+//   Qr[d][G k + h] = scale log2(e) q[g h, d]  once: the group's rows loaded
 //                                             K times into ZA0.S, read back
 //                                             by columns (LD1W, MOVA x4)
 //   per block of up to 16 tiles of 16 keys (from the window's first key):
@@ -23,8 +23,8 @@
 //         into lanes G k .. G k + G - 1 (16 per tile); keys past the end
 //         are -inf
 //     the block's max per head: a lane-wise max of its P_r, then of the
-//       lanes with the same h (rotations by G, 2G, ...); corr = exp(m - m')
-//     P_r = exp(P_r - m') (0 for -inf), l += P_r lane-wise
+//       lanes with the same h (rotations by G, 2G, ...); corr = 2^(m - m')
+//     P_r = 2^(P_r - m') (0 for -inf), l += P_r lane-wise
 //     per 64 dims: ZA <- 0; per key K r + k: ZA_t[G k + h][.] += P_r (x)
 //       v[key, 16t..16t+15], t < 4, rows G k .. G k + G - 1 only (FMOPA with
 //       a row predicate); acc = acc * corr + ZA (per row G k + h)
@@ -233,7 +233,9 @@ public:
       classLanes.push_back(s.lanes(group * k, group * (k + 1)));
     minusInf = s.splat(s.f32(lowest));
     zeros = s.splat(s.f32(0.0f));
-    scaleV = s.splat(s.f32(shape.scale));
+    // The scores in base 2 (the queries times scale log2(e)): the softmax's
+    // exponentials are 2^(x - m) (exp2Lanes).
+    scaleV = s.splat(s.f32(float(double(shape.scale) * 1.4426950408889634)));
     // The key offset within its tile of lane G k + h of P_r: K r + k.
     laneKeys = arith::DivUIOp::create(
         b, loc,
@@ -427,14 +429,14 @@ private:
     Value mNew =
         s.maxF(mOld, foldClasses(blockMax, [&](Value x, Value y) { return s.maxF(x, y); }));
     Value corr = s.select(s.isMinusInf(mOld, minusInf), zeros,
-                          s.expNonPositive(s.subF(mOld, mNew)));
+                          s.exp2Lanes(s.subF(mOld, mNew)));
     Value vectors = s.mulI(arith::SubIOp::create(b, loc, te, tb), groupSize);
     Value lNew = s.forLoop(c0, vectors, 1, {s.mulF(l, corr)},
                            [&](Value i, ValueRange st) -> SmallVector<Value> {
                              Value address = s.at(scores, s.mulI(i, s.index(kVectorBytes)));
                              Value x = s.load(address);
                              Value p = s.select(s.isMinusInf(x, minusInf), zeros,
-                                                s.expNonPositive(s.subF(x, mNew)));
+                                                s.exp2Lanes(s.subF(x, mNew)));
                              s.store(p, address);
                              return {s.addF(st[0], p)};
                            })

@@ -20,19 +20,19 @@
 // The masked ranges hold at most 15 (causal) and 16 + 15 (window) keys;
 // the others pay no mask, and go four rows of St per LD1W x4 / ST1W x4.
 // Two passes: the largest score per row (lane-wise FMAX; scaled once,
-// rounding being monotonic), then p = exp(scale s - m) as one FMA and a
-// polynomial exponential for non-positive arguments (12 instructions,
-// math.exp's general one takes 24), stored over s and summed; a masked
-// key's p is 0 (selected after the exponential, so that its argument never
-// matters). Everything runs in streaming mode, between the leaf's outer
-// products: no mode switch and no 4-register NEON form of each 16-lane
-// step.
+// rounding being monotonic), then p = exp(scale s - m) = 2^(c s - m') with
+// c = scale log2(e), as one FMA and a base-2 exponential with FSCALE
+// (StreamingBuilder::exp2Lanes, 10 instructions), stored over s and summed;
+// a masked key's p is 0 (selected after the exponential, so that its
+// argument never matters). Everything runs in streaming mode, between the
+// leaf's outer products: no mode switch and no 4-register NEON form of each
+// 16-lane step.
 //
-// The sums run in key order, as the vector code's, but exp(scale s - m) is
-// one rounding where the vector code rounds scale s first, and the
-// exponential is another polynomial (within 3e-7 relative): the results
-// are within the model tolerance of NEON's (docs/FORMAT.md section 5), not
-// bit-identical, as for the rest of SME2 attention.
+// The sums run in key order, as the vector code's, but 2^(c s - m') is one
+// rounding where the vector code rounds scale s first, and the exponential
+// is another polynomial (within 2e-7 relative): the results are within the
+// model tolerance of NEON's (docs/FORMAT.md section 5), not bit-identical,
+// as for the rest of SME2 attention.
 //
 //===----------------------------------------------------------------------===//
 
@@ -97,7 +97,8 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   auto row = [&](Value j) { return s.at(stBase, arith::MulIOp::create(b, loc, j, rowBytes)); };
   Value minusInf = s.splat(s.f32(-std::numeric_limits<float>::infinity()));
   Value zeros = s.splat(s.f32(0.0f));
-  Value scales = s.splat(s.f32(scale));
+  // Scores go to base 2: exp(scale s - m) = 2^(scale log2(e) s - m').
+  Value scales = s.splat(s.f32(float(double(scale) * 1.4426950408889634)));
 
   // Lane r is the query at p0 + r: it sees key j when j <= p0 + r and, with
   // a window, j > p0 + r - window.
@@ -175,12 +176,12 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
              [&](Value j, Value m) -> Value { return scaledMax(m, s.load(row(j))); });
   m = s.fold(cleanEnd, keyEnd, m, maskedMax);
 
-  // Pass 2: p = exp(scale s - m) in place, and its sum per row.
+  // Pass 2: p = 2^(c s - m') in place, and its sum per row.
   if (positive)
     m = arith::MulFOp::create(b, loc, m, scales);
   Value negated = arith::NegFOp::create(b, loc, m);
   auto exponential = [&](Value x) -> Value {
-    return s.expNonPositive(math::FmaOp::create(b, loc, x, scales, negated));
+    return s.exp2Lanes(math::FmaOp::create(b, loc, x, scales, negated));
   };
   auto weight = [&](Value address) -> Value { return exponential(s.load(address)); };
   auto maskedSum = [&](Value j, Value l) -> Value {

@@ -7,14 +7,18 @@
 // through the ArmSME dialect's typed operations; cq4p_intr operations do
 // only what the ArmSME and ArmSVE dialects lack: ZT0 (LDR, LUTI4), the
 // multi-vector ZA operations (SDOT, MOVA), the predicate-as-counter loads
-// and stores with their PTRUE, LD1RQ and multi-vector SCVTF; and
+// and stores with their PTRUE, LD1RQ, multi-vector SCVTF, and the
+// softmax's FCVTZS and FSCALE; and
 // cq4p_intr.opaque, the decode attention's index bases and row addresses
 // kept from LLVM's constant folding. The whole set:
 // INTRINSICS: cq4p_intr.aarch64.sme.ldr.zt
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.luti4.lane.zt.x2
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.hor.vg4
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.ver.vg4
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.read.vg1x4
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sme.sdot.lane.za32.vg1x4
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.fcvtzs
+// INTRINSICS-NEXT: cq4p_intr.aarch64.sve.fscale
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1.pn.x2
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1.pn.x4
 // INTRINSICS-NEXT: cq4p_intr.aarch64.sve.ld1rq
@@ -509,8 +513,8 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // ZA slices are an opaque base (0, 4, 8, 12) plus an offset, and each key
 // row's address the last one's plus a row through cq4p_intr.opaque, so
 // that LLVM keeps index registers and one add per row; the exponentials
-// are expNonPositive's (a clamp at -87, a polynomial, 2^k added to the
-// exponent field), not math.exp.
+// are exp2Lanes' (the scores in base 2, a polynomial, FSCALE by k), not
+// math.exp.
 // CHECK-LABEL: func.func private @cq4p_attention_sme_decode
 // CHECK-SAME: (%{{.*}}: memref<?x128xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x64xf32>, %{{.*}}: memref<?x128xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index)
 // CHECK: %[[SLICE0:.*]] = cq4p_intr.opaque %c0_i32 : i32
@@ -546,11 +550,11 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 34 : i32}>
 // CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : vector<[4]xi32>
 // CHECK-NOT: math.exp
-// CHECK: arith.constant -8.700000e+01 : f32
-// CHECK: arith.shli %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK: cq4p_intr.aarch64.sve.fcvtzs
+// CHECK: cq4p_intr.aarch64.sve.fscale
 // CHECK-NOT: math.exp
-// CHECK: arith.constant -8.700000e+01 : f32
-// CHECK: arith.shli %{{.*}}, %{{.*}} : vector<[4]xi32>
+// CHECK: cq4p_intr.aarch64.sve.fcvtzs
+// CHECK: cq4p_intr.aarch64.sve.fscale
 // CHECK-NOT: math.exp
 // CHECK: "arm_sme.intr.zero"() <{tile_mask = 255 : i32}>
 // CHECK: scf.for
@@ -568,11 +572,11 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
 // The query tile's leaf: Q K^T (64 FMOPAs per key tile into ZA0.S, its 16
-// rows stored); the softmax in streaming SVE: the largest score per row
-// over the keys every row sees, four rows of St per LD1W x4 and then one
-// at a time, and over the last keys with the causal mask; the largest
-// scaled once; exp(scale s - m) as one FMA and the polynomial (its 2^k an
-// integer add to the exponent bits), stored back four rows per ST1W x4;
+// rows stored four per MOVA and ST1W); the softmax in streaming SVE: the
+// largest score per row over the keys every row sees, four rows of St per
+// LD1W x4 and then one at a time, and over the last keys with the causal
+// mask; the largest scaled once; 2^(c s - m') as one FMA and the
+// polynomial (its 2^k an FSCALE), stored back four rows per ST1W x4;
 // the masked keys' weights selected to 0 after the exponential; P V (one
 // LD1W x4 of a key's values and four FMOPAs); each output row times its
 // inverse sum.
@@ -589,10 +593,12 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-COUNT-63: "arm_sme.intr.mopa"
 // CHECK-NOT: "arm_sme.intr.mopa"
 // CHECK: %[[ROW0:.*]] = arith.constant 0 : i32
-// CHECK: "arm_sme.intr.str"(%[[ROW0]],
-// CHECK: %[[ROW1:.*]] = arith.constant 4 : i32
-// CHECK: "arm_sme.intr.str"(%[[ROW1]],
-// CHECK-COUNT-14: "arm_sme.intr.str"
+// CHECK: cq4p_intr.aarch64.sme.read.hor.vg4 %[[ROW0]] {tile = 0 : i32}
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// CHECK: %[[ROW4:.*]] = arith.constant 4 : i32
+// CHECK: cq4p_intr.aarch64.sme.read.hor.vg4 %[[ROW4]] {tile = 0 : i32}
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// CHECK-COUNT-2: cq4p_intr.aarch64.sme.read.hor.vg4
 // CHECK-NOT: "arm_sme.intr.str"
 // CHECK: vector.step : vector<[4]xindex>
 // CHECK: scf.for {{.*}} step %{{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
@@ -614,7 +620,7 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: scf.for
 // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
 // CHECK: math.fma %{{.*}}, %{{.*}}, %[[NEG]] : vector<[4]xf32>
-// CHECK: arith.shli
+// CHECK: cq4p_intr.aarch64.sve.fscale
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-NOT: math.exp
 // CHECK: scf.for

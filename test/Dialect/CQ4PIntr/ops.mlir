@@ -145,6 +145,20 @@ llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[1
 
 // -----
 
+// The streaming softmax's power of two, and four rows of a ZA tile.
+// CHECK-LABEL: llvm.func @sve_exp2
+llvm.func @sve_exp2(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %pg: vector<[4]xi1>, %s: i32) {
+  // CHECK: cq4p_intr.aarch64.sve.fcvtzs %{{.*}}, %{{.*}}, %{{.*}} : (vector<[4]xi32>, vector<[4]xi1>, vector<[4]xf32>) -> vector<[4]xi32>
+  %0 = cq4p_intr.aarch64.sve.fcvtzs %w, %pg, %f : (vector<[4]xi32>, vector<[4]xi1>, vector<[4]xf32>) -> vector<[4]xi32>
+  // CHECK: cq4p_intr.aarch64.sve.fscale %{{.*}}, %{{.*}}, %{{.*}} : (vector<[4]xi1>, vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  %1 = cq4p_intr.aarch64.sve.fscale %pg, %f, %0 : (vector<[4]xi1>, vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  // CHECK: cq4p_intr.aarch64.sme.read.hor.vg4 %{{.*}} {tile = 1 : i32}
+  %2 = cq4p_intr.aarch64.sme.read.hor.vg4 %s {tile = 1 : i32} : (i32) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+  llvm.return
+}
+
+// -----
+
 // CHECK-LABEL: llvm.func @cpuid_vendor
 llvm.func @cpuid_vendor() -> i32 {
   // CHECK: cq4p_intr.x86.cpuid_vendor : i32

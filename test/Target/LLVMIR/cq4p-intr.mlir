@@ -147,6 +147,19 @@ llvm.func @sve_transform(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %b: vector<[1
 
 // -----
 
+// CHECK-LABEL: define void @sve_exp2
+llvm.func @sve_exp2(%f: vector<[4]xf32>, %w: vector<[4]xi32>, %pg: vector<[4]xi1>, %s: i32) {
+  // CHECK: %[[K:.*]] = call <vscale x 4 x i32> @llvm.aarch64.sve.fcvtzs.nxv4i32.nxv4f32(<vscale x 4 x i32> %1, <vscale x 4 x i1> %2, <vscale x 4 x float> %0)
+  %0 = cq4p_intr.aarch64.sve.fcvtzs %w, %pg, %f : (vector<[4]xi32>, vector<[4]xi1>, vector<[4]xf32>) -> vector<[4]xi32>
+  // CHECK: call <vscale x 4 x float> @llvm.aarch64.sve.fscale.nxv4f32(<vscale x 4 x i1> %2, <vscale x 4 x float> %0, <vscale x 4 x i32> %[[K]])
+  %1 = cq4p_intr.aarch64.sve.fscale %pg, %f, %0 : (vector<[4]xi1>, vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+  // CHECK: call { <vscale x 4 x float>, <vscale x 4 x float>, <vscale x 4 x float>, <vscale x 4 x float> } @llvm.aarch64.sme.read.hor.vg4.nxv4f32(i32 1, i32 %3)
+  %2 = cq4p_intr.aarch64.sme.read.hor.vg4 %s {tile = 1 : i32} : (i32) -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>)>
+  llvm.return
+}
+
+// -----
+
 // CHECK-LABEL: define i32 @cpuid_vendor
 llvm.func @cpuid_vendor() -> i32 {
   // CHECK: %[[REGS:.*]] = call { i32, i32, i32, i32 } asm sideeffect "cpuid", "={ax},={bx},={cx},={dx},{ax},{cx}"(i32 0, i32 0)

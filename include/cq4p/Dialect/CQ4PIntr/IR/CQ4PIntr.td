@@ -345,6 +345,50 @@ class CQ4PIntr_SveWidenHalves<string mnemonic, string half>
 def CQ4PIntr_SveFcvtF32F16Op : CQ4PIntr_SveWidenHalves<"fcvt", "even (bottom)">;
 def CQ4PIntr_SveFcvtltF32F16Op : CQ4PIntr_SveWidenHalves<"fcvtlt", "odd (top)">;
 
+// The streaming softmax's power of two: FCVTZS to int32 (saturating) and
+// FSCALE.
+
+def CQ4PIntr_SveFcvtzsOp
+    : CQ4PIntr_Op<"aarch64.sve.fcvtzs", [Pure], 1, /*overloadedResults=*/[0],
+                  /*overloadedOperands=*/[2]>,
+      Arguments<(ins CQ4PIntr_NxI32x4:$inactive, CQ4PIntr_NxI1x4:$predicate,
+                 CQ4PIntr_NxF32x4:$value)> {
+  let results = (outs CQ4PIntr_NxI32x4:$res);
+  let summary = "fp32 to int32 toward zero, saturating (SVE FCVTZS)";
+  let description = [{
+    Lane i of the result is lane i of `value` converted toward zero, a
+    value beyond int32's range saturated (arith.fptosi would be poison
+    there), where `predicate` is set, else lane i of `inactive`.
+
+    Example:
+
+    ```mlir
+    %k = cq4p_intr.aarch64.sve.fcvtzs %undef, %pg, %x
+        : (vector<[4]xi32>, vector<[4]xi1>, vector<[4]xf32>) -> vector<[4]xi32>
+    ```
+  }];
+}
+
+def CQ4PIntr_SveFscaleOp
+    : CQ4PIntr_Op<"aarch64.sve.fscale", [Pure], 1, /*overloadedResults=*/[0]>,
+      Arguments<(ins CQ4PIntr_NxI1x4:$predicate, CQ4PIntr_NxF32x4:$value,
+                 CQ4PIntr_NxI32x4:$exponents)> {
+  let results = (outs CQ4PIntr_NxF32x4:$res);
+  let summary = "fp32 lanes times two to an integer power (SVE FSCALE)";
+  let description = [{
+    Lane i of the result is `value[i] * 2^exponents[i]`, rounded once (a
+    denormal or zero where it underflows), where `predicate` is set, else
+    lane i of `value`.
+
+    Example:
+
+    ```mlir
+    %y = cq4p_intr.aarch64.sve.fscale %pg, %p, %k
+        : (vector<[4]xi1>, vector<[4]xf32>, vector<[4]xi32>) -> vector<[4]xf32>
+    ```
+  }];
+}
+
 def CQ4PIntr_SveSt1PnX4Op
     : CQ4PIntr_Op<"aarch64.sve.st1.pn.x4",
                   [AllTypesMatch<["v0", "v1", "v2", "v3"]>], 0, [],
@@ -666,6 +710,27 @@ def CQ4PIntr_SmeReadVerVg4Op
     %c = cq4p_intr.aarch64.sme.read.ver.vg4 %s {tile = 0 : i32} : (i32)
         -> !llvm.struct<(vector<[4]xi32>, vector<[4]xi32>, vector<[4]xi32>,
                          vector<[4]xi32>)>
+    ```
+  }];
+}
+
+def CQ4PIntr_SmeReadHorVg4Op
+    : CQ4PIntr_Op<"aarch64.sme.read.hor.vg4", [], 4, /*overloadedResults=*/[0], [],
+                  /*immArgPositions=*/[0], /*immArgAttrNames=*/["tile"]>,
+      Arguments<(ins ConfinedAttr<I32Attr, [IntMinValue<0>, IntMaxValue<3>]>:$tile,
+                 I32:$slice)> {
+  let results = (outs CQ4PIntr_MultiVector<4, CQ4PIntr_NxF32x4>:$res);
+  let summary = "four horizontal slices of a 32-bit ZA tile (multi-vector MOVA)";
+  let description = [{
+    Horizontal slices `slice` .. `slice` + 3 of za`tile`.s: four of the
+    tile's rows.
+
+    Example:
+
+    ```mlir
+    %r = cq4p_intr.aarch64.sme.read.hor.vg4 %s {tile = 0 : i32} : (i32)
+        -> !llvm.struct<(vector<[4]xf32>, vector<[4]xf32>, vector<[4]xf32>,
+                         vector<[4]xf32>)>
     ```
   }];
 }
