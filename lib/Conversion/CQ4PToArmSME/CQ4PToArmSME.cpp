@@ -883,9 +883,12 @@ void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim,
 
 /// st[16t + c][r] = sum_d kt[t][d][c] * qt[qTile][d][r] for the key tiles
 /// t in [firstTile, endTile): D FMOPAs per tile, Kt and Qt read four
-/// vectors per load.
-void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
-                         ValueRange args) {
+/// vectors per load, the tile's rows out of ZA four per MOVA and ST1W.
+/// Returns the largest score per row r over the tiles [fusedBegin,
+/// fusedEnd) (a sub-range; -inf where it is empty), folded from the rows as
+/// they leave ZA: the tiles before, inside and after it are three loops.
+Value buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim, ValueRange args,
+                          Value fusedBegin, Value fusedEnd) {
   Value qt = args[0], qTile = args[1], kt = args[2], st = args[3],
         firstTile = args[4], endTile = args[5];
   LeafBuilder leaf(b, loc);
@@ -894,24 +897,42 @@ void buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim,
       leaf.base(qt), arith::MulIOp::create(b, loc, qTile, leaf.index(dim * kStreamingBytes)));
   Value ktBase = leaf.base(kt), stBase = leaf.base(st);
   leaf.allWords(); // the loads' counter, outside the loop
-  auto tileLoop = scf::ForOp::create(b, loc, firstTile, endTile, leaf.index(1));
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(tileLoop.getBody());
-  Value t = tileLoop.getInductionVar();
-  Value keyTile = leaf.offset(
-      ktBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
-  leaf.zeroZa();
-  for (int64_t d = 0; d < dim; d += 4) {
-    SmallVector<Value> queries = leaf.loadQuadF32(leaf.vectorOffset(qtBase, d));
-    SmallVector<Value> keys = leaf.loadQuadF32(leaf.vectorOffset(keyTile, d));
-    for (int64_t i = 0; i < 4; ++i)
-      leaf.floatOuterProduct(0, lanes, keys[i], queries[i]);
-  }
-  // Row c of ZA0.S: key 16t + c. Four rows per MOVA and ST1W.
-  Value scoreTile = leaf.offset(
-      stBase, arith::MulIOp::create(b, loc, t, leaf.index(kSmeTileRows * kStreamingBytes)));
-  for (int64_t c = 0; c < kSmeTileRows; c += 4)
-    leaf.storeQuadF32(leaf.readTileRows4(0, c), leaf.vectorOffset(scoreTile, c));
+  Value minusInf = vector::BroadcastOp::create(
+      b, loc, leaf.nxv4f32(),
+      arith::ConstantOp::create(
+          b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity())));
+  auto tiles = [&](Value begin, Value end, Value max, bool fold) -> Value {
+    auto tileLoop = scf::ForOp::create(b, loc, begin, end, leaf.index(1), ValueRange{max});
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(tileLoop.getBody());
+    Value t = tileLoop.getInductionVar();
+    Value m = tileLoop.getRegionIterArgs()[0];
+    Value keyTile = leaf.offset(
+        ktBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
+    leaf.zeroZa();
+    for (int64_t d = 0; d < dim; d += 4) {
+      SmallVector<Value> queries = leaf.loadQuadF32(leaf.vectorOffset(qtBase, d));
+      SmallVector<Value> keys = leaf.loadQuadF32(leaf.vectorOffset(keyTile, d));
+      for (int64_t i = 0; i < 4; ++i)
+        leaf.floatOuterProduct(0, lanes, keys[i], queries[i]);
+    }
+    // Row c of ZA0.S: key 16t + c.
+    Value scoreTile = leaf.offset(
+        stBase, arith::MulIOp::create(b, loc, t, leaf.index(kSmeTileRows * kStreamingBytes)));
+    for (int64_t c = 0; c < kSmeTileRows; c += 4) {
+      SmallVector<Value> rows = leaf.readTileRows4(0, c);
+      leaf.storeQuadF32(rows, leaf.vectorOffset(scoreTile, c));
+      if (fold)
+        for (Value row : rows)
+          m = arith::MaximumFOp::create(b, loc, m, row);
+    }
+    scf::YieldOp::create(b, loc, m);
+    return tileLoop.getResult(0);
+  };
+  Value max = tiles(firstTile, fusedBegin, minusInf, false);
+  max = tiles(fusedBegin, fusedEnd, max, true);
+  tiles(fusedEnd, endTile, max, false);
+  return max;
 }
 
 /// outTile[r][d] = sum_{j in [keyBegin, keyEnd)} pt[j][r] * v[j, kvBase + d].
@@ -1491,11 +1512,15 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
         auto outType = MemRefType::get({kSmeTileRows, dim}, lb.getF32Type());
         Value outTile = memref::AllocaOp::create(lb, loc, outType, ValueRange{},
                                                  lb.getI64IntegerAttr(64));
-        buildScoresLeafBody(
+        PrefillKeys keys = prefillKeys(lb, loc, window, scale, keyBegin, keyEnd, p0);
+        Value fusedMax = buildScoresLeafBody(
             lb, loc, dim,
             ValueRange{qt, t, kt, scores, arith::DivUIOp::create(lb, loc, keyBegin, c16),
-                       arith::CeilDivUIOp::create(lb, loc, keyEnd, c16)});
-        emitPrefillSoftmax(lb, loc, window, scale, scores, keyBegin, keyEnd, p0, inverses);
+                       arith::CeilDivUIOp::create(lb, loc, keyEnd, c16)},
+            arith::DivUIOp::create(lb, loc, keys.fusedBegin, c16),
+            arith::DivUIOp::create(lb, loc, keys.fusedEnd, c16));
+        emitPrefillSoftmax(lb, loc, window, scale, scores, keyBegin, keyEnd, p0, keys,
+                           fusedMax, inverses);
         buildValuesLeafBody(lb, loc, dim,
                             ValueRange{scores, v, kvBase, keyBegin, keyEnd, outTile});
         Value i0 = arith::MulIOp::create(lb, loc, t, c16);

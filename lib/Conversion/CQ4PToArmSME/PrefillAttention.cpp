@@ -88,9 +88,44 @@ struct Lanes : sme::StreamingBuilder {
 
 } // namespace
 
+PrefillKeys mlir::cq4p::prefillKeys(OpBuilder &b, Location loc, int64_t window,
+                                    float scale, Value keyBegin, Value keyEnd, Value p0) {
+  auto index = [&](int64_t v) -> Value { return arith::ConstantIndexOp::create(b, loc, v); };
+  // Every row sees keys [clean, cleanEnd): j <= p0 and j >= p0 + 16 - window.
+  Value cleanEnd = arith::MaxUIOp::create(
+      b, loc, keyBegin,
+      arith::MinUIOp::create(b, loc, keyEnd, arith::AddIOp::create(b, loc, p0, index(1))));
+  Value clean = keyBegin;
+  if (window > 0) {
+    // max(0, p0 + 16 - window) without going below zero in unsigned math.
+    Value cWindow = index(window);
+    Value left = arith::SubIOp::create(
+        b, loc,
+        arith::MaxUIOp::create(b, loc, arith::AddIOp::create(b, loc, p0, index(16)),
+                               cWindow),
+        cWindow);
+    clean = arith::MinUIOp::create(b, loc, arith::MaxUIOp::create(b, loc, keyBegin, left),
+                                   cleanEnd);
+  }
+  // The whole tiles of [clean, cleanEnd): from clean rounded up to a tile
+  // (at most cleanEnd) to cleanEnd rounded down (at least that).
+  Value c16 = index(16);
+  Value fusedBegin = clean, fusedEnd = clean;
+  if (scale > 0) {
+    fusedBegin = arith::MinUIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, arith::CeilDivUIOp::create(b, loc, clean, c16), c16),
+        cleanEnd);
+    fusedEnd = arith::MaxUIOp::create(
+        b, loc, fusedBegin,
+        arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, cleanEnd, c16), c16));
+  }
+  return {clean, cleanEnd, fusedBegin, fusedEnd};
+}
+
 void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
                                     float scale, Value st, Value keyBegin, Value keyEnd,
-                                    Value p0, Value inverses) {
+                                    Value p0, const PrefillKeys &keys, Value fusedMax,
+                                    Value inverses) {
   Lanes s(b, loc);
   Value stBase = sme::alignedBase(b, loc, st);
   Value rowBytes = s.index(kRowBytes);
@@ -124,26 +159,13 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
     return seen;
   };
 
-  // Every row sees keys [clean, cleanEnd): j <= p0 and j >= p0 + 16 - window.
-  Value cleanEnd = arith::MaxUIOp::create(
-      b, loc, keyBegin,
-      arith::MinUIOp::create(b, loc, keyEnd, arith::AddIOp::create(b, loc, p0, s.index(1))));
-  Value clean = keyBegin;
-  if (window > 0) {
-    // max(0, p0 + 16 - window) without going below zero in unsigned math.
-    Value cWindow = s.index(window);
-    Value left = arith::SubIOp::create(
-        b, loc,
-        arith::MaxUIOp::create(b, loc, arith::AddIOp::create(b, loc, p0, s.index(16)),
-                               cWindow),
-        cWindow);
-    clean = arith::MinUIOp::create(b, loc, arith::MaxUIOp::create(b, loc, keyBegin, left),
-                                   cleanEnd);
-  }
+  Value clean = keys.clean, cleanEnd = keys.cleanEnd;
 
   // Pass 1: the largest visible scaled score per row.
   // Rounding is monotonic: with a positive scale the largest scaled score
-  // is the largest score, scaled (one multiply per row, not per key).
+  // is the largest score, scaled (one multiply per row, not per key). The
+  // whole tiles of the keys every row sees came with the scores
+  // (fusedMax); the keys around them go one at a time.
   bool positive = scale > 0;
   auto scaled = [&](Value x) -> Value {
     return positive ? x : arith::MulFOp::create(b, loc, x, scales).getResult();
@@ -153,27 +175,18 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
     return arith::MaximumFOp::create(b, loc, m,
                                      arith::SelectOp::create(b, loc, visible(j), x, minusInf));
   };
-  Value m = minusInf;
+  Value m = fusedMax;
   if (window > 0)
     m = s.fold(keyBegin, clean, m, maskedMax);
-  // The keys every row sees four at a time (LD1W x4), then one at a time.
   s.makeCounter();
   Value cleanKeys = arith::SubIOp::create(b, loc, cleanEnd, clean);
   Value quadEnd = arith::SubIOp::create(
       b, loc, cleanEnd, arith::RemUIOp::create(b, loc, cleanKeys, s.index(4)));
-  auto scaledMax = [&](Value m, Value x) -> Value {
-    return arith::MaximumFOp::create(b, loc, m, scaled(x));
+  auto scaledMax = [&](Value j, Value m) -> Value {
+    return arith::MaximumFOp::create(b, loc, m, scaled(s.load(row(j))));
   };
-  m = s.fold(
-      clean, quadEnd, m,
-      [&](Value j, Value m) -> Value {
-        for (Value x : s.loadQuad(row(j)))
-          m = scaledMax(m, x);
-        return m;
-      },
-      4);
-  m = s.fold(quadEnd, cleanEnd, m,
-             [&](Value j, Value m) -> Value { return scaledMax(m, s.load(row(j))); });
+  m = s.fold(clean, keys.fusedBegin, m, scaledMax);
+  m = s.fold(keys.fusedEnd, cleanEnd, m, scaledMax);
   m = s.fold(cleanEnd, keyEnd, m, maskedMax);
 
   // Pass 2: p = 2^(c s - m') in place, and its sum per row.

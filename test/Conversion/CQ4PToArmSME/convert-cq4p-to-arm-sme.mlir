@@ -572,10 +572,11 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
 // The query tile's leaf: Q K^T (64 FMOPAs per key tile into ZA0.S, its 16
-// rows stored four per MOVA and ST1W); the softmax in streaming SVE: the
-// largest score per row over the keys every row sees, four rows of St per
-// LD1W x4 and then one at a time, and over the last keys with the causal
-// mask; the largest scaled once; 2^(c s - m') as one FMA and the
+// rows stored four per MOVA and ST1W) in three loops of key tiles, the
+// middle one (the whole tiles every row sees) folding its rows' largest
+// as they leave ZA; the softmax in streaming SVE: the largest score per
+// row over the keys every row sees around those tiles, one at a time, and
+// over the last keys with the causal mask; the largest scaled once; 2^(c s - m') as one FMA and the
 // polynomial (its 2^k an FSCALE), stored back four rows per ST1W x4;
 // the masked keys' weights selected to 0 after the exponential; P V (one
 // LD1W x4 of a key's values and four FMOPAs); each output row times its
@@ -600,12 +601,24 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-COUNT-2: cq4p_intr.aarch64.sme.read.hor.vg4
 // CHECK-NOT: "arm_sme.intr.str"
-// CHECK: vector.step : vector<[4]xindex>
-// CHECK: scf.for {{.*}} step %{{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
-// CHECK-NEXT: arith.muli
-// CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
+// CHECK-NOT: arith.maximumf
+// CHECK: scf.yield
+// CHECK: scf.for {{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
+// CHECK-COUNT-64: "arm_sme.intr.mopa"
+// CHECK: cq4p_intr.aarch64.sme.read.hor.vg4
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-COUNT-4: arith.maximumf
-// CHECK-NEXT: scf.yield
+// CHECK: cq4p_intr.aarch64.sme.read.hor.vg4
+// CHECK: scf.yield
+// CHECK: scf.for {{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
+// CHECK-COUNT-64: "arm_sme.intr.mopa"
+// CHECK-NOT: arith.maximumf
+// CHECK: scf.yield
+// CHECK: vector.step : vector<[4]xindex>
+// CHECK: scf.for
+// CHECK-NOT: arith.cmpi
+// CHECK: arith.maximumf
+// CHECK: scf.yield
 // CHECK: scf.for
 // CHECK-NOT: arith.cmpi
 // CHECK: arith.maximumf
