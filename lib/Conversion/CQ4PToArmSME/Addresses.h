@@ -78,10 +78,14 @@ public:
       vectors.push_back(LLVM::ExtractValueOp::create(b, loc, quadValue, i));
     return vectors;
   }
-  /// Four consecutive fp32 vectors at `address` (multi-vector LD1W).
+  /// Four consecutive fp32 vectors at `address` (multi-vector LD1W), and
+  /// back (ST1W).
   SmallVector<Value> loadQuad(Value address) {
     return unpack(
         cq4p_intr::SveLd1PnX4Op::create(b, loc, quad(floats), counter(), address));
+  }
+  void storeQuad(ArrayRef<Value> v, Value address) {
+    cq4p_intr::SveSt1PnX4Op::create(b, loc, v[0], v[1], v[2], v[3], counter(), address);
   }
 
   /// 2^x lane by lane for a softmax's x <= 0 (a small positive x, the

@@ -910,9 +910,17 @@ Value buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim, ValueRange ar
     Value keyTile = leaf.offset(
         ktBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
     leaf.zeroZa();
+    // Each Kt load's address is the last one's plus four vectors, through
+    // cq4p_intr.opaque, so that LLVM keeps one add per load rather than
+    // rebuilding each constant scalable offset (the loads take no immediate
+    // offset from it).
+    Value keyAddress = keyTile;
     for (int64_t d = 0; d < dim; d += 4) {
+      if (d > 0)
+        keyAddress = cq4p_intr::OpaqueOp::create(b, loc, keyAddress.getType(),
+                                                 leaf.vectorOffset(keyAddress, 4));
       SmallVector<Value> queries = leaf.loadQuadF32(leaf.vectorOffset(qtBase, d));
-      SmallVector<Value> keys = leaf.loadQuadF32(leaf.vectorOffset(keyTile, d));
+      SmallVector<Value> keys = leaf.loadQuadF32(keyAddress);
       for (int64_t i = 0; i < 4; ++i)
         leaf.floatOuterProduct(0, lanes, keys[i], queries[i]);
     }

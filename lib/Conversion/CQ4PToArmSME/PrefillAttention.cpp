@@ -61,7 +61,7 @@ namespace {
 constexpr int64_t kRowBytes = 64; // a 512-bit vector: one row of St
 
 /// SME2's prefill softmax emitter: the streaming leaves' builder with a
-/// loop that folds one value and multi-vector stores.
+/// loop that folds one value.
 struct Lanes : sme::StreamingBuilder {
   Lanes(OpBuilder &b, Location loc) : StreamingBuilder(b, loc) {}
 
@@ -78,11 +78,6 @@ struct Lanes : sme::StreamingBuilder {
                      return SmallVector<Value>{body(j, state[0])};
                    })
         .getResult(0);
-  }
-
-  /// Four rows back to `address` (multi-vector ST1W; loadQuad reads them).
-  void storeQuad(ArrayRef<Value> v, Value address) {
-    cq4p_intr::SveSt1PnX4Op::create(b, loc, v[0], v[1], v[2], v[3], counter(), address);
   }
 };
 

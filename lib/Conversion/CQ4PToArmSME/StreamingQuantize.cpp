@@ -78,6 +78,9 @@ namespace {
 constexpr int64_t kLanes = 16;      ///< fp32 lanes of a 512-bit vector
 constexpr int64_t kVectorBytes = 64; ///< bytes of a 512-bit vector
 constexpr int64_t kTableBytes = 2 * kVectorBytes; ///< a two-vector TBL
+/// Rows per block of a gated transform's scratch (kGatedRows x gs fp32 on
+/// the stack: 16 KiB at gs = 256).
+constexpr int64_t kGatedRows = 16;
 /// SQCVT (four registers) puts the bytes of its first source vector first,
 /// then the second's, ... (not interleaved, as SQCVTN does).
 constexpr bool kSqcvtInterleaves = false;
@@ -171,11 +174,22 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   }
   // The left signs, and 1/sqrt(gs) * right.
   Value invSqrt = q.constantFloats(float(1.0 / std::sqrt(double(gs))));
-  SmallVector<Value> leftSigns, scaledRight;
+  // The row loops read isr * left (per group) and 1/sqrt(gs) * right (per
+  // call) from a stack table, four vectors per LD1W x4, through a pointer
+  // the loop carries and passes through cq4p_intr.opaque so that LLVM
+  // cannot hoist the loads: held in registers for the whole loop, these 2
+  // gs / 16 vectors and the stages' constants are more than the 32 vector
+  // registers, and LLVM spilled and reloaded them one at a time.
+  Value tables = sme::alignedBase(
+      b, loc,
+      memref::AllocaOp::create(b, loc, MemRefType::get({2 * gs}, b.getF32Type()),
+                               ValueRange{}, b.getI64IntegerAttr(kVectorBytes)));
+  SmallVector<Value> leftSigns;
   for (int64_t v = 0; v < vectors; ++v) {
     leftSigns.push_back(q.loadWidened(q.at(leftBase, v * kLanes), i8));
-    scaledRight.push_back(arith::MulFOp::create(
-        b, loc, q.loadWidened(q.at(rightBase, v * kLanes), i8), invSqrt));
+    q.store(arith::MulFOp::create(b, loc, q.loadWidened(q.at(rightBase, v * kLanes), i8),
+                                  invSqrt),
+            q.at(tables, (vectors + v) * kVectorBytes));
   }
   // The permutation's byte indices: output byte j of vector o reads table
   // pair t at index pos(perm[j]) - 128 t, or 255 (past the table: zero) when
@@ -228,77 +242,133 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
   Value g = groups.getInductionVar();
   Value kBase = arith::MulIOp::create(b, loc, g, q.index(gs));
   Value isrGroup = q.at(isrBase, arith::MulIOp::create(b, loc, kBase, q.index(2)));
-  SmallVector<Value> isrLeft;
   for (int64_t v = 0; v < vectors; ++v)
-    isrLeft.push_back(arith::MulFOp::create(
-        b, loc, q.loadWidened(q.at(isrGroup, v * kLanes * 2), f16), leftSigns[v]));
-
-  auto rowLoop = scf::ForOp::create(b, loc, c0, rows, c1);
-  b.setInsertionPointToStart(rowLoop.getBody());
-  Value row = rowLoop.getInductionVar();
-  Value element = arith::AddIOp::create(
-      b, loc, arith::MulIOp::create(b, loc, row, q.index(k)), kBase);
-  Value floatOffset = arith::MulIOp::create(b, loc, element, q.index(4));
-  SmallVector<Value> w;
-  for (int64_t v = 0; v < vectors; v += 4) {
-    SmallVector<Value> xs = q.loadQuad(q.at(q.at(xBase, floatOffset), v * kLanes * 4));
-    if (gated) {
-      SmallVector<Value> us = q.loadQuad(q.at(q.at(upBase, floatOffset), v * kLanes * 4));
+    q.store(arith::MulFOp::create(b, loc, q.loadWidened(q.at(isrGroup, v * kLanes * 2), f16),
+                                  leftSigns[v]),
+            q.at(tables, v * kVectorBytes));
+  // A row loop over [begin, end) carrying the tables' address; `body` gets
+  // the row and the address, and the loop yields it through the opaque op.
+  auto rowLoopOf = [&](Value begin, Value end, function_ref<void(Value, Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, begin, end, c1, ValueRange{tables});
+    OpBuilder::InsertionGuard loopGuard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value address = loop.getRegionIterArgs()[0];
+    body(loop.getInductionVar(), address);
+    scf::YieldOp::create(
+        b, loc, ValueRange{cq4p_intr::OpaqueOp::create(b, loc, address.getType(), address)});
+  };
+  // x * (isr * left), four vectors from v.
+  auto scaled = [&](SmallVector<Value> xs, Value table, int64_t v) {
+    SmallVector<Value> isrLeft = q.loadQuad(q.at(table, v * kVectorBytes));
+    for (int64_t i = 0; i < 4; ++i)
+      xs[i] = arith::MulFOp::create(b, loc, xs[i], isrLeft[i]);
+    return xs;
+  };
+  auto elementOf = [&](Value row) {
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, q.index(k)),
+                                 kBase);
+  };
+  // Gated: per block of up to kGatedRows rows, act(gate) * up * (isr *
+  // left) first, into a stack scratch of the block's rows of this group,
+  // then the transform reads it back. Two loops where one would hold the
+  // gating's constants and the transform's (lane indices, signs,
+  // permutation) live at once, more than the 32 vector registers: the
+  // store and the load back (one ST1W and one LD1W x4 per four vectors)
+  // cost less than the spills.
+  Value scratch, blockStart, rowBegin = c0, rowEnd = rows;
+  if (gated) {
+    Value scratchBase = sme::alignedBase(
+        b, loc,
+        memref::AllocaOp::create(b, loc, MemRefType::get({kGatedRows * gs}, b.getF32Type()),
+                                 ValueRange{}, b.getI64IntegerAttr(kVectorBytes)));
+    auto blocks = scf::ForOp::create(b, loc, c0, rows, q.index(kGatedRows));
+    b.setInsertionPointToStart(blocks.getBody());
+    blockStart = blocks.getInductionVar();
+    Value blockEnd = arith::MinUIOp::create(
+        b, loc, rows, arith::AddIOp::create(b, loc, blockStart, q.index(kGatedRows)));
+    rowLoopOf(blockStart, blockEnd, [&](Value row, Value table) {
+      Value floatOffset = arith::MulIOp::create(b, loc, elementOf(row), q.index(4));
+      Value target = q.at(scratchBase,
+                          arith::MulIOp::create(
+                              b, loc, arith::SubIOp::create(b, loc, row, blockStart),
+                              q.index(gs * 4)));
+      for (int64_t v = 0; v < vectors; v += 4) {
+        SmallVector<Value> xs = q.loadQuad(q.at(q.at(xBase, floatOffset), v * kLanes * 4));
+        SmallVector<Value> us = q.loadQuad(q.at(q.at(upBase, floatOffset), v * kLanes * 4));
+        for (int64_t i = 0; i < 4; ++i)
+          xs[i] = gatedInput(b, loc, *op.getGating(), xs[i], us[i]);
+        q.storeQuad(scaled(xs, table, v), q.at(target, v * kLanes * 4));
+      }
+    });
+    scratch = scratchBase;
+    rowBegin = blockStart;
+    rowEnd = blockEnd;
+  }
+  rowLoopOf(rowBegin, rowEnd, [&](Value row, Value table) {
+    Value element = elementOf(row);
+    Value source =
+        gated ? q.at(scratch, arith::MulIOp::create(
+                                  b, loc, arith::SubIOp::create(b, loc, row, blockStart),
+                                  q.index(gs * 4)))
+              : q.at(xBase, arith::MulIOp::create(b, loc, element, q.index(4)));
+    SmallVector<Value> w;
+    for (int64_t v = 0; v < vectors; v += 4) {
+      SmallVector<Value> xs = q.loadQuad(q.at(source, v * kLanes * 4));
+      llvm::append_range(w, gated ? xs : scaled(xs, table, v));
+    }
+    // The stages in the contract's order: inside vectors, then between them.
+    for (size_t stage = 0; stage < swapIndices.size(); ++stage)
+      for (Value &v : w)
+        v = math::FmaOp::create(b, loc, v, stageSigns[stage],
+                                q.swapLanes(v, swapIndices[stage]));
+    for (size_t distance = 1; distance < w.size(); distance *= 2)
+      butterflies(b, loc, w, distance);
+    Value magnitudeBits = q.constantWords(0x7fffffff);
+    Value columnMax;
+    SmallVector<Value> scaledRight;
+    for (int64_t v = 0; v < vectors; v += 4)
+      llvm::append_range(scaledRight, q.loadQuad(q.at(table, (vectors + v) * kVectorBytes)));
+    for (int64_t v = 0; v < vectors; ++v) {
+      w[v] = arith::MulFOp::create(b, loc, w[v], scaledRight[v]);
+      Value magnitude = arith::AndIOp::create(
+          b, loc, arith::BitcastOp::create(b, loc, q.words, w[v]), magnitudeBits);
+      columnMax = columnMax ? Value(arith::MaxSIOp::create(b, loc, columnMax, magnitude))
+                            : magnitude;
+    }
+    Value maxAbs = arith::BitcastOp::create(
+        b, loc, b.getF32Type(),
+        vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXSI, columnMax));
+    // act_scales[row, g] = max(max|w| / 127, 1e-10), as every lowering.
+    Value scale = arith::MaximumFOp::create(
+        b, loc,
+        arith::DivFOp::create(b, loc, maxAbs,
+                              arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f))),
+        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
+    Value scaleIndex = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, row, q.index(ng)), g);
+    LLVM::StoreOp::create(b, loc, scale,
+                          q.at(scalesBase, arith::MulIOp::create(b, loc, scaleIndex, q.index(4))),
+                          /*alignment=*/4);
+    Value scales = vector::BroadcastOp::create(b, loc, q.floats, scale);
+    SmallVector<Value> natural;
+    for (int64_t c = 0; c < byteVectors; ++c) {
+      SmallVector<Value> quotients;
       for (int64_t i = 0; i < 4; ++i)
-        xs[i] = gatedInput(b, loc, *op.getGating(), xs[i], us[i]);
+        quotients.push_back(arith::DivFOp::create(b, loc, w[4 * c + i], scales));
+      natural.push_back(q.roundToBytes(quotients));
     }
-    for (int64_t i = 0; i < 4; ++i)
-      w.push_back(arith::MulFOp::create(b, loc, xs[i], isrLeft[v + i]));
-  }
-  // The stages in the contract's order: inside vectors, then between them.
-  for (size_t stage = 0; stage < swapIndices.size(); ++stage)
-    for (Value &v : w)
-      v = math::FmaOp::create(b, loc, v, stageSigns[stage],
-                              q.swapLanes(v, swapIndices[stage]));
-  for (size_t distance = 1; distance < w.size(); distance *= 2)
-    butterflies(b, loc, w, distance);
-  Value magnitudeBits = q.constantWords(0x7fffffff);
-  Value columnMax;
-  for (int64_t v = 0; v < vectors; ++v) {
-    w[v] = arith::MulFOp::create(b, loc, w[v], scaledRight[v]);
-    Value magnitude = arith::AndIOp::create(
-        b, loc, arith::BitcastOp::create(b, loc, q.words, w[v]), magnitudeBits);
-    columnMax = columnMax ? Value(arith::MaxSIOp::create(b, loc, columnMax, magnitude))
-                          : magnitude;
-  }
-  Value maxAbs = arith::BitcastOp::create(
-      b, loc, b.getF32Type(),
-      vector::ReductionOp::create(b, loc, vector::CombiningKind::MAXSI, columnMax));
-  // act_scales[row, g] = max(max|w| / 127, 1e-10), as every lowering.
-  Value scale = arith::MaximumFOp::create(
-      b, loc,
-      arith::DivFOp::create(b, loc, maxAbs,
-                            arith::ConstantOp::create(b, loc, b.getF32FloatAttr(127.0f))),
-      arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-10f)));
-  Value scaleIndex = arith::AddIOp::create(
-      b, loc, arith::MulIOp::create(b, loc, row, q.index(ng)), g);
-  LLVM::StoreOp::create(b, loc, scale,
-                        q.at(scalesBase, arith::MulIOp::create(b, loc, scaleIndex, q.index(4))),
-                        /*alignment=*/4);
-  Value scales = vector::BroadcastOp::create(b, loc, q.floats, scale);
-  SmallVector<Value> natural;
-  for (int64_t c = 0; c < byteVectors; ++c) {
-    SmallVector<Value> quotients;
-    for (int64_t i = 0; i < 4; ++i)
-      quotients.push_back(arith::DivFOp::create(b, loc, w[4 * c + i], scales));
-    natural.push_back(q.roundToBytes(quotients));
-  }
-  Value actRow = q.at(actBase, element);
-  for (int64_t o = 0; o < byteVectors; ++o) {
-    Value out;
-    for (int64_t t = 0; t < pairs; ++t) {
-      Value table0 = natural[std::min<int64_t>(2 * t, byteVectors - 1)];
-      Value table1 = natural[std::min<int64_t>(2 * t + 1, byteVectors - 1)];
-      Value part = q.lookup(table0, table1, permIndices[o * pairs + t]);
-      out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
+    Value actRow = q.at(actBase, element);
+    for (int64_t o = 0; o < byteVectors; ++o) {
+      Value out;
+      for (int64_t t = 0; t < pairs; ++t) {
+        Value table0 = natural[std::min<int64_t>(2 * t, byteVectors - 1)];
+        Value table1 = natural[std::min<int64_t>(2 * t + 1, byteVectors - 1)];
+        Value part = q.lookup(table0, table1, permIndices[o * pairs + t]);
+        out = out ? Value(arith::OrIOp::create(b, loc, out, part)) : part;
+      }
+      LLVM::StoreOp::create(b, loc, out, q.at(actRow, o * kVectorBytes), /*alignment=*/1);
     }
-    LLVM::StoreOp::create(b, loc, out, q.at(actRow, o * kVectorBytes), /*alignment=*/1);
-  }
+  });
 }
 
 } // namespace
