@@ -812,15 +812,16 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 //     Kt[t][d][c] = k[16t + c, kv*D + d], the key tiles a query sees
 //                                  streaming leaf: LD1W rows into ZA0.S,
 //                                  MOVA x4 columns out, ST1W x4
-//   per query head: Qt[t][d][r] = q[16t + r, h*D + d]     the same leaf
+//   per query head: Qt[t][d][r] = c q[16t + r, h*D + d]   the same leaf,
+//                                  c = scale log2(e)
 //   per query tile t (rows at p0 = p + 16t), one streaming leaf
 //   (`<kernel>_sme_prefill_tile`, PrefillAttention.cpp for the softmax):
 //     St[j][r] = sum_d Kt[j/16][d][j%16] Qt[t][d][r], per key tile D
 //       FMOPAs into ZA0.S (its rows are keys, its lanes the tile's query
 //       rows), stored row by row
 //     the softmax down St's columns (16 lanes = 16 query rows): the causal
-//       and window masks (on the few keys that need them), the max, exp
-//       and the sum are lane-wise streaming SVE ops, no reductions; St
+//       and window masks (on the few keys that need them), the max, 2^(s -
+//       m) and the sum are lane-wise streaming SVE ops, no reductions; St
 //       becomes P^T in place
 //     outTile[r][d] = sum_j P^T[j][r] v[j, kv*D + d]: per 64 dims, per key,
 //       one LD1W x4 of its values and 4 FMOPAs (four keys' rows of P^T
@@ -830,12 +831,13 @@ void buildDotLeafBody(OpBuilder &b, Location loc, PanelPartialsOp op,
 // key row of the cache is read once per query tile by each leaf.
 //===----------------------------------------------------------------------===//
 
-/// dst[t][d][c] = src[16t + c, colBase + d] for t in [firstTile, endTile),
-/// zeros for the rows of src at or past `validRows`: per 16 columns, the 16
-/// rows loaded as horizontal slices of ZA0.S (rows past the end through an
-/// empty predicate, which reads nothing) and stored from its vertical
-/// slices, four at a time.
-void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim,
+/// dst[t][d][c] = factor * src[16t + c, colBase + d] for t in [firstTile,
+/// endTile), zeros for the rows of src at or past `validRows`: per 16
+/// columns, the 16 rows loaded as horizontal slices of ZA0.S (rows past the
+/// end through an empty predicate, which reads nothing) and stored from its
+/// vertical slices, four at a time (each times `factor` when it is not 1:
+/// the queries' scale log2(e)).
+void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim, float factor,
                             ValueRange args) {
   Value src = args[0], dst = args[1], colBase = args[2], firstTile = args[3],
         endTile = args[4], validRows = args[5];
@@ -844,6 +846,8 @@ void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim,
   Value c0 = leaf.index(0), c16 = leaf.index(kSmeTileRows);
   Value srcBase = leaf.base(src), dstBase = leaf.base(dst);
   leaf.allWords(); // the stores' counter, outside the loop
+  Value factorVector = vector::BroadcastOp::create(
+      b, loc, leaf.nxv4f32(), arith::ConstantOp::create(b, loc, b.getF32FloatAttr(factor)));
   auto tileLoop = scf::ForOp::create(b, loc, firstTile, endTile, leaf.index(1));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(tileLoop.getBody());
@@ -875,9 +879,17 @@ void buildTransposeLeafBody(OpBuilder &b, Location loc, int64_t dim,
     for (int64_t r = 0; r < kSmeTileRows; ++r)
       leaf.loadTileRow(0, r, masks[r],
                        leaf.offset(rowStart, leaf.index((r * width + 16 * block) * 4)));
-    for (int64_t q = 0; q < 4; ++q)
-      leaf.storeQuadWords(leaf.readTileColumns4(0, 4 * q),
-                          leaf.vectorOffset(tileStart, 16 * block + 4 * q));
+    for (int64_t q = 0; q < 4; ++q) {
+      SmallVector<Value> columns = leaf.readTileColumns4(0, 4 * q);
+      if (factor != 1.0f)
+        for (Value &column : columns)
+          column = LLVM::BitcastOp::create(
+              b, loc, leaf.nxv4i32(),
+              arith::MulFOp::create(b, loc,
+                                    LLVM::BitcastOp::create(b, loc, leaf.nxv4f32(), column),
+                                    factorVector));
+      leaf.storeQuadWords(columns, leaf.vectorOffset(tileStart, 16 * block + 4 * q));
+    }
   }
 }
 
@@ -1483,22 +1495,26 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
       ValueRange{arith::MulIOp::create(b, loc, keyTiles, c16)});
 
   std::string prefix = (op->getParentOfType<func::FuncOp>().getSymName()).str();
-  auto transposeLeaf = [&](Value src, StringRef name) {
+  // The queries times scale log2(e): the scores come out in base 2, so
+  // that the softmax's exponent is s - m (exp2Lanes).
+  float scale = op.getScale().convertToFloat();
+  auto transposeLeaf = [&](Value src, StringRef name, float factor) {
     return getOrCreateLeaf(
         module, symbols, (prefix + name).str(),
         TypeRange{src.getType(), tilesType, b.getIndexType(), b.getIndexType(),
                   b.getIndexType(), b.getIndexType()},
         loc, [&](OpBuilder &leafBuilder, ValueRange args) {
-          buildTransposeLeafBody(leafBuilder, loc, dim, args);
+          buildTransposeLeafBody(leafBuilder, loc, dim, factor, args);
         });
   };
-  func::FuncOp keysLeaf = transposeLeaf(op.getK(), "_sme_transpose_keys");
-  func::FuncOp queriesLeaf = transposeLeaf(op.getQ(), "_sme_transpose_queries");
+  func::FuncOp keysLeaf = transposeLeaf(op.getK(), "_sme_transpose_keys", 1.0f);
+  func::FuncOp queriesLeaf =
+      transposeLeaf(op.getQ(), "_sme_transpose_queries",
+                    float(double(scale) * 1.4426950408889634));
   // Per query tile, one leaf: Q K^T by outer products into St, the softmax
   // down St's columns and P V by outer products, then each output row
   // divided by its sum (PrefillAttention.cpp), all in streaming mode.
   Type indexType = b.getIndexType();
-  float scale = op.getScale().convertToFloat();
   func::FuncOp tileLeaf = getOrCreateLeaf(
       module, symbols, prefix + "_sme_prefill_tile",
       TypeRange{tilesType, indexType, tilesType, st.getType(), op.getV().getType(),
@@ -1520,15 +1536,15 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
         auto outType = MemRefType::get({kSmeTileRows, dim}, lb.getF32Type());
         Value outTile = memref::AllocaOp::create(lb, loc, outType, ValueRange{},
                                                  lb.getI64IntegerAttr(64));
-        PrefillKeys keys = prefillKeys(lb, loc, window, scale, keyBegin, keyEnd, p0);
+        PrefillKeys keys = prefillKeys(lb, loc, window, keyBegin, keyEnd, p0);
         Value fusedMax = buildScoresLeafBody(
             lb, loc, dim,
             ValueRange{qt, t, kt, scores, arith::DivUIOp::create(lb, loc, keyBegin, c16),
                        arith::CeilDivUIOp::create(lb, loc, keyEnd, c16)},
             arith::DivUIOp::create(lb, loc, keys.fusedBegin, c16),
             arith::DivUIOp::create(lb, loc, keys.fusedEnd, c16));
-        emitPrefillSoftmax(lb, loc, window, scale, scores, keyBegin, keyEnd, p0, keys,
-                           fusedMax, inverses);
+        emitPrefillSoftmax(lb, loc, window, scores, keyBegin, keyEnd, p0, keys, fusedMax,
+                           inverses);
         buildValuesLeafBody(lb, loc, dim,
                             ValueRange{scores, v, kvBase, keyBegin, keyEnd, outTile});
         Value i0 = arith::MulIOp::create(lb, loc, t, c16);

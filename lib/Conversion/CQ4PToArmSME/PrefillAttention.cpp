@@ -4,10 +4,14 @@
 // of whole 64s; CQ4PToArmSME.cpp lowers it) runs per query head and tile of
 // 16 query rows one streaming leaf, `<kernel>_sme_prefill_tile`:
 //
-//   St[j][r] = q_r . k_j for the key tiles the rows see   FMOPAs into ZA0.S
+//   St[j][r] = c q_r . k_j for the key tiles the rows see FMOPAs into ZA0.S
 //   the softmax of St's columns, in place                 this file
 //   outTile[r][d] = sum_j St[j][r] v[j][d]                FMOPAs, 4 tiles
 //   out[i0 + r][d] = outTile[r][d] / sum_j St[j][r]       this file
+//
+// with c = scale log2(e), multiplied into the queries as they are
+// transposed (once per head), so that the scores come out in base 2:
+// exp(scale q.k - m) = 2^(c q.k - m').
 //
 // A row of St holds key j's scores for the tile's 16 query rows, one
 // 512-bit vector, so the softmax is lane-wise vector work with no
@@ -19,20 +23,20 @@
 //
 // The masked ranges hold at most 15 (causal) and 16 + 15 (window) keys;
 // the others pay no mask, and go four rows of St per LD1W x4 / ST1W x4.
-// Two passes: the largest score per row (lane-wise FMAX; scaled once,
-// rounding being monotonic), then p = exp(scale s - m) = 2^(c s - m') with
-// c = scale log2(e), as one FMA and a base-2 exponential with FSCALE
+// Two passes: the largest score per row (lane-wise FMAX; for the whole key
+// tiles of [clean, cleanEnd) folded as the scores leave ZA), then p = 2^(s
+// - m) as one FSUB and a base-2 exponential with FSCALE
 // (StreamingBuilder::exp2Lanes, 10 instructions), stored over s and summed;
 // a masked key's p is 0 (selected after the exponential, so that its
 // argument never matters). Everything runs in streaming mode, between the
 // leaf's outer products: no mode switch and no 4-register NEON form of each
 // 16-lane step.
 //
-// The sums run in key order, as the vector code's, but 2^(c s - m') is one
-// rounding where the vector code rounds scale s first, and the exponential
-// is another polynomial (within 2e-7 relative): the results are within the
-// model tolerance of NEON's (docs/FORMAT.md section 5), not bit-identical,
-// as for the rest of SME2 attention.
+// The sums run in key order, as the vector code's, but the queries are
+// rounded once more (times c) and the exponential is another polynomial
+// (within 2e-7 relative): the results are within the model tolerance of
+// NEON's (docs/FORMAT.md section 5), not bit-identical, as for the rest of
+// SME2 attention.
 //
 //===----------------------------------------------------------------------===//
 
@@ -84,7 +88,7 @@ struct Lanes : sme::StreamingBuilder {
 } // namespace
 
 PrefillKeys mlir::cq4p::prefillKeys(OpBuilder &b, Location loc, int64_t window,
-                                    float scale, Value keyBegin, Value keyEnd, Value p0) {
+                                    Value keyBegin, Value keyEnd, Value p0) {
   auto index = [&](int64_t v) -> Value { return arith::ConstantIndexOp::create(b, loc, v); };
   // Every row sees keys [clean, cleanEnd): j <= p0 and j >= p0 + 16 - window.
   Value cleanEnd = arith::MaxUIOp::create(
@@ -105,21 +109,18 @@ PrefillKeys mlir::cq4p::prefillKeys(OpBuilder &b, Location loc, int64_t window,
   // The whole tiles of [clean, cleanEnd): from clean rounded up to a tile
   // (at most cleanEnd) to cleanEnd rounded down (at least that).
   Value c16 = index(16);
-  Value fusedBegin = clean, fusedEnd = clean;
-  if (scale > 0) {
-    fusedBegin = arith::MinUIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, arith::CeilDivUIOp::create(b, loc, clean, c16), c16),
-        cleanEnd);
-    fusedEnd = arith::MaxUIOp::create(
-        b, loc, fusedBegin,
-        arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, cleanEnd, c16), c16));
-  }
+  Value fusedBegin = arith::MinUIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, arith::CeilDivUIOp::create(b, loc, clean, c16), c16),
+      cleanEnd);
+  Value fusedEnd = arith::MaxUIOp::create(
+      b, loc, fusedBegin,
+      arith::MulIOp::create(b, loc, arith::DivUIOp::create(b, loc, cleanEnd, c16), c16));
   return {clean, cleanEnd, fusedBegin, fusedEnd};
 }
 
-void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
-                                    float scale, Value st, Value keyBegin, Value keyEnd,
-                                    Value p0, const PrefillKeys &keys, Value fusedMax,
+void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window, Value st,
+                                    Value keyBegin, Value keyEnd, Value p0,
+                                    const PrefillKeys &keys, Value fusedMax,
                                     Value inverses) {
   Lanes s(b, loc);
   Value stBase = sme::alignedBase(b, loc, st);
@@ -127,8 +128,6 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   auto row = [&](Value j) { return s.at(stBase, arith::MulIOp::create(b, loc, j, rowBytes)); };
   Value minusInf = s.splat(s.f32(-std::numeric_limits<float>::infinity()));
   Value zeros = s.splat(s.f32(0.0f));
-  // Scores go to base 2: exp(scale s - m) = 2^(scale log2(e) s - m').
-  Value scales = s.splat(s.f32(float(double(scale) * 1.4426950408889634)));
 
   // Lane r is the query at p0 + r: it sees key j when j <= p0 + r and, with
   // a window, j > p0 + r - window.
@@ -156,19 +155,12 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
 
   Value clean = keys.clean, cleanEnd = keys.cleanEnd;
 
-  // Pass 1: the largest visible scaled score per row.
-  // Rounding is monotonic: with a positive scale the largest scaled score
-  // is the largest score, scaled (one multiply per row, not per key). The
-  // whole tiles of the keys every row sees came with the scores
-  // (fusedMax); the keys around them go one at a time.
-  bool positive = scale > 0;
-  auto scaled = [&](Value x) -> Value {
-    return positive ? x : arith::MulFOp::create(b, loc, x, scales).getResult();
-  };
+  // Pass 1: the largest visible score per row. The whole tiles of the keys
+  // every row sees came with the scores (fusedMax); the keys around them
+  // go one at a time.
   auto maskedMax = [&](Value j, Value m) -> Value {
-    Value x = scaled(s.load(row(j)));
-    return arith::MaximumFOp::create(b, loc, m,
-                                     arith::SelectOp::create(b, loc, visible(j), x, minusInf));
+    return arith::MaximumFOp::create(
+        b, loc, m, arith::SelectOp::create(b, loc, visible(j), s.load(row(j)), minusInf));
   };
   Value m = fusedMax;
   if (window > 0)
@@ -177,20 +169,15 @@ void mlir::cq4p::emitPrefillSoftmax(OpBuilder &b, Location loc, int64_t window,
   Value cleanKeys = arith::SubIOp::create(b, loc, cleanEnd, clean);
   Value quadEnd = arith::SubIOp::create(
       b, loc, cleanEnd, arith::RemUIOp::create(b, loc, cleanKeys, s.index(4)));
-  auto scaledMax = [&](Value j, Value m) -> Value {
-    return arith::MaximumFOp::create(b, loc, m, scaled(s.load(row(j))));
+  auto cleanMax = [&](Value j, Value m) -> Value {
+    return arith::MaximumFOp::create(b, loc, m, s.load(row(j)));
   };
-  m = s.fold(clean, keys.fusedBegin, m, scaledMax);
-  m = s.fold(keys.fusedEnd, cleanEnd, m, scaledMax);
+  m = s.fold(clean, keys.fusedBegin, m, cleanMax);
+  m = s.fold(keys.fusedEnd, cleanEnd, m, cleanMax);
   m = s.fold(cleanEnd, keyEnd, m, maskedMax);
 
-  // Pass 2: p = 2^(c s - m') in place, and its sum per row.
-  if (positive)
-    m = arith::MulFOp::create(b, loc, m, scales);
-  Value negated = arith::NegFOp::create(b, loc, m);
-  auto exponential = [&](Value x) -> Value {
-    return s.exp2Lanes(math::FmaOp::create(b, loc, x, scales, negated));
-  };
+  // Pass 2: p = 2^(s - m) in place, and its sum per row.
+  auto exponential = [&](Value x) -> Value { return s.exp2Lanes(s.subF(x, m)); };
   auto weight = [&](Value address) -> Value { return exponential(s.load(address)); };
   auto maskedSum = [&](Value j, Value l) -> Value {
     Value address = row(j);

@@ -570,14 +570,21 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-COUNT-16: "arm_sme.intr.ld1w.horiz"
 // CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
+// The queries' leaf multiplies them by scale log2(e) (0.125 * 1.4427):
 // CHECK-LABEL: func.func private @cq4p_attention_sme_transpose_queries
+// CHECK: %[[C:.*]] = arith.constant 0.180336878 : f32
+// CHECK: %[[CS:.*]] = vector.broadcast %[[C]] : f32 to vector<[4]xf32>
+// CHECK: cq4p_intr.aarch64.sme.read.ver.vg4
+// CHECK-COUNT-4: arith.mulf %{{.*}}, %[[CS]] : vector<[4]xf32>
+// CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // The query tile's leaf: Q K^T (64 FMOPAs per key tile into ZA0.S, its 16
 // rows stored four per MOVA and ST1W) in three loops of key tiles, the
 // middle one (the whole tiles every row sees) folding its rows' largest
 // as they leave ZA; the softmax in streaming SVE: the largest score per
 // row over the keys every row sees around those tiles, one at a time, and
-// over the last keys with the causal mask; the largest scaled once; 2^(c s - m') as one FMA and the
-// polynomial (its 2^k an FSCALE), stored back four rows per ST1W x4;
+// over the last keys with the causal mask; 2^(s - m) (the scores in base
+// 2) as one FSUB and the polynomial (its 2^k an FSCALE), stored back four
+// rows per ST1W x4;
 // the masked keys' weights selected to 0 after the exponential; P V (one
 // LD1W x4 of a key's values and four FMOPAs); each output row times its
 // inverse sum.
@@ -623,23 +630,21 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-NOT: arith.cmpi
 // CHECK: arith.maximumf
 // CHECK: scf.yield
-// CHECK: scf.for
+// CHECK: %[[MAX:.*]] = scf.for
 // CHECK: %[[KEY:.*]] = vector.broadcast %{{.*}} : i32 to vector<[4]xi32>
 // CHECK-NEXT: %[[SEEN:.*]] = arith.cmpi sle, %[[KEY]], %{{.*}} : vector<[4]xi32>
-// CHECK-NEXT: arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<[4]xi1>, vector<[4]xf32>
+// CHECK: arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<[4]xi1>, vector<[4]xf32>
 // CHECK-NEXT: arith.maximumf
-// CHECK: %[[MAX:.*]] = arith.mulf %{{.*}}, %{{.*}} : vector<[4]xf32>
-// CHECK-NEXT: %[[NEG:.*]] = arith.negf %[[MAX]]
 // CHECK: scf.for
 // CHECK: cq4p_intr.aarch64.sve.ld1.pn.x4
-// CHECK: math.fma %{{.*}}, %{{.*}}, %[[NEG]] : vector<[4]xf32>
+// CHECK: arith.subf %{{.*}}, %[[MAX]] : vector<[4]xf32>
 // CHECK: cq4p_intr.aarch64.sve.fscale
 // CHECK: cq4p_intr.aarch64.sve.st1.pn.x4
 // CHECK-NOT: math.exp
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: arith.cmpi sle
-// CHECK: math.fma %{{.*}}, %{{.*}}, %[[NEG]] : vector<[4]xf32>
+// CHECK: arith.subf %{{.*}}, %[[MAX]] : vector<[4]xf32>
 // CHECK: arith.select
 // CHECK: arith.divf
 // CHECK: scf.for
