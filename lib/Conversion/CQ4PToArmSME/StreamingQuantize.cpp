@@ -39,14 +39,18 @@
 // once per call (words narrowed through a stack buffer, an index past the
 // table reading as zero). The in-vector stages' lane indices and signs,
 // the left signs and 1/sqrt(gs) * right are formed once per call too;
-// isr * left once per group. Groups are the outer loop and rows the inner,
-// as in the NEON lowering.
+// isr * left once per group, and the row loops read those two from a stack
+// table (four vectors per LD1W x4, through a pointer the loop carries
+// opaquely: in registers they spilled). Groups are the outer loop and rows
+// the inner, as in the NEON lowering.
 //
-// Gated (a dense MLP's down projection): x = act(gate) * up is formed as
-// the gate and up vectors load, with the vector lowering's own builder
-// (gatedInput: cq4p.glu's formula and order, activateLanes' sigmoid from
-// one exponential of a non-positive argument), so the bytes equal the NEON
-// lowering's.
+// Gated (a dense MLP's down projection): x = act(gate) * up is formed with
+// the vector lowering's own builder (gatedInput: cq4p.glu's formula and
+// order, activateLanes' sigmoid from one exponential of a non-positive
+// argument), so the bytes equal the NEON lowering's; per block of 16 rows
+// of a group, a loop of its own writes x * (isr * left) to a stack scratch
+// that the transform's loop reads (the gating's constants and the
+// stages' do not fit the registers together).
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,6 +72,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 using namespace mlir;
@@ -268,54 +273,69 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
     return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, q.index(k)),
                                  kBase);
   };
-  // Gated: per block of up to kGatedRows rows, act(gate) * up * (isr *
-  // left) first, into a stack scratch of the block's rows of this group,
-  // then the transform reads it back. Two loops where one would hold the
-  // gating's constants and the transform's (lane indices, signs,
-  // permutation) live at once, more than the 32 vector registers: the
-  // store and the load back (one ST1W and one LD1W x4 per four vectors)
-  // cost less than the spills.
-  Value scratch, blockStart, rowBegin = c0, rowEnd = rows;
-  if (gated) {
-    Value scratchBase = sme::alignedBase(
+  // The row's x * (isr * left), gated or not, as 16-lane vectors.
+  auto inputsOf = [&](Value row, Value table) {
+    Value floatOffset = arith::MulIOp::create(b, loc, elementOf(row), q.index(4));
+    SmallVector<Value> w;
+    for (int64_t v = 0; v < vectors; v += 4) {
+      SmallVector<Value> xs = q.loadQuad(q.at(q.at(xBase, floatOffset), v * kLanes * 4));
+      if (gated) {
+        SmallVector<Value> us = q.loadQuad(q.at(q.at(upBase, floatOffset), v * kLanes * 4));
+        for (int64_t i = 0; i < 4; ++i)
+          xs[i] = gatedInput(b, loc, *op.getGating(), xs[i], us[i]);
+      }
+      llvm::append_range(w, scaled(xs, table, v));
+    }
+    return w;
+  };
+  // The transform of one row from its inputs (the rest of this function).
+  std::function<void(Value, Value, ArrayRef<Value>)> transformRow;
+  auto transformRows = [&](Value begin, Value end,
+                           function_ref<SmallVector<Value>(Value, Value)> inputs) {
+    rowLoopOf(begin, end,
+              [&](Value row, Value table) { transformRow(row, table, inputs(row, table)); });
+  };
+  // Gated, from kGatedRows rows on: per block of up to kGatedRows rows,
+  // act(gate) * up * (isr * left) first, into a stack scratch of the
+  // block's rows of this group, then the transform reads it back. Two
+  // loops where one would hold the gating's constants and the transform's
+  // (lane indices, signs, permutation) live at once, more than the 32
+  // vector registers: the store and the load back (one ST1W and one LD1W
+  // x4 per four vectors) cost less than the spills. Fewer rows (a decode
+  // step's one) take one loop, where the blocks' own setup would cost more.
+  auto blockedRows = [&] {
+    Value scratch = sme::alignedBase(
         b, loc,
         memref::AllocaOp::create(b, loc, MemRefType::get({kGatedRows * gs}, b.getF32Type()),
                                  ValueRange{}, b.getI64IntegerAttr(kVectorBytes)));
     auto blocks = scf::ForOp::create(b, loc, c0, rows, q.index(kGatedRows));
+    OpBuilder::InsertionGuard blockGuard(b);
     b.setInsertionPointToStart(blocks.getBody());
-    blockStart = blocks.getInductionVar();
+    Value blockStart = blocks.getInductionVar();
     Value blockEnd = arith::MinUIOp::create(
         b, loc, rows, arith::AddIOp::create(b, loc, blockStart, q.index(kGatedRows)));
+    auto slot = [&](Value row) {
+      return q.at(scratch,
+                  arith::MulIOp::create(b, loc, arith::SubIOp::create(b, loc, row, blockStart),
+                                        q.index(gs * 4)));
+    };
     rowLoopOf(blockStart, blockEnd, [&](Value row, Value table) {
-      Value floatOffset = arith::MulIOp::create(b, loc, elementOf(row), q.index(4));
-      Value target = q.at(scratchBase,
-                          arith::MulIOp::create(
-                              b, loc, arith::SubIOp::create(b, loc, row, blockStart),
-                              q.index(gs * 4)));
-      for (int64_t v = 0; v < vectors; v += 4) {
-        SmallVector<Value> xs = q.loadQuad(q.at(q.at(xBase, floatOffset), v * kLanes * 4));
-        SmallVector<Value> us = q.loadQuad(q.at(q.at(upBase, floatOffset), v * kLanes * 4));
-        for (int64_t i = 0; i < 4; ++i)
-          xs[i] = gatedInput(b, loc, *op.getGating(), xs[i], us[i]);
-        q.storeQuad(scaled(xs, table, v), q.at(target, v * kLanes * 4));
-      }
+      SmallVector<Value> w = inputsOf(row, table);
+      Value target = slot(row);
+      for (int64_t v = 0; v < vectors; v += 4)
+        q.storeQuad(ArrayRef<Value>(w).slice(v, 4), q.at(target, v * kLanes * 4));
     });
-    scratch = scratchBase;
-    rowBegin = blockStart;
-    rowEnd = blockEnd;
-  }
-  rowLoopOf(rowBegin, rowEnd, [&](Value row, Value table) {
+    transformRows(blockStart, blockEnd, [&](Value row, Value) {
+      SmallVector<Value> w;
+      Value source = slot(row);
+      for (int64_t v = 0; v < vectors; v += 4)
+        llvm::append_range(w, q.loadQuad(q.at(source, v * kLanes * 4)));
+      return w;
+    });
+  };
+  transformRow = [&](Value row, Value table, ArrayRef<Value> inputs) {
     Value element = elementOf(row);
-    Value source =
-        gated ? q.at(scratch, arith::MulIOp::create(
-                                  b, loc, arith::SubIOp::create(b, loc, row, blockStart),
-                                  q.index(gs * 4)))
-              : q.at(xBase, arith::MulIOp::create(b, loc, element, q.index(4)));
-    SmallVector<Value> w;
-    for (int64_t v = 0; v < vectors; v += 4) {
-      SmallVector<Value> xs = q.loadQuad(q.at(source, v * kLanes * 4));
-      llvm::append_range(w, gated ? xs : scaled(xs, table, v));
-    }
+    SmallVector<Value> w(inputs);
     // The stages in the contract's order: inside vectors, then between them.
     for (size_t stage = 0; stage < swapIndices.size(); ++stage)
       for (Value &v : w)
@@ -368,7 +388,18 @@ void buildQuantizeLeafBody(OpBuilder &b, Location loc, QuantizeActivationsOp op,
       }
       LLVM::StoreOp::create(b, loc, out, q.at(actRow, o * kVectorBytes), /*alignment=*/1);
     }
-  });
+  };
+  if (!gated) {
+    transformRows(c0, rows, inputsOf);
+    return;
+  }
+  Value blocked = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, rows,
+                                        q.index(kGatedRows));
+  auto ifOp = scf::IfOp::create(b, loc, blocked, /*withElseRegion=*/true);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  blockedRows();
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  transformRows(c0, rows, inputsOf);
 }
 
 } // namespace
