@@ -47,10 +47,11 @@
 // Gated (a dense MLP's down projection): x = act(gate) * up is formed with
 // the vector lowering's own builder (gatedInput: cq4p.glu's formula and
 // order, activateLanes' sigmoid from one exponential of a non-positive
-// argument), so the bytes equal the NEON lowering's; per block of 16 rows
-// of a group, a loop of its own writes x * (isr * left) to a stack scratch
-// that the transform's loop reads (the gating's constants and the
-// stages' do not fit the registers together).
+// argument), so the bytes equal the NEON lowering's. From 16 rows on, per
+// block of 16 rows of a group, a loop of its own writes x * (isr * left)
+// to a stack scratch that the transform's loop reads (the gating's
+// constants and the stages' do not fit the registers together); fewer rows
+// gate inline.
 //
 //===----------------------------------------------------------------------===//
 
