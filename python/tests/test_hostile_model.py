@@ -531,9 +531,15 @@ def test_convert_cleans_its_temporary_on_sigterm_and_sigint(tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     for signum in (signal.SIGTERM, signal.SIGINT):
+        # SIGINT's default action in the child: a suite started as a
+        # background job of a shell without job control inherits SIGINT
+        # ignored (POSIX), and Python then installs no KeyboardInterrupt
+        # handler, so the interrupt would never arrive.
         process = subprocess.Popen(hostile.cli("convert", "--model", model_dir, "--out",
                                                out_dir / "bundle", "--quantizer", "numpy"),
-                                   env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                   env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                    signal.SIG_DFL))
         # The signal goes in as soon as the first tensor's progress line is
         # out: the conversion is then under way with its temporary in place
         # and most tensors still to write (a fixed delay raced a fast machine).
