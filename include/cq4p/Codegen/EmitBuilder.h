@@ -253,6 +253,16 @@ public:
   Value fma(Value x, Value y, Value z) { return math::FmaOp::create(b, loc, x, y, z); }
   /// exp(x) for x <= 0 (a softmax's differences from its running max).
   Value expNonPositive(Value x) { return cq4p::expNonPositive(b, loc, x); }
+  /// 2^r lane by lane for |r| <= 1/2: expNonPositive's degree-5 fit with its
+  /// coefficients times (ln 2)^i (2^r = e^(r ln 2)), by Horner; 1.8e-7
+  /// relative in fp32. The base-2 exponentials (NEON attention's
+  /// exp2NonPositive, SME2's exp2Lanes) scale it by 2^k each their own way.
+  Value exp2Fraction(Value r) {
+    Value p = fma(r, splatF32(0.00133088103f), splatF32(0.00967153907f));
+    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
+      p = fma(p, r, splatF32(c));
+    return p;
+  }
   /// silu(x) or gelu_tanh(x) lane by lane (activateLanes).
   Value activate(Value x, bool silu) { return activateLanes(b, loc, x, silu); }
   /// (sin x, cos x) lane by lane (sinCosLanes).

@@ -21,6 +21,10 @@
 
 namespace mlir::cq4p::sme {
 
+/// log2(e): the attention leaves multiply their queries by scale log2(e)
+/// so that the scores come out in base 2 (StreamingBuilder::exp2Lanes).
+constexpr double kLog2E = 1.4426950408889634;
+
 /// The address of `memref`'s first element (its aligned pointer), as an
 /// LLVM pointer.
 inline Value alignedBase(OpBuilder &b, Location loc, Value memref) {
@@ -92,9 +96,8 @@ public:
   /// rounding of a scaled maximum, is fine too): k = x rounded to an
   /// integer (adding and subtracting 1.5 * 2^23, three-operand FADD and
   /// FSUB where FRINTN would need a MOVPRFX), r = x - k exact with |r| <=
-  /// 1/2 for |x| < 2^22, 2^r by the degree-5 polynomial of NEON attention's
-  /// exp2NonPositive (Horner: one MOVPRFX and five FMLA/FMAD; 1.8e-7
-  /// relative in fp32), then FSCALE by FCVTZS(k). No clamp: FCVTZS
+  /// 1/2 for |x| < 2^22, 2^r by exp2Fraction (NEON attention's polynomial;
+  /// Horner: one MOVPRFX and five FMLA/FMAD; 1.8e-7 relative in fp32), then FSCALE by FCVTZS(k). No clamp: FCVTZS
   /// saturates, so for x below -2^22 (where k is still an integer and r
   /// small) the result is zero, and an underflow is a denormal or zero as
   /// FSCALE's rounding gives it. 10 instructions where expNonPositive (base
@@ -108,10 +111,7 @@ public:
         b, loc, DenseElementsAttr::get(VectorType::get({4}, b.getI1Type(), {true}), true));
     const float magic = 12582912.0f; // 1.5 * 2^23
     Value k = subF(addF(x, splatF32(magic)), splatF32(magic));
-    Value r = subF(x, k);
-    Value p = fma(r, splatF32(0.00133088103f), splatF32(0.00967153907f));
-    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
-      p = fma(p, r, splatF32(c));
+    Value p = exp2Fraction(subF(x, k));
     Value exponents = cq4p_intr::SveFcvtzsOp::create(
         b, loc, words, LLVM::PoisonOp::create(b, loc, words), ones, k);
     return cq4p_intr::SveFscaleOp::create(b, loc, floats, ones, p, exponents);

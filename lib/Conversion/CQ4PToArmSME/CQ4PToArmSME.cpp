@@ -913,12 +913,15 @@ Value buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim, ValueRange ar
       b, loc, leaf.nxv4f32(),
       arith::ConstantOp::create(
           b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity())));
-  auto tiles = [&](Value begin, Value end, Value max, bool fold) -> Value {
-    auto tileLoop = scf::ForOp::create(b, loc, begin, end, leaf.index(1), ValueRange{max});
+  // The tiles [begin, end); with `fold`, the loop carries and returns the
+  // rows' largest.
+  auto tiles = [&](Value begin, Value end, bool fold) -> Value {
+    auto tileLoop = scf::ForOp::create(b, loc, begin, end, leaf.index(1),
+                                       fold ? ValueRange{minusInf} : ValueRange{});
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(tileLoop.getBody());
     Value t = tileLoop.getInductionVar();
-    Value m = tileLoop.getRegionIterArgs()[0];
+    Value m = fold ? tileLoop.getRegionIterArgs()[0] : Value();
     Value keyTile = leaf.offset(
         ktBase, arith::MulIOp::create(b, loc, t, leaf.index(dim * kStreamingBytes)));
     leaf.zeroZa();
@@ -946,12 +949,14 @@ Value buildScoresLeafBody(OpBuilder &b, Location loc, int64_t dim, ValueRange ar
         for (Value row : rows)
           m = arith::MaximumFOp::create(b, loc, m, row);
     }
+    if (!fold)
+      return Value();
     scf::YieldOp::create(b, loc, m);
     return tileLoop.getResult(0);
   };
-  Value max = tiles(firstTile, fusedBegin, minusInf, false);
-  max = tiles(fusedBegin, fusedEnd, max, true);
-  tiles(fusedEnd, endTile, max, false);
+  tiles(firstTile, fusedBegin, false);
+  Value max = tiles(fusedBegin, fusedEnd, true);
+  tiles(fusedEnd, endTile, false);
   return max;
 }
 
@@ -1510,7 +1515,7 @@ void lowerAttention(ModuleOp module, SymbolTable &symbols, AttentionOp op) {
   func::FuncOp keysLeaf = transposeLeaf(op.getK(), "_sme_transpose_keys", 1.0f);
   func::FuncOp queriesLeaf =
       transposeLeaf(op.getQ(), "_sme_transpose_queries",
-                    float(double(scale) * 1.4426950408889634));
+                    float(double(scale) * sme::kLog2E));
   // Per query tile, one leaf: Q K^T by outer products into St, the softmax
   // down St's columns and P V by outer products, then each output row
   // divided by its sum (PrefillAttention.cpp), all in streaming mode.

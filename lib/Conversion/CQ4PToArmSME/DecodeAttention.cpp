@@ -235,7 +235,7 @@ public:
     zeros = s.splat(s.f32(0.0f));
     // The scores in base 2 (the queries times scale log2(e)): the softmax's
     // exponentials are 2^(x - m) (exp2Lanes).
-    scaleV = s.splat(s.f32(float(double(shape.scale) * 1.4426950408889634)));
+    scaleV = s.splat(s.f32(float(double(shape.scale) * sme::kLog2E)));
     // The key offset within its tile of lane G k + h of P_r: K r + k.
     laneKeys = arith::DivUIOp::create(
         b, loc,

@@ -237,10 +237,7 @@ struct Neon : EmitBuilder {
   /// (2^-125.5 = exp(-87)). 10 instructions after the argument.
   Value exp2NonPositive(Value x) {
     auto [t, r] = splitExponent(x);
-    Value p = fma(r, splatF32(0.00133088103f), splatF32(0.00967153907f));
-    for (float c : {0.0555058271f, 0.240222424f, 0.693147063f, 1.0f})
-      p = fma(p, r, splatF32(c));
-    return timesPowerOfTwo(b, loc, p, t);
+    return timesPowerOfTwo(b, loc, exp2Fraction(r), t);
   }
 
   /// 2^x / C lane by lane for x <= 0, C = 0.00133088103 (the leading

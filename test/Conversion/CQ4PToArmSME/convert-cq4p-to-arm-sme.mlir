@@ -609,7 +609,6 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-COUNT-2: cq4p_intr.aarch64.sme.read.hor.vg4
 // CHECK-NOT: "arm_sme.intr.str"
 // CHECK-NOT: arith.maximumf
-// CHECK: scf.yield
 // CHECK: scf.for {{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
 // CHECK-COUNT-64: "arm_sme.intr.mopa"
 // CHECK: cq4p_intr.aarch64.sme.read.hor.vg4
@@ -617,10 +616,9 @@ func.func @cq4p_gemv_not_fused(%panels: memref<2x2x32x128xi8>, %cb: memref<16xi8
 // CHECK-COUNT-4: arith.maximumf
 // CHECK: cq4p_intr.aarch64.sme.read.hor.vg4
 // CHECK: scf.yield
-// CHECK: scf.for {{.*}} iter_args(%{{.*}}) -> (vector<[4]xf32>) {
+// CHECK: scf.for %{{[^ ]*}} = %{{[^ ]*}} to %{{[^ ]*}} step %{{[^ ]*}} {
 // CHECK-COUNT-64: "arm_sme.intr.mopa"
 // CHECK-NOT: arith.maximumf
-// CHECK: scf.yield
 // CHECK: vector.step : vector<[4]xindex>
 // CHECK: scf.for
 // CHECK-NOT: arith.cmpi
