@@ -46,8 +46,15 @@
 // VNNI: the codebook biased by 128 (weights unsigned, activations signed),
 // the accumulators starting at -128 * the row's sum over the group; one
 // vpdpbusd per dot, no correction per weight vector.
+// With VNNI the rearrangement takes a register of activations a step: one
+// shuffle puts each 32's even bytes before its odd ones, and one vpdpbusd by
+// bytes of 1 sums them for the accumulators' start.
 // AVXVNNI-LABEL: func.func @panel_dot
 // AVXVNNI: arith.xori %{{.*}} : vector<16xi8>
+// AVXVNNI: } else {
+// AVXVNNI: %[[BYTES:.*]] = vector.load %arg2{{.*}} : memref<?x32xi8>, vector<32xi8>
+// AVXVNNI: vector.shuffle %[[BYTES]], %[[BYTES]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 1, 3, 5, 7, {{.*}}, 31]
+// AVXVNNI: cq4p_intr.x86.avx512.vpdpbusd.256 %{{.*}}, %{{.*}}, %[[BYTES]]
 // AVXVNNI: vector.reduction <add>
 // AVXVNNI: arith.muli %{{.*}}, %c-128_i32 : i32
 // AVXVNNI: cq4p_intr.x86.avx2.pshuf.b
@@ -78,5 +85,24 @@ func.func @panel_dot_tile(%panels: memref<1x1x8x128xi8>, %cb: memref<16xi8>,
                           %sb: index, %g: index, %row: index) {
   cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
       : memref<1x1x8x128xi8>, memref<16xi8>, memref<?x32xi8>, memref<4x64xi32>
+  return
+}
+
+// Groups of 128 on zmm: the rearrangement 64 activations a step (two 32s,
+// each's even bytes before its odd ones), summed by vpdpbusd with bytes of 1.
+// VNNI512-LABEL: func.func @panel_dot_gs128
+// VNNI512: } else {
+// VNNI512: scf.for %{{.*}} = %c0 to %c2 step %c1
+// VNNI512: %[[BYTES:.*]] = vector.load %arg2{{.*}} : memref<?x128xi8>, vector<64xi8>
+// VNNI512: vector.shuffle %[[BYTES]], %[[BYTES]] [0, 2, {{.*}}, 30, 1, 3, {{.*}}, 31, 32, 34, {{.*}}, 62, 33, 35, {{.*}}, 63]
+// VNNI512: vector.store %{{.*}} : memref<1x4x32xi32>, vector<16xi32>
+// VNNI512: cq4p_intr.x86.avx512.vpdpbusd.512 %{{.*}}, %{{.*}}, %[[BYTES]]
+// VNNI512: vector.reduction <add>
+// VNNI512: arith.muli %{{.*}}, %c-128_i32 : i32
+func.func @panel_dot_gs128(%panels: memref<1x1x32x128xi8>, %cb: memref<16xi8>,
+                           %act: memref<?x128xi8>, %partials: memref<4x64xi32>,
+                           %sb: index, %g: index, %row: index) {
+  cq4p.panel_dot %panels, %cb, %act, %partials, %sb, %g, %row
+      : memref<1x1x32x128xi8>, memref<16xi8>, memref<?x128xi8>, memref<4x64xi32>
   return
 }
