@@ -36,6 +36,23 @@
 // of 32), half of them up to 8 rows; on the 16 ymm registers, 8
 // accumulators.
 //
+// Why 4-row tiles on zmm (AMD EPYC, Zen 5, one thread, GEMMs of a 1.1 B
+// model's shapes at 128 rows, interleaved runs): the loop over a group's
+// kg-blocks runs at the VPDPBUSD's peak (276 instructions per 128 dots,
+// the mix cq4p-bench-compute-probe times at 98-100% of the bare dot), and
+// the kernel reaches 69-80% of that peak; what it loses is at the group's
+// end, where the partials leave the registers for the fp32 rescale (float,
+// two multiplies and an add per 16 channels and row, in the contract's
+// order: about a tenth of the time) and the weights come from L2 (loads
+// from one L1-resident group were 6-10% faster). Tiles that decode fewer
+// weights per dot measured slower: 8 rows by 32 channels (251 instructions
+// per 128 dots, each row's activation word broadcast once for its two
+// dots) 1-14%, 16 rows by 16 channels (163, the words as broadcast memory
+// operands) 17-27%; so did zips in channel order by VPERMT2W (no shuffle
+// of the partials: 3-4%), a fully unrolled group (9-15%), wider blocks of
+// super-blocks (1-2 MiB) and prefetches of the next lines 1-4 KiB ahead
+// (within 2%).
+//
 //===----------------------------------------------------------------------===//
 
 #include "HostKernels.h"
