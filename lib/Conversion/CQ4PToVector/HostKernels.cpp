@@ -40,7 +40,7 @@
 // model's shapes at 128 rows, interleaved runs): the loop over a group's
 // kg-blocks runs at the VPDPBUSD's peak (276 instructions per 128 dots,
 // the mix cq4p-bench-compute-probe times at 98-100% of the bare dot), and
-// the kernel reaches 69-80% of that peak; what it loses is at the group's
+// a GEMM call reaches 66-80% of that peak; what it loses is at the group's
 // end, where the partials leave the registers for the fp32 rescale (float,
 // two multiplies and an add per 16 channels and row, in the contract's
 // order: about a tenth of the time) and the weights come from L2 (loads
@@ -48,8 +48,8 @@
 // weights per dot measured slower: 8 rows by 32 channels (251 instructions
 // per 128 dots, each row's activation word broadcast once for its two
 // dots) 1-14%, 16 rows by 16 channels (163, the words as broadcast memory
-// operands) 17-27%; so did zips in channel order by VPERMT2W (no shuffle
-// of the partials: 3-4%), a fully unrolled group (9-15%), wider blocks of
+// operands) 9-27%; so did zips in channel order by VPERMT2W (no shuffle
+// of the partials: 3-4%), a fully unrolled group (1-15%), wider blocks of
 // super-blocks (1-2 MiB) and prefetches of the next lines 1-4 KiB ahead
 // (within 2%).
 //
