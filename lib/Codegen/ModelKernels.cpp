@@ -319,25 +319,32 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
 namespace {
 
 /// The rows of a prompt (more than one) of cq4p.attention, as code whose
-/// vector lanes are query units: a block of `lanes` units is the heads of
-/// [h0, h0 + count) (all of one KV head's group inside the range, at most
-/// `lanes` of them) for the rows [r0, r0 + lanes / count), unit u being row
-/// r0 + u / count and head h0 + u % count (lanes past the block's units,
-/// and rows past the last, repeat the last: they compute its values again
-/// and store them to the same place). A block walks the keys it sees in
-/// tiles of kTile, every unit's online softmax step at once:
+/// vector lanes are query units: a block of `vectors` x `lanes` units is
+/// the heads of [h0, h0 + count) (all of one KV head's group inside the
+/// range, at most `lanes` of them) for the rows [r0, r0 + vectors * lanes /
+/// count), unit u being row r0 + u / count and head h0 + u % count, in lane
+/// u % lanes of vector u / lanes (lanes past the block's units, and rows
+/// past the last, repeat the last: they compute its values again and store
+/// them to the same place). A block walks the keys it sees in tiles of
+/// kTile, every unit's online softmax step at once:
 ///   scores: S_k = sum_c Q[c] * K[t + k][c], Q[c] the units' head dim c
-///           (gathered once per block into a [d][lanes] buffer), K[..][c]
-///           one broadcast scalar: a GEMM whose product tile is kTile
-///           vectors, with no horizontal sums;
+///           (gathered once per block into a [d][vectors * lanes] buffer),
+///           K[..][c] one broadcast scalar for the block's vectors: a GEMM
+///           whose product tile is kTile x vectors vectors, with no
+///           horizontal sums;
 ///   softmax: per lane, the running max and sum and the correction, the
 ///           tile's max and sum taken across its kTile vectors (lane-wise
 ///           operations in a fixed tree);
 ///   values: O[c] = O[c] * correction + sum_k P_k * V[t + k][c], O the
-///           units' [d][lanes] accumulators on the stack.
+///           units' [d][vectors * lanes] accumulators on the stack, V[..][c]
+///           again one broadcast for the block's vectors.
+/// With 32 registers a block holds two vectors of units: each broadcast key
+/// or value element then feeds two fused multiply-adds. An FMA whose other
+/// factor is a broadcast load runs at about 60% of the FMA's peak on AMD's
+/// Zen 5 (one load an FMA), two FMAs a load near it.
 /// Tiles start at multiples of kTile, so every unit visits the same tiles
-/// whatever block, thread or prompt chunk it falls in, and each lane's
-/// arithmetic is the same chain at every vector width: the prompt's
+/// whatever block, vector, thread or prompt chunk it falls in, and each
+/// lane's arithmetic is the same chain at every vector width: the prompt's
 /// outputs do not depend on the host level, the threads or the chunking.
 /// A tile every unit sees whole reads fp32 keys and values straight from
 /// the cache; any other (its lanes masked to each unit's keys, its rows
@@ -355,10 +362,12 @@ public:
       : keys(keys), values(values), rows(rows), position(position), heads(heads),
         group(heads / kvHeads), d(d), window(window), scale(scale), lanes(lanes),
         // Register blocking (it changes the instructions, not the bits):
-        // keys per pass of the score loop and head dims per step of both dot
-        // loops. With 32 vector registers a pass is the whole tile, 16 sums
-        // beside 8 query vectors; with 16, half of it beside 4.
-        pass(lanes >= 16 ? 16 : 8), step(lanes >= 16 ? 8 : 4),
+        // vectors of units per block, keys per pass of the score loop and
+        // head dims per step of both dot loops. With 32 vector registers,
+        // two vectors of units and 8 keys a pass (16 sums beside the two
+        // vectors of queries); with 16, one vector and 8 keys beside 4
+        // query vectors.
+        vectors(lanes >= 16 ? 2 : 1), pass(8), step(lanes >= 16 ? 8 : 4),
         floats(VectorType::get({lanes}, e.b.getF32Type())),
         ints(VectorType::get({lanes}, e.b.getI32Type())),
         halfCache(!cast<MemRefType>(keys.getType()).getElementType().isF32()) {
@@ -368,10 +377,10 @@ public:
     SmallVector<ReassociationIndices> both{{0, 1}};
     flatQ = memref::CollapseShapeOp::create(b, loc, q, both);
     flatOut = memref::CollapseShapeOp::create(b, loc, out, both);
-    // Per call: the block's queries and accumulators, one head dim a
-    // vector, and a tile's keys and values in fp32.
-    queries = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
-    acc = memref::AllocaOp::create(b, loc, MemRefType::get({d, lanes}, f32));
+    // Per call: the block's queries and accumulators, one head dim a row
+    // of its vectors, and a tile's keys and values in fp32.
+    queries = memref::AllocaOp::create(b, loc, MemRefType::get({d, vectors * lanes}, f32));
+    acc = memref::AllocaOp::create(b, loc, MemRefType::get({d, vectors * lanes}, f32));
     keyStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
     valueStage = memref::AllocaOp::create(b, loc, MemRefType::get({kTile, d}, f32));
     SmallVector<int32_t> laneNumbers;
@@ -399,7 +408,7 @@ public:
         Emitter e2{b2, l2};
         Value count = arith::MinSIOp::create(b2, l2, arith::SubIOp::create(b2, l2, to, h0),
                                              e2.index(lanes));
-        Value rowsPer = arith::DivUIOp::create(b2, l2, e2.index(lanes), count);
+        Value rowsPer = arith::DivUIOp::create(b2, l2, e2.index(vectors * lanes), count);
         scf::ForOp::create(b2, l2, e2.index(0), rows, rowsPer, ValueRange{},
                            [&](OpBuilder &b3, Location l3, Value r0, ValueRange) {
                              Emitter e3{b3, l3};
@@ -414,15 +423,16 @@ public:
 private:
   static constexpr int64_t kTile = 16;
 
-  /// A block's units: their flat offsets into q and out, their keys'
-  /// bounds, and the tiles the block walks.
+  /// A block's units, per vector: their flat offsets into q and out and
+  /// their keys' bounds; and the tiles the block walks.
   struct Block {
-    Value offsets, endV, firstV, kvBase, zeros;
+    SmallVector<Value> offsets, endV, firstV;
+    Value kvBase, zeros;
     Value tilesFirst, tilesEnd;
     /// Tiles inside [firstOfLast, endOfFirst) every unit sees whole.
     Value firstOfLast, endOfFirst;
   };
-  /// A tile's softmax step.
+  /// A tile's softmax step, for one vector of units.
   struct Weights {
     Value maxNew, sumNew, correction;
     SmallVector<Value> weights;
@@ -438,6 +448,8 @@ private:
   Value loadF(Emitter &en, Value memref, ValueRange at) {
     return vector::LoadOp::create(en.b, en.loc, floats, memref, at);
   }
+  /// Column of vector v in the [d][vectors * lanes] buffers.
+  Value column(Emitter &en, int64_t v) { return en.index(v * lanes); }
   /// values[0] combined pairwise to one, in a fixed tree.
   static Value tree(SmallVector<Value> values, function_ref<Value(Value, Value)> combine) {
     while (values.size() > 1) {
@@ -462,25 +474,29 @@ private:
     Value lastRow = arith::MinUIOp::create(
         b3, l3, arith::SubIOp::create(b3, l3, e3.addI(r0, rowsPer), e3.index(1)),
         arith::SubIOp::create(b3, l3, rows, e3.index(1)));
-    Value unit = arith::MinUIOp::create(
-        b3, l3, laneIds,
-        splatI(e3, arith::SubIOp::create(b3, l3, units, e3.index(1))));
+    Value lastUnit = splatI(e3, arith::SubIOp::create(b3, l3, units, e3.index(1)));
     Value countV = splatI(e3, count);
-    Value rowV = arith::AddIOp::create(b3, l3, splatI(e3, r0),
-                                       arith::DivUIOp::create(b3, l3, unit, countV));
-    rowV = arith::MinUIOp::create(b3, l3, rowV, splatI(e3, lastRow));
-    Value headV = arith::AddIOp::create(b3, l3, splatI(e3, h0),
-                                        arith::RemUIOp::create(b3, l3, unit, countV));
-    block.offsets = arith::AddIOp::create(
-        b3, l3, arith::MulIOp::create(b3, l3, rowV, splatI(e3, e3.index(heads * d))),
-        arith::MulIOp::create(b3, l3, headV, splatI(e3, e3.index(d))));
-    block.endV = arith::AddIOp::create(
-        b3, l3, arith::AddIOp::create(b3, l3, splatI(e3, position), rowV),
-        splatI(e3, e3.index(1)));
-    if (window > 0)
-      block.firstV = arith::MaxSIOp::create(
-          b3, l3, arith::SubIOp::create(b3, l3, block.endV, splatI(e3, e3.index(window))),
-          splatI(e3, e3.index(0)));
+    for (int64_t v = 0; v < vectors; ++v) {
+      Value unit = arith::MinUIOp::create(
+          b3, l3, arith::AddIOp::create(b3, l3, laneIds, splatI(e3, e3.index(v * lanes))),
+          lastUnit);
+      Value rowV = arith::AddIOp::create(b3, l3, splatI(e3, r0),
+                                         arith::DivUIOp::create(b3, l3, unit, countV));
+      rowV = arith::MinUIOp::create(b3, l3, rowV, splatI(e3, lastRow));
+      Value headV = arith::AddIOp::create(b3, l3, splatI(e3, h0),
+                                          arith::RemUIOp::create(b3, l3, unit, countV));
+      block.offsets.push_back(arith::AddIOp::create(
+          b3, l3, arith::MulIOp::create(b3, l3, rowV, splatI(e3, e3.index(heads * d))),
+          arith::MulIOp::create(b3, l3, headV, splatI(e3, e3.index(d)))));
+      Value endV = arith::AddIOp::create(
+          b3, l3, arith::AddIOp::create(b3, l3, splatI(e3, position), rowV),
+          splatI(e3, e3.index(1)));
+      block.endV.push_back(endV);
+      if (window > 0)
+        block.firstV.push_back(arith::MaxSIOp::create(
+            b3, l3, arith::SubIOp::create(b3, l3, endV, splatI(e3, e3.index(window))),
+            splatI(e3, e3.index(0))));
+    }
     Value firstOfFirst, endOfLast;
     std::tie(firstOfFirst, block.endOfFirst) = e3.keysUpTo(e3.addI(position, r0), window);
     std::tie(block.firstOfLast, endOfLast) = e3.keysUpTo(e3.addI(position, lastRow), window);
@@ -491,20 +507,26 @@ private:
     block.zeros = splatF(e3, e3.f32(0.0f));
     e3.forEach(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
       Emitter e4{b4, l4};
-      Value at = arith::AddIOp::create(b4, l4, block.offsets, splatI(e4, c));
-      Value qc = vector::GatherOp::create(b4, l4, floats, flatQ, ValueRange{e4.index(0)},
-                                          at, allLanes, block.zeros);
-      vector::StoreOp::create(b4, l4, qc, queries, ValueRange{c, e4.index(0)});
-      vector::StoreOp::create(b4, l4, block.zeros, acc, ValueRange{c, e4.index(0)});
+      for (int64_t v = 0; v < vectors; ++v) {
+        Value at = arith::AddIOp::create(b4, l4, block.offsets[v], splatI(e4, c));
+        Value qc = vector::GatherOp::create(b4, l4, floats, flatQ, ValueRange{e4.index(0)},
+                                            at, allLanes, block.zeros);
+        vector::StoreOp::create(b4, l4, qc, queries, ValueRange{c, column(e4, v)});
+        vector::StoreOp::create(b4, l4, block.zeros, acc, ValueRange{c, column(e4, v)});
+      }
     });
     return block;
   }
 
-  /// The walk over the block's tiles; its result is the units' sums.
-  Value walk(Emitter &e3, const Block &block) {
+  /// The walk over the block's tiles; its result is the units' sums, a
+  /// vector each.
+  SmallVector<Value> walk(Emitter &e3, const Block &block) {
     OpBuilder &b3 = e3.b;
     Location l3 = e3.loc;
-    SmallVector<Value> init{splatF(e3, e3.f32(lowest)), block.zeros};
+    // The state: each vector's running max, then each's running sum.
+    SmallVector<Value> init(vectors, splatF(e3, e3.f32(lowest)));
+    init.append(vectors, block.zeros);
+    SmallVector<Type> stateTypes(2 * vectors, floats);
     auto walk = scf::ForOp::create(
         b3, l3, block.tilesFirst, block.tilesEnd, e3.index(kTile), init,
         [&](OpBuilder &b4, Location l4, Value t, ValueRange state) {
@@ -514,29 +536,38 @@ private:
               arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, t, block.firstOfLast),
               arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sle,
                                     e4.addI(t, e4.index(kTile)), block.endOfFirst));
-          auto branch = scf::IfOp::create(b4, l4, TypeRange{floats, floats}, whole,
+          auto branch = scf::IfOp::create(b4, l4, stateTypes, whole,
                                           /*withElseRegion=*/true);
           for (bool masked : {false, true}) {
             OpBuilder::InsertionGuard guard(b4);
             b4.setInsertionPointToStart(masked ? branch.elseBlock() : branch.thenBlock());
-            std::pair<Value, Value> next = tile(e4, block, t, masked, state[0], state[1]);
-            scf::YieldOp::create(b4, l4, ValueRange{next.first, next.second});
+            SmallVector<Value> next = tile(e4, block, t, masked, state);
+            scf::YieldOp::create(b4, l4, next);
           }
           scf::YieldOp::create(b4, l4, branch.getResults());
         });
-    return walk.getResult(1);
+    return SmallVector<Value>(walk.getResults().begin() + vectors, walk.getResults().end());
   }
 
-  /// The tile [t, t + kTile) from the state (max, sum) to the next.
-  std::pair<Value, Value> tile(Emitter &e4, const Block &block, Value t, bool masked,
-                               Value maxOld, Value sumOld) {
+  /// The tile [t, t + kTile) from the state (the vectors' maxes, then
+  /// their sums) to the next.
+  SmallVector<Value> tile(Emitter &e4, const Block &block, Value t, bool masked,
+                          ValueRange state) {
     bool staged = masked || halfCache;
     if (staged)
       stageTile(e4, block, t, masked);
-    SmallVector<Value> scores = scoreTile(e4, block, t, staged);
-    Weights w = softmaxTile(e4, block, t, masked, scores, maxOld, sumOld);
+    SmallVector<SmallVector<Value>> scores = scoreTile(e4, block, t, staged);
+    SmallVector<Weights> w;
+    for (int64_t v = 0; v < vectors; ++v)
+      w.push_back(softmaxTile(e4, block, v, t, masked, scores[v], state[v],
+                              state[vectors + v]));
     accumulateValues(e4, block, t, staged, w);
-    return {w.maxNew, w.sumNew};
+    SmallVector<Value> next;
+    for (const Weights &weights : w)
+      next.push_back(weights.maxNew);
+    for (const Weights &weights : w)
+      next.push_back(weights.sumNew);
+    return next;
   }
 
   /// The tile's key and value rows copied to fp32 stack buffers (rows
@@ -570,12 +601,14 @@ private:
     return splatF(en, x);
   }
 
-  /// Scores: the kTile dot products of the units' queries with the
-  /// tile's keys, `pass` keys per loop over the head dim.
-  SmallVector<Value> scoreTile(Emitter &e4, const Block &block, Value t, bool staged) {
-    SmallVector<Value> scores;
+  /// Scores, per vector of units: the kTile dot products of its queries
+  /// with the tile's keys, `pass` keys per loop over the head dim, each
+  /// key element broadcast once for every vector.
+  SmallVector<SmallVector<Value>> scoreTile(Emitter &e4, const Block &block, Value t,
+                                            bool staged) {
+    SmallVector<SmallVector<Value>> scores(vectors);
     for (int64_t k0 = 0; k0 < kTile; k0 += pass) {
-      SmallVector<Value> init(pass, block.zeros);
+      SmallVector<Value> init(vectors * pass, block.zeros);
       auto sums = scf::ForOp::create(
           e4.b, e4.loc, e4.index(0), e4.index(d), e4.index(step), init,
           [&](OpBuilder &b5, Location l5, Value c0, ValueRange s) {
@@ -583,23 +616,29 @@ private:
             SmallVector<Value> next(s.begin(), s.end());
             for (int64_t p = 0; p < step; ++p) {
               Value c = e5.addI(c0, e5.index(p));
-              Value qc = loadF(e5, queries, {c, e5.index(0)});
-              for (int64_t k = 0; k < pass; ++k)
-                next[k] = math::FmaOp::create(
-                    b5, l5, qc, element(e5, block, t, staged, keys, keyStage, k0 + k, c),
-                    next[k]);
+              SmallVector<Value> qc;
+              for (int64_t v = 0; v < vectors; ++v)
+                qc.push_back(loadF(e5, queries, {c, column(e5, v)}));
+              for (int64_t k = 0; k < pass; ++k) {
+                Value key = element(e5, block, t, staged, keys, keyStage, k0 + k, c);
+                for (int64_t v = 0; v < vectors; ++v)
+                  next[v * pass + k] =
+                      math::FmaOp::create(b5, l5, qc[v], key, next[v * pass + k]);
+              }
             }
             scf::YieldOp::create(b5, l5, next);
           });
-      scores.append(sums.getResults().begin(), sums.getResults().end());
+      for (int64_t v = 0; v < vectors; ++v)
+        for (int64_t k = 0; k < pass; ++k)
+          scores[v].push_back(sums.getResult(v * pass + k));
     }
     return scores;
   }
 
-  /// Softmax: the scores scaled (and masked to each unit's keys when
-  /// `masked`), the new running max, the correction of what came before,
-  /// the tile's weights and the new running sum.
-  Weights softmaxTile(Emitter &e4, const Block &block, Value t, bool masked,
+  /// Softmax of vector v of units: the scores scaled (and masked to each
+  /// unit's keys when `masked`), the new running max, the correction of
+  /// what came before, the tile's weights and the new running sum.
+  Weights softmaxTile(Emitter &e4, const Block &block, int64_t v, Value t, bool masked,
                       SmallVector<Value> scores, Value maxOld, Value sumOld) {
     OpBuilder &b4 = e4.b;
     Location l4 = e4.loc;
@@ -612,11 +651,11 @@ private:
       if (!masked)
         continue;
       Value key = splatI(e4, e4.addI(t, e4.index(k)));
-      Value ok = arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, key, block.endV);
-      if (block.firstV)
+      Value ok = arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::slt, key, block.endV[v]);
+      if (!block.firstV.empty())
         ok = arith::AndIOp::create(
             b4, l4, ok,
-            arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, key, block.firstV));
+            arith::CmpIOp::create(b4, l4, arith::CmpIPredicate::sge, key, block.firstV[v]));
       valid.push_back(ok);
       scores[k] = arith::SelectOp::create(b4, l4, ok, scores[k], lowestV);
     }
@@ -643,36 +682,48 @@ private:
   }
 
   /// Values: the accumulators times the correction plus the tile's
-  /// weighted value rows, `step` head dims at a time.
+  /// weighted value rows, `step` head dims at a time, each value element
+  /// broadcast once for every vector.
   void accumulateValues(Emitter &e4, const Block &block, Value t, bool staged,
-                        const Weights &w) {
+                        ArrayRef<Weights> w) {
     e4.forEach(e4.index(0), e4.index(d), step, [&](OpBuilder &b5, Location l5, Value c0) {
       Emitter e5{b5, l5};
-      SmallVector<Value> o, at;
-      for (int64_t p = 0; p < step; ++p) {
-        at.push_back(e5.addI(c0, e5.index(p)));
-        o.push_back(e5.mulF(loadF(e5, acc, {at[p], e5.index(0)}), w.correction));
-      }
-      for (int64_t k = 0; k < kTile; ++k)
-        for (int64_t p = 0; p < step; ++p)
-          o[p] = math::FmaOp::create(
-              b5, l5, w.weights[k],
-              element(e5, block, t, staged, values, valueStage, k, at[p]), o[p]);
+      SmallVector<Value> at;
       for (int64_t p = 0; p < step; ++p)
-        vector::StoreOp::create(b5, l5, o[p], acc, ValueRange{at[p], e5.index(0)});
+        at.push_back(e5.addI(c0, e5.index(p)));
+      SmallVector<Value> o; // [v * step + p]
+      for (int64_t v = 0; v < vectors; ++v)
+        for (int64_t p = 0; p < step; ++p)
+          o.push_back(
+              e5.mulF(loadF(e5, acc, {at[p], column(e5, v)}), w[v].correction));
+      for (int64_t k = 0; k < kTile; ++k)
+        for (int64_t p = 0; p < step; ++p) {
+          Value value = element(e5, block, t, staged, values, valueStage, k, at[p]);
+          for (int64_t v = 0; v < vectors; ++v)
+            o[v * step + p] =
+                math::FmaOp::create(b5, l5, w[v].weights[k], value, o[v * step + p]);
+        }
+      for (int64_t v = 0; v < vectors; ++v)
+        for (int64_t p = 0; p < step; ++p)
+          vector::StoreOp::create(b5, l5, o[v * step + p], acc,
+                                  ValueRange{at[p], column(e5, v)});
     });
   }
 
   /// The block's outputs: the accumulators over the sums, scattered to
   /// the units' rows and heads.
-  void storeOutputs(Emitter &e3, const Block &block, Value sum) {
-    Value inverse = e3.divF(splatF(e3, e3.f32(1.0f)), sum);
+  void storeOutputs(Emitter &e3, const Block &block, ArrayRef<Value> sums) {
+    SmallVector<Value> inverse;
+    for (Value sum : sums)
+      inverse.push_back(e3.divF(splatF(e3, e3.f32(1.0f)), sum));
     e3.forEach(e3.index(0), e3.index(d), 1, [&](OpBuilder &b4, Location l4, Value c) {
       Emitter e4{b4, l4};
-      Value at = arith::AddIOp::create(b4, l4, block.offsets, splatI(e4, c));
-      Value o = e4.mulF(loadF(e4, acc, {c, e4.index(0)}), inverse);
-      vector::ScatterOp::create(b4, l4, Type(), flatOut, ValueRange{e4.index(0)}, at,
-                                allLanes, o);
+      for (int64_t v = 0; v < vectors; ++v) {
+        Value at = arith::AddIOp::create(b4, l4, block.offsets[v], splatI(e4, c));
+        Value o = e4.mulF(loadF(e4, acc, {c, column(e4, v)}), inverse[v]);
+        vector::ScatterOp::create(b4, l4, Type(), flatOut, ValueRange{e4.index(0)}, at,
+                                  allLanes, o);
+      }
     });
   }
 
@@ -681,7 +732,7 @@ private:
   Value keys, values, rows, position;
   int64_t heads, group, d, window;
   float scale;
-  int64_t lanes, pass, step;
+  int64_t lanes, vectors, pass, step;
   VectorType floats, ints;
   bool halfCache;
   // Per call.

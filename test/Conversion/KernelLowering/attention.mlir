@@ -11,23 +11,28 @@
 // range per tile, their states in stack buffers. A prompt's rows put query
 // units (rows times the heads of one KV head) in the lanes of the target's
 // vectors (4 here, 16 with AVX-512: the WIDE run): per KV head, heads at
-// most a vector's lanes at a time, blocks of lanes / heads rows. A block
-// gathers its queries one head dim a vector, then walks tiles of 16 keys
-// from a multiple of 16: the scores a loop over the head dim whose 16
-// sums are its iteration arguments (a query vector times a broadcast key
-// element), the softmax lane-wise, the values a loop over the head dim
-// (weights times broadcast value elements); an fp16 cache's tile is first
+// most a vector's lanes at a time, blocks of vectors x lanes / heads rows
+// (two vectors of units with AVX-512's 32 registers, one otherwise). A
+// block gathers its queries one head dim a vector, then walks tiles of 16
+// keys from a multiple of 16: the scores loops over the head dim whose sums
+// (8 keys times the block's vectors) are their iteration arguments (query
+// vectors times one broadcast key element each), the softmax lane-wise, the
+// values a loop over the head dim (weights times broadcast value elements,
+// each broadcast feeding every vector); an fp16 cache's tile is first
 // converted to fp32 on the stack. The outputs are scattered back.
 // CHECK-LABEL: func.func @cached_attention
 // WIDE-LABEL: func.func @cached_attention
 // WIDE: } else {
-// WIDE: memref.alloca() : memref<64x16xf32>
+// WIDE: memref.alloca() : memref<64x32xf32>
 // WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 {
-// WIDE: arith.divui %c16, %{{.*}} : index
-// WIDE: vector.gather {{.*}} into vector<16xf32>
+// WIDE: arith.divui %c32, %{{.*}} : index
+// WIDE-COUNT-2: vector.gather {{.*}} into vector<16xf32>
 // WIDE: scf.for %{{.*}} = %c0 to %c64 step %c8 iter_args(
 // WIDE-SAME: -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
-// WIDE: vector.scatter {{.*}} vector<16xf32>
+// WIDE: %[[KEY:.*]] = vector.broadcast %{{.*}} : f32 to vector<16xf32>
+// WIDE-NEXT: math.fma %{{.*}}, %[[KEY]], %{{.*}} : vector<16xf32>
+// WIDE-NEXT: math.fma %{{.*}}, %[[KEY]], %{{.*}} : vector<16xf32>
+// WIDE-COUNT-2: vector.scatter {{.*}} vector<16xf32>
 // CHECK-SAME: %[[POS:[^:]*]]: index)
 // CHECK-NOT: cq4p.attention
 // CHECK: %[[FLATK:.*]] = memref.collapse_shape %{{.*}} {{\[\[}}0, 1]] : memref<?x128xf16> into memref<?xf16>
