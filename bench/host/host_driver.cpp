@@ -22,6 +22,11 @@
 //     last-level cache, each call reading a different copy, against a
 //     vector read of the same bytes (the read-bandwidth probe);
 //   - GEMV in cache (weights/ns), GEMM (GFLOP/s, 1 and 2 threads);
+//   - a prefill chunk's GEMMs, 1 thread: 128 rows against each of the
+//     8 B model's FFN and attention shapes, the weights in two copies that
+//     calls take in turn (their bytes come from memory as in a model's
+//     step), in multiply-adds per second: what a change to the x86 GEMM
+//     moves, without the model's other kernels around it;
 //   - the activation transform + quantization alone (ns per activation);
 //   - the orthogonal lm_head against a Hadamard GEMV of K x K, embedding
 //     rows (16 against 1);
@@ -357,6 +362,31 @@ struct Bench {
     }
   }
 
+  void prefill() {
+    header("Prefill-chunk GEMMs");
+    constexpr int64_t kRows = 128; // a prefill chunk (cq4p-compile's default)
+    constexpr size_t kCopies = 2;  // more bytes than the last-level cache
+    for (auto [n, k] : {std::pair<uint64_t, uint64_t>{14336, 4096}, {4096, 14336},
+                        {4096, 4096}}) {
+      Layer l = layer(n, k, false, kCopies);
+      std::vector<float> x = gaussianRows(uint64_t(kRows), k, 3),
+                         y(size_t(kRows) * n);
+      std::vector<size_t> next(libraries.size(), 0);
+      std::vector<std::function<void()>> cases;
+      for (size_t lib = 0; lib < libraries.size(); ++lib)
+        cases.push_back([&, lib] {
+          LinearLayer &linear = *l.bound[lib][next[lib]++ % kCopies];
+          check(linear.run(pool(1), x.data(), y.data(), kRows, scratch));
+        });
+      std::vector<double> t = interleaved(cases, callsFor(cases[0]));
+      std::vector<double> rates;
+      for (double s : t)
+        rates.push_back(double(kRows) * double(n * k) / s / 1e9);
+      row("GEMM M=128 " + std::to_string(n) + "x" + std::to_string(k) + ", 1 thread",
+          rates, "GMAC/s", "");
+    }
+  }
+
   void transform() {
     header("Activation transform + quantization (K = 4096, 1 thread)");
     Layer l = layer(4096, 4096, false, 1);
@@ -554,7 +584,7 @@ int main(int argc, char **argv) {
   if (positional.size() < 2 || positional.size() > 3 || bench.reps < 1 ||
       bench.dramFactor <= 0)
     die("usage: cq4p-bench-host DIR LIBRARY [BASELINE] [--reps R] "
-        "[--dram-factor F] [--only dram|cache|transform|orthogonal|threads] "
+        "[--dram-factor F] [--only dram|cache|prefill|transform|orthogonal|threads] "
         "[--ggml DIR [--ggml-buffer plain|NAME]...]");
   bench.dir = positional[0];
   std::filesystem::create_directories(bench.dir);
@@ -602,6 +632,8 @@ int main(int argc, char **argv) {
     bench.dram();
   if (wanted("cache"))
     bench.cache();
+  if (wanted("prefill"))
+    bench.prefill();
   if (wanted("transform"))
     bench.transform();
   if (wanted("orthogonal"))
