@@ -50,8 +50,8 @@
 // dots) 1-14%, 16 rows by 16 channels (163, the words as broadcast memory
 // operands) 9-27%; so did zips in channel order by VPERMT2W (no shuffle
 // of the partials: 3-4%) and a fully unrolled group (1-15%); wider blocks
-// of super-blocks (1-2 MiB) and prefetches of the panels' lines 1-4 KiB
-// ahead moved it by 2% at most.
+// of super-blocks (1-2 MiB: 0-4% slower) and prefetches of the panels'
+// lines 1-4 KiB ahead (0-2% faster) were within the runs' noise.
 //
 //===----------------------------------------------------------------------===//
 
