@@ -243,6 +243,13 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
   {
     OpBuilder::InsertionGuard prepareGuard(b);
     b.setInsertionPointToStart(prepare.elseBlock());
+    // VNNI's accumulators start at -128 * the row's sum over the group.
+    auto storeBias = [&](Value sums, Value rIndex) {
+      Value sum = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, sums);
+      Value bias = arith::MulIOp::create(
+          b, loc, sum, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
+      memref::StoreOp::create(b, loc, bias, biases, ValueRange{g, rIndex});
+    };
     // With VNNI, `width` activations a step: one byte shuffle puts each
     // 32's even bytes before its odd ones (VPSHUFB then VPERMQ, or VPERMB),
     // and one VPDPBUSD by bytes of 1 adds them four at a time for the sum:
@@ -251,12 +258,12 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
     // 176 (at K = 8192, where a block holds two super-blocks and a tile
     // prepares each group once for the two, about 4% of the tile's
     // instructions against 6%).
+    SmallVector<int64_t> evensThenOdds;
+    for (int64_t block = 0; block < width / 32; ++block)
+      for (int64_t parity = 0; parity < 2; ++parity)
+        for (int64_t i = 0; i < 16; ++i)
+          evensThenOdds.push_back(32 * block + 2 * i + parity);
     auto prepareVnniRow = [&](int64_t r) {
-      SmallVector<int64_t> evensThenOdds;
-      for (int64_t block = 0; block < width / 32; ++block)
-        for (int64_t parity = 0; parity < 2; ++parity)
-          for (int64_t i = 0; i < 16; ++i)
-            evensThenOdds.push_back(32 * block + 2 * i + parity);
       Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
       Value rIndex = cIndex(b, loc, r);
       Value ones = splat(b, loc, i8v, b.getI8IntegerAttr(1));
@@ -279,16 +286,12 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
         scf::YieldOp::create(b, loc,
                              vpdpbusd(loop.getRegionIterArgs()[0], ones, bytes));
       }
-      Value sum = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                              loop.getResult(0));
-      Value bias = arith::MulIOp::create(
-          b, loc, sum, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
-      memref::StoreOp::create(b, loc, bias, biases, ValueRange{g, rIndex});
+      storeBias(loop.getResult(0), rIndex);
     };
-    bool vnniSteps = vnni && gs % width == 0;
-    for (int64_t r = 0; r < rows && vnniSteps; ++r)
-      prepareVnniRow(r);
-    for (int64_t r = 0; r < rows && !vnniSteps; ++r) {
+    // Otherwise per 32 activations: the even and the odd 16 bytes, for AVX2
+    // their absolute values too, for VNNI (groups not a whole number of
+    // registers) the sum by sign extension.
+    auto prepareRow = [&](int64_t r) {
       Value actRow = arith::AddIOp::create(b, loc, row, cIndex(b, loc, r));
       Value rIndex = cIndex(b, loc, r);
       SmallVector<Value> sumInit;
@@ -330,14 +333,15 @@ LogicalResult mlir::cq4p::lowerWideX86PanelDot(PanelDotOp op,
           scf::YieldOp::create(b, loc, sum);
         }
       }
-      if (vnni) {
-        Value sum = vector::ReductionOp::create(
-            b, loc, vector::CombiningKind::ADD, loop.getResult(0));
-        Value bias = arith::MulIOp::create(
-            b, loc, sum,
-            arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-128)));
-        memref::StoreOp::create(b, loc, bias, biases, ValueRange{g, rIndex});
-      }
+      if (vnni)
+        storeBias(loop.getResult(0), rIndex);
+    };
+    bool vnniSteps = vnni && gs % width == 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (vnniSteps)
+        prepareVnniRow(r);
+      else
+        prepareRow(r);
     }
     memref::StoreOp::create(b, loc, row, tags, ValueRange{g, c0});
     memref::StoreOp::create(b, loc, address, tags, ValueRange{g, c1});
