@@ -24,8 +24,9 @@
 //   - GEMV in cache (weights/ns), GEMM (GFLOP/s, 1 and 2 threads);
 //   - a prefill chunk's GEMMs, 1 thread: 128 rows against each of the
 //     8 B model's FFN and attention shapes, the weights in two copies that
-//     calls take in turn (their bytes come from memory as in a model's
-//     step), in multiply-adds per second: what a change to the x86 GEMM
+//     calls take in turn (the FFN shapes' 58 MiB pass a 32 MiB last-level
+//     cache, as a model step's weights do; 4096 x 4096's 16 MiB may stay
+//     in it), in multiply-adds per second: what a change to the x86 GEMM
 //     moves, without the model's other kernels around it;
 //   - the activation transform + quantization alone (ns per activation);
 //   - the orthogonal lm_head against a Hadamard GEMV of K x K, embedding
@@ -365,7 +366,7 @@ struct Bench {
   void prefill() {
     header("Prefill-chunk GEMMs");
     constexpr int64_t kRows = 128; // a prefill chunk (cq4p-compile's default)
-    constexpr size_t kCopies = 2;  // more bytes than the last-level cache
+    constexpr size_t kCopies = 2;  // taken in turn (see the header)
     for (auto [n, k] : {std::pair<uint64_t, uint64_t>{14336, 4096}, {4096, 14336},
                         {4096, 4096}}) {
       Layer l = layer(n, k, false, kCopies);
