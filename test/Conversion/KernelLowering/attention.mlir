@@ -8,7 +8,11 @@
 // polynomial (no libm call). A whole tile loads its keys through the flat
 // cache (one index plus constants), the partial last tile by rows, masked.
 // One row (a decode step) takes the tiles outermost, every head of the
-// range per tile, their states in stack buffers. A prompt's rows put query
+// range per tile, their states in stack buffers: a step one head, or two
+// heads of a KV head with AVX-512's 32 registers (the WIDE run), and each
+// step prefetches its share of the next tile's rows of its KV head into L2
+// (here two steps of 8 rows a KV head, or one of 16; an fp16 row's 64
+// values are two lines). A prompt's rows put query
 // units (rows times the heads of one KV head) in the lanes of the target's
 // vectors (4 here, 16 with AVX-512: the WIDE run): per KV head, heads at
 // most a vector's lanes at a time, blocks of vectors x lanes / heads rows
@@ -22,6 +26,10 @@
 // converted to fp32 on the stack. The outputs are scattered back.
 // CHECK-LABEL: func.func @cached_attention
 // WIDE-LABEL: func.func @cached_attention
+// WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 {
+// WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2 {
+// WIDE-COUNT-64: memref.prefetch %{{.*}}[%{{.*}}], read, locality<2>, data : memref<?xf16>
+// WIDE: scf.if
 // WIDE: } else {
 // WIDE: memref.alloca() : memref<64x32xf32>
 // WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 {
@@ -45,6 +53,8 @@
 // CHECK: memref.alloca() : memref<4x64xf32>
 // CHECK: scf.for %{{.*}} = %[[FIRST1]] to %{{.*}} step %c16 {
 // CHECK-NEXT: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK-COUNT-32: memref.prefetch %{{.*}}[%{{.*}}], read, locality<2>, data : memref<?xf16>
+// CHECK-NOT: memref.prefetch
 // CHECK: vector.load %[[FLATK]][%{{.*}}] : memref<?xf16>, vector<16xf16>
 // CHECK: arith.extf
 // CHECK: scf.if
