@@ -318,6 +318,23 @@ FlatSymbolRefAttr mlir::cq4p::createScaleKernel(KernelBuilder &kernels,
 
 namespace {
 
+/// Per KV head whose group of `group` query heads meets [headBegin,
+/// headEnd), from headBegin / group to ceil(headEnd / group):
+/// body(kv, from, to), [from, to) its group's heads inside the range.
+void forEachKvGroup(Emitter &e, Value headBegin, Value headEnd, int64_t group,
+                    function_ref<void(Emitter &, Value, Value, Value)> body) {
+  Value groupSize = e.index(group);
+  Value kvFirst = arith::DivUIOp::create(e.b, e.loc, headBegin, groupSize);
+  Value kvEnd = arith::CeilDivUIOp::create(e.b, e.loc, headEnd, groupSize);
+  e.forEach(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
+    Emitter e1{b1, l1};
+    Value groupFirst = e1.mulI(kv, groupSize);
+    Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
+    Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addI(groupFirst, groupSize));
+    body(e1, kv, from, to);
+  });
+}
+
 /// The rows of a prompt (more than one) of cq4p.attention, as code whose
 /// vector lanes are query units: a block of `vectors` x `lanes` units is
 /// the heads of [h0, h0 + count) (all of one KV head's group inside the
@@ -396,14 +413,8 @@ public:
   /// heads of its group inside [headBegin, headEnd), at most `lanes` at a
   /// time, in blocks of rows.
   void emit(Emitter &e, Value headBegin, Value headEnd) {
-    Value groupSize = e.index(group);
-    Value kvFirst = arith::DivUIOp::create(e.b, e.loc, headBegin, groupSize);
-    Value kvEnd = arith::CeilDivUIOp::create(e.b, e.loc, headEnd, groupSize);
-    e.forEach(kvFirst, kvEnd, 1, [&](OpBuilder &b1, Location l1, Value kv) {
-      Emitter e1{b1, l1};
-      Value groupFirst = e1.mulI(kv, groupSize);
-      Value from = arith::MaxSIOp::create(b1, l1, headBegin, groupFirst);
-      Value to = arith::MinSIOp::create(b1, l1, headEnd, e1.addI(groupFirst, groupSize));
+    forEachKvGroup(e, headBegin, headEnd, group, [&](Emitter &e1, Value kv, Value from,
+                                                     Value to) {
       e1.forEach(from, to, lanes, [&](OpBuilder &b2, Location l2, Value h0) {
         Emitter e2{b2, l2};
         Value count = arith::MinSIOp::create(b2, l2, arith::SubIOp::create(b2, l2, to, h0),
@@ -828,6 +839,8 @@ public:
     Emitter e1{b1, l1};
     r = e1.index(0);
     std::tie(first, end) = e1.keysUpTo(position, window);
+    lastKeyRow = arith::SubIOp::create(b1, l1, memref::DimOp::create(b1, l1, keys, 0),
+                                       e1.index(1));
     resetHeads(e1);
     Value whole = wholeTilesEnd(e1, first, end);
     e1.forEach(first, whole, kLanes, [&](OpBuilder &b2, Location l2, Value t) {
@@ -912,13 +925,10 @@ private:
     }
     // Per KV head, its group's heads inside the range in pairs, then the
     // last one if their count is odd.
-    Value kvFirst = arith::DivUIOp::create(b2, l2, headBegin, groupSize);
-    Value kvEnd = arith::CeilDivUIOp::create(b2, l2, headEnd, groupSize);
-    e2.forEach(kvFirst, kvEnd, 1, [&](OpBuilder &b3, Location l3, Value kv) {
-      Emitter e3{b3, l3};
-      Value groupFirst = e3.mulI(kv, groupSize);
-      Value from = arith::MaxUIOp::create(b3, l3, headBegin, groupFirst);
-      Value to = arith::MinUIOp::create(b3, l3, headEnd, e3.addI(groupFirst, groupSize));
+    forEachKvGroup(e2, headBegin, headEnd, group, [&](Emitter &e3, Value, Value from,
+                                                      Value to) {
+      OpBuilder &b3 = e3.b;
+      Location l3 = e3.loc;
       Value count = arith::SubIOp::create(b3, l3, to, from);
       Value pairsEnd = e3.addI(
           from, e3.mulI(arith::DivUIOp::create(b3, l3, count, e3.index(2)), e3.index(2)));
@@ -948,12 +958,10 @@ private:
                                      e3.index(perStep));
     Value first = e3.addI(e3.addI(t, e3.index(kLanes * kPrefetchTiles)),
                           e3.mulI(j, e3.index(rowsPer)));
-    Value lastRow = arith::SubIOp::create(b, l, memref::DimOp::create(b, l, keys, 0),
-                                          e3.index(1));
     auto element = cast<MemRefType>(keys.getType()).getElementType();
     int64_t perLine = 64 / (element.getIntOrFloatBitWidth() / 8);
     for (int64_t i = 0; i < rowsPer; ++i) {
-      Value row = arith::MinUIOp::create(b, l, e3.addI(first, e3.index(i)), lastRow);
+      Value row = arith::MinUIOp::create(b, l, e3.addI(first, e3.index(i)), lastKeyRow);
       Value rowBase = e3.addI(e3.mulI(row, e3.index(kvWidth)), kvBase);
       for (int64_t c = 0; c < d; c += perLine) {
         Value at = e3.addI(rowBase, e3.index(c));
@@ -1146,6 +1154,8 @@ private:
   VectorType laneType;
   // Per row.
   Value r, first, end, maxBuf, sumBuf, accBuf, groupSize;
+  /// The cache's last row, where the prefetches of the next tile stop.
+  Value lastKeyRow;
 };
 
 } // namespace
