@@ -905,7 +905,7 @@ private:
       Value tileBase;
       if (!masked) {
         tileBase = e3.addI(e3.mulI(t, e3.index(kvWidth)), kvBase);
-        prefetchShare(e3, t, hs[0], kvBase, hs.size());
+        prefetchShare(e3, t, hs[0], kvBase);
       }
       SmallVector<SmallVector<Value>> next =
           headsTile(e3, keyRows, valid, kvBase, qv, states, tileBase);
@@ -947,12 +947,15 @@ private:
 
   /// This step's share of the next tile's key and value rows (of its KV
   /// head) prefetched: the group's steps take its 16 rows in turns, step
-  /// j of the group (head h, `perStep` heads a step) the rows from
-  /// j * ceil(16 / steps), clamped to the cache's last row.
-  void prefetchShare(Emitter &e3, Value t, Value h, Value kvBase, size_t perStep) {
+  /// j of the group (its first head h, two heads a step with pairHeads) the
+  /// rows from j * ceil(16 / steps), clamped to the cache's last row. An
+  /// odd group's last head, a step of its own after the pairs, is step
+  /// (group - 1) / 2 and takes the last share.
+  void prefetchShare(Emitter &e3, Value t, Value h, Value kvBase) {
     OpBuilder &b = e3.b;
     Location l = e3.loc;
-    int64_t steps = (group + int64_t(perStep) - 1) / int64_t(perStep);
+    int64_t perStep = pairHeads ? 2 : 1;
+    int64_t steps = (group + perStep - 1) / perStep;
     int64_t rowsPer = (kLanes + steps - 1) / steps;
     Value j = arith::DivUIOp::create(b, l, arith::RemUIOp::create(b, l, h, groupSize),
                                      e3.index(perStep));

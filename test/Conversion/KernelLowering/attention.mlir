@@ -128,3 +128,27 @@ func.func @prefill_attention(%q: memref<?x128xf32>, %k: memref<?x64xf32>, %v: me
       : memref<?x128xf32>, memref<?x64xf32>, memref<?x64xf32>, memref<?x128xf32>
   return
 }
+
+// -----
+
+// An odd group (3 heads a KV head) with AVX-512's pairs: a KV head's steps
+// are one pair and its last head, each prefetching half the next tile's 16
+// rows (8 rows of two fp16 lines, keys and values: 32), the last head's
+// share the rows the pair leaves, not a third of them.
+// WIDE-LABEL: func.func @odd_group
+// WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16 {
+// WIDE: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c2 {
+// WIDE-COUNT-32: memref.prefetch %{{.*}}[%{{.*}}], read, locality<2>, data : memref<?xf16>
+// WIDE-NOT: memref.prefetch
+// WIDE: scf.if
+// WIDE-COUNT-32: memref.prefetch %{{.*}}[%{{.*}}], read, locality<2>, data : memref<?xf16>
+// WIDE-NOT: memref.prefetch
+// WIDE: } else {
+// WIDE: return
+func.func @odd_group(%q: memref<?x384xf32>, %k: memref<?x128xf16>, %v: memref<?x128xf16>,
+                     %out: memref<?x384xf32>, %h0: index, %h1: index, %pos: index) {
+  cq4p.attention %q, %k, %v, %out, %h0, %h1 at %pos {num_heads = 6 : i64, num_kv_heads = 2 : i64,
+      head_dim = 64 : i64, window = 0 : i64, scale = 0.125 : f32}
+      : memref<?x384xf32>, memref<?x128xf16>, memref<?x128xf16>, memref<?x384xf32>
+  return
+}
